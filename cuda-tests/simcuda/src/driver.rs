@@ -1,0 +1,120 @@
+//! The process-wide driver instance created by `cuInit`, holding every object registry.
+
+use crate::context::{Context, Primary};
+use crate::event::Event;
+use crate::graph::{Graph, GraphExec};
+use crate::guard::CuRes;
+use crate::handles::Registry;
+use crate::memory::{AddressSpace, Array, Pool};
+use crate::module::{Function, Module};
+use crate::stream::Stream;
+use crate::vmm::{Physical, Reservations};
+use parking_lot::Mutex;
+use simgpu::{Config, SharedState};
+use std::sync::OnceLock;
+use tessera_ffi::cuda::*;
+
+/// Everything the simulated driver knows in this process.
+pub struct Driver {
+    /// Devices and behaviour, from `SIMGPU_*`.
+    pub config: Config,
+    /// The machine-wide state shared with every other simulated process.
+    pub state: SharedState,
+    /// Per-device primary context bookkeeping.
+    pub primary: Vec<Mutex<Primary>>,
+    /// `CUcontext` handles.
+    pub contexts: Registry<Context>,
+    /// `CUstream` handles.
+    pub streams: Registry<Stream>,
+    /// `CUevent` handles.
+    pub events: Registry<Event>,
+    /// `CUmodule` and `CUlibrary` handles.
+    pub modules: Registry<Module>,
+    /// `CUfunction` and `CUkernel` handles.
+    pub functions: Registry<Function>,
+    /// `CUgraph` handles.
+    pub graphs: Registry<Graph>,
+    /// `CUgraphExec` handles.
+    pub graph_execs: Registry<GraphExec>,
+    /// `CUmemoryPool` handles (each device's default pool and created ones).
+    pub pools: Registry<Pool>,
+    /// `CUarray` and `CUmipmappedArray` handles.
+    pub arrays: Registry<Array>,
+    /// Linear allocations (device, managed, pool, host).
+    pub memory: AddressSpace,
+    /// VMM physical allocations (`CUmemGenericAllocationHandle`).
+    pub physical: Registry<Physical>,
+    /// VMM address reservations and what is mapped in them.
+    pub reservations: Reservations,
+}
+
+static DRIVER: OnceLock<Result<Driver, CuResult>> = OnceLock::new();
+
+/// The initialized driver, or `CUDA_ERROR_NOT_INITIALIZED` before a successful `cuInit`.
+pub fn driver() -> CuRes<&'static Driver> {
+    match DRIVER.get() {
+        Some(Ok(d)) => Ok(d),
+        Some(Err(e)) => Err(*e),
+        None => Err(CUDA_ERROR_NOT_INITIALIZED),
+    }
+}
+
+/// Initializes the driver once; later calls return the first outcome.
+pub fn initialize() -> CuRes<&'static Driver> {
+    DRIVER
+        .get_or_init(|| {
+            let config = Config::from_env().map_err(|e| {
+                eprintln!("{e}");
+                CUDA_ERROR_INVALID_VALUE
+            })?;
+            let state = SharedState::open(&config, true).map_err(|e| {
+                eprintln!("{e}");
+                CUDA_ERROR_UNKNOWN
+            })?;
+            // SAFETY: registering a plain extern "C" function with no captured state.
+            unsafe { libc::atexit(unregister_at_exit) };
+            Ok(Driver {
+                primary: config.devices.iter().map(|_| Mutex::new(Primary::default())).collect(),
+                config,
+                state,
+                contexts: Registry::new(0xc7, CUDA_ERROR_INVALID_CONTEXT),
+                streams: Registry::new(0x57, CUDA_ERROR_INVALID_HANDLE),
+                events: Registry::new(0xe7, CUDA_ERROR_INVALID_HANDLE),
+                modules: Registry::new(0x3d, CUDA_ERROR_INVALID_HANDLE),
+                functions: Registry::new(0xf0, CUDA_ERROR_INVALID_HANDLE),
+                graphs: Registry::new(0x6a, CUDA_ERROR_INVALID_HANDLE),
+                graph_execs: Registry::new(0x6e, CUDA_ERROR_INVALID_HANDLE),
+                pools: Registry::new(0x9c, CUDA_ERROR_INVALID_HANDLE),
+                arrays: Registry::new(0xa4, CUDA_ERROR_INVALID_HANDLE),
+                memory: AddressSpace::default(),
+                physical: Registry::new(0x41, CUDA_ERROR_INVALID_VALUE),
+                reservations: Reservations::default(),
+            })
+        })
+        .as_ref()
+        .map_err(|e| *e)
+}
+
+extern "C" fn unregister_at_exit() {
+    // The real driver frees a process's device memory when it exits; so do we.
+    if let Some(Ok(d)) = DRIVER.get() {
+        d.state.unregister();
+    }
+}
+
+impl Driver {
+    /// Checks a device ordinal and returns it as an index.
+    pub fn device(&self, ordinal: i32) -> CuRes<usize> {
+        usize::try_from(ordinal).ok().filter(|&d| d < self.config.devices.len()).ok_or(CUDA_ERROR_INVALID_DEVICE)
+    }
+
+    /// Takes `bytes` of device `device`'s memory for this process, or fails with out-of-memory.
+    pub fn charge(&self, device: usize, bytes: u64) -> CuRes {
+        if self.state.reserve(device, bytes) { Ok(()) } else { Err(CUDA_ERROR_OUT_OF_MEMORY) }
+    }
+
+    /// Returns memory taken with [`Driver::charge`].
+    pub fn uncharge(&self, device: usize, bytes: u64) {
+        self.state.release(device, bytes);
+    }
+}

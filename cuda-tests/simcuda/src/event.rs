@@ -1,0 +1,176 @@
+//! Events: completion markers in streams carrying engine timestamps.
+
+use crate::driver::driver;
+use crate::guard::{CuRes, entry, out};
+use crate::stream::{DefaultStream, Op, resolve};
+use parking_lot::{Condvar, Mutex};
+use std::ffi::c_uint;
+use std::sync::Arc;
+use tessera_ffi::cuda::*;
+use tessera_ffi::sys::{CUevent, CUstream};
+
+/// `CU_EVENT_DISABLE_TIMING`.
+const DISABLE_TIMING: u32 = 2;
+
+#[derive(Default)]
+struct Marks {
+    recorded: u64,
+    completed: u64,
+    timestamp_ns: u64,
+}
+
+/// One event.
+pub struct Event {
+    flags: u32,
+    marks: Mutex<Marks>,
+    changed: Condvar,
+}
+
+impl Event {
+    /// Starts a new recording; returns its generation.
+    fn record(&self) -> u64 {
+        let mut m = self.marks.lock();
+        m.recorded += 1;
+        m.recorded
+    }
+
+    /// The latest recording's generation (0 if never recorded).
+    pub fn recorded(&self) -> u64 {
+        self.marks.lock().recorded
+    }
+
+    /// Called by the stream when the recording `generation` is reached.
+    pub fn complete(&self, generation: u64) {
+        let mut m = self.marks.lock();
+        if generation > m.completed {
+            m.completed = generation;
+            m.timestamp_ns = simgpu::state::now_ns();
+        }
+        self.changed.notify_all();
+    }
+
+    /// Waits until recording `generation` has completed.
+    pub fn wait(&self, generation: u64) {
+        let mut m = self.marks.lock();
+        while m.completed < generation {
+            self.changed.wait(&mut m);
+        }
+    }
+
+    /// When the latest recording completed: `INVALID_HANDLE` if never recorded, `NOT_READY` if pending.
+    fn timestamp(&self) -> CuRes<u64> {
+        let m = self.marks.lock();
+        match m.recorded {
+            0 => Err(CUDA_ERROR_INVALID_HANDLE),
+            r if m.completed < r => Err(CUDA_ERROR_NOT_READY),
+            _ => Ok(m.timestamp_ns),
+        }
+    }
+
+    fn done(&self) -> bool {
+        let m = self.marks.lock();
+        m.completed >= m.recorded
+    }
+}
+
+/// `cuEventCreate`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuEventCreate(ph: *mut CUevent, flags: c_uint) -> CuResult {
+    entry(|| {
+        let d = driver()?;
+        crate::context::current()?;
+        if ph.is_null() || flags & !0xf != 0 {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let h = d.events.insert(Arc::new(Event { flags, marks: Mutex::default(), changed: Condvar::new() }));
+        out(ph, h as CUevent)
+    })
+}
+
+fn destroy(ev: CUevent) -> CuRes {
+    driver()?.events.remove(ev as u64).map(|_| ())
+}
+
+/// `cuEventDestroy`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuEventDestroy(ev: CUevent) -> CuResult {
+    entry(|| destroy(ev))
+}
+
+/// `cuEventDestroy_v2`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuEventDestroy_v2(ev: CUevent) -> CuResult {
+    entry(|| destroy(ev))
+}
+
+fn record(ev: CUevent, h: CUstream, default: DefaultStream) -> CuRes {
+    let e = driver()?.events.get(ev as u64)?;
+    let s = resolve(h, default)?;
+    let generation = e.record();
+    s.submit(Op::Record(e, generation))
+}
+
+/// `cuEventRecord`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuEventRecord(ev: CUevent, h: CUstream) -> CuResult {
+    entry(|| record(ev, h, DefaultStream::Legacy))
+}
+
+/// `cuEventRecord_ptsz`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuEventRecord_ptsz(ev: CUevent, h: CUstream) -> CuResult {
+    entry(|| record(ev, h, DefaultStream::PerThread))
+}
+
+/// `cuEventRecordWithFlags`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuEventRecordWithFlags(ev: CUevent, h: CUstream, _flags: c_uint) -> CuResult {
+    entry(|| record(ev, h, DefaultStream::Legacy))
+}
+
+/// `cuEventRecordWithFlags_ptsz`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuEventRecordWithFlags_ptsz(ev: CUevent, h: CUstream, _flags: c_uint) -> CuResult {
+    entry(|| record(ev, h, DefaultStream::PerThread))
+}
+
+/// `cuEventSynchronize`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuEventSynchronize(ev: CUevent) -> CuResult {
+    entry(|| {
+        let e = driver()?.events.get(ev as u64)?;
+        e.wait(e.recorded());
+        Ok(())
+    })
+}
+
+/// `cuEventQuery`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuEventQuery(ev: CUevent) -> CuResult {
+    entry(|| if driver()?.events.get(ev as u64)?.done() { Ok(()) } else { Err(CUDA_ERROR_NOT_READY) })
+}
+
+fn elapsed(ms: *mut f32, start: CUevent, end: CUevent) -> CuRes {
+    let d = driver()?;
+    let (a, b) = (d.events.get(start as u64)?, d.events.get(end as u64)?);
+    if ms.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    if a.flags & DISABLE_TIMING != 0 || b.flags & DISABLE_TIMING != 0 {
+        return Err(CUDA_ERROR_INVALID_HANDLE);
+    }
+    let (start_ns, end_ns) = (a.timestamp()?, b.timestamp()?);
+    out(ms, ((end_ns as f64 - start_ns as f64) / 1e6) as f32)
+}
+
+/// `cuEventElapsedTime`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuEventElapsedTime(ms: *mut f32, start: CUevent, end: CUevent) -> CuResult {
+    entry(|| elapsed(ms, start, end))
+}
+
+/// `cuEventElapsedTime_v2`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuEventElapsedTime_v2(ms: *mut f32, start: CUevent, end: CUevent) -> CuResult {
+    entry(|| elapsed(ms, start, end))
+}

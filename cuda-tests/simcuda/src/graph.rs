@@ -1,0 +1,259 @@
+//! CUDA graphs as recorded operation sequences: stream capture, instantiation and launch.
+
+use crate::driver::driver;
+use crate::guard::{CuRes, ensure, entry, out};
+use crate::stream::{DefaultStream, Op, StreamKind, resolve};
+use parking_lot::Mutex;
+use std::ffi::{c_char, c_int, c_uint, c_ulonglong};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use tessera_ffi::cuda::*;
+use tessera_ffi::sys::{CUgraph, CUgraphExec, CUgraphNode, CUstream};
+
+/// An in-progress capture of a stream.
+pub struct Capture {
+    /// Operations recorded so far.
+    pub ops: Vec<Op>,
+    /// Capture sequence id.
+    pub id: u64,
+}
+
+/// A graph: the operations of one captured sequence, in order.
+pub struct Graph {
+    ops: Mutex<Vec<Op>>,
+}
+
+/// An instantiated graph.
+pub struct GraphExec {
+    ops: Vec<Op>,
+}
+
+static CAPTURE_IDS: AtomicU64 = AtomicU64::new(1);
+
+/// `CU_STREAM_CAPTURE_STATUS_NONE` / `ACTIVE`.
+const STATUS_NONE: c_int = 0;
+const STATUS_ACTIVE: c_int = 1;
+
+fn begin(h: CUstream, mode: DefaultStream) -> CuRes {
+    let s = resolve(h, mode)?;
+    if s.kind == StreamKind::Legacy {
+        return Err(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    }
+    let mut c = s.capture.lock();
+    if c.is_some() {
+        return Err(CUDA_ERROR_ILLEGAL_STATE);
+    }
+    *c = Some(Capture { ops: Vec::new(), id: CAPTURE_IDS.fetch_add(1, Ordering::Relaxed) });
+    Ok(())
+}
+
+/// `cuStreamBeginCapture`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuStreamBeginCapture(h: CUstream) -> CuResult {
+    entry(|| begin(h, DefaultStream::Legacy))
+}
+
+/// `cuStreamBeginCapture_ptsz`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuStreamBeginCapture_ptsz(h: CUstream) -> CuResult {
+    entry(|| begin(h, DefaultStream::PerThread))
+}
+
+/// `cuStreamBeginCapture_v2`: every capture mode records the same way.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuStreamBeginCapture_v2(h: CUstream, _mode: c_int) -> CuResult {
+    entry(|| begin(h, DefaultStream::Legacy))
+}
+
+/// `cuStreamBeginCapture_v2_ptsz`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuStreamBeginCapture_v2_ptsz(h: CUstream, _mode: c_int) -> CuResult {
+    entry(|| begin(h, DefaultStream::PerThread))
+}
+
+fn end(h: CUstream, graph: *mut CUgraph, mode: DefaultStream) -> CuRes {
+    ensure(!graph.is_null())?;
+    let s = resolve(h, mode)?;
+    let c = s.capture.lock().take().ok_or(CUDA_ERROR_ILLEGAL_STATE)?;
+    let g = driver()?.graphs.insert(Arc::new(Graph { ops: Mutex::new(c.ops) }));
+    out(graph, g as CUgraph)
+}
+
+/// `cuStreamEndCapture`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuStreamEndCapture(h: CUstream, graph: *mut CUgraph) -> CuResult {
+    entry(|| end(h, graph, DefaultStream::Legacy))
+}
+
+/// `cuStreamEndCapture_ptsz`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuStreamEndCapture_ptsz(h: CUstream, graph: *mut CUgraph) -> CuResult {
+    entry(|| end(h, graph, DefaultStream::PerThread))
+}
+
+fn capture_status(h: CUstream, mode: DefaultStream) -> CuRes<(c_int, u64)> {
+    let s = resolve(h, mode)?;
+    let c = s.capture.lock();
+    Ok(c.as_ref().map_or((STATUS_NONE, 0), |c| (STATUS_ACTIVE, c.id)))
+}
+
+/// `cuStreamIsCapturing`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuStreamIsCapturing(h: CUstream, status: *mut c_int) -> CuResult {
+    entry(|| out(status, capture_status(h, DefaultStream::Legacy)?.0))
+}
+
+/// `cuStreamIsCapturing_ptsz`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuStreamIsCapturing_ptsz(h: CUstream, status: *mut c_int) -> CuResult {
+    entry(|| out(status, capture_status(h, DefaultStream::PerThread)?.0))
+}
+
+fn capture_info(h: CUstream, status: *mut c_int, id: *mut u64, mode: DefaultStream) -> CuRes {
+    let (st, cid) = capture_status(h, mode)?;
+    out(status, st)?;
+    if !id.is_null() {
+        out(id, cid)?;
+    }
+    Ok(())
+}
+
+/// `cuStreamGetCaptureInfo_v2`: status and id; the simulation keeps no dependency nodes.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuStreamGetCaptureInfo_v2(
+    h: CUstream,
+    status: *mut c_int,
+    id: *mut u64,
+    graph: *mut CUgraph,
+    deps: *mut *const CUgraphNode,
+    num_deps: *mut usize,
+) -> CuResult {
+    entry(|| {
+        capture_info(h, status, id, DefaultStream::Legacy)?;
+        clear_capture_outputs(graph, deps, num_deps)
+    })
+}
+
+/// `cuStreamGetCaptureInfo_v2_ptsz`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuStreamGetCaptureInfo_v2_ptsz(
+    h: CUstream,
+    status: *mut c_int,
+    id: *mut u64,
+    graph: *mut CUgraph,
+    deps: *mut *const CUgraphNode,
+    num_deps: *mut usize,
+) -> CuResult {
+    entry(|| {
+        capture_info(h, status, id, DefaultStream::PerThread)?;
+        clear_capture_outputs(graph, deps, num_deps)
+    })
+}
+
+fn clear_capture_outputs(graph: *mut CUgraph, deps: *mut *const CUgraphNode, num_deps: *mut usize) -> CuRes {
+    if !graph.is_null() {
+        out(graph, std::ptr::null_mut())?;
+    }
+    if !deps.is_null() {
+        out(deps, std::ptr::null())?;
+    }
+    if !num_deps.is_null() {
+        out(num_deps, 0)?;
+    }
+    Ok(())
+}
+
+/// `cuGraphCreate`: an empty graph.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuGraphCreate(graph: *mut CUgraph, _flags: c_uint) -> CuResult {
+    entry(|| {
+        ensure(!graph.is_null())?;
+        let g = driver()?.graphs.insert(Arc::new(Graph { ops: Mutex::new(Vec::new()) }));
+        out(graph, g as CUgraph)
+    })
+}
+
+/// `cuGraphDestroy`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuGraphDestroy(graph: CUgraph) -> CuResult {
+    entry(|| driver()?.graphs.remove(graph as u64).map(|_| ()))
+}
+
+fn instantiate(exec: *mut CUgraphExec, graph: CUgraph) -> CuRes {
+    ensure(!exec.is_null())?;
+    let d = driver()?;
+    let ops = d.graphs.get(graph as u64)?.ops.lock().clone();
+    let e = d.graph_execs.insert(Arc::new(GraphExec { ops }));
+    out(exec, e as CUgraphExec)
+}
+
+/// `cuGraphInstantiateWithFlags`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuGraphInstantiateWithFlags(exec: *mut CUgraphExec, graph: CUgraph, _flags: c_ulonglong) -> CuResult {
+    entry(|| instantiate(exec, graph))
+}
+
+/// `cuGraphInstantiate_v2` (the pre-12.0 signature with an error node and log buffer).
+#[unsafe(no_mangle)]
+pub extern "C" fn cuGraphInstantiate_v2(
+    exec: *mut CUgraphExec,
+    graph: CUgraph,
+    error_node: *mut CUgraphNode,
+    log: *mut c_char,
+    log_size: usize,
+) -> CuResult {
+    entry(|| {
+        if !error_node.is_null() {
+            out(error_node, std::ptr::null_mut())?;
+        }
+        if !log.is_null() && log_size > 0 {
+            out(log, 0)?;
+        }
+        instantiate(exec, graph)
+    })
+}
+
+/// `cuGraphExecDestroy`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuGraphExecDestroy(exec: CUgraphExec) -> CuResult {
+    entry(|| driver()?.graph_execs.remove(exec as u64).map(|_| ()))
+}
+
+/// `cuGraphUpload`: nothing to upload in the simulation.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuGraphUpload(exec: CUgraphExec, _stream: CUstream) -> CuResult {
+    entry(|| driver()?.graph_execs.get(exec as u64).map(|_| ()))
+}
+
+fn graph_launch(exec: CUgraphExec, h: CUstream, mode: DefaultStream) -> CuRes {
+    let e = driver()?.graph_execs.get(exec as u64)?;
+    let s = resolve(h, mode)?;
+    for op in &e.ops {
+        s.submit(op.clone())?;
+    }
+    Ok(())
+}
+
+/// `cuGraphLaunch`: queues the recorded operations in order.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuGraphLaunch(exec: CUgraphExec, h: CUstream) -> CuResult {
+    entry(|| graph_launch(exec, h, DefaultStream::Legacy))
+}
+
+/// `cuGraphLaunch_ptsz`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuGraphLaunch_ptsz(exec: CUgraphExec, h: CUstream) -> CuResult {
+    entry(|| graph_launch(exec, h, DefaultStream::PerThread))
+}
+
+/// `cuGraphInstantiate` (CUDA 10.0 symbol; same arguments as `_v2`).
+#[unsafe(no_mangle)]
+pub extern "C" fn cuGraphInstantiate(
+    exec: *mut CUgraphExec,
+    graph: CUgraph,
+    error_node: *mut CUgraphNode,
+    log: *mut c_char,
+    log_size: usize,
+) -> CuResult {
+    cuGraphInstantiate_v2(exec, graph, error_node, log, log_size)
+}

@@ -1,0 +1,67 @@
+//! The boundary every exported function crosses: panics become `CUDA_ERROR_UNKNOWN`, `Result`s become
+//! codes, and output pointers are checked before they are written.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use tessera_ffi::cuda::*;
+
+/// What implementations return: `Ok` becomes `CUDA_SUCCESS`.
+pub(crate) type CuRes<T = ()> = Result<T, CuResult>;
+
+/// Runs an implementation, turning its result (or a panic) into a `CUresult`.
+pub(crate) fn entry(f: impl FnOnce() -> CuRes) -> CuResult {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(())) => CUDA_SUCCESS,
+        Ok(Err(code)) => code,
+        Err(_) => {
+            eprintln!("simgpu: internal error (panic) in a driver call; returning CUDA_ERROR_UNKNOWN");
+            CUDA_ERROR_UNKNOWN
+        }
+    }
+}
+
+/// Body of every generated stub.
+pub(crate) fn not_supported(name: &str) -> CuResult {
+    if std::env::var_os("SIMGPU_TRACE").is_some() {
+        eprintln!("simgpu: {name} is not simulated (CUDA_ERROR_NOT_SUPPORTED)");
+    }
+    CUDA_ERROR_NOT_SUPPORTED
+}
+
+/// Writes `value` through an output pointer, or fails with `CUDA_ERROR_INVALID_VALUE` when it is NULL.
+pub(crate) fn out<T>(ptr: *mut T, value: T) -> CuRes {
+    if ptr.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: non-NULL; the CUDA API contract makes the caller pass a valid, writable pointer of this type.
+    unsafe { ptr.write_unaligned(value) };
+    Ok(())
+}
+
+/// Reads a caller-provided input structure, or fails with `CUDA_ERROR_INVALID_VALUE` when it is NULL.
+pub(crate) fn input<T: Copy>(ptr: *const T) -> CuRes<T> {
+    if ptr.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: non-NULL; the API contract makes the caller pass a readable value of this type.
+    Ok(unsafe { ptr.read_unaligned() })
+}
+
+/// Reads a NUL-terminated C string argument.
+pub(crate) fn c_str<'a>(ptr: *const std::ffi::c_char) -> CuRes<&'a str> {
+    if ptr.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    // SAFETY: non-NULL and, by the API contract, NUL-terminated and alive for the call.
+    unsafe { std::ffi::CStr::from_ptr(ptr) }.to_str().map_err(|_| CUDA_ERROR_INVALID_VALUE)
+}
+
+/// Fails with `CUDA_ERROR_INVALID_VALUE` unless `ok`.
+pub(crate) fn ensure(ok: bool) -> CuRes {
+    if ok { Ok(()) } else { Err(CUDA_ERROR_INVALID_VALUE) }
+}
+
+/// An exported function's address, as `cuGetProcAddress` hands it out.
+pub(crate) struct Export(pub *const ());
+
+// SAFETY: the pointers are addresses of functions, immutable for the life of the library.
+unsafe impl Sync for Export {}

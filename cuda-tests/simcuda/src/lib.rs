@@ -1,0 +1,30 @@
+//! simgpu's CUDA driver: a `libcuda.so.1` that runs CUDA programs on simulated devices.
+//!
+//! The API is implemented grouped by CUDA object (one module each); `build.rs` exports every other symbol
+//! the real driver has as a `CUDA_ERROR_NOT_SUPPORTED` stub and builds the name-to-address table that
+//! `cuGetProcAddress` answers from.
+
+mod array;
+mod context;
+mod copy;
+mod device;
+mod driver;
+mod event;
+mod graph;
+mod guard;
+mod handles;
+mod init;
+mod launch;
+mod memory;
+mod module;
+mod pool;
+mod stream;
+mod vmm;
+
+#[allow(unused_imports)]
+use {
+    array::*, context::*, copy::*, device::*, event::*, graph::*, init::*, launch::*, memory::*, module::*, pool::*,
+    stream::*, vmm::*,
+};
+
+include!(concat!(env!("OUT_DIR"), "/exports.rs"));

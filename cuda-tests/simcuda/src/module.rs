@@ -1,0 +1,385 @@
+//! Modules and libraries loaded from PTX text, their functions (kernels) and globals.
+
+use crate::context::current;
+use crate::driver::{Driver, driver};
+use crate::guard::{CuRes, c_str, ensure, entry, out};
+use crate::memory::Kind;
+use parking_lot::Mutex;
+use simgpu::kernels::Builtin;
+use simgpu::ptx::{self, ImageError};
+use std::collections::HashMap;
+use std::ffi::{CString, c_char, c_int, c_uint, c_void};
+use std::sync::Arc;
+use tessera_ffi::cuda::*;
+use tessera_ffi::sys::{CUdeviceptr, CUfunction, CUjit_option, CUkernel, CUlibrary, CUlibraryOption, CUmodule};
+
+/// A loaded module (or library, which the simulation treats the same way).
+pub struct Module {
+    /// Owning context handle (0 for libraries loaded with no context current).
+    pub ctx: u64,
+    /// Entry names in image order.
+    pub entries: Vec<String>,
+    /// Globals: name to (address, bytes).
+    globals: HashMap<String, (u64, u64)>,
+    /// Function handles handed out so far, by name.
+    functions: Mutex<HashMap<String, u64>>,
+}
+
+/// A kernel of a module.
+pub struct Function {
+    /// Entry name.
+    pub name: CString,
+    /// The built-in it is, if any.
+    pub builtin: Option<Builtin>,
+    /// Module handle.
+    pub module: u64,
+    /// Attributes set with `cuFuncSetAttribute`.
+    attrs: Mutex<HashMap<c_int, c_int>>,
+}
+
+/// Parses and loads an image into the current context (or, with `allow_no_context`, none).
+fn load(d: &Driver, image: &[u8], allow_no_context: bool) -> CuRes<u64> {
+    let parsed = ptx::parse(image).map_err(|e| match e {
+        ImageError::Binary => CUDA_ERROR_NO_BINARY_FOR_GPU,
+        ImageError::NotPtx => CUDA_ERROR_INVALID_IMAGE,
+    })?;
+    let (device, ctx) = match current() {
+        Ok(c) => (c.device, c.handle()),
+        Err(e) if !allow_no_context => return Err(e),
+        Err(_) => (0, 0),
+    };
+    let mut globals = HashMap::new();
+    for g in &parsed.globals {
+        let size = g.size.max(1) as u64;
+        let addr = d.memory.allocate(d, size, Kind::Device, device, ctx, 0)?;
+        globals.insert(g.name.clone(), (addr, g.size as u64));
+    }
+    Ok(d.modules.insert(Arc::new(Module {
+        ctx,
+        entries: parsed.entries,
+        globals,
+        functions: Mutex::new(HashMap::new()),
+    })))
+}
+
+/// Reads the NUL-terminated PTX image a program passes by pointer.
+fn image_bytes<'a>(image: *const c_void) -> CuRes<&'a [u8]> {
+    ensure(!image.is_null())?;
+    // Binary images start with a magic number; text ends at its NUL.
+    // SAFETY: the caller passes a readable image; at least 4 bytes exist for any valid image (PTX text
+    // is longer than its mandatory `.version` directive, binaries begin with a 4-byte magic).
+    let head = unsafe { std::slice::from_raw_parts(image as *const u8, 4) };
+    if head == b"\x7fELF" || head == [0x50, 0xed, 0x55, 0xba] || head == [0x46, 0x62, 0x43, 0x46] {
+        return Ok(head);
+    }
+    // SAFETY: PTX images are NUL-terminated strings by the API contract.
+    Ok(unsafe { std::ffi::CStr::from_ptr(image as *const c_char) }.to_bytes())
+}
+
+fn unload(d: &Driver, handle: u64) -> CuRes {
+    let m = d.modules.remove(handle)?;
+    for (_, (addr, _)) in m.globals.iter() {
+        let _ = d.memory.free(d, *addr);
+    }
+    for (_, f) in m.functions.lock().drain() {
+        let _ = d.functions.remove(f);
+    }
+    Ok(())
+}
+
+/// Unloads every module a destroyed context owned.
+pub fn unload_context(d: &Driver, ctx: u64) {
+    for (h, m) in d.modules.all() {
+        if m.ctx == ctx {
+            let _ = unload(d, h);
+        }
+    }
+}
+
+fn function(d: &Driver, module: u64, name: &str) -> CuRes<u64> {
+    let m = d.modules.get(module)?;
+    if !m.entries.iter().any(|e| e == name) {
+        return Err(CUDA_ERROR_NOT_FOUND);
+    }
+    let mut functions = m.functions.lock();
+    if let Some(&h) = functions.get(name) {
+        return Ok(h);
+    }
+    let f = Function {
+        name: CString::new(name).map_err(|_| CUDA_ERROR_INVALID_VALUE)?,
+        builtin: Builtin::from_name(name),
+        module,
+        attrs: Mutex::new(HashMap::new()),
+    };
+    let h = d.functions.insert(Arc::new(f));
+    functions.insert(name.to_string(), h);
+    Ok(h)
+}
+
+fn global(d: &Driver, module: u64, name: *const c_char, dptr: *mut CUdeviceptr, bytes: *mut usize) -> CuRes {
+    let m = d.modules.get(module)?;
+    let &(addr, size) = m.globals.get(c_str(name)?).ok_or(CUDA_ERROR_NOT_FOUND)?;
+    if !dptr.is_null() {
+        out(dptr, addr)?;
+    }
+    if !bytes.is_null() {
+        out(bytes, size as usize)?;
+    }
+    Ok(())
+}
+
+/// `cuModuleLoadData`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuModuleLoadData(module: *mut CUmodule, image: *const c_void) -> CuResult {
+    entry(|| {
+        let d = driver()?;
+        ensure(!module.is_null())?;
+        out(module, load(d, image_bytes(image)?, false)? as CUmodule)
+    })
+}
+
+/// `cuModuleLoadDataEx`: JIT options are accepted and ignored.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuModuleLoadDataEx(
+    module: *mut CUmodule,
+    image: *const c_void,
+    _n: c_uint,
+    _options: *mut CUjit_option,
+    _values: *mut *mut c_void,
+) -> CuResult {
+    cuModuleLoadData(module, image)
+}
+
+/// `cuModuleLoad`: a PTX file.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuModuleLoad(module: *mut CUmodule, fname: *const c_char) -> CuResult {
+    entry(|| {
+        let d = driver()?;
+        ensure(!module.is_null())?;
+        let bytes = std::fs::read(c_str(fname)?).map_err(|_| CUDA_ERROR_FILE_NOT_FOUND)?;
+        out(module, load(d, &bytes, false)? as CUmodule)
+    })
+}
+
+/// `cuModuleUnload`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuModuleUnload(module: CUmodule) -> CuResult {
+    entry(|| unload(driver()?, module as u64))
+}
+
+/// `cuModuleGetFunction`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuModuleGetFunction(f: *mut CUfunction, module: CUmodule, name: *const c_char) -> CuResult {
+    entry(|| {
+        ensure(!f.is_null())?;
+        out(f, function(driver()?, module as u64, c_str(name)?)? as CUfunction)
+    })
+}
+
+/// `cuModuleGetGlobal_v2`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuModuleGetGlobal_v2(
+    dptr: *mut CUdeviceptr,
+    bytes: *mut usize,
+    module: CUmodule,
+    name: *const c_char,
+) -> CuResult {
+    entry(|| global(driver()?, module as u64, name, dptr, bytes))
+}
+
+/// `cuModuleGetFunctionCount`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuModuleGetFunctionCount(count: *mut c_uint, module: CUmodule) -> CuResult {
+    entry(|| out(count, driver()?.modules.get(module as u64)?.entries.len() as c_uint))
+}
+
+/// `cuLibraryLoadData`: options are accepted and ignored.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuLibraryLoadData(
+    library: *mut CUlibrary,
+    code: *const c_void,
+    _jit_options: *mut CUjit_option,
+    _jit_values: *mut *mut c_void,
+    _n_jit: c_uint,
+    _lib_options: *mut CUlibraryOption,
+    _lib_values: *mut *mut c_void,
+    _n_lib: c_uint,
+) -> CuResult {
+    entry(|| {
+        let d = driver()?;
+        ensure(!library.is_null())?;
+        out(library, load(d, image_bytes(code)?, true)? as CUlibrary)
+    })
+}
+
+/// `cuLibraryLoadFromFile`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuLibraryLoadFromFile(
+    library: *mut CUlibrary,
+    fname: *const c_char,
+    _jit_options: *mut CUjit_option,
+    _jit_values: *mut *mut c_void,
+    _n_jit: c_uint,
+    _lib_options: *mut CUlibraryOption,
+    _lib_values: *mut *mut c_void,
+    _n_lib: c_uint,
+) -> CuResult {
+    entry(|| {
+        let d = driver()?;
+        ensure(!library.is_null())?;
+        let bytes = std::fs::read(c_str(fname)?).map_err(|_| CUDA_ERROR_FILE_NOT_FOUND)?;
+        out(library, load(d, &bytes, true)? as CUlibrary)
+    })
+}
+
+/// `cuLibraryUnload`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuLibraryUnload(library: CUlibrary) -> CuResult {
+    entry(|| unload(driver()?, library as u64))
+}
+
+/// `cuLibraryGetKernel`: a `CUkernel` is usable wherever a `CUfunction` is.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuLibraryGetKernel(kernel: *mut CUkernel, library: CUlibrary, name: *const c_char) -> CuResult {
+    entry(|| {
+        ensure(!kernel.is_null())?;
+        out(kernel, function(driver()?, library as u64, c_str(name)?)? as CUkernel)
+    })
+}
+
+/// `cuLibraryGetModule`: the library is its own module.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuLibraryGetModule(module: *mut CUmodule, library: CUlibrary) -> CuResult {
+    entry(|| {
+        driver()?.modules.get(library as u64)?;
+        out(module, library as CUmodule)
+    })
+}
+
+/// `cuLibraryGetGlobal`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuLibraryGetGlobal(
+    dptr: *mut CUdeviceptr,
+    bytes: *mut usize,
+    library: CUlibrary,
+    name: *const c_char,
+) -> CuResult {
+    entry(|| global(driver()?, library as u64, name, dptr, bytes))
+}
+
+/// `cuLibraryGetKernelCount`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuLibraryGetKernelCount(count: *mut c_uint, library: CUlibrary) -> CuResult {
+    entry(|| out(count, driver()?.modules.get(library as u64)?.entries.len() as c_uint))
+}
+
+/// `cuLibraryEnumerateKernels`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuLibraryEnumerateKernels(kernels: *mut CUkernel, n: c_uint, library: CUlibrary) -> CuResult {
+    entry(|| {
+        let d = driver()?;
+        let m = d.modules.get(library as u64)?;
+        ensure(!kernels.is_null() && n as usize >= m.entries.len())?;
+        for (i, name) in m.entries.iter().enumerate() {
+            // SAFETY: the caller provides room for `n` handles, at least the number of entries (checked).
+            out(unsafe { kernels.add(i) }, function(d, library as u64, name)? as CUkernel)?;
+        }
+        Ok(())
+    })
+}
+
+/// `cuKernelGetFunction`: kernels and functions share handles.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuKernelGetFunction(f: *mut CUfunction, kernel: CUkernel) -> CuResult {
+    entry(|| {
+        driver()?.functions.get(kernel as u64)?;
+        out(f, kernel as CUfunction)
+    })
+}
+
+/// `cuFuncGetName`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuFuncGetName(name: *mut *const c_char, f: CUfunction) -> CuResult {
+    entry(|| out(name, driver()?.functions.get(f as u64)?.name.as_ptr()))
+}
+
+/// `cuKernelGetName`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuKernelGetName(name: *mut *const c_char, k: CUkernel) -> CuResult {
+    cuFuncGetName(name, k as CUfunction)
+}
+
+/// `cuFuncGetModule`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuFuncGetModule(module: *mut CUmodule, f: CUfunction) -> CuResult {
+    entry(|| out(module, driver()?.functions.get(f as u64)?.module as CUmodule))
+}
+
+/// The value of a function attribute: what was set, else what a simple kernel reports.
+fn function_attribute(d: &Driver, f: &Function, attr: c_int, device: usize) -> CuRes<c_int> {
+    if let Some(v) = f.attrs.lock().get(&attr) {
+        return Ok(*v);
+    }
+    let (major, minor) = d.config.devices[device].profile.compute_capability;
+    Ok(match attr {
+        0 => 1024,                              // MAX_THREADS_PER_BLOCK
+        1..=3 => 0,                             // SHARED_SIZE_BYTES, CONST_SIZE_BYTES, LOCAL_SIZE_BYTES
+        4 => 32,                                // NUM_REGS
+        5 | 6 => (major * 10 + minor) as c_int, // PTX_VERSION, BINARY_VERSION
+        7 => 0,                                 // CACHE_MODE_CA
+        8 => 48 * 1024,                         // MAX_DYNAMIC_SHARED_SIZE_BYTES
+        9 => -1,                                // PREFERRED_SHARED_MEMORY_CARVEOUT
+        10..=16 => 0,                           // cluster attributes
+        _ => return Err(CUDA_ERROR_INVALID_VALUE),
+    })
+}
+
+/// `cuFuncGetAttribute`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuFuncGetAttribute(value: *mut c_int, attr: c_int, f: CUfunction) -> CuResult {
+    entry(|| {
+        let d = driver()?;
+        let func = d.functions.get(f as u64)?;
+        let device = current().map(|c| c.device).unwrap_or(0);
+        out(value, function_attribute(d, &func, attr, device)?)
+    })
+}
+
+/// `cuFuncSetAttribute`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuFuncSetAttribute(f: CUfunction, attr: c_int, value: c_int) -> CuResult {
+    entry(|| {
+        let func = driver()?.functions.get(f as u64)?;
+        ensure(matches!(attr, 8 | 9 | 10..=16))?;
+        func.attrs.lock().insert(attr, value);
+        Ok(())
+    })
+}
+
+/// `cuKernelGetAttribute`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuKernelGetAttribute(value: *mut c_int, attr: c_int, k: CUkernel, dev: c_int) -> CuResult {
+    entry(|| {
+        let d = driver()?;
+        let func = d.functions.get(k as u64)?;
+        out(value, function_attribute(d, &func, attr, d.device(dev)?)?)
+    })
+}
+
+/// `cuKernelSetAttribute`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuKernelSetAttribute(attr: c_int, value: c_int, k: CUkernel, dev: c_int) -> CuResult {
+    entry(|| {
+        driver()?.device(dev)?;
+        match cuFuncSetAttribute(k as CUfunction, attr, value) {
+            CUDA_SUCCESS => Ok(()),
+            e => Err(e),
+        }
+    })
+}
+
+/// `cuFuncSetCacheConfig`: accepted; there is no cache to configure.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuFuncSetCacheConfig(f: CUfunction, _config: c_int) -> CuResult {
+    entry(|| driver()?.functions.get(f as u64).map(|_| ()))
+}

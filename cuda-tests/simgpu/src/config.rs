@@ -1,0 +1,261 @@
+//! `SIMGPU_*` configuration: which devices exist and how the simulation behaves.
+
+use crate::profile::{self, Profile};
+use tessera_ffi::units::{parse_duration_ns, parse_per_device, parse_size};
+
+/// Most devices one simulated machine may have (fixed by the state-file layout).
+pub const MAX_DEVICES: usize = 16;
+
+/// One configured device: a profile plus overrides.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeviceConfig {
+    /// Ordinal as CUDA numbers it.
+    pub ordinal: u32,
+    /// The model it simulates.
+    pub profile: &'static Profile,
+    /// Device memory in bytes (the profile's unless overridden).
+    pub total_memory: u64,
+    /// SM count (the profile's unless overridden).
+    pub sm_count: u32,
+    /// Device memory each context costs.
+    pub context_memory: u64,
+}
+
+impl DeviceConfig {
+    /// A stable UUID derived from the ordinal and model, so every process sees the same one.
+    pub fn uuid(&self) -> [u8; 16] {
+        let mut u = [0u8; 16];
+        u[..4].copy_from_slice(b"SIMG");
+        u[4] = self.ordinal as u8;
+        let key = self.profile.key.as_bytes();
+        u[5..5 + key.len().min(11)].copy_from_slice(&key[..key.len().min(11)]);
+        u
+    }
+
+    /// The UUID in NVIDIA's textual form, `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`.
+    pub fn uuid_string(&self) -> String {
+        let h: String = self.uuid().iter().map(|b| format!("{b:02x}")).collect();
+        format!("GPU-{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
+    }
+
+    /// PCI bus number; one bus per device.
+    pub fn pci_bus(&self) -> u32 {
+        0x10 + self.ordinal
+    }
+
+    /// PCI bus id as `cuDeviceGetPCIBusId` and NVML print it.
+    pub fn pci_bus_id(&self) -> String {
+        format!("00000000:{:02X}:00.0", self.pci_bus())
+    }
+}
+
+/// Everything the simulated driver and NVML read from the environment.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// Devices in ordinal order.
+    pub devices: Vec<DeviceConfig>,
+    /// Machine-wide shared state file.
+    pub state_path: String,
+    /// Engine time a kernel that is not a built-in costs.
+    pub default_kernel_ns: u64,
+    /// What `cuDriverGetVersion` reports.
+    pub driver_version: u32,
+}
+
+/// A malformed `SIMGPU_*` variable.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConfigError {
+    /// The variable's name.
+    pub var: &'static str,
+    /// What is wrong and which forms are accepted.
+    pub message: String,
+}
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "simgpu: {}: {}", self.var, self.message)
+    }
+}
+
+/// Default device list when `SIMGPU_DEVICES` is unset.
+pub const DEFAULT_DEVICES: &str = "h100";
+/// Default engine time of an unknown kernel.
+pub const DEFAULT_KERNEL_TIME: &str = "20us";
+/// Default `cuDriverGetVersion` answer: the CUDA 13.0 driver the proc-address table was probed on.
+pub const DEFAULT_DRIVER_VERSION: u32 = 13000;
+
+/// The default state file: per user, in shared memory.
+pub fn default_state_path() -> String {
+    // SAFETY: getuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::getuid() };
+    let dir = if std::path::Path::new("/dev/shm").is_dir() { "/dev/shm" } else { "/tmp" };
+    format!("{dir}/simgpu-{uid}.state")
+}
+
+impl Config {
+    /// Reads the configuration from the process environment.
+    pub fn from_env() -> Result<Config, ConfigError> {
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// Reads the configuration through `get`, so tests need not touch the process environment.
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+        let err = |var: &'static str| move |message: String| ConfigError { var, message };
+
+        let list = get("SIMGPU_DEVICES").unwrap_or_else(|| DEFAULT_DEVICES.to_string());
+        let mut profiles = Vec::new();
+        for key in list.split(',') {
+            let p = profile::find(key).ok_or_else(|| {
+                let known: Vec<&str> = profile::PROFILES.iter().map(|p| p.key).collect();
+                err("SIMGPU_DEVICES")(format!(
+                    "unknown profile {:?}; expected a comma-separated list of {}",
+                    key.trim(),
+                    known.join(", ")
+                ))
+            })?;
+            profiles.push(p);
+        }
+        if profiles.len() > MAX_DEVICES {
+            return Err(err("SIMGPU_DEVICES")(format!("at most {MAX_DEVICES} devices are supported")));
+        }
+        let n = profiles.len() as u32;
+        let per_device = |var: &'static str, parse: fn(&str) -> Result<u64, String>| {
+            get(var)
+                .map(|text| {
+                    let v = parse_per_device(&text, parse).map_err(err(var))?;
+                    match v.max_ordinal() {
+                        Some(m) if m >= n => Err(err(var)(format!("names device {m}, but only {n} are configured"))),
+                        _ => Ok(v),
+                    }
+                })
+                .transpose()
+        };
+        let memory = per_device("SIMGPU_MEMORY", parse_size)?;
+        let sms = per_device("SIMGPU_SM_COUNT", |t| {
+            t.trim()
+                .parse::<u64>()
+                .ok()
+                .filter(|v| (1..=1024).contains(v))
+                .ok_or_else(|| format!("{t:?} is not an SM count between 1 and 1024"))
+        })?;
+        let ctx_mem = per_device("SIMGPU_CONTEXT_MEMORY", parse_size)?;
+
+        let devices = profiles
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let i = i as u32;
+                DeviceConfig {
+                    ordinal: i,
+                    profile: p,
+                    total_memory: memory.as_ref().and_then(|m| m.get(i)).unwrap_or(p.total_memory),
+                    sm_count: sms.as_ref().and_then(|m| m.get(i)).map(|v| v as u32).unwrap_or(p.sm_count),
+                    context_memory: ctx_mem.as_ref().and_then(|m| m.get(i)).unwrap_or(p.context_memory),
+                }
+            })
+            .collect::<Vec<_>>();
+        if let Some(d) = devices.iter().find(|d| d.total_memory == 0 || d.context_memory >= d.total_memory) {
+            let var = if d.total_memory == 0 { "SIMGPU_MEMORY" } else { "SIMGPU_CONTEXT_MEMORY" };
+            return Err(err(var)(format!(
+                "device {} would have {} bytes of memory and contexts costing {}; memory must exceed the context cost",
+                d.ordinal, d.total_memory, d.context_memory
+            )));
+        }
+
+        let default_kernel_ns =
+            parse_duration_ns(&get("SIMGPU_KERNEL_TIME").unwrap_or_else(|| DEFAULT_KERNEL_TIME.into()))
+                .map_err(err("SIMGPU_KERNEL_TIME"))?;
+        let driver_version = match get("SIMGPU_DRIVER_VERSION") {
+            None => DEFAULT_DRIVER_VERSION,
+            Some(t) => t.trim().parse::<u32>().ok().filter(|v| (12080..100_000).contains(v)).ok_or_else(|| {
+                err("SIMGPU_DRIVER_VERSION")(format!(
+                    "{t:?} is not a CUDA version of 12080 or later written as 1000*major+10*minor (e.g. 12080, 13000)"
+                ))
+            })?,
+        };
+        let state_path = match get("SIMGPU_STATE") {
+            Some(p) if p.trim().is_empty() => return Err(err("SIMGPU_STATE")("is empty; give a file path".into())),
+            Some(p) => p,
+            None => default_state_path(),
+        };
+        Ok(Config { devices, state_path, default_kernel_ns, driver_version })
+    }
+
+    /// A fingerprint of the device list, stored in the state file so processes configured differently
+    /// cannot share one file by mistake.
+    pub fn fingerprint(&self) -> u64 {
+        // FNV-1a over the figures that must agree between processes.
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        let mut eat = |v: u64| {
+            for b in v.to_le_bytes() {
+                h ^= b as u64;
+                h = h.wrapping_mul(0x100_0000_01b3);
+            }
+        };
+        for d in &self.devices {
+            eat(d.total_memory);
+            eat(d.sm_count as u64);
+            eat(d.context_memory);
+            for b in d.profile.key.bytes() {
+                eat(b as u64);
+            }
+        }
+        h
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn cfg(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let m: HashMap<String, String> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Config::from_lookup(|k| m.get(k).cloned())
+    }
+
+    #[test]
+    fn defaults() {
+        let c = cfg(&[]).unwrap();
+        assert_eq!(c.devices.len(), 1);
+        assert_eq!(c.devices[0].profile.key, "h100");
+        assert_eq!(c.devices[0].sm_count, 132);
+        assert_eq!(c.default_kernel_ns, 20_000);
+        assert_eq!(c.driver_version, 13000);
+    }
+
+    #[test]
+    fn overrides() {
+        let c = cfg(&[
+            ("SIMGPU_DEVICES", "h100,a100-40gb,small"),
+            ("SIMGPU_MEMORY", "1=8GiB"),
+            ("SIMGPU_SM_COUNT", "0=64"),
+        ])
+        .unwrap();
+        assert_eq!(c.devices.len(), 3);
+        assert_eq!(c.devices[0].sm_count, 64);
+        assert_eq!(c.devices[1].total_memory, 8 << 30);
+        assert_eq!(c.devices[1].sm_count, 108);
+        assert_eq!(c.devices[2].total_memory, 4 << 30);
+        assert_ne!(c.devices[0].uuid(), c.devices[1].uuid());
+        assert!(c.devices[0].uuid_string().starts_with("GPU-"));
+    }
+
+    #[test]
+    fn malformed_values_name_the_variable() {
+        for (var, value) in [
+            ("SIMGPU_DEVICES", "h100,v100"),
+            ("SIMGPU_MEMORY", "lots"),
+            ("SIMGPU_MEMORY", "3=1GiB"),
+            ("SIMGPU_SM_COUNT", "0"),
+            ("SIMGPU_KERNEL_TIME", "quick"),
+            ("SIMGPU_DRIVER_VERSION", "12.8"),
+            ("SIMGPU_CONTEXT_MEMORY", "100GiB"),
+            ("SIMGPU_STATE", ""),
+        ] {
+            let e = cfg(&[(var, value)]).unwrap_err();
+            assert_eq!(e.var, var, "{var}={value}");
+            assert!(e.to_string().contains(var));
+        }
+    }
+}

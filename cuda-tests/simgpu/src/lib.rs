@@ -1,0 +1,16 @@
+//! Core of the simulated GPU shared by the simulated driver (`libcuda.so.1`) and NVML
+//! (`libnvidia-ml.so.1`): configuration and device profiles, the machine-wide state file, the
+//! execution engine, PTX parsing and the built-in kernels, and the folder that makes programs load them.
+
+pub mod config;
+pub mod engine;
+pub mod futex;
+pub mod kernels;
+pub mod libdir;
+pub mod process;
+pub mod profile;
+pub mod ptx;
+pub mod state;
+
+pub use config::{Config, ConfigError, DeviceConfig};
+pub use state::SharedState;

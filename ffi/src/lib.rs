@@ -1,0 +1,13 @@
+//! Binary interfaces that two sides of Tessera must agree on.
+//!
+//! - [`cuda`]: CUDA driver result codes as plain integers, and the entry points cudarc does not declare.
+//! - [`proc_address`]: the real driver's `cuGetProcAddress` answers, as data.
+//! - [`nvml`]: the NVML C types the simulated NVML and the shim exchange with programs.
+//! - [`units`]: the textual forms of sizes and durations accepted in every environment variable.
+
+pub mod cuda;
+pub mod nvml;
+pub mod proc_address;
+pub mod units;
+
+pub use cudarc::driver::sys;

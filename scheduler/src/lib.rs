@@ -1,0 +1,1 @@
+//! The host scheduler; the daemon lands with the scheduler issue.

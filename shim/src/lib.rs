@@ -1,0 +1,1 @@
+//! The preloadable shim (`libtessera.so`); interception lands with the shim issue.

@@ -1,0 +1,37 @@
+//! `tessera`: the command-line front end of Tessera.
+
+mod simgpu_cmd;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+/// Tessera: share one GPU safely between unmodified CUDA programs.
+#[derive(Parser)]
+#[command(name = "tessera", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// The simulated GPU (simgpu) used when no real GPU is present.
+    Simgpu {
+        #[command(subcommand)]
+        command: simgpu_cmd::SimgpuCommand,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Simgpu { command } => simgpu_cmd::run(command),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("tessera: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
