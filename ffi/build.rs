@@ -28,14 +28,12 @@ fn main() {
     exported.sort();
     exported.dedup();
 
-    let mut out = String::from("/// Every row of the probed table, sorted by (base name, flags, newest version first).\n");
+    let mut out =
+        String::from("/// Every row of the probed table, sorted by (base name, flags, newest version first).\n");
     out.push_str("pub static ROWS: &[ProcAddressRow] = &[\n");
     for (base, flags, ver, sym) in &rows {
-        writeln!(
-            out,
-            "    ProcAddressRow {{ base: {base:?}, flags: {flags}, min_version: {ver}, symbol: {sym:?} }},"
-        )
-        .unwrap();
+        writeln!(out, "    ProcAddressRow {{ base: {base:?}, flags: {flags}, min_version: {ver}, symbol: {sym:?} }},")
+            .unwrap();
     }
     out.push_str("];\n\n/// Every symbol name the real driver hands out through cuGetProcAddress, sorted.\n");
     out.push_str("pub static EXPORTED_SYMBOLS: &[&str] = &[\n");

@@ -97,7 +97,10 @@ static ERROR_STRINGS: &[(NvmlReturn, &CStr)] = &[
     (NVML_ERROR_IN_USE, c"In use by another client"),
     (NVML_ERROR_MEMORY, c"Insufficient Memory"),
     (NVML_ERROR_NO_DATA, c"No data"),
-    (NVML_ERROR_VGPU_ECC_NOT_SUPPORTED, c"The requested vgpu operation is not available on target device, because ECC is enabled"),
+    (
+        NVML_ERROR_VGPU_ECC_NOT_SUPPORTED,
+        c"The requested vgpu operation is not available on target device, because ECC is enabled",
+    ),
     (NVML_ERROR_INSUFFICIENT_RESOURCES, c"Ran out of critical resources, other than memory"),
     (NVML_ERROR_FREQ_NOT_SUPPORTED, c"The requested frequency is not supported"),
     (NVML_ERROR_ARGUMENT_VERSION_MISMATCH, c"The provided version is invalid/unsupported"),

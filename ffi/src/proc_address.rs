@@ -53,7 +53,13 @@ impl Unresolved {
 /// Maps a request's flags to the table's flag column. Only the per-thread bit changes the answer; any
 /// other value resolves like the default, as the driver does.
 fn flag_column(flags: u64) -> u8 {
-    if flags & FLAG_PER_THREAD_DEFAULT_STREAM != 0 { 2 } else if flags & FLAG_LEGACY_STREAM != 0 { 1 } else { 0 }
+    if flags & FLAG_PER_THREAD_DEFAULT_STREAM != 0 {
+        2
+    } else if flags & FLAG_LEGACY_STREAM != 0 {
+        1
+    } else {
+        0
+    }
 }
 
 /// All rows for one base name and flag column, newest first.
@@ -69,10 +75,7 @@ pub fn resolve(base: &str, cuda_version: u32, flags: u64) -> Result<&'static str
     if rows.is_empty() {
         return Err(Unresolved::NotFound);
     }
-    rows.iter()
-        .find(|r| r.min_version <= cuda_version)
-        .map(|r| r.symbol)
-        .ok_or(Unresolved::VersionNotSufficient)
+    rows.iter().find(|r| r.min_version <= cuda_version).map(|r| r.symbol).ok_or(Unresolved::VersionNotSufficient)
 }
 
 /// True when `symbol` is an exported name the real driver hands out.

@@ -78,6 +78,52 @@ pub fn format_size(bytes: u64) -> String {
     if unit == 0 { format!("{bytes} B") } else { format!("{value:.1} {}", UNITS[unit]) }
 }
 
+/// A setting given once for every device (`8GiB`) or per device ordinal (`0=8GiB,1=4GiB`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PerDevice<T> {
+    /// One value for every device.
+    All(T),
+    /// Values for the listed device ordinals only.
+    Each(Vec<(u32, T)>),
+}
+
+impl<T: Clone> PerDevice<T> {
+    /// The value for device `ordinal`, if one was given.
+    pub fn get(&self, ordinal: u32) -> Option<T> {
+        match self {
+            PerDevice::All(v) => Some(v.clone()),
+            PerDevice::Each(list) => list.iter().find(|(d, _)| *d == ordinal).map(|(_, v)| v.clone()),
+        }
+    }
+
+    /// The largest device ordinal named, if the setting names any.
+    pub fn max_ordinal(&self) -> Option<u32> {
+        match self {
+            PerDevice::All(_) => None,
+            PerDevice::Each(list) => list.iter().map(|(d, _)| *d).max(),
+        }
+    }
+}
+
+/// Parses `VALUE` or `ORDINAL=VALUE[,ORDINAL=VALUE...]` with `parse` for each value.
+pub fn parse_per_device<T>(text: &str, parse: impl Fn(&str) -> Result<T, String>) -> Result<PerDevice<T>, String> {
+    if !text.contains('=') {
+        return parse(text).map(PerDevice::All);
+    }
+    let mut list: Vec<(u32, T)> = Vec::new();
+    for part in text.split(',') {
+        let (dev, value) =
+            part.split_once('=').ok_or_else(|| format!("{part:?} is not ORDINAL=VALUE (e.g. 0=8GiB,1=4GiB)"))?;
+        let dev: u32 =
+            dev.trim().parse().map_err(|_| format!("{:?} is not a device ordinal (e.g. 0=8GiB,1=4GiB)", dev.trim()))?;
+        if list.iter().any(|(d, _)| *d == dev) {
+            return Err(format!("device {dev} is given twice"));
+        }
+        list.push((dev, parse(value)?));
+    }
+    Ok(PerDevice::Each(list))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -109,58 +155,6 @@ mod tests {
         assert_eq!(format_size(512), "512 B");
         assert_eq!(format_size(3 << 29), "1.5 GiB");
     }
-}
-
-/// A setting given once for every device (`8GiB`) or per device ordinal (`0=8GiB,1=4GiB`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PerDevice<T> {
-    /// One value for every device.
-    All(T),
-    /// Values for the listed device ordinals only.
-    Each(Vec<(u32, T)>),
-}
-
-impl<T: Clone> PerDevice<T> {
-    /// The value for device `ordinal`, if one was given.
-    pub fn get(&self, ordinal: u32) -> Option<T> {
-        match self {
-            PerDevice::All(v) => Some(v.clone()),
-            PerDevice::Each(list) => list.iter().find(|(d, _)| *d == ordinal).map(|(_, v)| v.clone()),
-        }
-    }
-
-    /// The largest device ordinal named, if the setting names any.
-    pub fn max_ordinal(&self) -> Option<u32> {
-        match self {
-            PerDevice::All(_) => None,
-            PerDevice::Each(list) => list.iter().map(|(d, _)| *d).max(),
-        }
-    }
-}
-
-/// Parses `VALUE` or `ORDINAL=VALUE[,ORDINAL=VALUE...]` with `parse` for each value.
-pub fn parse_per_device<T>(
-    text: &str,
-    parse: impl Fn(&str) -> Result<T, String>,
-) -> Result<PerDevice<T>, String> {
-    if !text.contains('=') {
-        return parse(text).map(PerDevice::All);
-    }
-    let mut list: Vec<(u32, T)> = Vec::new();
-    for part in text.split(',') {
-        let (dev, value) = part
-            .split_once('=')
-            .ok_or_else(|| format!("{part:?} is not ORDINAL=VALUE (e.g. 0=8GiB,1=4GiB)"))?;
-        let dev: u32 = dev
-            .trim()
-            .parse()
-            .map_err(|_| format!("{:?} is not a device ordinal (e.g. 0=8GiB,1=4GiB)", dev.trim()))?;
-        if list.iter().any(|(d, _)| *d == dev) {
-            return Err(format!("device {dev} is given twice"));
-        }
-        list.push((dev, parse(value)?));
-    }
-    Ok(PerDevice::Each(list))
 }
 
 #[cfg(test)]

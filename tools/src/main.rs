@@ -1,5 +1,7 @@
 //! `tessera`: the command-line front end of Tessera.
 
+mod driver;
+mod info;
 mod simgpu_cmd;
 
 use clap::{Parser, Subcommand};
@@ -15,6 +17,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Show the CUDA driver in use (real, or simulated when there is no GPU) and its devices.
+    Info,
     /// The simulated GPU (simgpu) used when no real GPU is present.
     Simgpu {
         #[command(subcommand)]
@@ -25,6 +29,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Info => info::run(),
         Command::Simgpu { command } => simgpu_cmd::run(command),
     };
     match result {

@@ -435,10 +435,10 @@ fn primary_release(dev: CUdevice) -> CuRes {
         return Err(CUDA_ERROR_INVALID_CONTEXT);
     }
     p.refs -= 1;
-    if p.refs == 0 {
-        if let Some(h) = p.handle.take() {
-            d.contexts.get(h)?.destroy(d);
-        }
+    if p.refs == 0
+        && let Some(h) = p.handle.take()
+    {
+        d.contexts.get(h)?.destroy(d);
     }
     Ok(())
 }

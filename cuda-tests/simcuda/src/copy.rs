@@ -70,7 +70,7 @@ fn memset(dst: u64, value: u32, elem: u8, count: usize, stream: CUstream, mode: 
     let s = resolve(stream, mode)?;
     check(d, dst, (count as u64).checked_mul(elem as u64).ok_or(CUDA_ERROR_INVALID_VALUE)?)?;
     if elem > 1 {
-        ensure(dst % elem as u64 == 0)?;
+        ensure(dst.is_multiple_of(elem as u64))?;
     }
     if count == 0 {
         return Ok(());

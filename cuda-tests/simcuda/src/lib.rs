@@ -28,3 +28,7 @@ use {
 };
 
 include!(concat!(env!("OUT_DIR"), "/exports.rs"));
+
+/// Lets tools tell the simulated driver from NVIDIA's (which has no such symbol).
+#[unsafe(no_mangle)]
+pub static simgpu_marker: u8 = 1;

@@ -350,7 +350,7 @@ pub extern "C" fn cuFuncGetAttribute(value: *mut c_int, attr: c_int, f: CUfuncti
 pub extern "C" fn cuFuncSetAttribute(f: CUfunction, attr: c_int, value: c_int) -> CuResult {
     entry(|| {
         let func = driver()?.functions.get(f as u64)?;
-        ensure(matches!(attr, 8 | 9 | 10..=16))?;
+        ensure(matches!(attr, 8..=16))?;
         func.attrs.lock().insert(attr, value);
         Ok(())
     })

@@ -121,7 +121,7 @@ impl Reservations {
 /// (the driver treats the requested address as a hint).
 fn reserve_range(hint: u64, size: u64, align: u64) -> Option<u64> {
     let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
-    if hint != 0 && hint % align == 0 {
+    if hint != 0 && hint.is_multiple_of(align) {
         // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping; the new one is PROT_NONE.
         let p = unsafe {
             libc::mmap(hint as *mut c_void, size as usize, libc::PROT_NONE, flags | libc::MAP_FIXED_NOREPLACE, -1, 0)
@@ -153,7 +153,7 @@ fn reserve_range(hint: u64, size: u64, align: u64) -> Option<u64> {
 }
 
 fn aligned(v: u64) -> bool {
-    v % GRANULARITY == 0
+    v.is_multiple_of(GRANULARITY)
 }
 
 /// `cuMemGetAllocationGranularity`: 2 MiB for both the minimum and recommended granularity.

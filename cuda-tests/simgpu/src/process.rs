@@ -26,6 +26,11 @@ pub fn is_alive(pid: u32, start: u64) -> bool {
     matches!(stat(pid), Some((state, s)) if s == start && state != "Z" && state != "X")
 }
 
+/// True when `pid` exists and is not a zombie (used where no start time was recorded).
+pub fn is_running(pid: u32) -> bool {
+    matches!(stat(pid), Some((state, _)) if state != "Z" && state != "X")
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -36,9 +41,4 @@ mod tests {
         assert!(!super::is_alive(pid, start + 1));
         assert!(!super::is_alive(u32::MAX - 1, start));
     }
-}
-
-/// True when `pid` exists and is not a zombie (used where no start time was recorded).
-pub fn is_running(pid: u32) -> bool {
-    matches!(stat(pid), Some((state, _)) if state != "Z" && state != "X")
 }

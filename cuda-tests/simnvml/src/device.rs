@@ -5,9 +5,9 @@ use crate::{facts, guard, out};
 use std::ffi::{c_char, c_int, c_uint};
 use tessera_ffi::nvml::{
     NVML_COMPUTEMODE_DEFAULT, NVML_DEVICE_MIG_DISABLE, NVML_ERROR_ARGUMENT_VERSION_MISMATCH,
-    NVML_ERROR_INVALID_ARGUMENT, NVML_ERROR_NOT_SUPPORTED, NVML_FEATURE_ENABLED, NVML_MEMORY_V2,
-    NVML_PCI_INFO_EXT_V1, NVML_PCI_INFO_LEGACY_PREFIX, NVML_PSTATE_0, NVML_TEMPERATURE_GPU, NvmlDevice,
-    NvmlMemory, NvmlMemoryV2, NvmlPciInfo, NvmlPciInfoExtV1, NvmlReturn, NvmlUtilization,
+    NVML_ERROR_INVALID_ARGUMENT, NVML_ERROR_NOT_SUPPORTED, NVML_FEATURE_ENABLED, NVML_MEMORY_V2, NVML_PCI_INFO_EXT_V1,
+    NVML_PCI_INFO_LEGACY_PREFIX, NVML_PSTATE_0, NVML_TEMPERATURE_GPU, NvmlDevice, NvmlMemory, NvmlMemoryV2,
+    NvmlPciInfo, NvmlPciInfoExtV1, NvmlReturn, NvmlUtilization,
 };
 
 /// Defines exports of the form `f(device, *out) -> nvmlReturn_t` that write one value computed from the

@@ -11,7 +11,12 @@
 use crate::pci;
 use simgpu::{DeviceConfig, SharedState};
 use std::sync::atomic::Ordering;
-use tessera_ffi::nvml::*;
+use tessera_ffi::nvml::{
+    NVML_CLOCK_GRAPHICS, NVML_CLOCK_MEM, NVML_CLOCK_SM, NVML_CLOCK_VIDEO, NVML_DEVICE_ARCH_ADA,
+    NVML_DEVICE_ARCH_AMPERE, NVML_DEVICE_ARCH_BLACKWELL, NVML_DEVICE_ARCH_HOPPER, NVML_DEVICE_ARCH_TURING,
+    NVML_DEVICE_ARCH_UNKNOWN, NVML_DEVICE_ARCH_VOLTA, NVML_MEMORY_V2, NVML_PCI_INFO_EXT_V1, NvmlMemory, NvmlMemoryV2,
+    NvmlPciInfo, NvmlPciInfoExtV1, NvmlUtilization,
+};
 
 /// Busy percentage (0..=100) of the device over the last second.
 pub fn activity(state: &SharedState, dev: &DeviceConfig) -> u32 {

@@ -11,6 +11,7 @@
 //! argument is NULL or valid as `nvml.h` documents for that argument (a string buffer for its `length`
 //! bytes, an array for its count, a struct for one struct of the documented type).
 
+// The contract above is the `# Safety` section of every export.
 #![allow(clippy::missing_safety_doc)]
 
 pub mod device;

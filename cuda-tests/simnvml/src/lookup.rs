@@ -57,7 +57,10 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByUUID(uuid: *const c_char, device: 
 
 /// `nvmlDeviceGetHandleByPciBusId` (v1): same as [`nvmlDeviceGetHandleByPciBusId_v2`].
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetHandleByPciBusId(pci_bus_id: *const c_char, device: *mut NvmlDevice) -> NvmlReturn {
+pub unsafe extern "C" fn nvmlDeviceGetHandleByPciBusId(
+    pci_bus_id: *const c_char,
+    device: *mut NvmlDevice,
+) -> NvmlReturn {
     // SAFETY: same contract as ours.
     unsafe { nvmlDeviceGetHandleByPciBusId_v2(pci_bus_id, device) }
 }

@@ -13,9 +13,10 @@ use crate::{facts, guard};
 use simgpu::DeviceConfig;
 use std::ffi::{c_uint, c_ulonglong};
 use tessera_ffi::nvml::{
-    NVML_ERROR_ARGUMENT_VERSION_MISMATCH, NVML_ERROR_INSUFFICIENT_SIZE, NVML_ERROR_INVALID_ARGUMENT, NVML_ERROR_NOT_FOUND,
-    NVML_PROCESSES_UTILIZATION_INFO_V1, NvmlDevice, NvmlProcessInfo, NvmlProcessInfoV1, NvmlProcessInfoV2,
-    NvmlProcessUtilizationInfoV1, NvmlProcessUtilizationSample, NvmlProcessesUtilizationInfoV1, NvmlReturn,
+    NVML_ERROR_ARGUMENT_VERSION_MISMATCH, NVML_ERROR_INSUFFICIENT_SIZE, NVML_ERROR_INVALID_ARGUMENT,
+    NVML_ERROR_NOT_FOUND, NVML_PROCESSES_UTILIZATION_INFO_V1, NvmlDevice, NvmlProcessInfo, NvmlProcessInfoV1,
+    NvmlProcessInfoV2, NvmlProcessUtilizationInfoV1, NvmlProcessUtilizationSample, NvmlProcessesUtilizationInfoV1,
+    NvmlReturn,
 };
 
 /// Which processes a running-process query lists.
@@ -31,7 +32,12 @@ enum Kind {
 ///
 /// # Safety
 /// `count` and `infos` follow the crate safety contract for the query.
-unsafe fn running<T: Copy + From<Usage>>(device: NvmlDevice, count: *mut c_uint, infos: *mut T, kind: Kind) -> NvmlReturn {
+unsafe fn running<T: Copy + From<Usage>>(
+    device: NvmlDevice,
+    count: *mut c_uint,
+    infos: *mut T,
+    kind: Kind,
+) -> NvmlReturn {
     guard::device(device, |rt, dev| {
         let items: Vec<T> = match kind {
             Kind::Compute => usage::running(&rt.state, dev.ordinal as usize).into_iter().map(T::from).collect(),

@@ -73,7 +73,11 @@ impl History {
                 .unwrap_or_else(|| Reading { time_us: lifetime_start(key.start_ticks, now, busy_ns), busy_ns: 0 });
             let busy = busy_ns.saturating_sub(since.busy_ns);
             if busy > 0 && now > last_seen_us {
-                samples.push(Sample { pid, time_us: now, sm_percent: percent(busy, now.saturating_sub(since.time_us)) });
+                samples.push(Sample {
+                    pid,
+                    time_us: now,
+                    sm_percent: percent(busy, now.saturating_sub(since.time_us)),
+                });
             }
             if history.len() == KEPT {
                 history.pop_front();

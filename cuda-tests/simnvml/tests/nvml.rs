@@ -90,8 +90,7 @@ struct Nvml {
     procs_v2: unsafe extern "C" fn(Device, *mut c_uint, *mut NvmlProcessInfoV2) -> NvmlReturn,
     procs_v3: unsafe extern "C" fn(Device, *mut c_uint, *mut NvmlProcessInfo) -> NvmlReturn,
     graphics_procs: unsafe extern "C" fn(Device, *mut c_uint, *mut NvmlProcessInfo) -> NvmlReturn,
-    proc_util:
-        unsafe extern "C" fn(Device, *mut NvmlProcessUtilizationSample, *mut c_uint, u64) -> NvmlReturn,
+    proc_util: unsafe extern "C" fn(Device, *mut NvmlProcessUtilizationSample, *mut c_uint, u64) -> NvmlReturn,
     temperature: unsafe extern "C" fn(Device, u32, *mut c_uint) -> NvmlReturn,
     power: unsafe extern "C" fn(Device, *mut c_uint) -> NvmlReturn,
     clock: unsafe extern "C" fn(Device, u32, *mut c_uint) -> NvmlReturn,

@@ -1,0 +1,109 @@
+//! Loading a CUDA driver for the CLI's own use: the real `libcuda.so.1` when the machine has one,
+//! otherwise the simulated one built beside this executable.
+
+use libloading::Library;
+use std::ffi::{c_char, c_int, c_uint};
+
+/// Where the driver in use came from.
+pub enum Origin {
+    /// The machine's own driver.
+    Real,
+    /// The simulated driver, with its library folder.
+    Simulated(std::path::PathBuf),
+}
+
+/// A loaded driver with the handful of entry points the CLI needs.
+pub struct Driver {
+    lib: Library,
+    /// Real or simulated.
+    pub origin: Origin,
+}
+
+/// `CUresult`, as an integer.
+type Res = c_uint;
+
+impl Driver {
+    /// Loads the real driver if present, else the simulated one.
+    pub fn load() -> Result<Driver, String> {
+        // SAFETY: loading the system CUDA driver runs its initializers, which is what every CUDA program does.
+        if let Ok(lib) = unsafe { Library::new("libcuda.so.1") } {
+            let simulated = lib_is_simulated(&lib);
+            if !simulated {
+                return Ok(Driver { lib, origin: Origin::Real });
+            }
+        }
+        let folder = crate::simgpu_cmd::library_folder()?;
+        // SAFETY: our own simulated driver; its initializers only set up Rust statics.
+        let lib = unsafe { Library::new(folder.join("libcuda.so.1")) }
+            .map_err(|e| format!("cannot load the simulated driver from {}: {e}", folder.display()))?;
+        Ok(Driver { lib, origin: Origin::Simulated(folder) })
+    }
+
+    fn call<F: Copy>(&self, name: &str) -> Result<F, String> {
+        // SAFETY: F is the documented signature of `name` in cuda.h (every caller below names its type).
+        unsafe { self.lib.get::<F>(name.as_bytes()).map(|s| *s).map_err(|e| format!("{name}: {e}")) }
+    }
+
+    /// `cuInit(0)`.
+    pub fn init(&self) -> Result<(), String> {
+        let f: unsafe extern "C" fn(c_uint) -> Res = self.call("cuInit")?;
+        // SAFETY: plain integer argument.
+        check("cuInit", unsafe { f(0) })
+    }
+
+    /// Number of devices.
+    pub fn device_count(&self) -> Result<i32, String> {
+        let f: unsafe extern "C" fn(*mut c_int) -> Res = self.call("cuDeviceGetCount")?;
+        let mut n = 0;
+        // SAFETY: valid out-pointer.
+        check("cuDeviceGetCount", unsafe { f(&mut n) })?;
+        Ok(n)
+    }
+
+    /// Device name.
+    pub fn name(&self, dev: i32) -> Result<String, String> {
+        let f: unsafe extern "C" fn(*mut c_char, c_int, c_int) -> Res = self.call("cuDeviceGetName")?;
+        let mut buf = [0 as c_char; 128];
+        // SAFETY: the buffer holds 128 bytes, as passed.
+        check("cuDeviceGetName", unsafe { f(buf.as_mut_ptr(), buf.len() as c_int, dev) })?;
+        // SAFETY: the driver NUL-terminates within the buffer.
+        Ok(unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned())
+    }
+
+    /// Total memory in bytes.
+    pub fn total_memory(&self, dev: i32) -> Result<u64, String> {
+        let f: unsafe extern "C" fn(*mut usize, c_int) -> Res = self.call("cuDeviceTotalMem_v2")?;
+        let mut v = 0usize;
+        // SAFETY: valid out-pointer.
+        check("cuDeviceTotalMem_v2", unsafe { f(&mut v, dev) })?;
+        Ok(v as u64)
+    }
+
+    /// An integer device attribute.
+    pub fn attribute(&self, dev: i32, attr: c_int) -> Result<i32, String> {
+        let f: unsafe extern "C" fn(*mut c_int, c_int, c_int) -> Res = self.call("cuDeviceGetAttribute")?;
+        let mut v = 0;
+        // SAFETY: valid out-pointer; the attribute is passed as its C integer value.
+        check("cuDeviceGetAttribute", unsafe { f(&mut v, attr, dev) })?;
+        Ok(v)
+    }
+
+    /// `cuDriverGetVersion`.
+    pub fn version(&self) -> Result<i32, String> {
+        let f: unsafe extern "C" fn(*mut c_int) -> Res = self.call("cuDriverGetVersion")?;
+        let mut v = 0;
+        // SAFETY: valid out-pointer.
+        check("cuDriverGetVersion", unsafe { f(&mut v) })?;
+        Ok(v)
+    }
+}
+
+/// The simulated driver exports a marker the real one does not have.
+fn lib_is_simulated(lib: &Library) -> bool {
+    // SAFETY: only checks for the symbol's presence; nothing is called.
+    unsafe { lib.get::<*const ()>(b"simgpu_marker").is_ok() }
+}
+
+fn check(what: &str, code: Res) -> Result<(), String> {
+    if code == 0 { Ok(()) } else { Err(format!("{what} failed with CUDA error {code}")) }
+}
