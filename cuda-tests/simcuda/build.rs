@@ -10,6 +10,11 @@ use std::path::Path;
 /// Exported by the real driver although `cuGetProcAddress` never hands it out.
 const EXTRA_EXPORTS: &[&str] = &["cuGetProcAddress_v2_ptsz"];
 
+/// The identifier at the start of `text`.
+fn ident(text: &str) -> String {
+    text.trim_start().chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect()
+}
+
 fn scan(dir: &Path, found: &mut BTreeSet<String>) {
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
@@ -19,9 +24,16 @@ fn scan(dir: &Path, found: &mut BTreeSet<String>) {
             println!("cargo:rerun-if-changed={}", path.display());
             let text = std::fs::read_to_string(&path).unwrap();
             for piece in text.split("extern \"C\" fn ").skip(1) {
-                let name: String = piece.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
-                if name.starts_with("cu") {
-                    found.insert(name);
+                found.insert(ident(piece));
+            }
+            // `stream_variants!` entries: `fn cuName / cuName_ptsz(`.
+            for piece in text.split("stream_variants! {").skip(1) {
+                let block = &piece[..piece.find("\n}").unwrap_or(piece.len())];
+                for entry in block.split("fn ").skip(1) {
+                    if let Some((legacy, rest)) = entry.split_once(" / ") {
+                        found.insert(ident(legacy));
+                        found.insert(ident(rest));
+                    }
                 }
             }
         }
@@ -34,6 +46,7 @@ fn main() {
     let mut implemented = BTreeSet::new();
     scan(Path::new("src"), &mut implemented);
 
+    implemented.retain(|n| n.starts_with("cu"));
     let mut all: BTreeSet<String> = tessera_ffi::proc_address::EXPORTED_SYMBOLS.iter().map(|s| s.to_string()).collect();
     all.extend(EXTRA_EXPORTS.iter().map(|s| s.to_string()));
     all.extend(implemented.iter().cloned());

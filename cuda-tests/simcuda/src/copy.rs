@@ -4,9 +4,9 @@
 //! `_ptds`) and wait, which gives them the real driver's ordering against earlier work.
 
 use crate::driver::{Driver, driver};
-use crate::guard::{CuRes, ensure, entry};
+use crate::guard::{CuRes, ensure};
 use crate::memory::{check, known};
-use crate::stream::{DefaultStream, DefaultStream::Legacy, DefaultStream::PerThread, Op, resolve};
+use crate::stream::{DefaultStream, Op, resolve};
 use std::ffi::{c_uint, c_ushort, c_void};
 use tessera_ffi::cuda::*;
 use tessera_ffi::sys::{CUcontext, CUdeviceptr, CUstream};
@@ -84,220 +84,37 @@ fn memset(dst: u64, value: u32, elem: u8, count: usize, stream: CUstream, mode: 
 
 const NULL: CUstream = std::ptr::null_mut();
 
-/// `cuMemcpy`: direction inferred from the addresses (unified addressing).
-#[unsafe(no_mangle)]
-pub extern "C" fn cuMemcpy(dst: CUdeviceptr, src: CUdeviceptr, n: usize) -> CuResult {
-    entry(|| copy(Dir::Any, dst, src, n, NULL, Legacy, true))
-}
-
-/// `cuMemcpy_ptds`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuMemcpy_ptds(dst: CUdeviceptr, src: CUdeviceptr, n: usize) -> CuResult {
-    entry(|| copy(Dir::Any, dst, src, n, NULL, PerThread, true))
-}
-
-/// `cuMemcpyAsync`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuMemcpyAsync(dst: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream) -> CuResult {
-    entry(|| copy(Dir::Any, dst, src, n, s, Legacy, false))
-}
-
-/// `cuMemcpyAsync_ptsz`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuMemcpyAsync_ptsz(dst: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream) -> CuResult {
-    entry(|| copy(Dir::Any, dst, src, n, s, PerThread, false))
-}
-
-/// `cuMemcpyHtoD_v2`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuMemcpyHtoD_v2(dst: CUdeviceptr, src: *const c_void, n: usize) -> CuResult {
-    entry(|| copy(Dir::HtoD, dst, src as u64, n, NULL, Legacy, true))
-}
-
-/// `cuMemcpyHtoD_v2_ptds`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuMemcpyHtoD_v2_ptds(dst: CUdeviceptr, src: *const c_void, n: usize) -> CuResult {
-    entry(|| copy(Dir::HtoD, dst, src as u64, n, NULL, PerThread, true))
-}
-
-/// `cuMemcpyHtoDAsync_v2`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuMemcpyHtoDAsync_v2(dst: CUdeviceptr, src: *const c_void, n: usize, s: CUstream) -> CuResult {
-    entry(|| copy(Dir::HtoD, dst, src as u64, n, s, Legacy, false))
-}
-
-/// `cuMemcpyHtoDAsync_v2_ptsz`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuMemcpyHtoDAsync_v2_ptsz(dst: CUdeviceptr, src: *const c_void, n: usize, s: CUstream) -> CuResult {
-    entry(|| copy(Dir::HtoD, dst, src as u64, n, s, PerThread, false))
-}
-
-/// `cuMemcpyDtoH_v2`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuMemcpyDtoH_v2(dst: *mut c_void, src: CUdeviceptr, n: usize) -> CuResult {
-    entry(|| copy(Dir::DtoH, dst as u64, src, n, NULL, Legacy, true))
-}
-
-/// `cuMemcpyDtoH_v2_ptds`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuMemcpyDtoH_v2_ptds(dst: *mut c_void, src: CUdeviceptr, n: usize) -> CuResult {
-    entry(|| copy(Dir::DtoH, dst as u64, src, n, NULL, PerThread, true))
-}
-
-/// `cuMemcpyDtoHAsync_v2`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuMemcpyDtoHAsync_v2(dst: *mut c_void, src: CUdeviceptr, n: usize, s: CUstream) -> CuResult {
-    entry(|| copy(Dir::DtoH, dst as u64, src, n, s, Legacy, false))
-}
-
-/// `cuMemcpyDtoHAsync_v2_ptsz`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuMemcpyDtoHAsync_v2_ptsz(dst: *mut c_void, src: CUdeviceptr, n: usize, s: CUstream) -> CuResult {
-    entry(|| copy(Dir::DtoH, dst as u64, src, n, s, PerThread, false))
-}
-
-/// `cuMemcpyDtoD_v2`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuMemcpyDtoD_v2(dst: CUdeviceptr, src: CUdeviceptr, n: usize) -> CuResult {
-    entry(|| copy(Dir::DtoD, dst, src, n, NULL, Legacy, true))
-}
-
-/// `cuMemcpyDtoD_v2_ptds`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuMemcpyDtoD_v2_ptds(dst: CUdeviceptr, src: CUdeviceptr, n: usize) -> CuResult {
-    entry(|| copy(Dir::DtoD, dst, src, n, NULL, PerThread, true))
-}
-
-/// `cuMemcpyDtoDAsync_v2`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuMemcpyDtoDAsync_v2(dst: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream) -> CuResult {
-    entry(|| copy(Dir::DtoD, dst, src, n, s, Legacy, false))
-}
-
-/// `cuMemcpyDtoDAsync_v2_ptsz`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuMemcpyDtoDAsync_v2_ptsz(dst: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream) -> CuResult {
-    entry(|| copy(Dir::DtoD, dst, src, n, s, PerThread, false))
-}
-
-/// `cuMemcpyPeer`: every simulated device shares the host's address space.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuMemcpyPeer(
-    dst: CUdeviceptr,
-    _dc: CUcontext,
-    src: CUdeviceptr,
-    _sc: CUcontext,
-    n: usize,
-) -> CuResult {
-    entry(|| copy(Dir::DtoD, dst, src, n, NULL, Legacy, true))
-}
-
-/// `cuMemcpyPeer_ptds`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuMemcpyPeer_ptds(
-    dst: CUdeviceptr,
-    _dc: CUcontext,
-    src: CUdeviceptr,
-    _sc: CUcontext,
-    n: usize,
-) -> CuResult {
-    entry(|| copy(Dir::DtoD, dst, src, n, NULL, PerThread, true))
-}
-
-/// `cuMemcpyPeerAsync`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuMemcpyPeerAsync(
-    dst: CUdeviceptr,
-    _dc: CUcontext,
-    src: CUdeviceptr,
-    _sc: CUcontext,
-    n: usize,
-    s: CUstream,
-) -> CuResult {
-    entry(|| copy(Dir::DtoD, dst, src, n, s, Legacy, false))
-}
-
-/// `cuMemcpyPeerAsync_ptsz`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuMemcpyPeerAsync_ptsz(
-    dst: CUdeviceptr,
-    _dc: CUcontext,
-    src: CUdeviceptr,
-    _sc: CUcontext,
-    n: usize,
-    s: CUstream,
-) -> CuResult {
-    entry(|| copy(Dir::DtoD, dst, src, n, s, PerThread, false))
-}
-
-/// `cuMemsetD8_v2`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuMemsetD8_v2(dst: CUdeviceptr, v: u8, n: usize) -> CuResult {
-    entry(|| memset(dst, v as u32, 1, n, NULL, Legacy, true))
-}
-
-/// `cuMemsetD8_v2_ptds`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuMemsetD8_v2_ptds(dst: CUdeviceptr, v: u8, n: usize) -> CuResult {
-    entry(|| memset(dst, v as u32, 1, n, NULL, PerThread, true))
-}
-
-/// `cuMemsetD16_v2`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuMemsetD16_v2(dst: CUdeviceptr, v: c_ushort, n: usize) -> CuResult {
-    entry(|| memset(dst, v as u32, 2, n, NULL, Legacy, true))
-}
-
-/// `cuMemsetD16_v2_ptds`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuMemsetD16_v2_ptds(dst: CUdeviceptr, v: c_ushort, n: usize) -> CuResult {
-    entry(|| memset(dst, v as u32, 2, n, NULL, PerThread, true))
-}
-
-/// `cuMemsetD32_v2`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuMemsetD32_v2(dst: CUdeviceptr, v: c_uint, n: usize) -> CuResult {
-    entry(|| memset(dst, v, 4, n, NULL, Legacy, true))
-}
-
-/// `cuMemsetD32_v2_ptds`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuMemsetD32_v2_ptds(dst: CUdeviceptr, v: c_uint, n: usize) -> CuResult {
-    entry(|| memset(dst, v, 4, n, NULL, PerThread, true))
-}
-
-/// `cuMemsetD8Async`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuMemsetD8Async(dst: CUdeviceptr, v: u8, n: usize, s: CUstream) -> CuResult {
-    entry(|| memset(dst, v as u32, 1, n, s, Legacy, false))
-}
-
-/// `cuMemsetD8Async_ptsz`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuMemsetD8Async_ptsz(dst: CUdeviceptr, v: u8, n: usize, s: CUstream) -> CuResult {
-    entry(|| memset(dst, v as u32, 1, n, s, PerThread, false))
-}
-
-/// `cuMemsetD16Async`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuMemsetD16Async(dst: CUdeviceptr, v: c_ushort, n: usize, s: CUstream) -> CuResult {
-    entry(|| memset(dst, v as u32, 2, n, s, Legacy, false))
-}
-
-/// `cuMemsetD16Async_ptsz`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuMemsetD16Async_ptsz(dst: CUdeviceptr, v: c_ushort, n: usize, s: CUstream) -> CuResult {
-    entry(|| memset(dst, v as u32, 2, n, s, PerThread, false))
-}
-
-/// `cuMemsetD32Async`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuMemsetD32Async(dst: CUdeviceptr, v: c_uint, n: usize, s: CUstream) -> CuResult {
-    entry(|| memset(dst, v, 4, n, s, Legacy, false))
-}
-
-/// `cuMemsetD32Async_ptsz`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuMemsetD32Async_ptsz(dst: CUdeviceptr, v: c_uint, n: usize, s: CUstream) -> CuResult {
-    entry(|| memset(dst, v, 4, n, s, PerThread, false))
+stream_variants! {
+    /// `cuMemcpy`: direction inferred from the addresses (unified addressing).
+    fn cuMemcpy / cuMemcpy_ptds(dst: CUdeviceptr, src: CUdeviceptr, n: usize) => |m| copy(Dir::Any, dst, src, n, NULL, m, true);
+    /// `cuMemcpyAsync`.
+    fn cuMemcpyAsync / cuMemcpyAsync_ptsz(dst: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream) => |m| copy(Dir::Any, dst, src, n, s, m, false);
+    /// `cuMemcpyHtoD_v2`.
+    fn cuMemcpyHtoD_v2 / cuMemcpyHtoD_v2_ptds(dst: CUdeviceptr, src: *const c_void, n: usize) => |m| copy(Dir::HtoD, dst, src as u64, n, NULL, m, true);
+    /// `cuMemcpyHtoDAsync_v2`.
+    fn cuMemcpyHtoDAsync_v2 / cuMemcpyHtoDAsync_v2_ptsz(dst: CUdeviceptr, src: *const c_void, n: usize, s: CUstream) => |m| copy(Dir::HtoD, dst, src as u64, n, s, m, false);
+    /// `cuMemcpyDtoH_v2`.
+    fn cuMemcpyDtoH_v2 / cuMemcpyDtoH_v2_ptds(dst: *mut c_void, src: CUdeviceptr, n: usize) => |m| copy(Dir::DtoH, dst as u64, src, n, NULL, m, true);
+    /// `cuMemcpyDtoHAsync_v2`.
+    fn cuMemcpyDtoHAsync_v2 / cuMemcpyDtoHAsync_v2_ptsz(dst: *mut c_void, src: CUdeviceptr, n: usize, s: CUstream) => |m| copy(Dir::DtoH, dst as u64, src, n, s, m, false);
+    /// `cuMemcpyDtoD_v2`.
+    fn cuMemcpyDtoD_v2 / cuMemcpyDtoD_v2_ptds(dst: CUdeviceptr, src: CUdeviceptr, n: usize) => |m| copy(Dir::DtoD, dst, src, n, NULL, m, true);
+    /// `cuMemcpyDtoDAsync_v2`.
+    fn cuMemcpyDtoDAsync_v2 / cuMemcpyDtoDAsync_v2_ptsz(dst: CUdeviceptr, src: CUdeviceptr, n: usize, s: CUstream) => |m| copy(Dir::DtoD, dst, src, n, s, m, false);
+    /// `cuMemcpyPeer`: every simulated device shares the host's address space.
+    fn cuMemcpyPeer / cuMemcpyPeer_ptds(dst: CUdeviceptr, _dc: CUcontext, src: CUdeviceptr, _sc: CUcontext, n: usize) => |m| copy(Dir::DtoD, dst, src, n, NULL, m, true);
+    /// `cuMemcpyPeerAsync`.
+    fn cuMemcpyPeerAsync / cuMemcpyPeerAsync_ptsz(dst: CUdeviceptr, _dc: CUcontext, src: CUdeviceptr, _sc: CUcontext, n: usize, s: CUstream) => |m| copy(Dir::DtoD, dst, src, n, s, m, false);
+    /// `cuMemsetD8_v2`.
+    fn cuMemsetD8_v2 / cuMemsetD8_v2_ptds(dst: CUdeviceptr, v: u8, n: usize) => |m| memset(dst, v as u32, 1, n, NULL, m, true);
+    /// `cuMemsetD16_v2`.
+    fn cuMemsetD16_v2 / cuMemsetD16_v2_ptds(dst: CUdeviceptr, v: c_ushort, n: usize) => |m| memset(dst, v as u32, 2, n, NULL, m, true);
+    /// `cuMemsetD32_v2`.
+    fn cuMemsetD32_v2 / cuMemsetD32_v2_ptds(dst: CUdeviceptr, v: c_uint, n: usize) => |m| memset(dst, v, 4, n, NULL, m, true);
+    /// `cuMemsetD8Async`.
+    fn cuMemsetD8Async / cuMemsetD8Async_ptsz(dst: CUdeviceptr, v: u8, n: usize, s: CUstream) => |m| memset(dst, v as u32, 1, n, s, m, false);
+    /// `cuMemsetD16Async`.
+    fn cuMemsetD16Async / cuMemsetD16Async_ptsz(dst: CUdeviceptr, v: c_ushort, n: usize, s: CUstream) => |m| memset(dst, v as u32, 2, n, s, m, false);
+    /// `cuMemsetD32Async`.
+    fn cuMemsetD32Async / cuMemsetD32Async_ptsz(dst: CUdeviceptr, v: c_uint, n: usize, s: CUstream) => |m| memset(dst, v, 4, n, s, m, false);
 }

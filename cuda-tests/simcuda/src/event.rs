@@ -110,28 +110,11 @@ fn record(ev: CUevent, h: CUstream, default: DefaultStream) -> CuRes {
     s.submit(Op::Record(e, generation))
 }
 
-/// `cuEventRecord`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuEventRecord(ev: CUevent, h: CUstream) -> CuResult {
-    entry(|| record(ev, h, DefaultStream::Legacy))
-}
-
-/// `cuEventRecord_ptsz`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuEventRecord_ptsz(ev: CUevent, h: CUstream) -> CuResult {
-    entry(|| record(ev, h, DefaultStream::PerThread))
-}
-
-/// `cuEventRecordWithFlags`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuEventRecordWithFlags(ev: CUevent, h: CUstream, _flags: c_uint) -> CuResult {
-    entry(|| record(ev, h, DefaultStream::Legacy))
-}
-
-/// `cuEventRecordWithFlags_ptsz`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuEventRecordWithFlags_ptsz(ev: CUevent, h: CUstream, _flags: c_uint) -> CuResult {
-    entry(|| record(ev, h, DefaultStream::PerThread))
+stream_variants! {
+    /// `cuEventRecord`.
+    fn cuEventRecord / cuEventRecord_ptsz(ev: CUevent, h: CUstream) => |m| record(ev, h, m);
+    /// `cuEventRecordWithFlags`.
+    fn cuEventRecordWithFlags / cuEventRecordWithFlags_ptsz(ev: CUevent, h: CUstream, _flags: c_uint) => |m| record(ev, h, m);
 }
 
 /// `cuEventSynchronize`.

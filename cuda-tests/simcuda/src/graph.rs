@@ -47,28 +47,11 @@ fn begin(h: CUstream, mode: DefaultStream) -> CuRes {
     Ok(())
 }
 
-/// `cuStreamBeginCapture`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuStreamBeginCapture(h: CUstream) -> CuResult {
-    entry(|| begin(h, DefaultStream::Legacy))
-}
-
-/// `cuStreamBeginCapture_ptsz`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuStreamBeginCapture_ptsz(h: CUstream) -> CuResult {
-    entry(|| begin(h, DefaultStream::PerThread))
-}
-
-/// `cuStreamBeginCapture_v2`: every capture mode records the same way.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuStreamBeginCapture_v2(h: CUstream, _mode: c_int) -> CuResult {
-    entry(|| begin(h, DefaultStream::Legacy))
-}
-
-/// `cuStreamBeginCapture_v2_ptsz`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuStreamBeginCapture_v2_ptsz(h: CUstream, _mode: c_int) -> CuResult {
-    entry(|| begin(h, DefaultStream::PerThread))
+stream_variants! {
+    /// `cuStreamBeginCapture`.
+    fn cuStreamBeginCapture / cuStreamBeginCapture_ptsz(h: CUstream) => |m| begin(h, m);
+    /// `cuStreamBeginCapture_v2`: every capture mode records the same way.
+    fn cuStreamBeginCapture_v2 / cuStreamBeginCapture_v2_ptsz(h: CUstream, _mode: c_int) => |m| begin(h, m);
 }
 
 fn end(h: CUstream, graph: *mut CUgraph, mode: DefaultStream) -> CuRes {
@@ -79,34 +62,15 @@ fn end(h: CUstream, graph: *mut CUgraph, mode: DefaultStream) -> CuRes {
     out(graph, g as CUgraph)
 }
 
-/// `cuStreamEndCapture`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuStreamEndCapture(h: CUstream, graph: *mut CUgraph) -> CuResult {
-    entry(|| end(h, graph, DefaultStream::Legacy))
-}
-
-/// `cuStreamEndCapture_ptsz`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuStreamEndCapture_ptsz(h: CUstream, graph: *mut CUgraph) -> CuResult {
-    entry(|| end(h, graph, DefaultStream::PerThread))
+stream_variants! {
+    /// `cuStreamEndCapture`.
+    fn cuStreamEndCapture / cuStreamEndCapture_ptsz(h: CUstream, graph: *mut CUgraph) => |m| end(h, graph, m);
 }
 
 fn capture_status(h: CUstream, mode: DefaultStream) -> CuRes<(c_int, u64)> {
     let s = resolve(h, mode)?;
     let c = s.capture.lock();
     Ok(c.as_ref().map_or((STATUS_NONE, 0), |c| (STATUS_ACTIVE, c.id)))
-}
-
-/// `cuStreamIsCapturing`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuStreamIsCapturing(h: CUstream, status: *mut c_int) -> CuResult {
-    entry(|| out(status, capture_status(h, DefaultStream::Legacy)?.0))
-}
-
-/// `cuStreamIsCapturing_ptsz`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuStreamIsCapturing_ptsz(h: CUstream, status: *mut c_int) -> CuResult {
-    entry(|| out(status, capture_status(h, DefaultStream::PerThread)?.0))
 }
 
 fn capture_info(h: CUstream, status: *mut c_int, id: *mut u64, mode: DefaultStream) -> CuRes {
@@ -118,36 +82,21 @@ fn capture_info(h: CUstream, status: *mut c_int, id: *mut u64, mode: DefaultStre
     Ok(())
 }
 
-/// `cuStreamGetCaptureInfo_v2`: status and id; the simulation keeps no dependency nodes.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuStreamGetCaptureInfo_v2(
-    h: CUstream,
-    status: *mut c_int,
-    id: *mut u64,
-    graph: *mut CUgraph,
-    deps: *mut *const CUgraphNode,
-    num_deps: *mut usize,
-) -> CuResult {
-    entry(|| {
-        capture_info(h, status, id, DefaultStream::Legacy)?;
+stream_variants! {
+    /// `cuStreamIsCapturing`.
+    fn cuStreamIsCapturing / cuStreamIsCapturing_ptsz(h: CUstream, status: *mut c_int) => |m| out(status, capture_status(h, m)?.0);
+    /// `cuStreamGetCaptureInfo_v2`: status and id; the simulation keeps no dependency nodes.
+    fn cuStreamGetCaptureInfo_v2 / cuStreamGetCaptureInfo_v2_ptsz(
+        h: CUstream,
+        status: *mut c_int,
+        id: *mut u64,
+        graph: *mut CUgraph,
+        deps: *mut *const CUgraphNode,
+        num_deps: *mut usize,
+    ) => |m| {
+        capture_info(h, status, id, m)?;
         clear_capture_outputs(graph, deps, num_deps)
-    })
-}
-
-/// `cuStreamGetCaptureInfo_v2_ptsz`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuStreamGetCaptureInfo_v2_ptsz(
-    h: CUstream,
-    status: *mut c_int,
-    id: *mut u64,
-    graph: *mut CUgraph,
-    deps: *mut *const CUgraphNode,
-    num_deps: *mut usize,
-) -> CuResult {
-    entry(|| {
-        capture_info(h, status, id, DefaultStream::PerThread)?;
-        clear_capture_outputs(graph, deps, num_deps)
-    })
+    };
 }
 
 fn clear_capture_outputs(graph: *mut CUgraph, deps: *mut *const CUgraphNode, num_deps: *mut usize) -> CuRes {
@@ -234,16 +183,9 @@ fn graph_launch(exec: CUgraphExec, h: CUstream, mode: DefaultStream) -> CuRes {
     Ok(())
 }
 
-/// `cuGraphLaunch`: queues the recorded operations in order.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuGraphLaunch(exec: CUgraphExec, h: CUstream) -> CuResult {
-    entry(|| graph_launch(exec, h, DefaultStream::Legacy))
-}
-
-/// `cuGraphLaunch_ptsz`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuGraphLaunch_ptsz(exec: CUgraphExec, h: CUstream) -> CuResult {
-    entry(|| graph_launch(exec, h, DefaultStream::PerThread))
+stream_variants! {
+    /// `cuGraphLaunch`: queues the recorded operations in order.
+    fn cuGraphLaunch / cuGraphLaunch_ptsz(exec: CUgraphExec, h: CUstream) => |m| graph_launch(exec, h, m);
 }
 
 /// `cuGraphInstantiate` (CUDA 10.0 symbol; same arguments as `_v2`).

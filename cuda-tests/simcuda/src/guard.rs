@@ -65,3 +65,29 @@ pub(crate) struct Export(pub *const ());
 
 // SAFETY: the pointers are addresses of functions, immutable for the life of the library.
 unsafe impl Sync for Export {}
+
+/// Declares one entry point under its legacy name and its per-thread-default-stream name (`_ptsz` or
+/// `_ptds`): both run `$body` with `$mode` bound to the [`DefaultStream`](crate::stream::DefaultStream)
+/// their name implies, so each pair is written once. `build.rs` reads the `legacy / per_thread` pairs.
+macro_rules! stream_variants {
+    ($(
+        $(#[$doc:meta])*
+        fn $legacy:ident / $per_thread:ident ($($arg:ident : $ty:ty),* $(,)?) => |$mode:ident| $body:expr;
+    )*) => {$(
+        $(#[$doc])*
+        #[unsafe(no_mangle)]
+        #[allow(clippy::too_many_arguments)]
+        pub extern "C" fn $legacy($($arg: $ty),*) -> tessera_ffi::cuda::CuResult {
+            let $mode = crate::stream::DefaultStream::Legacy;
+            crate::guard::entry(|| $body)
+        }
+
+        #[doc = concat!("`", stringify!($per_thread), "`: `", stringify!($legacy), "` on the per-thread default stream.")]
+        #[unsafe(no_mangle)]
+        #[allow(clippy::too_many_arguments)]
+        pub extern "C" fn $per_thread($($arg: $ty),*) -> tessera_ffi::cuda::CuResult {
+            let $mode = crate::stream::DefaultStream::PerThread;
+            crate::guard::entry(|| $body)
+        }
+    )*};
+}

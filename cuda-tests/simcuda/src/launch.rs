@@ -1,7 +1,7 @@
 //! Kernel launches: every entry point decodes its arguments into a [`Call`] and queues it on a stream.
 
 use crate::driver::{Driver, driver};
-use crate::guard::{CuRes, ensure, entry, input};
+use crate::guard::{CuRes, ensure, input};
 use crate::memory::accessible;
 use crate::module::Function;
 use crate::stream::{DefaultStream, Op, resolve};
@@ -95,127 +95,43 @@ pub fn launch(
     s.submit(Op::Kernel { device: s.device, call })
 }
 
-#[allow(clippy::too_many_arguments)]
-fn classic(
-    f: CUfunction,
-    (gx, gy, gz): (c_uint, c_uint, c_uint),
-    (bx, by, bz): (c_uint, c_uint, c_uint),
-    stream: CUstream,
-    mode: DefaultStream,
-    params: *mut *mut c_void,
-    extra: *mut *mut c_void,
-) -> CuResult {
-    entry(|| launch(f, Shape { grid: [gx, gy, gz], block: [bx, by, bz] }, stream, mode, params, extra))
-}
-
-/// `cuLaunchKernel`.
-#[unsafe(no_mangle)]
-#[allow(clippy::too_many_arguments)]
-pub extern "C" fn cuLaunchKernel(
-    f: CUfunction,
-    gx: c_uint,
-    gy: c_uint,
-    gz: c_uint,
-    bx: c_uint,
-    by: c_uint,
-    bz: c_uint,
-    _shared: c_uint,
-    stream: CUstream,
-    params: *mut *mut c_void,
-    extra: *mut *mut c_void,
-) -> CuResult {
-    classic(f, (gx, gy, gz), (bx, by, bz), stream, DefaultStream::Legacy, params, extra)
-}
-
-/// `cuLaunchKernel_ptsz`.
-#[unsafe(no_mangle)]
-#[allow(clippy::too_many_arguments)]
-pub extern "C" fn cuLaunchKernel_ptsz(
-    f: CUfunction,
-    gx: c_uint,
-    gy: c_uint,
-    gz: c_uint,
-    bx: c_uint,
-    by: c_uint,
-    bz: c_uint,
-    _shared: c_uint,
-    stream: CUstream,
-    params: *mut *mut c_void,
-    extra: *mut *mut c_void,
-) -> CuResult {
-    classic(f, (gx, gy, gz), (bx, by, bz), stream, DefaultStream::PerThread, params, extra)
-}
-
-/// `cuLaunchCooperativeKernel`: cooperative launches run like any other on one engine.
-#[unsafe(no_mangle)]
-#[allow(clippy::too_many_arguments)]
-pub extern "C" fn cuLaunchCooperativeKernel(
-    f: CUfunction,
-    gx: c_uint,
-    gy: c_uint,
-    gz: c_uint,
-    bx: c_uint,
-    by: c_uint,
-    bz: c_uint,
-    _shared: c_uint,
-    stream: CUstream,
-    params: *mut *mut c_void,
-) -> CuResult {
-    classic(f, (gx, gy, gz), (bx, by, bz), stream, DefaultStream::Legacy, params, std::ptr::null_mut())
-}
-
-/// `cuLaunchCooperativeKernel_ptsz`.
-#[unsafe(no_mangle)]
-#[allow(clippy::too_many_arguments)]
-pub extern "C" fn cuLaunchCooperativeKernel_ptsz(
-    f: CUfunction,
-    gx: c_uint,
-    gy: c_uint,
-    gz: c_uint,
-    bx: c_uint,
-    by: c_uint,
-    bz: c_uint,
-    _shared: c_uint,
-    stream: CUstream,
-    params: *mut *mut c_void,
-) -> CuResult {
-    classic(f, (gx, gy, gz), (bx, by, bz), stream, DefaultStream::PerThread, params, std::ptr::null_mut())
-}
-
-fn launch_ex(
-    config: *const CUlaunchConfig,
-    f: CUfunction,
-    params: *mut *mut c_void,
-    extra: *mut *mut c_void,
-    mode: DefaultStream,
-) -> CuResult {
-    entry(|| {
-        // Launch attributes (clusters, priorities) do not change the simulation and are ignored.
+stream_variants! {
+    /// `cuLaunchKernel`.
+    fn cuLaunchKernel / cuLaunchKernel_ptsz(
+        f: CUfunction,
+        gx: c_uint,
+        gy: c_uint,
+        gz: c_uint,
+        bx: c_uint,
+        by: c_uint,
+        bz: c_uint,
+        _shared: c_uint,
+        stream: CUstream,
+        params: *mut *mut c_void,
+        extra: *mut *mut c_void,
+    ) => |m| launch(f, Shape { grid: [gx, gy, gz], block: [bx, by, bz] }, stream, m, params, extra);
+    /// `cuLaunchCooperativeKernel`: cooperative launches run like any other on one engine.
+    fn cuLaunchCooperativeKernel / cuLaunchCooperativeKernel_ptsz(
+        f: CUfunction,
+        gx: c_uint,
+        gy: c_uint,
+        gz: c_uint,
+        bx: c_uint,
+        by: c_uint,
+        bz: c_uint,
+        _shared: c_uint,
+        stream: CUstream,
+        params: *mut *mut c_void,
+    ) => |m| launch(f, Shape { grid: [gx, gy, gz], block: [bx, by, bz] }, stream, m, params, std::ptr::null_mut());
+    /// `cuLaunchKernelEx`: launch attributes (clusters, priorities) do not change the simulation.
+    fn cuLaunchKernelEx / cuLaunchKernelEx_ptsz(
+        config: *const CUlaunchConfig,
+        f: CUfunction,
+        params: *mut *mut c_void,
+        extra: *mut *mut c_void,
+    ) => |m| {
         let c = input(config)?;
-        let shape =
-            Shape { grid: [c.gridDimX, c.gridDimY, c.gridDimZ], block: [c.blockDimX, c.blockDimY, c.blockDimZ] };
-        launch(f, shape, c.hStream, mode, params, extra)
-    })
-}
-
-/// `cuLaunchKernelEx`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuLaunchKernelEx(
-    config: *const CUlaunchConfig,
-    f: CUfunction,
-    params: *mut *mut c_void,
-    extra: *mut *mut c_void,
-) -> CuResult {
-    launch_ex(config, f, params, extra, DefaultStream::Legacy)
-}
-
-/// `cuLaunchKernelEx_ptsz`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuLaunchKernelEx_ptsz(
-    config: *const CUlaunchConfig,
-    f: CUfunction,
-    params: *mut *mut c_void,
-    extra: *mut *mut c_void,
-) -> CuResult {
-    launch_ex(config, f, params, extra, DefaultStream::PerThread)
+        let shape = Shape { grid: [c.gridDimX, c.gridDimY, c.gridDimZ], block: [c.blockDimX, c.blockDimY, c.blockDimZ] };
+        launch(f, shape, c.hStream, m, params, extra)
+    };
 }

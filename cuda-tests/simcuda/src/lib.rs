@@ -4,6 +4,8 @@
 //! the real driver has as a `CUDA_ERROR_NOT_SUPPORTED` stub and builds the name-to-address table that
 //! `cuGetProcAddress` answers from.
 
+#[macro_use]
+mod guard;
 mod array;
 mod context;
 mod copy;
@@ -11,7 +13,6 @@ mod device;
 mod driver;
 mod event;
 mod graph;
-mod guard;
 mod handles;
 mod init;
 mod launch;

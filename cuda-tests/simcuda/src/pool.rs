@@ -61,38 +61,11 @@ fn alloc_async(dptr: *mut CUdeviceptr, size: usize, h: CUstream, default: Defaul
     alloc_from(dptr, size, device_pools(d, device).1, h, default)
 }
 
-/// `cuMemAllocAsync`: from the device's current pool.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuMemAllocAsync(dptr: *mut CUdeviceptr, size: usize, h: CUstream) -> CuResult {
-    entry(|| alloc_async(dptr, size, h, DefaultStream::Legacy))
-}
-
-/// `cuMemAllocAsync_ptsz`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuMemAllocAsync_ptsz(dptr: *mut CUdeviceptr, size: usize, h: CUstream) -> CuResult {
-    entry(|| alloc_async(dptr, size, h, DefaultStream::PerThread))
-}
-
-/// `cuMemAllocFromPoolAsync`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuMemAllocFromPoolAsync(
-    dptr: *mut CUdeviceptr,
-    size: usize,
-    pool: CUmemoryPool,
-    h: CUstream,
-) -> CuResult {
-    entry(|| alloc_from(dptr, size, pool as u64, h, DefaultStream::Legacy))
-}
-
-/// `cuMemAllocFromPoolAsync_ptsz`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuMemAllocFromPoolAsync_ptsz(
-    dptr: *mut CUdeviceptr,
-    size: usize,
-    pool: CUmemoryPool,
-    h: CUstream,
-) -> CuResult {
-    entry(|| alloc_from(dptr, size, pool as u64, h, DefaultStream::PerThread))
+stream_variants! {
+    /// `cuMemAllocAsync`: from the device's current pool.
+    fn cuMemAllocAsync / cuMemAllocAsync_ptsz(dptr: *mut CUdeviceptr, size: usize, h: CUstream) => |m| alloc_async(dptr, size, h, m);
+    /// `cuMemAllocFromPoolAsync`.
+    fn cuMemAllocFromPoolAsync / cuMemAllocFromPoolAsync_ptsz(dptr: *mut CUdeviceptr, size: usize, pool: CUmemoryPool, h: CUstream) => |m| alloc_from(dptr, size, pool as u64, h, m);
 }
 
 fn free_async(dptr: CUdeviceptr, h: CUstream, default: DefaultStream) -> CuRes {
@@ -102,16 +75,9 @@ fn free_async(dptr: CUdeviceptr, h: CUstream, default: DefaultStream) -> CuRes {
     s.submit(Op::Free(dptr))
 }
 
-/// `cuMemFreeAsync`: the memory is released when the stream reaches this point.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuMemFreeAsync(dptr: CUdeviceptr, h: CUstream) -> CuResult {
-    entry(|| free_async(dptr, h, DefaultStream::Legacy))
-}
-
-/// `cuMemFreeAsync_ptsz`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuMemFreeAsync_ptsz(dptr: CUdeviceptr, h: CUstream) -> CuResult {
-    entry(|| free_async(dptr, h, DefaultStream::PerThread))
+stream_variants! {
+    /// `cuMemFreeAsync`: the memory is released when the stream reaches this point.
+    fn cuMemFreeAsync / cuMemFreeAsync_ptsz(dptr: CUdeviceptr, h: CUstream) => |m| free_async(dptr, h, m);
 }
 
 /// `cuDeviceGetDefaultMemPool`.

@@ -300,157 +300,6 @@ pub extern "C" fn cuStreamDestroy_v2(h: CUstream) -> CuResult {
     entry(|| destroy(h))
 }
 
-fn synchronize(h: CUstream, default: DefaultStream) -> CuRes {
-    resolve(h, default)?.synchronize();
-    Ok(())
-}
-
-/// `cuStreamSynchronize`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuStreamSynchronize(h: CUstream) -> CuResult {
-    entry(|| synchronize(h, DefaultStream::Legacy))
-}
-
-/// `cuStreamSynchronize_ptsz`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuStreamSynchronize_ptsz(h: CUstream) -> CuResult {
-    entry(|| synchronize(h, DefaultStream::PerThread))
-}
-
-fn query(h: CUstream, default: DefaultStream) -> CuRes {
-    if resolve(h, default)?.idle() { Ok(()) } else { Err(CUDA_ERROR_NOT_READY) }
-}
-
-/// `cuStreamQuery`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuStreamQuery(h: CUstream) -> CuResult {
-    entry(|| query(h, DefaultStream::Legacy))
-}
-
-/// `cuStreamQuery_ptsz`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuStreamQuery_ptsz(h: CUstream) -> CuResult {
-    entry(|| query(h, DefaultStream::PerThread))
-}
-
-fn wait_event(h: CUstream, ev: CUevent, default: DefaultStream) -> CuRes {
-    let s = resolve(h, default)?;
-    let e = driver()?.events.get(ev as u64)?;
-    let generation = e.recorded();
-    s.submit(Op::Wait(e, generation))
-}
-
-/// `cuStreamWaitEvent`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuStreamWaitEvent(h: CUstream, ev: CUevent, _flags: c_uint) -> CuResult {
-    entry(|| wait_event(h, ev, DefaultStream::Legacy))
-}
-
-/// `cuStreamWaitEvent_ptsz`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuStreamWaitEvent_ptsz(h: CUstream, ev: CUevent, _flags: c_uint) -> CuResult {
-    entry(|| wait_event(h, ev, DefaultStream::PerThread))
-}
-
-fn get_flags(h: CUstream, flags: *mut c_uint, default: DefaultStream) -> CuRes {
-    out(flags, resolve(h, default)?.flags)
-}
-
-/// `cuStreamGetFlags`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuStreamGetFlags(h: CUstream, flags: *mut c_uint) -> CuResult {
-    entry(|| get_flags(h, flags, DefaultStream::Legacy))
-}
-
-/// `cuStreamGetFlags_ptsz`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuStreamGetFlags_ptsz(h: CUstream, flags: *mut c_uint) -> CuResult {
-    entry(|| get_flags(h, flags, DefaultStream::PerThread))
-}
-
-fn get_priority(h: CUstream, priority: *mut c_int, default: DefaultStream) -> CuRes {
-    out(priority, resolve(h, default)?.priority)
-}
-
-/// `cuStreamGetPriority`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuStreamGetPriority(h: CUstream, priority: *mut c_int) -> CuResult {
-    entry(|| get_priority(h, priority, DefaultStream::Legacy))
-}
-
-/// `cuStreamGetPriority_ptsz`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuStreamGetPriority_ptsz(h: CUstream, priority: *mut c_int) -> CuResult {
-    entry(|| get_priority(h, priority, DefaultStream::PerThread))
-}
-
-fn get_ctx(h: CUstream, pctx: *mut CUcontext, default: DefaultStream) -> CuRes {
-    let ctx = resolve(h, default)?.ctx.upgrade().ok_or(CUDA_ERROR_CONTEXT_IS_DESTROYED)?;
-    out(pctx, ctx.handle() as CUcontext)
-}
-
-/// `cuStreamGetCtx`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuStreamGetCtx(h: CUstream, pctx: *mut CUcontext) -> CuResult {
-    entry(|| get_ctx(h, pctx, DefaultStream::Legacy))
-}
-
-/// `cuStreamGetCtx_ptsz`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuStreamGetCtx_ptsz(h: CUstream, pctx: *mut CUcontext) -> CuResult {
-    entry(|| get_ctx(h, pctx, DefaultStream::PerThread))
-}
-
-fn get_device(h: CUstream, dev: *mut CUdevice, default: DefaultStream) -> CuRes {
-    out(dev, resolve(h, default)?.device as CUdevice)
-}
-
-/// `cuStreamGetDevice`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuStreamGetDevice(h: CUstream, dev: *mut CUdevice) -> CuResult {
-    entry(|| get_device(h, dev, DefaultStream::Legacy))
-}
-
-/// `cuStreamGetDevice_ptsz`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuStreamGetDevice_ptsz(h: CUstream, dev: *mut CUdevice) -> CuResult {
-    entry(|| get_device(h, dev, DefaultStream::PerThread))
-}
-
-fn get_id(h: CUstream, id: *mut u64, default: DefaultStream) -> CuRes {
-    let s = resolve(h, default)?;
-    out(id, Arc::as_ptr(&s) as u64)
-}
-
-/// `cuStreamGetId`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuStreamGetId(h: CUstream, id: *mut u64) -> CuResult {
-    entry(|| get_id(h, id, DefaultStream::Legacy))
-}
-
-/// `cuStreamGetId_ptsz`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuStreamGetId_ptsz(h: CUstream, id: *mut u64) -> CuResult {
-    entry(|| get_id(h, id, DefaultStream::PerThread))
-}
-
-fn host_func(h: CUstream, f: CUhostFn, data: *mut c_void, default: DefaultStream) -> CuRes {
-    let f = f.ok_or(CUDA_ERROR_INVALID_VALUE)?;
-    resolve(h, default)?.submit(Op::Host(f, data as usize))
-}
-
-/// `cuLaunchHostFunc`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuLaunchHostFunc(h: CUstream, f: CUhostFn, data: *mut c_void) -> CuResult {
-    entry(|| host_func(h, f, data, DefaultStream::Legacy))
-}
-
-/// `cuLaunchHostFunc_ptsz`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuLaunchHostFunc_ptsz(h: CUstream, f: CUhostFn, data: *mut c_void) -> CuResult {
-    entry(|| host_func(h, f, data, DefaultStream::PerThread))
-}
-
 fn add_callback(h: CUstream, f: CUstreamCallback, data: *mut c_void, default: DefaultStream) -> CuRes {
     let f = f.ok_or(CUDA_ERROR_INVALID_VALUE)?;
     let s = resolve(h, default)?;
@@ -460,19 +309,38 @@ fn add_callback(h: CUstream, f: CUstreamCallback, data: *mut c_void, default: De
     s.submit(Op::Callback(f, handle, data as usize))
 }
 
-/// `cuStreamAddCallback`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuStreamAddCallback(h: CUstream, f: CUstreamCallback, data: *mut c_void, _flags: c_uint) -> CuResult {
-    entry(|| add_callback(h, f, data, DefaultStream::Legacy))
+fn wait_event(h: CUstream, ev: CUevent, default: DefaultStream) -> CuRes {
+    let s = resolve(h, default)?;
+    let e = driver()?.events.get(ev as u64)?;
+    let generation = e.recorded();
+    s.submit(Op::Wait(e, generation))
 }
 
-/// `cuStreamAddCallback_ptsz`.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuStreamAddCallback_ptsz(
-    h: CUstream,
-    f: CUstreamCallback,
-    data: *mut c_void,
-    _flags: c_uint,
-) -> CuResult {
-    entry(|| add_callback(h, f, data, DefaultStream::PerThread))
+stream_variants! {
+    /// `cuStreamSynchronize`.
+    fn cuStreamSynchronize / cuStreamSynchronize_ptsz(h: CUstream) => |m| resolve(h, m).map(|s| s.synchronize());
+    /// `cuStreamQuery`: `CUDA_ERROR_NOT_READY` while work is pending.
+    fn cuStreamQuery / cuStreamQuery_ptsz(h: CUstream) => |m| if resolve(h, m)?.idle() { Ok(()) } else { Err(CUDA_ERROR_NOT_READY) };
+    /// `cuStreamWaitEvent`: later work waits for the event's latest recording.
+    fn cuStreamWaitEvent / cuStreamWaitEvent_ptsz(h: CUstream, ev: CUevent, _flags: c_uint) => |m| wait_event(h, ev, m);
+    /// `cuStreamGetFlags`.
+    fn cuStreamGetFlags / cuStreamGetFlags_ptsz(h: CUstream, flags: *mut c_uint) => |m| out(flags, resolve(h, m)?.flags);
+    /// `cuStreamGetPriority`.
+    fn cuStreamGetPriority / cuStreamGetPriority_ptsz(h: CUstream, priority: *mut c_int) => |m| out(priority, resolve(h, m)?.priority);
+    /// `cuStreamGetCtx`.
+    fn cuStreamGetCtx / cuStreamGetCtx_ptsz(h: CUstream, pctx: *mut CUcontext) => |m| {
+        let ctx = resolve(h, m)?.ctx.upgrade().ok_or(CUDA_ERROR_CONTEXT_IS_DESTROYED)?;
+        out(pctx, ctx.handle() as CUcontext)
+    };
+    /// `cuStreamGetDevice`.
+    fn cuStreamGetDevice / cuStreamGetDevice_ptsz(h: CUstream, dev: *mut CUdevice) => |m| out(dev, resolve(h, m)?.device as CUdevice);
+    /// `cuStreamGetId`: unique for the life of the stream.
+    fn cuStreamGetId / cuStreamGetId_ptsz(h: CUstream, id: *mut u64) => |m| out(id, Arc::as_ptr(&resolve(h, m)?) as u64);
+    /// `cuLaunchHostFunc`.
+    fn cuLaunchHostFunc / cuLaunchHostFunc_ptsz(h: CUstream, f: CUhostFn, data: *mut c_void) => |m| {
+        let f = f.ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        resolve(h, m)?.submit(Op::Host(f, data as usize))
+    };
+    /// `cuStreamAddCallback`.
+    fn cuStreamAddCallback / cuStreamAddCallback_ptsz(h: CUstream, f: CUstreamCallback, data: *mut c_void, _flags: c_uint) => |m| add_callback(h, f, data, m);
 }
