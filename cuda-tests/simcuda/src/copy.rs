@@ -59,10 +59,22 @@ fn copy(dir: Dir, dst: u64, src: u64, len: usize, stream: CUstream, mode: Defaul
         return Ok(());
     }
     s.submit(Op::Copy { dst, src, len: len as u64 })?;
-    if wait {
+    // As on the real driver, an async copy from or to pageable host memory returns only once the host
+    // buffer is no longer needed (programs such as cudarc free or read it right after the call).
+    if wait || pageable_host(d, dir, dst, src) {
         s.synchronize();
     }
     Ok(())
+}
+
+/// True when the host side of a copy is ordinary (pageable) memory the driver did not allocate or register.
+fn pageable_host(d: &Driver, dir: Dir, dst: u64, src: u64) -> bool {
+    match dir {
+        Dir::HtoD => !known(d, src),
+        Dir::DtoH => !known(d, dst),
+        Dir::DtoD => false,
+        Dir::Any => !known(d, dst) || !known(d, src),
+    }
 }
 
 fn memset(dst: u64, value: u32, elem: u8, count: usize, stream: CUstream, mode: DefaultStream, wait: bool) -> CuRes {

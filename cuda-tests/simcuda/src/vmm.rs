@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::ffi::{c_int, c_ulonglong, c_void};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use tessera_ffi::cuda::*;
 use tessera_ffi::sys::{
     CUdeviceptr, CUmemAccessDesc, CUmemAllocationProp, CUmemGenericAllocationHandle, CUmemLocation,
@@ -26,6 +27,9 @@ pub struct Physical {
     /// Bytes (a multiple of the granularity).
     pub size: u64,
     fd: OwnedFd,
+    /// `cuMemRetainAllocationHandle` calls made while the handle was registered; each takes one
+    /// `cuMemRelease` before the handle goes away.
+    retains: AtomicU32,
 }
 
 impl Drop for Physical {
@@ -242,7 +246,9 @@ pub extern "C" fn cuMemCreate(
         }
         // SAFETY: fd is valid and owned by nobody else.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        let h = d.physical.insert_with(|handle| Arc::new(Physical { handle, device, size, fd }));
+        let h = d
+            .physical
+            .insert_with(|handle| Arc::new(Physical { handle, device, size, fd, retains: AtomicU32::new(0) }));
         out(handle, h)
     })
 }
@@ -250,7 +256,14 @@ pub extern "C" fn cuMemCreate(
 /// `cuMemRelease`: the memory is freed once nothing maps it.
 #[unsafe(no_mangle)]
 pub extern "C" fn cuMemRelease(handle: CUmemGenericAllocationHandle) -> CuResult {
-    entry(|| driver()?.physical.remove(handle).map(|_| ()))
+    entry(|| {
+        let d = driver()?;
+        let p = d.physical.get(handle)?;
+        if p.retains.fetch_update(Ordering::AcqRel, Ordering::Acquire, |r| r.checked_sub(1)).is_ok() {
+            return Ok(());
+        }
+        d.physical.remove(handle).map(|_| ())
+    })
 }
 
 /// `cuMemMap`: maps `size` bytes of the handle from `offset` at `ptr`, with no access until
@@ -389,7 +402,11 @@ pub extern "C" fn cuMemRetainAllocationHandle(
             mapping_of(r, addr as u64).ok_or(CUDA_ERROR_INVALID_VALUE)?.1.physical.clone()
         };
         let h = physical.handle;
-        d.physical.reinsert(h, physical);
+        if d.physical.get(h).is_ok() {
+            physical.retains.fetch_add(1, Ordering::AcqRel);
+        } else {
+            d.physical.reinsert(h, physical);
+        }
         out(handle, h)
     })
 }

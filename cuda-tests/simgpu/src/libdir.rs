@@ -54,8 +54,11 @@ pub fn prepare(build_dir: &Path) -> io::Result<PathBuf> {
         if std::fs::read_link(&path).is_ok_and(|t| t == wanted) {
             continue;
         }
-        // Create under a unique name, then rename over: concurrent callers never see a missing link.
-        let tmp = folder.join(format!(".{link}.{}", std::process::id()));
+        // Create under a unique name (per process and per call: threads of one process may race here
+        // too), then rename over: concurrent callers never see a missing link.
+        static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = folder.join(format!(".{link}.{}.{seq}", std::process::id()));
         let _ = std::fs::remove_file(&tmp);
         std::os::unix::fs::symlink(&wanted, &tmp)?;
         std::fs::rename(&tmp, &path)?;

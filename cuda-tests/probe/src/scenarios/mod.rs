@@ -1,0 +1,127 @@
+//! The scenarios, each in its own module, and the helpers they share.
+
+mod alloc;
+mod attributes;
+mod graph;
+mod kernels;
+mod procaddress;
+mod roundtrip;
+mod stubs;
+mod timing;
+mod vmm;
+
+use crate::args::Args;
+use crate::fail::{During, Failure, Outcome};
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr, sys};
+use std::sync::Arc;
+
+/// A scenario: name, options it accepts, what it does, and its entry point.
+struct Scenario {
+    name: &'static str,
+    options: &'static [&'static str],
+    summary: &'static str,
+    run: fn(&Args) -> Outcome,
+}
+
+const SCENARIOS: &[Scenario] = &[
+    Scenario {
+        name: "attributes",
+        options: &[],
+        summary: "driver version and every device's name, memory, attributes, UUID and PCI ids",
+        run: attributes::run,
+    },
+    Scenario {
+        name: "roundtrip",
+        options: &["device", "elements"],
+        summary: "htod/dtoh/dtod, memsets, async copies, pitch and managed memory, address ranges, pointer attributes",
+        run: roundtrip::run,
+    },
+    Scenario {
+        name: "kernels",
+        options: &["device", "elements"],
+        summary: "PTX module with the built-ins; fill_u32, vector_add_f32 and saxpy_f32 checked element-wise",
+        run: kernels::run,
+    },
+    Scenario {
+        name: "spin",
+        options: &["device", "ns", "count"],
+        summary: "times --count spin(--ns) kernels with events",
+        run: timing::spin,
+    },
+    Scenario {
+        name: "saturate",
+        options: &["device", "ns", "seconds", "depth"],
+        summary: "keeps the engine busy with spin(--ns) kernels for --seconds, at most --depth queued",
+        run: timing::saturate,
+    },
+    Scenario {
+        name: "vmm",
+        options: &["device"],
+        summary: "reserve two ranges, map one physical handle at A, write, remap at B, read back",
+        run: vmm::run,
+    },
+    Scenario {
+        name: "alloc",
+        options: &["device", "bytes", "hold-ms"],
+        summary: "cuMemAlloc --bytes, report, hold until stdin closes (or --hold-ms), free",
+        run: alloc::run,
+    },
+    Scenario {
+        name: "graph",
+        options: &["device", "elements"],
+        summary: "capture kernel launches on a stream into a graph, instantiate, launch twice, verify",
+        run: graph::run,
+    },
+    Scenario {
+        name: "procaddress",
+        options: &[],
+        summary: "cuGetProcAddress (v1, v2, v2_ptsz) against dlsym for every row of the probed table",
+        run: procaddress::run,
+    },
+    Scenario {
+        name: "stubs",
+        options: &[],
+        summary: "entry points the simulation does not implement answer CUDA_ERROR_NOT_SUPPORTED",
+        run: stubs::run,
+    },
+];
+
+/// Help text listing every scenario.
+pub fn usage() -> String {
+    let mut s = String::from("usage: simgpu-probe SCENARIO [--option value ...]\n\nscenarios:\n");
+    for sc in SCENARIOS {
+        let opts: Vec<String> = sc.options.iter().map(|o| format!("--{o}")).collect();
+        s.push_str(&format!("  {:<12} {} [{}]\n", sc.name, sc.summary, opts.join(" ")));
+    }
+    s
+}
+
+/// Runs the scenario `name` with options `rest`.
+pub fn run(name: &str, rest: &[String]) -> Outcome {
+    let sc = SCENARIOS
+        .iter()
+        .find(|s| s.name == name)
+        .ok_or_else(|| Failure::new(format!("unknown scenario {name:?}\n{}", usage())))?;
+    let args = Args::parse(rest, sc.options)?;
+    (sc.run)(&args)
+}
+
+/// The primary context of the device `--device` names (initializing the driver).
+fn open(args: &Args) -> Outcome<Arc<CudaContext>> {
+    context(args.device()?)
+}
+
+/// The primary context of device `ordinal` (initializing the driver).
+fn context(ordinal: usize) -> Outcome<Arc<CudaContext>> {
+    CudaContext::new(ordinal).during(&format!("CudaContext::new({ordinal})"))
+}
+
+/// A timing-enabled event pair's flags.
+const TIMED: Option<sys::CUevent_flags> = Some(sys::CUevent_flags::CU_EVENT_DEFAULT);
+
+/// The raw device address of `slice`, for calls cudarc does not wrap. Work using it must be queued on
+/// `stream` (cudarc orders its own use of the slice there).
+fn dptr<T>(slice: &CudaSlice<T>, stream: &Arc<CudaStream>) -> sys::CUdeviceptr {
+    let (ptr, _sync) = slice.device_ptr(stream);
+    ptr
+}

@@ -1,0 +1,94 @@
+//! `spin` and `saturate`: how much engine time kernels get, measured by events and by wall clock.
+
+use super::{TIMED, open};
+use crate::args::Args;
+use crate::fail::{During, Outcome, ensure};
+use crate::ptx::Kernels;
+use cudarc::driver::CudaEvent;
+use serde_json::json;
+use simgpu::state::now_ns;
+use std::sync::atomic::Ordering;
+
+/// Length of the kernel queued ahead of each timed one.
+const LEAD_NS: u64 = 1_000_000;
+
+/// Times `--count` (default 10) `spin(--ns)` kernels (default 20 ms), each between two events, with a
+/// [`LEAD_NS`] kernel queued ahead of each.
+pub fn spin(args: &Args) -> Outcome {
+    let ns = args.duration_ns("ns", 20_000_000)?;
+    let count: usize = args.number("count", 10)?;
+    let ctx = open(args)?;
+    let stream = ctx.new_stream().during("cuStreamCreate")?;
+    let k = Kernels::load(&ctx)?;
+    let (start, end) = (ctx.new_event(TIMED).during("cuEventCreate")?, ctx.new_event(TIMED).during("cuEventCreate")?);
+    let mut measured = Vec::with_capacity(count);
+    for _ in 0..count {
+        // A short kernel ahead keeps the stream busy while the measured sequence is queued, so the start
+        // event, the kernel and the end event run back to back as on a GPU, rather than the start event
+        // waiting for the kernel's submission.
+        k.spin(&stream, LEAD_NS)?;
+        start.record(&stream).during("cuEventRecord")?;
+        k.spin(&stream, ns)?;
+        end.record(&stream).during("cuEventRecord")?;
+        measured.push(start.elapsed_ms(&end).during("cuEventElapsedTime")? as f64);
+    }
+    let want = ns as f64 / 1e6;
+    let error = |m: &f64| (m - want).abs() / want * 100.0;
+    Ok(json!({
+        "requested_ms": want,
+        "measured_ms": measured,
+        "min_ms": measured.iter().copied().fold(f64::INFINITY, f64::min),
+        "max_ms": measured.iter().copied().fold(0.0, f64::max),
+        "mean_ms": measured.iter().sum::<f64>() / count.max(1) as f64,
+        "max_error_percent": measured.iter().map(error).fold(0.0, f64::max),
+    }))
+}
+
+/// Launches `spin(--ns)` kernels (default 2 ms) back to back for `--seconds` (default 3), keeping at most
+/// `--depth` (default 3) queued, and reports how many ran and the monotonic-clock window they ran in.
+pub fn saturate(args: &Args) -> Outcome {
+    let ns = args.duration_ns("ns", 2_000_000)?;
+    let seconds: f64 = args.number("seconds", 3.0)?;
+    let depth: usize = args.number("depth", 3)?;
+    ensure(depth >= 1 && seconds > 0.0, || "--depth must be at least 1 and --seconds positive".into())?;
+    let ctx = open(args)?;
+    let stream = ctx.new_stream().during("cuStreamCreate")?;
+    let k = Kernels::load(&ctx)?;
+    let done: Vec<CudaEvent> =
+        (0..depth).map(|_| ctx.new_event(None).during("cuEventCreate")).collect::<Outcome<_>>()?;
+
+    let start = now_ns();
+    let stop = start + (seconds * 1e9) as u64;
+    let mut launched = 0usize;
+    while now_ns() < stop {
+        let slot = &done[launched % depth];
+        if launched >= depth {
+            slot.synchronize().during("cuEventSynchronize")?;
+        }
+        k.spin(&stream, ns)?;
+        slot.record(&stream).during("cuEventRecord")?;
+        launched += 1;
+    }
+    stream.synchronize().during("cuStreamSynchronize")?;
+    let end = now_ns();
+    Ok(json!({
+        "kernel_ns": ns,
+        "kernels": launched,
+        "engine_ns": launched as u64 * ns,
+        "start_ns": start,
+        "end_ns": end,
+        "wall_ns": end - start,
+        "driver_busy_ns": driver_busy_ns(args.device()?),
+    }))
+}
+
+/// Engine time the simulated driver charged to this process, read from the state file `SIMGPU_STATE`
+/// names; `None` when it is unset (a real driver) or unreadable.
+fn driver_busy_ns(device: usize) -> Option<u64> {
+    std::env::var_os("SIMGPU_STATE")?;
+    let config = simgpu::Config::from_env().ok()?;
+    let state = simgpu::SharedState::open(&config, false).ok()?;
+    let pid = std::process::id();
+    let me = state.processes().find(|p| p.pid.load(Ordering::Acquire) == pid)?;
+    me.busy_ns.get(device).map(|b| b.load(Ordering::Acquire))
+}

@@ -1,0 +1,153 @@
+//! Running `simgpu-probe` on the simulated GPU: the environment that makes it load the simulated driver,
+//! a private state file per test (tests run in parallel), and the probe's JSON result.
+#![allow(dead_code)] // each test binary uses a different subset
+
+use serde_json::Value;
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// `CUDA_ERROR_INVALID_VALUE`.
+pub const INVALID_VALUE: u64 = 1;
+/// `CUDA_ERROR_OUT_OF_MEMORY`.
+pub const OUT_OF_MEMORY: u64 = 2;
+/// `CUDA_ERROR_ILLEGAL_ADDRESS`.
+pub const ILLEGAL_ADDRESS: u64 = 700;
+/// `CUDA_ERROR_NOT_SUPPORTED`.
+pub const NOT_SUPPORTED: u64 = 801;
+/// One GiB.
+pub const GIB: u64 = 1 << 30;
+/// One MiB.
+pub const MIB: u64 = 1 << 20;
+
+/// A simulated machine private to one test: the environment plus its own state file (removed on drop).
+pub struct Sim {
+    env: Vec<(String, String)>,
+    state: PathBuf,
+}
+
+/// What a finished probe run produced.
+#[derive(Debug)]
+pub struct Run {
+    /// True when the probe exited with status 0.
+    pub success: bool,
+    /// The JSON object it printed (its last line), or `Null`.
+    pub json: Value,
+    /// Everything it wrote to stderr.
+    pub stderr: String,
+}
+
+/// The library folder (prepared once per test binary), or a failure telling how to build it (never a skip).
+fn library_folder() -> PathBuf {
+    static FOLDER: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let folder = FOLDER.get_or_init(|| {
+        let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
+        let build = simgpu::libdir::find_build_dir(&exe).map_err(|e| {
+            format!("the simulated driver is not built: {e}\nrun `cargo build --release` first, then the tests")
+        })?;
+        simgpu::libdir::prepare(&build).map_err(|e| format!("cannot create the simgpu library folder: {e}"))
+    });
+    folder.clone().unwrap_or_else(|e| panic!("{e}"))
+}
+
+impl Sim {
+    /// A machine with the default devices and a state file unique to `tag` and this process.
+    pub fn new(tag: &str) -> Sim {
+        static SEQ: AtomicU32 = AtomicU32::new(0);
+        let folder = library_folder();
+        let state = std::env::temp_dir().join(format!(
+            "simgpu-probe-test-{}-{tag}-{}.state",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_file(&state);
+        let old = std::env::var("LD_LIBRARY_PATH").ok();
+        let mut env = simgpu::libdir::environment(&folder, old.as_deref());
+        env.retain(|(k, _)| k != "SIMGPU_STATE");
+        env.push(("SIMGPU_STATE".into(), state.to_string_lossy().into_owned()));
+        Sim { env, state }
+    }
+
+    /// Sets (or overrides) one environment variable of the machine.
+    pub fn with(mut self, key: &str, value: &str) -> Sim {
+        self.env.retain(|(k, _)| k != key);
+        self.env.push((key.into(), value.into()));
+        self
+    }
+
+    /// The probe command with this machine's environment; `SIMGPU_*` variables of the test's own
+    /// environment are removed so a developer's shell settings cannot leak in.
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_simgpu-probe"));
+        cmd.args(args);
+        for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("SIMGPU_")) {
+            cmd.env_remove(k);
+        }
+        cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
+        cmd
+    }
+
+    /// Runs the probe to completion.
+    pub fn run(&self, args: &[&str]) -> Run {
+        let out = self.command(args).stdin(Stdio::null()).output().expect("spawn simgpu-probe");
+        finished(out)
+    }
+
+    /// Runs the probe and returns its JSON, failing the test (with the probe's stderr) unless it succeeded.
+    pub fn ok(&self, args: &[&str]) -> Value {
+        let run = self.run(args);
+        assert!(run.success, "simgpu-probe {args:?} failed: {}\nstderr:\n{}", run.json, run.stderr);
+        run.json
+    }
+
+    /// Starts the probe with piped stdin and stdout (for scenarios that hold resources until stdin closes).
+    pub fn spawn(&self, args: &[&str]) -> Child {
+        self.command(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn simgpu-probe")
+    }
+}
+
+impl Drop for Sim {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.state);
+    }
+}
+
+/// The result of a finished probe process.
+pub fn finished(out: std::process::Output) -> Run {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let json = stdout.lines().last().and_then(|l| serde_json::from_str(l).ok()).unwrap_or(Value::Null);
+    Run { success: out.status.success(), json, stderr: String::from_utf8_lossy(&out.stderr).into_owned() }
+}
+
+/// Reads the first JSON line a spawned probe prints (its report before it starts holding).
+pub fn first_line(child: &mut Child) -> Value {
+    let stdout = child.stdout.as_mut().expect("piped stdout");
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line).expect("read probe stdout");
+    serde_json::from_str(&line).unwrap_or_else(|e| panic!("probe printed {line:?}, not JSON: {e}"))
+}
+
+/// Field `path` (`a.b.c`) of `v` as a u64, failing the test when absent.
+pub fn u64_at(v: &Value, path: &str) -> u64 {
+    at(v, path).as_u64().unwrap_or_else(|| panic!("{path} is not an unsigned integer in {v}"))
+}
+
+/// Field `path` of `v` as an f64, failing the test when absent.
+pub fn f64_at(v: &Value, path: &str) -> f64 {
+    at(v, path).as_f64().unwrap_or_else(|| panic!("{path} is not a number in {v}"))
+}
+
+/// Field `path` (`a.b.0.c`: object keys and array indices) of `v`.
+pub fn at<'a>(v: &'a Value, path: &str) -> &'a Value {
+    path.split('.').fold(v, |v, key| match key.parse::<usize>() {
+        Ok(i) if v.is_array() => &v[i],
+        _ => &v[key],
+    })
+}
