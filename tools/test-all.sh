@@ -12,4 +12,11 @@ cargo clippy --workspace --all-targets --release -- -D warnings
 echo "== cargo build --release"
 cargo build --workspace --release
 echo "== cargo test --release"
-cargo test --workspace --release
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+status=0
+cargo test --workspace --release 2>&1 | tee "$log" || status=$?
+# One closing line for the whole suite, summed over every test binary.
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i) ~ /^passed/) p += $(i-1); if ($(i) ~ /^failed/) f += $(i-1) } }
+     END { printf "tests: %d passed, %d failed\n", p, f }' "$log"
+exit "$status"

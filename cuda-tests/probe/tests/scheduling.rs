@@ -22,6 +22,10 @@ fn spin_durations_timed_by_events_within_5_percent() {
     for (i, ms) in measured.iter().enumerate() {
         assert!((ms - 20.0).abs() <= 20.0 * 0.05, "spin {i} took {ms} ms by events, not 20 ms ± 5%: {measured:?}");
     }
+    // The engine really is occupied for that long, and waits by sleeping rather than burning a core.
+    let (wall, cpu) = (f64_at(&r, "wall_ms"), f64_at(&r, "cpu_ms"));
+    assert!(wall >= 10.0 * 20.0 * 0.95, "10 spins of 20 ms finished in {wall} ms of wall time");
+    assert!(cpu < wall * 0.25, "spinning used {cpu} ms of CPU in {wall} ms: the engine must sleep");
 }
 
 /// Engine time a saturating process obtained: the driver's own accounting when available.

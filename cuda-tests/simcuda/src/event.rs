@@ -39,22 +39,23 @@ impl Event {
         self.marks.lock().recorded
     }
 
-    /// Called by the stream when the recording `generation` is reached.
-    pub fn complete(&self, generation: u64) {
+    /// Called by the stream when the recording `generation` is reached at simulated time `at_ns`.
+    pub fn complete(&self, generation: u64, at_ns: u64) {
         let mut m = self.marks.lock();
         if generation > m.completed {
             m.completed = generation;
-            m.timestamp_ns = simgpu::state::now_ns();
+            m.timestamp_ns = at_ns;
         }
         self.changed.notify_all();
     }
 
-    /// Waits until recording `generation` has completed.
-    pub fn wait(&self, generation: u64) {
+    /// Waits until recording `generation` has completed; returns the simulated time it completed at.
+    pub fn wait(&self, generation: u64) -> u64 {
         let mut m = self.marks.lock();
         while m.completed < generation {
             self.changed.wait(&mut m);
         }
+        m.timestamp_ns
     }
 
     /// When the latest recording completed: `INVALID_HANDLE` if never recorded, `NOT_READY` if pending.

@@ -10,6 +10,7 @@ use parking_lot::{Condvar, Mutex};
 use simgpu::kernels::Call;
 use std::collections::VecDeque;
 use std::ffi::{c_int, c_uint, c_void};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use tessera_ffi::cuda::*;
 use tessera_ffi::sys::{CUcontext, CUdevice, CUevent, CUhostFn, CUstream, CUstreamCallback};
@@ -65,7 +66,8 @@ pub enum Op {
 }
 
 struct Queue {
-    ops: VecDeque<Op>,
+    /// Operations with the time they were queued.
+    ops: VecDeque<(Op, u64)>,
     enqueued: u64,
     completed: u64,
     worker: bool,
@@ -88,6 +90,8 @@ pub struct Stream {
     pub handle: std::sync::OnceLock<u64>,
     queue: Mutex<Queue>,
     changed: Condvar,
+    /// Simulated time at which the last completed operation finished.
+    clock: AtomicU64,
     /// Set while the stream is being captured into a graph.
     pub capture: Mutex<Option<Capture>>,
 }
@@ -104,6 +108,7 @@ impl Stream {
             handle: std::sync::OnceLock::new(),
             queue: Mutex::new(Queue { ops: VecDeque::new(), enqueued: 0, completed: 0, worker: false, closing: false }),
             changed: Condvar::new(),
+            clock: AtomicU64::new(0),
             capture: Mutex::new(None),
         });
         if kind != StreamKind::Legacy {
@@ -162,7 +167,8 @@ impl Stream {
         }
         deps.push(op);
         q.enqueued += deps.len() as u64;
-        q.ops.extend(deps);
+        let at = simgpu::state::now_ns();
+        q.ops.extend(deps.into_iter().map(|op| (op, at)));
         if !q.worker {
             q.worker = true;
             let me = self.clone();
@@ -178,11 +184,11 @@ impl Stream {
     /// Worker loop: runs queued operations in order until the stream is closed and empty.
     fn drain(self: Arc<Self>) {
         loop {
-            let op = {
+            let (op, at) = {
                 let mut q = self.queue.lock();
                 loop {
-                    if let Some(op) = q.ops.pop_front() {
-                        break op;
+                    if let Some(entry) = q.ops.pop_front() {
+                        break entry;
                     }
                     if q.closing {
                         q.worker = false;
@@ -191,26 +197,33 @@ impl Stream {
                     self.changed.wait(&mut q);
                 }
             };
-            self.execute(op);
+            let ready = self.clock.load(Ordering::Acquire).max(at);
+            let done = self.execute(op, ready);
+            self.clock.store(done, Ordering::Release);
             let mut q = self.queue.lock();
             q.completed += 1;
             self.changed.notify_all();
         }
     }
 
-    fn execute(&self, op: Op) {
-        let Ok(d) = driver() else { return };
+    /// Runs one operation that became ready at simulated time `ready`; returns the simulated time at which
+    /// it completed (kernels take engine time, everything else is instantaneous in simulated time).
+    fn execute(&self, op: Op, ready: u64) -> u64 {
+        let Ok(d) = driver() else { return ready };
         match op {
             Op::Kernel { device, call } => {
                 // SAFETY: the ranges were validated at launch, and frees synchronize with queued work.
-                simgpu::engine::run(&d.state, device, || unsafe { call.run() });
+                return unsafe { simgpu::engine::run(&d.state, device, ready, &call) }.end_ns;
             }
             // SAFETY: both ranges were validated when the copy was queued; ptr::copy tolerates overlap.
             Op::Copy { dst, src, len } => unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, len as usize) },
             Op::Set { dst, value, elem, count } => crate::copy::fill(dst, value, elem, count),
-            Op::Record(event, generation) => event.complete(generation),
-            Op::Wait(event, generation) => event.wait(generation),
-            Op::After(stream, upto) => stream.wait_for(upto),
+            Op::Record(event, generation) => event.complete(generation, ready),
+            Op::Wait(event, generation) => return event.wait(generation).max(ready),
+            Op::After(stream, upto) => {
+                stream.wait_for(upto);
+                return stream.clock.load(Ordering::Acquire).max(ready);
+            }
             // SAFETY: the program registered this host function and data for exactly this call.
             Op::Host(f, data) => unsafe { f(data as *mut c_void) },
             // SAFETY: as above, for the legacy callback signature.
@@ -219,6 +232,7 @@ impl Stream {
                 let _ = d.memory.free(d, ptr);
             }
         }
+        ready
     }
 
     /// Waits until `upto` operations have completed.

@@ -3,8 +3,15 @@
 //!
 //! A ticket lock in the state file orders kernels. Waiters sleep on a futex on the `now_serving` word, so a
 //! waiting stream burns no core and wakes as soon as the engine is handed on.
+//!
+//! Simulated time runs on the engine's own clock, which follows the shared monotonic clock but never
+//! inherits the host's wake-up lateness: a kernel starts (in simulated time) when it was ready or when the
+//! previous kernel ended, whichever is later, and a `spin` sleeps to an absolute deadline from there. A
+//! late wake-up shortens the next sleep instead of adding up, so kernels take exactly their simulated
+//! duration and the engine is never idle between back-to-back kernels.
 
 use crate::futex;
+use crate::kernels::{Call, sleep_until};
 use crate::process;
 use crate::state::{DeviceState, ENGINE_SLOTS, SharedState, now_ns};
 use std::sync::atomic::Ordering;
@@ -15,31 +22,46 @@ const LIVENESS_CHECK: Duration = Duration::from_millis(20);
 /// A queue position whose owner never announced itself is skipped after this long.
 const UNCLAIMED_TIMEOUT_NS: u64 = 1_000_000_000;
 
-/// Engine time a kernel took, with its start and end on the shared monotonic clock.
-#[derive(Debug, Clone, Copy)]
+/// Simulated start and end of a kernel on the engine's clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Span {
-    /// When the kernel got the engine.
+    /// When the kernel started.
     pub start_ns: u64,
-    /// When it gave the engine back.
+    /// When it ended.
     pub end_ns: u64,
 }
 
-/// Runs `work` on device `ordinal`'s engine once every earlier kernel on the machine has finished.
-pub fn run<R>(state: &SharedState, ordinal: usize, work: impl FnOnce() -> R) -> (R, Span) {
+/// Runs `call` on device `ordinal`'s engine once every earlier kernel on the machine has finished.
+/// `ready_ns` is when the kernel became ready in its stream's simulated time.
+///
+/// # Safety
+/// As [`Call::run`]: every range the call touches must be mapped for the duration.
+pub unsafe fn run(state: &SharedState, ordinal: usize, ready_ns: u64, call: &Call) -> Span {
     let dev = state.device(ordinal);
     let ticket = dev.next_ticket.fetch_add(1, Ordering::AcqRel);
     let pid = process::own_pid();
     dev.tickets[ticket as usize % ENGINE_SLOTS].store((ticket as u64) << 32 | pid as u64, Ordering::Release);
     wait_for_turn(dev, ticket);
-    let start_ns = now_ns();
-    let result = work();
-    let end_ns = now_ns();
+    let start_ns = dev.clock_ns.load(Ordering::Acquire).max(ready_ns).min(now_ns());
+    let end_ns = match *call {
+        Call::Sleep(ns) => {
+            sleep_until(start_ns + ns);
+            start_ns + ns
+        }
+        _ => {
+            let t = now_ns();
+            // SAFETY: forwarded from this function's contract.
+            unsafe { call.run() };
+            start_ns + (now_ns() - t)
+        }
+    };
+    dev.clock_ns.fetch_max(end_ns, Ordering::AcqRel);
     // A waiter may have skipped us if it judged us dead; only hand on a turn we still hold.
     if dev.now_serving.compare_exchange(ticket, ticket.wrapping_add(1), Ordering::AcqRel, Ordering::Relaxed).is_ok() {
         futex::wake_all(&dev.now_serving);
     }
     state.record_busy(ordinal, end_ns - start_ns, end_ns);
-    (result, Span { start_ns, end_ns })
+    Span { start_ns, end_ns }
 }
 
 fn wait_for_turn(dev: &DeviceState, ticket: u32) {

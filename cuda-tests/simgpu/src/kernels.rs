@@ -85,13 +85,13 @@ impl Call {
         }
     }
 
-    /// Runs the call on the calling thread (which holds the engine).
+    /// Does the call's work on the calling thread (which holds the engine); `Sleep` is timed by the engine.
     ///
     /// # Safety
     /// Every range in [`Call::ranges`] must be mapped, writable where marked, and stay so during the call.
     pub unsafe fn run(&self) {
         match *self {
-            Call::Sleep(ns) => sleep_precise(ns),
+            Call::Sleep(_) => {}
             Call::FillU32 { dst, value, n } => {
                 // SAFETY: the caller guarantees dst..dst+4n is mapped and writable.
                 let d = unsafe { std::slice::from_raw_parts_mut(dst as *mut u32, n as usize) };
@@ -122,18 +122,14 @@ impl Call {
     }
 }
 
-/// Sleeps `ns` nanoseconds without burning a core, to an absolute deadline so wake-up slack does not add
-/// up. The thread's timer slack is lowered so the engine's timing stays within a few microseconds.
-pub fn sleep_precise(ns: u64) {
-    if ns == 0 {
-        return;
-    }
+/// Sleeps until `deadline_ns` on the shared monotonic clock without burning a core. The thread's timer
+/// slack is lowered so the wake-up is as prompt as the host allows.
+pub fn sleep_until(deadline_ns: u64) {
     // SAFETY: PR_SET_TIMERSLACK with a plain integer only changes this thread's timer slack.
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0) };
-    let deadline = crate::state::now_ns() + ns;
     let ts = libc::timespec {
-        tv_sec: (deadline / 1_000_000_000) as libc::time_t,
-        tv_nsec: (deadline % 1_000_000_000) as libc::c_long,
+        tv_sec: (deadline_ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (deadline_ns % 1_000_000_000) as libc::c_long,
     };
     loop {
         // SAFETY: absolute sleep on CLOCK_MONOTONIC with a valid timespec; no remaining-time output needed.

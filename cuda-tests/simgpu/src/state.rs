@@ -56,6 +56,8 @@ pub struct DeviceState {
     pub busy_ns: AtomicU64,
     /// Kernels run.
     pub kernels: AtomicU64,
+    /// The engine's clock: when (on the shared monotonic clock) the last kernel's simulated run ended.
+    pub clock_ns: AtomicU64,
     util: [UtilBucket; UTIL_BUCKETS],
     /// `ticket << 32 | pid` for recent queue positions, to skip positions whose owner died.
     pub tickets: [AtomicU64; ENGINE_SLOTS],

@@ -22,6 +22,7 @@ pub fn spin(args: &Args) -> Outcome {
     let k = Kernels::load(&ctx)?;
     let (start, end) = (ctx.new_event(TIMED).during("cuEventCreate")?, ctx.new_event(TIMED).during("cuEventCreate")?);
     let mut measured = Vec::with_capacity(count);
+    let (wall_start, cpu_start) = (now_ns(), cpu_ns());
     for _ in 0..count {
         // A short kernel ahead keeps the stream busy while the measured sequence is queued, so the start
         // event, the kernel and the end event run back to back as on a GPU, rather than the start event
@@ -32,10 +33,13 @@ pub fn spin(args: &Args) -> Outcome {
         end.record(&stream).during("cuEventRecord")?;
         measured.push(start.elapsed_ms(&end).during("cuEventElapsedTime")? as f64);
     }
+    let (wall_ms, cpu_ms) = ((now_ns() - wall_start) as f64 / 1e6, (cpu_ns() - cpu_start) as f64 / 1e6);
     let want = ns as f64 / 1e6;
     let error = |m: &f64| (m - want).abs() / want * 100.0;
     Ok(json!({
         "requested_ms": want,
+        "wall_ms": wall_ms,
+        "cpu_ms": cpu_ms,
         "measured_ms": measured,
         "min_ms": measured.iter().copied().fold(f64::INFINITY, f64::min),
         "max_ms": measured.iter().copied().fold(0.0, f64::max),
@@ -91,4 +95,12 @@ fn driver_busy_ns(device: usize) -> Option<u64> {
     let pid = std::process::id();
     let me = state.processes().find(|p| p.pid.load(Ordering::Acquire) == pid)?;
     me.busy_ns.get(device).map(|b| b.load(Ordering::Acquire))
+}
+
+/// CPU time this process has used (all threads), in nanoseconds.
+fn cpu_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes into our timespec; the process CPU clock always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
