@@ -2,12 +2,14 @@
 //!
 //! - [`cuda`]: CUDA driver result codes as plain integers, and the entry points cudarc does not declare.
 //! - [`proc_address`]: the real driver's `cuGetProcAddress` answers, as data.
+//! - [`region`]: the versioned shared-memory region processes of one vGPU share.
 //! - [`nvml`]: the NVML C types the simulated NVML and the shim exchange with programs.
 //! - [`units`]: the textual forms of sizes and durations accepted in every environment variable.
 
 pub mod cuda;
 pub mod nvml;
 pub mod proc_address;
+pub mod region;
 pub mod units;
 
 pub use cudarc::driver::sys;

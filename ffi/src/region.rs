@@ -1,0 +1,96 @@
+//! The shared-memory region through which processes of one vGPU share its quota (and, with the
+//! scheduler, its compute share). A binary protocol between processes that may run different Tessera
+//! versions: the header's magic, version and layout size are checked on every open.
+//!
+//! Layout version 1: a header, then [`MAX_VGPUS`] vGPU slots, then [`MAX_PROCS`] process slots, all
+//! `#[repr(C)]` atomics so that every access after opening is a lock-free atomic operation.
+
+use std::sync::atomic::{AtomicU32, AtomicU64};
+
+/// `TESSRGN1` in little-endian byte order.
+pub const MAGIC: u64 = u64::from_le_bytes(*b"TESSRGN1");
+/// Layout version; bump on any change to the structures below.
+pub const VERSION: u32 = 1;
+/// Devices per vGPU slot.
+pub const MAX_DEVICES: usize = 16;
+/// vGPU slots in a region.
+pub const MAX_VGPUS: usize = 64;
+/// Process slots in a region.
+pub const MAX_PROCS: usize = 1024;
+/// Bytes of a vGPU name, NUL-padded.
+pub const NAME_LEN: usize = 64;
+/// A limit meaning "no quota on this device".
+pub const UNLIMITED: u64 = u64::MAX;
+
+/// Slot states.
+pub mod state {
+    /// Unused.
+    pub const FREE: u32 = 0;
+    /// Named and configured.
+    pub const READY: u32 = 2;
+}
+
+/// Region header.
+#[repr(C)]
+pub struct Header {
+    /// [`MAGIC`], written last when the region is created.
+    pub magic: AtomicU64,
+    /// [`VERSION`].
+    pub version: u32,
+    /// `size_of::<Region>()` of the writer.
+    pub layout_size: u32,
+    /// [`MAX_DEVICES`] of the writer.
+    pub max_devices: u32,
+    /// [`MAX_VGPUS`] of the writer.
+    pub max_vgpus: u32,
+    /// [`MAX_PROCS`] of the writer.
+    pub max_procs: u32,
+    /// Reserved, zero.
+    pub reserved: u32,
+}
+
+/// One vGPU: its name, quota and usage per device.
+#[repr(C)]
+pub struct VgpuSlot {
+    /// [`state`] value.
+    pub state: AtomicU32,
+    /// Reserved, zero.
+    pub reserved: u32,
+    /// NUL-padded name.
+    pub name: [u8; NAME_LEN],
+    /// Quota in bytes per device ([`UNLIMITED`] for none).
+    pub limit: [AtomicU64; MAX_DEVICES],
+    /// Bytes in use per device by every process of the vGPU.
+    pub used: [AtomicU64; MAX_DEVICES],
+    /// Peak of `used` per device.
+    pub peak: [AtomicU64; MAX_DEVICES],
+    /// When processes of this vGPU were last checked for having died (monotonic ns).
+    pub last_reclaim_ns: AtomicU64,
+}
+
+/// One process attached to a vGPU, with what it holds (so a dead process's bytes can be reclaimed).
+#[repr(C)]
+pub struct ProcSlot {
+    /// Owner pid; 0 when free, `u32::MAX` while being reclaimed.
+    pub pid: AtomicU32,
+    /// Index of the vGPU slot.
+    pub vgpu: AtomicU32,
+    /// Owner's start time (from `/proc/PID/stat`), against pid reuse.
+    pub start_time: AtomicU64,
+    /// Bytes the process holds per device.
+    pub used: [AtomicU64; MAX_DEVICES],
+}
+
+/// The whole region.
+#[repr(C)]
+pub struct Region {
+    /// Header.
+    pub header: Header,
+    /// vGPU slots.
+    pub vgpus: [VgpuSlot; MAX_VGPUS],
+    /// Process slots.
+    pub procs: [ProcSlot; MAX_PROCS],
+}
+
+/// Size of a version-1 region file.
+pub const LAYOUT_SIZE: usize = std::mem::size_of::<Region>();

@@ -1,0 +1,154 @@
+//! `TESSERA_*` configuration of a process under the shim. Every value is checked; a malformed one is a
+//! [`ConfigError`] naming the variable and the accepted forms, and the shim then fails closed.
+
+use crate::log::{self, Level};
+use tessera_ffi::units::{PerDevice, parse_per_device, parse_size};
+
+/// Every variable the shim reads (others with the prefix get a warning: probably a typo).
+pub const KNOWN: &[&str] = &[
+    "TESSERA_MEMORY_LIMIT",
+    "TESSERA_VGPU",
+    "TESSERA_REGION",
+    "TESSERA_LOG",
+    "TESSERA_REAL_LIBCUDA",
+    "TESSERA_REAL_LIBNVML",
+    "TESSERA_LIB_DIR",
+];
+
+/// The shim's configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// Memory quota in bytes, for every device or per device; `None` means no quota.
+    pub memory_limit: Option<PerDevice<u64>>,
+    /// vGPU whose quota the process shares; `None` for a quota of its own.
+    pub vgpu: Option<String>,
+    /// Shared-memory region file holding the vGPUs' quotas and usage.
+    pub region: String,
+    /// Log threshold.
+    pub log: Level,
+}
+
+/// A malformed variable.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConfigError {
+    /// The variable.
+    pub var: &'static str,
+    /// What is wrong, with the accepted forms.
+    pub message: String,
+}
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.var, self.message)
+    }
+}
+
+/// The default region: per user, in shared memory.
+pub fn default_region() -> String {
+    // SAFETY: getuid cannot fail.
+    let uid = unsafe { libc::getuid() };
+    format!("/dev/shm/tessera-{uid}.region")
+}
+
+/// True when `name` is usable as a vGPU name (it is also a file-name component and a CLI argument).
+pub fn valid_vgpu_name(name: &str) -> bool {
+    (1..=63).contains(&name.len())
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+        && !name.starts_with('.')
+}
+
+impl Config {
+    /// Reads the process environment.
+    pub fn from_env() -> Result<Config, ConfigError> {
+        for (k, _) in std::env::vars_os() {
+            let k = k.to_string_lossy();
+            if k.starts_with("TESSERA_") && !KNOWN.contains(&k.as_ref()) && !k.starts_with("TESSERA_TEST_") {
+                log::warn(format_args!("ignoring unknown variable {k} (known: {})", KNOWN.join(", ")));
+            }
+        }
+        Self::from_lookup(|k| std::env::var(k).ok())
+    }
+
+    /// Reads the configuration through `get`.
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+        let err = |var: &'static str| move |message: String| ConfigError { var, message };
+        let log = match get("TESSERA_LOG") {
+            None => Level::Warn,
+            Some(v) => Level::parse(&v)
+                .ok_or_else(|| err("TESSERA_LOG")(format!("{v:?} is not a level; use one of {}", log::ACCEPTED)))?,
+        };
+        let memory_limit = get("TESSERA_MEMORY_LIMIT")
+            .map(|v| {
+                let limit = parse_per_device(&v, parse_size).map_err(|e| {
+                    err("TESSERA_MEMORY_LIMIT")(format!(
+                        "{e}; accepted: a size for every device (8GiB, 512MiB, 1.5GB, bytes) or per device (0=8GiB,1=4GiB)"
+                    ))
+                })?;
+                match &limit {
+                    PerDevice::All(0) => Err(err("TESSERA_MEMORY_LIMIT")("a quota of 0 bytes allows nothing".into())),
+                    PerDevice::Each(list) if list.iter().any(|(d, _)| *d as usize >= tessera_ffi::region::MAX_DEVICES) => {
+                        Err(err("TESSERA_MEMORY_LIMIT")(format!(
+                            "device ordinals go up to {}",
+                            tessera_ffi::region::MAX_DEVICES - 1
+                        )))
+                    }
+                    _ => Ok(limit),
+                }
+            })
+            .transpose()?;
+        let vgpu = match get("TESSERA_VGPU") {
+            Some(v) if !valid_vgpu_name(&v) => {
+                return Err(err("TESSERA_VGPU")(format!(
+                    "{v:?} is not a vGPU name; use 1-63 letters, digits, '-', '_' or '.'"
+                )));
+            }
+            v => v,
+        };
+        let region = match get("TESSERA_REGION") {
+            Some(r) if r.trim().is_empty() => return Err(err("TESSERA_REGION")("is empty; give a file path".into())),
+            Some(r) => r,
+            None => default_region(),
+        };
+        Ok(Config { memory_limit, vgpu, region, log })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn cfg(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let m: HashMap<String, String> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Config::from_lookup(|k| m.get(k).cloned())
+    }
+
+    #[test]
+    fn accepted_forms() {
+        assert_eq!(cfg(&[]).unwrap().memory_limit, None);
+        assert_eq!(cfg(&[("TESSERA_MEMORY_LIMIT", "8GiB")]).unwrap().memory_limit, Some(PerDevice::All(8 << 30)));
+        assert_eq!(cfg(&[("TESSERA_MEMORY_LIMIT", "1.5GB")]).unwrap().memory_limit, Some(PerDevice::All(1_500_000_000)));
+        let each = cfg(&[("TESSERA_MEMORY_LIMIT", "0=8GiB,1=4GiB")]).unwrap().memory_limit.unwrap();
+        assert_eq!((each.get(0), each.get(1), each.get(2)), (Some(8 << 30), Some(4 << 30), None));
+        assert_eq!(cfg(&[("TESSERA_VGPU", "team-a_1")]).unwrap().vgpu.as_deref(), Some("team-a_1"));
+        assert_eq!(cfg(&[("TESSERA_LOG", "debug")]).unwrap().log, Level::Debug);
+    }
+
+    #[test]
+    fn malformed_values_name_the_variable() {
+        for (var, value) in [
+            ("TESSERA_MEMORY_LIMIT", "lots"),
+            ("TESSERA_MEMORY_LIMIT", "0"),
+            ("TESSERA_MEMORY_LIMIT", "-1GiB"),
+            ("TESSERA_MEMORY_LIMIT", "0=8GiB,x=1"),
+            ("TESSERA_MEMORY_LIMIT", "99=1GiB"),
+            ("TESSERA_VGPU", "a/b"),
+            ("TESSERA_VGPU", ""),
+            ("TESSERA_LOG", "loud"),
+            ("TESSERA_REGION", " "),
+        ] {
+            let e = cfg(&[(var, value)]).unwrap_err();
+            assert_eq!(e.var, var, "{var}={value:?}");
+        }
+    }
+}

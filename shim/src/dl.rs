@@ -1,0 +1,122 @@
+//! `dlsym` and `dlvsym` interposition.
+//!
+//! Both entry points are naked trampolines: they ask [`hook_for`] whether the lookup names an intercepted
+//! function on the driver's handle (or `RTLD_DEFAULT`/`RTLD_NEXT`), return the shim's entry if so, and
+//! otherwise *jump* to libc's implementation. Jumping rather than calling keeps the caller's return address
+//! in place, which is what `RTLD_NEXT` is resolved against: a preloaded allocator asking for the next
+//! `malloc` still gets libc's, not its own.
+
+use crate::{elf, hooks, real};
+use std::ffi::{CStr, c_char, c_void};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// libc's `dlsym` and `dlvsym`, found by reading libc's symbol table (see [`elf`]).
+static LIBC_DLSYM: AtomicUsize = AtomicUsize::new(0);
+static LIBC_DLVSYM: AtomicUsize = AtomicUsize::new(0);
+
+/// `RTLD_NEXT` as the C headers define it.
+const RTLD_NEXT: usize = usize::MAX;
+
+/// Finds libc's `dlsym` and `dlvsym` (in `libdl` before glibc 2.34). Aborts if they cannot be found:
+/// without them no library could be resolved at all, and the trampolines would jump to address zero.
+fn libc_functions() -> (usize, usize) {
+    let cached = (LIBC_DLSYM.load(Ordering::Acquire), LIBC_DLVSYM.load(Ordering::Acquire));
+    if cached.0 != 0 && cached.1 != 0 {
+        return cached;
+    }
+    let find = |name: &str| elf::lookup("libc.so", name).or_else(|| elf::lookup("libdl.so", name));
+    match (find("dlsym"), find("dlvsym")) {
+        (Some(s), Some(v)) => {
+            LIBC_DLSYM.store(s, Ordering::Release);
+            LIBC_DLVSYM.store(v, Ordering::Release);
+            (s, v)
+        }
+        _ => {
+            eprintln!("tessera: cannot find libc's dlsym/dlvsym; the shim cannot run in this process");
+            std::process::abort();
+        }
+    }
+}
+
+/// libc's `dlsym`, for the shim's own lookups (which must never come back to the shim's entry points).
+pub fn real_dlsym(handle: *mut c_void, name: &CStr) -> *mut c_void {
+    let f: unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void =
+        // SAFETY: the address is libc's dlsym, whose C signature this is.
+        unsafe { std::mem::transmute(libc_functions().0) };
+    // SAFETY: calling dlsym with a caller-provided handle and a NUL-terminated name.
+    unsafe { f(handle, name.as_ptr()) }
+}
+
+/// The shim's entry for `name` when a lookup on `handle` should see it, else NULL.
+///
+/// Called by the trampolines before anything else; also makes sure libc's functions are known, since
+/// the trampolines jump to them right after.
+extern "C" fn hook_for(handle: *mut c_void, name: *const c_char) -> *mut c_void {
+    libc_functions();
+    std::panic::catch_unwind(|| {
+        if name.is_null() {
+            return std::ptr::null_mut();
+        }
+        // SAFETY: dlsym's contract: a NUL-terminated symbol name.
+        let name = unsafe { CStr::from_ptr(name) };
+        let Some(hook) = hooks::find(name.to_bytes()) else { return std::ptr::null_mut() };
+        let h = handle as usize;
+        let ours = h == 0 || h == RTLD_NEXT || real::handle(hook.lib).is_ok_and(|real| real as usize == h);
+        if ours { hook.address() } else { std::ptr::null_mut() }
+    })
+    .unwrap_or(std::ptr::null_mut())
+}
+
+/// `dlsym`: intercepted CUDA/NVML names resolve to the shim; everything else is libc's answer.
+///
+/// # Safety
+/// As libc's `dlsym`.
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dlsym(handle: *mut c_void, name: *const c_char) -> *mut c_void {
+    // Entry: rsp = 8 (mod 16). Two pushes and 8 bytes keep the call aligned.
+    std::arch::naked_asm!(
+        "push rdi",
+        "push rsi",
+        "sub rsp, 8",
+        "call {hook}",
+        "add rsp, 8",
+        "pop rsi",
+        "pop rdi",
+        "test rax, rax",
+        "jnz 2f",
+        "jmp qword ptr [rip + {libc}]",
+        "2:",
+        "ret",
+        hook = sym hook_for,
+        libc = sym LIBC_DLSYM,
+    )
+}
+
+/// `dlvsym`: as [`dlsym`], with the version passed through to libc for names that are not intercepted.
+///
+/// # Safety
+/// As libc's `dlvsym`.
+#[cfg(target_arch = "x86_64")]
+#[unsafe(naked)]
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dlvsym(handle: *mut c_void, name: *const c_char, version: *const c_char) -> *mut c_void {
+    // Entry: rsp = 8 (mod 16). Three pushes leave it aligned for the call.
+    std::arch::naked_asm!(
+        "push rdi",
+        "push rsi",
+        "push rdx",
+        "call {hook}",
+        "pop rdx",
+        "pop rsi",
+        "pop rdi",
+        "test rax, rax",
+        "jnz 2f",
+        "jmp qword ptr [rip + {libc}]",
+        "2:",
+        "ret",
+        hook = sym hook_for,
+        libc = sym LIBC_DLVSYM,
+    )
+}

@@ -1,0 +1,71 @@
+//! Logging to stderr (never stdout: tools parse `nvidia-smi`-like output), filtered by `TESSERA_LOG`.
+
+use std::fmt::Arguments;
+use std::sync::atomic::{AtomicU8, Ordering};
+
+/// Severity, most severe first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Level {
+    /// Something failed.
+    Error = 1,
+    /// Something the user should know (the default threshold).
+    Warn = 2,
+    /// Notable events.
+    Info = 3,
+    /// Per-call detail.
+    Debug = 4,
+    /// Everything.
+    Trace = 5,
+}
+
+static THRESHOLD: AtomicU8 = AtomicU8::new(Level::Warn as u8);
+
+/// Accepted `TESSERA_LOG` values.
+pub const ACCEPTED: &str = "error, warn, info, debug, trace";
+
+impl Level {
+    /// Parses a `TESSERA_LOG` value.
+    pub fn parse(text: &str) -> Option<Level> {
+        Some(match text.trim().to_ascii_lowercase().as_str() {
+            "error" => Level::Error,
+            "warn" | "warning" => Level::Warn,
+            "info" => Level::Info,
+            "debug" => Level::Debug,
+            "trace" => Level::Trace,
+            _ => return None,
+        })
+    }
+}
+
+/// Sets the threshold.
+pub fn set_level(level: Level) {
+    THRESHOLD.store(level as u8, Ordering::Relaxed);
+}
+
+/// True when messages at `level` are printed.
+pub fn enabled(level: Level) -> bool {
+    level as u8 <= THRESHOLD.load(Ordering::Relaxed)
+}
+
+/// Prints one line at `level`.
+pub fn log(level: Level, args: Arguments<'_>) {
+    if enabled(level) {
+        let tag = format!("{level:?}").to_ascii_lowercase();
+        eprintln!("tessera[{}] {tag}: {args}", std::process::id());
+    }
+}
+
+/// [`log`] at error level.
+pub fn error(args: Arguments<'_>) {
+    log(Level::Error, args)
+}
+
+/// [`log`] at warn level.
+pub fn warn(args: Arguments<'_>) {
+    log(Level::Warn, args)
+}
+
+/// [`log`] at debug level.
+pub fn debug(args: Arguments<'_>) {
+    log(Level::Debug, args)
+}
