@@ -127,7 +127,10 @@ mod tests {
     fn accepted_forms() {
         assert_eq!(cfg(&[]).unwrap().memory_limit, None);
         assert_eq!(cfg(&[("TESSERA_MEMORY_LIMIT", "8GiB")]).unwrap().memory_limit, Some(PerDevice::All(8 << 30)));
-        assert_eq!(cfg(&[("TESSERA_MEMORY_LIMIT", "1.5GB")]).unwrap().memory_limit, Some(PerDevice::All(1_500_000_000)));
+        assert_eq!(
+            cfg(&[("TESSERA_MEMORY_LIMIT", "1.5GB")]).unwrap().memory_limit,
+            Some(PerDevice::All(1_500_000_000))
+        );
         let each = cfg(&[("TESSERA_MEMORY_LIMIT", "0=8GiB,1=4GiB")]).unwrap().memory_limit.unwrap();
         assert_eq!((each.get(0), each.get(1), each.get(2)), (Some(8 << 30), Some(4 << 30), None));
         assert_eq!(cfg(&[("TESSERA_VGPU", "team-a_1")]).unwrap().vgpu.as_deref(), Some("team-a_1"));

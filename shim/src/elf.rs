@@ -153,7 +153,7 @@ mod tests {
     #[test]
     fn finds_libc_functions() {
         let getpid = super::lookup("libc.so", "getpid").expect("libc getpid");
-        assert_eq!(getpid, libc::getpid as usize);
+        assert_eq!(getpid, libc::getpid as *const () as usize);
         assert!(super::lookup("libc.so", "no_such_symbol_anywhere").is_none());
         assert!(super::names("/lib/x86_64-linux-gnu/libc.so.6", "libc.so"));
         assert!(!super::names("/lib/libcapture.so", "libc.so"));

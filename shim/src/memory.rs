@@ -13,7 +13,14 @@ pub fn alloc(_dptr: *mut CUdeviceptr, _size: usize, real: impl FnOnce() -> Statu
 }
 
 /// `cuMemAllocPitch_v2` (pass-through until quotas are enforced).
-pub fn alloc_pitch(_dptr: *mut CUdeviceptr, _pitch: *mut usize, _width: usize, _height: usize, _elem: c_uint, real: impl FnOnce() -> Status) -> Res {
+pub fn alloc_pitch(
+    _dptr: *mut CUdeviceptr,
+    _pitch: *mut usize,
+    _width: usize,
+    _height: usize,
+    _elem: c_uint,
+    real: impl FnOnce() -> Status,
+) -> Res {
     status(real())
 }
 
@@ -33,7 +40,13 @@ pub fn alloc_async(_dptr: *mut CUdeviceptr, _size: usize, _stream: CUstream, rea
 }
 
 /// `cuMemAllocFromPoolAsync` (pass-through until quotas are enforced).
-pub fn alloc_from_pool(_dptr: *mut CUdeviceptr, _size: usize, _pool: CUmemoryPool, _stream: CUstream, real: impl FnOnce() -> Status) -> Res {
+pub fn alloc_from_pool(
+    _dptr: *mut CUdeviceptr,
+    _size: usize,
+    _pool: CUmemoryPool,
+    _stream: CUstream,
+    real: impl FnOnce() -> Status,
+) -> Res {
     status(real())
 }
 
@@ -43,7 +56,13 @@ pub fn free_async(_dptr: CUdeviceptr, _stream: CUstream, real: impl FnOnce() -> 
 }
 
 /// `cuMemCreate` (pass-through until quotas are enforced).
-pub fn create(_handle: *mut CUmemGenericAllocationHandle, _size: usize, _prop: *const CUmemAllocationProp, _flags: c_ulonglong, real: impl FnOnce() -> Status) -> Res {
+pub fn create(
+    _handle: *mut CUmemGenericAllocationHandle,
+    _size: usize,
+    _prop: *const CUmemAllocationProp,
+    _flags: c_ulonglong,
+    real: impl FnOnce() -> Status,
+) -> Res {
     status(real())
 }
 
@@ -58,7 +77,11 @@ pub fn array_create(_handle: *mut CUarray, _desc: *const CUDA_ARRAY_DESCRIPTOR, 
 }
 
 /// `cuArray3DCreate_v2` (pass-through until quotas are enforced).
-pub fn array3d_create(_handle: *mut CUarray, _desc: *const CUDA_ARRAY3D_DESCRIPTOR, real: impl FnOnce() -> Status) -> Res {
+pub fn array3d_create(
+    _handle: *mut CUarray,
+    _desc: *const CUDA_ARRAY3D_DESCRIPTOR,
+    real: impl FnOnce() -> Status,
+) -> Res {
     status(real())
 }
 
@@ -68,7 +91,12 @@ pub fn array_destroy(_handle: CUarray, real: impl FnOnce() -> Status) -> Res {
 }
 
 /// `cuMipmappedArrayCreate` (pass-through until quotas are enforced).
-pub fn mipmapped_create(_handle: *mut CUmipmappedArray, _desc: *const CUDA_ARRAY3D_DESCRIPTOR, _levels: c_uint, real: impl FnOnce() -> Status) -> Res {
+pub fn mipmapped_create(
+    _handle: *mut CUmipmappedArray,
+    _desc: *const CUDA_ARRAY3D_DESCRIPTOR,
+    _levels: c_uint,
+    real: impl FnOnce() -> Status,
+) -> Res {
     status(real())
 }
 
@@ -83,12 +111,25 @@ pub fn ctx_create(_pctx: *mut CUcontext, _flags: c_uint, _dev: CUdevice, real: i
 }
 
 /// `cuCtxCreate_v3` (pass-through until quotas are enforced).
-pub fn ctx_create_v3(_pctx: *mut CUcontext, _params: *mut CUexecAffinityParam, _num_params: c_int, _flags: c_uint, _dev: CUdevice, real: impl FnOnce() -> Status) -> Res {
+pub fn ctx_create_v3(
+    _pctx: *mut CUcontext,
+    _params: *mut CUexecAffinityParam,
+    _num_params: c_int,
+    _flags: c_uint,
+    _dev: CUdevice,
+    real: impl FnOnce() -> Status,
+) -> Res {
     status(real())
 }
 
 /// `cuCtxCreate_v4` (pass-through until quotas are enforced).
-pub fn ctx_create_v4(_pctx: *mut CUcontext, _params: *mut CUctxCreateParams, _flags: c_uint, _dev: CUdevice, real: impl FnOnce() -> Status) -> Res {
+pub fn ctx_create_v4(
+    _pctx: *mut CUcontext,
+    _params: *mut CUctxCreateParams,
+    _flags: c_uint,
+    _dev: CUdevice,
+    real: impl FnOnce() -> Status,
+) -> Res {
     status(real())
 }
 

@@ -20,7 +20,13 @@ fn substitute(pfn: *mut *mut c_void) {
 }
 
 /// `cuGetProcAddress` (CUDA 11.3-11.8 signature).
-pub fn v1(_symbol: *const c_char, pfn: *mut *mut c_void, _version: c_int, _flags: u64, real: impl FnOnce() -> Status) -> Res {
+pub fn v1(
+    _symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    _version: c_int,
+    _flags: u64,
+    real: impl FnOnce() -> Status,
+) -> Res {
     status(real())?;
     substitute(pfn);
     Ok(())

@@ -39,18 +39,36 @@ pub struct Run {
     pub stderr: String,
 }
 
-/// The library folder (prepared once per test binary), or a failure telling how to build it (never a skip).
+/// The folder cargo built the libraries into, or a failure telling how to build them (never a skip).
+pub fn build_dir() -> PathBuf {
+    static DIR: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let dir = DIR.get_or_init(|| {
+        let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
+        simgpu::libdir::find_build_dir(&exe).map_err(|e| {
+            format!("the simulated driver is not built: {e}\nrun `cargo build --release` first, then the tests")
+        })
+    });
+    dir.clone().unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The library folder (prepared once per test binary).
 fn library_folder() -> PathBuf {
     static FOLDER: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     let folder = FOLDER.get_or_init(|| {
-        let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
-        let build = simgpu::libdir::find_build_dir(&exe).map_err(|e| {
-            format!("the simulated driver is not built: {e}\nrun `cargo build --release` first, then the tests")
-        })?;
-        simgpu::libdir::prepare(&build).map_err(|e| format!("cannot create the simgpu library folder: {e}"))
+        simgpu::libdir::prepare(&build_dir()).map_err(|e| format!("cannot create the simgpu library folder: {e}"))
     });
     folder.clone().unwrap_or_else(|e| panic!("{e}"))
 }
+
+/// The preloadable shim, `libtessera.so`, built beside the simulated driver.
+pub fn shim_path() -> PathBuf {
+    let path = build_dir().join("libtessera.so");
+    assert!(path.is_file(), "{} is missing: run `cargo build --release` first", path.display());
+    path
+}
+
+/// Set in the test process to run every scenario under the shim with no `TESSERA_` setting (transparency).
+pub const UNDER_SHIM: &str = "TESSERA_TEST_UNDER_SHIM";
 
 impl Sim {
     /// A machine with the default devices and a state file unique to `tag` and this process.
@@ -67,7 +85,14 @@ impl Sim {
         let mut env = simgpu::libdir::environment(&folder, old.as_deref());
         env.retain(|(k, _)| k != "SIMGPU_STATE");
         env.push(("SIMGPU_STATE".into(), state.to_string_lossy().into_owned()));
-        Sim { env, state }
+        let sim = Sim { env, state };
+        if std::env::var_os(UNDER_SHIM).is_some() { sim.with_shim() } else { sim }
+    }
+
+    /// Runs programs under the shim (`LD_PRELOAD=libtessera.so`).
+    pub fn with_shim(self) -> Sim {
+        let shim = shim_path();
+        self.with("LD_PRELOAD", &shim.to_string_lossy())
     }
 
     /// Sets (or overrides) one environment variable of the machine.
@@ -77,12 +102,21 @@ impl Sim {
         self
     }
 
-    /// The probe command with this machine's environment; `SIMGPU_*` variables of the test's own
-    /// environment are removed so a developer's shell settings cannot leak in.
+    /// The probe command with this machine's environment.
     pub fn command(&self, args: &[&str]) -> Command {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_simgpu-probe"));
+        self.command_for(env!("CARGO_BIN_EXE_simgpu-probe"), args)
+    }
+
+    /// Any program with this machine's environment; `SIMGPU_*`, `TESSERA_*` and `LD_PRELOAD` of the test's
+    /// own environment are removed so a developer's shell settings cannot leak in.
+    pub fn command_for(&self, program: impl AsRef<std::ffi::OsStr>, args: &[&str]) -> Command {
+        let mut cmd = Command::new(program);
         cmd.args(args);
-        for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("SIMGPU_")) {
+        for (k, _) in std::env::vars().filter(|(k, _)| {
+            k.starts_with("SIMGPU_")
+                || (k.starts_with("TESSERA_") && !k.starts_with("TESSERA_TEST_"))
+                || k == "LD_PRELOAD"
+        }) {
             cmd.env_remove(k);
         }
         cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
