@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, exactly as CI runs it: formatting, lints, a release build of every crate
-# (the simulated driver and NVML must exist before the end-to-end tests spawn programs on them),
-# then every test of the workspace.
+# (the simulated driver and NVML must exist before the end-to-end tests spawn programs on them), NVIDIA's
+# cuda.h for the C test programs (the tests install it themselves too when missing), then every test of
+# the workspace.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,6 +12,8 @@ echo "== cargo clippy"
 cargo clippy --workspace --all-targets --release -- -D warnings
 echo "== cargo build --release"
 cargo build --workspace --release
+echo "== NVIDIA's cuda.h for the C test programs (pip package, installed once into target/pydeps)"
+./tools/cuda-headers.sh
 echo "== cargo test --release"
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT

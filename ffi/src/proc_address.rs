@@ -17,6 +17,10 @@ pub struct ProcAddressRow {
 
 include!(concat!(env!("OUT_DIR"), "/proc_address_rows.rs"));
 
+/// The CUDA version of the driver the table was probed on: its answers are authoritative for requests up to
+/// this version; a newer driver may answer newer requests with variants the table does not know.
+pub const PROBED_VERSION: u32 = 13000;
+
 /// `CU_GET_PROC_ADDRESS_DEFAULT`.
 pub const FLAG_DEFAULT: u64 = 0;
 /// `CU_GET_PROC_ADDRESS_LEGACY_STREAM`.
@@ -125,6 +129,12 @@ mod tests {
     #[test]
     fn unknown_flag_bits_resolve_like_default() {
         assert_eq!(resolve("cuLaunchKernel", 12000, 8), resolve("cuLaunchKernel", 12000, 0));
+    }
+
+    #[test]
+    fn no_row_is_newer_than_the_probed_driver() {
+        assert!(ROWS.iter().all(|r| r.min_version <= PROBED_VERSION));
+        assert!(ROWS.iter().any(|r| r.min_version == PROBED_VERSION));
     }
 
     #[test]

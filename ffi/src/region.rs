@@ -4,6 +4,14 @@
 //!
 //! Layout version 1: a header, then [`MAX_VGPUS`] vGPU slots, then [`MAX_PROCS`] process slots, all
 //! `#[repr(C)]` atomics so that every access after opening is a lock-free atomic operation.
+//!
+//! Protocol (the shim implements it; anything else that maps the region must follow it):
+//! - the file is created, checked and its slots claimed or configured only under `flock(LOCK_EX)`;
+//! - a vGPU's `used[d]` only grows by a compare-and-swap that keeps it at most `limit[d]`, so processes
+//!   sharing a quota can never overshoot it; each process mirrors what it holds in its [`ProcSlot`];
+//! - a process slot is claimed by a CAS of `pid` from 0 to `u32::MAX`, filled, then published by storing
+//!   the owner's pid; whoever finds the owner dead (pid and start time no longer match a live process)
+//!   CASes `pid` to `u32::MAX`, subtracts the slot's `used` from its vGPU and frees it.
 
 use std::sync::atomic::{AtomicU32, AtomicU64};
 
@@ -68,6 +76,26 @@ pub struct VgpuSlot {
     pub last_reclaim_ns: AtomicU64,
 }
 
+impl VgpuSlot {
+    /// The slot's name, without its NUL padding.
+    pub fn name_bytes(&self) -> &[u8] {
+        let end = self.name.iter().position(|&b| b == 0).unwrap_or(NAME_LEN);
+        &self.name[..end]
+    }
+}
+
+/// `name` NUL-padded to [`NAME_LEN`] bytes; `None` when it is empty, holds a NUL or leaves no room for
+/// the terminating NUL.
+pub fn encode_name(name: &str) -> Option<[u8; NAME_LEN]> {
+    let b = name.as_bytes();
+    if b.is_empty() || b.len() >= NAME_LEN || b.contains(&0) {
+        return None;
+    }
+    let mut out = [0u8; NAME_LEN];
+    out[..b.len()].copy_from_slice(b);
+    Some(out)
+}
+
 /// One process attached to a vGPU, with what it holds (so a dead process's bytes can be reclaimed).
 #[repr(C)]
 pub struct ProcSlot {
@@ -94,3 +122,26 @@ pub struct Region {
 
 /// Size of a version-1 region file.
 pub const LAYOUT_SIZE: usize = std::mem::size_of::<Region>();
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_bad_ones_are_refused() {
+        let n = encode_name("team-a").unwrap();
+        assert_eq!(&n[..7], b"team-a\0");
+        assert!(encode_name("").is_none());
+        assert!(encode_name(&"x".repeat(NAME_LEN)).is_none());
+        assert!(encode_name("a\0b").is_none());
+        assert!(encode_name(&"x".repeat(NAME_LEN - 1)).is_some());
+    }
+
+    #[test]
+    fn layout_is_stable() {
+        assert_eq!(std::mem::size_of::<Header>(), 32);
+        assert_eq!(std::mem::size_of::<VgpuSlot>(), 8 + NAME_LEN + 3 * 8 * MAX_DEVICES + 8);
+        assert_eq!(std::mem::size_of::<ProcSlot>(), 16 + 8 * MAX_DEVICES);
+        assert_eq!(LAYOUT_SIZE, 32 + MAX_VGPUS * 464 + MAX_PROCS * 144);
+    }
+}

@@ -124,9 +124,50 @@ pub fn parse_per_device<T>(text: &str, parse: impl Fn(&str) -> Result<T, String>
     Ok(PerDevice::Each(list))
 }
 
+/// Parses a memory quota (`TESSERA_MEMORY_LIMIT`, `tessera run --memory`): a size for every device or
+/// per device; zero and device ordinals beyond the region's are refused. Errors name the accepted forms.
+pub fn parse_memory_limit(text: &str) -> Result<PerDevice<u64>, String> {
+    let limit = parse_per_device(text, parse_size).map_err(|e| {
+        format!("{e}; accepted: a size for every device (8GiB, 512MiB, 1.5GB, bytes) or per device (0=8GiB,1=4GiB)")
+    })?;
+    let max = crate::region::MAX_DEVICES as u32;
+    match &limit {
+        PerDevice::All(0) => Err("a quota of 0 bytes allows nothing".into()),
+        PerDevice::Each(list) if list.iter().any(|(d, _)| *d >= max) => {
+            Err(format!("device ordinals go up to {}", max - 1))
+        }
+        _ => Ok(limit),
+    }
+}
+
+/// True when `name` is usable as a vGPU name (`TESSERA_VGPU`, `tessera run --vgpu`): 1-63 letters, digits,
+/// `-`, `_` or `.`, not starting with `.` (it is also a file-name component and a CLI argument).
+pub fn valid_vgpu_name(name: &str) -> bool {
+    (1..=63).contains(&name.len())
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+        && !name.starts_with('.')
+}
+
+/// What [`valid_vgpu_name`] accepts, for error messages.
+pub const VGPU_NAME_FORM: &str = "use 1-63 letters, digits, '-', '_' or '.', not starting with '.'";
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn memory_limits_and_vgpu_names() {
+        assert_eq!(parse_memory_limit("8GiB"), Ok(PerDevice::All(8 << 30)));
+        assert_eq!(parse_memory_limit("0=1GiB,1=2GiB").unwrap().get(1), Some(2 << 30));
+        for bad in ["lots", "0", "-1GiB", "0=8GiB,x=1", "99=1GiB"] {
+            assert!(parse_memory_limit(bad).is_err(), "{bad:?}");
+        }
+        assert!(parse_memory_limit("lots").unwrap_err().contains("0=8GiB,1=4GiB"));
+        assert!(valid_vgpu_name("team-a_1.x"));
+        for bad in ["", "a/b", ".hidden", "a b", &"x".repeat(64)] {
+            assert!(!valid_vgpu_name(bad), "{bad:?}");
+        }
+    }
 
     #[test]
     fn sizes() {

@@ -2,7 +2,7 @@
 //! [`ConfigError`] naming the variable and the accepted forms, and the shim then fails closed.
 
 use crate::log::{self, Level};
-use tessera_ffi::units::{PerDevice, parse_per_device, parse_size};
+use tessera_ffi::units::{PerDevice, VGPU_NAME_FORM, parse_memory_limit, valid_vgpu_name};
 
 /// Every variable the shim reads (others with the prefix get a warning: probably a typo).
 pub const KNOWN: &[&str] = &[
@@ -50,13 +50,6 @@ pub fn default_region() -> String {
     format!("/dev/shm/tessera-{uid}.region")
 }
 
-/// True when `name` is usable as a vGPU name (it is also a file-name component and a CLI argument).
-pub fn valid_vgpu_name(name: &str) -> bool {
-    (1..=63).contains(&name.len())
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
-        && !name.starts_with('.')
-}
-
 impl Config {
     /// Reads the process environment.
     pub fn from_env() -> Result<Config, ConfigError> {
@@ -78,29 +71,11 @@ impl Config {
                 .ok_or_else(|| err("TESSERA_LOG")(format!("{v:?} is not a level; use one of {}", log::ACCEPTED)))?,
         };
         let memory_limit = get("TESSERA_MEMORY_LIMIT")
-            .map(|v| {
-                let limit = parse_per_device(&v, parse_size).map_err(|e| {
-                    err("TESSERA_MEMORY_LIMIT")(format!(
-                        "{e}; accepted: a size for every device (8GiB, 512MiB, 1.5GB, bytes) or per device (0=8GiB,1=4GiB)"
-                    ))
-                })?;
-                match &limit {
-                    PerDevice::All(0) => Err(err("TESSERA_MEMORY_LIMIT")("a quota of 0 bytes allows nothing".into())),
-                    PerDevice::Each(list) if list.iter().any(|(d, _)| *d as usize >= tessera_ffi::region::MAX_DEVICES) => {
-                        Err(err("TESSERA_MEMORY_LIMIT")(format!(
-                            "device ordinals go up to {}",
-                            tessera_ffi::region::MAX_DEVICES - 1
-                        )))
-                    }
-                    _ => Ok(limit),
-                }
-            })
+            .map(|v| parse_memory_limit(&v).map_err(err("TESSERA_MEMORY_LIMIT")))
             .transpose()?;
         let vgpu = match get("TESSERA_VGPU") {
             Some(v) if !valid_vgpu_name(&v) => {
-                return Err(err("TESSERA_VGPU")(format!(
-                    "{v:?} is not a vGPU name; use 1-63 letters, digits, '-', '_' or '.'"
-                )));
+                return Err(err("TESSERA_VGPU")(format!("{v:?} is not a vGPU name; {VGPU_NAME_FORM}")));
             }
             v => v,
         };

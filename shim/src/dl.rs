@@ -14,6 +14,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 static LIBC_DLSYM: AtomicUsize = AtomicUsize::new(0);
 static LIBC_DLVSYM: AtomicUsize = AtomicUsize::new(0);
 
+/// `RTLD_DEFAULT` as the C headers define it.
+const RTLD_DEFAULT: usize = 0;
 /// `RTLD_NEXT` as the C headers define it.
 const RTLD_NEXT: usize = usize::MAX;
 
@@ -61,7 +63,7 @@ extern "C" fn hook_for(handle: *mut c_void, name: *const c_char) -> *mut c_void 
         let name = unsafe { CStr::from_ptr(name) };
         let Some(hook) = hooks::find(name.to_bytes()) else { return std::ptr::null_mut() };
         let h = handle as usize;
-        let ours = h == 0 || h == RTLD_NEXT || real::handle(hook.lib).is_ok_and(|real| real as usize == h);
+        let ours = h == RTLD_DEFAULT || h == RTLD_NEXT || real::is_handle(hook.lib, handle);
         if ours { hook.address() } else { std::ptr::null_mut() }
     })
     .unwrap_or(std::ptr::null_mut())

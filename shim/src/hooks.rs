@@ -88,6 +88,7 @@ macro_rules! hooks {
         #[allow(clippy::too_many_arguments)]
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> u32 {
             crate::guard::call(stringify!($name), || {
+                crate::log::trace(format_args!("call {}", stringify!($name)));
                 let real = || match real_fns::$name.get() {
                     // SAFETY: the real function has this exact C signature.
                     Some(f) => unsafe { f($($arg),*) },
@@ -109,12 +110,14 @@ pub fn find(name: &[u8]) -> Option<&'static Hook> {
     crate::table::HOOKS.iter().find(|h| h.name.as_bytes() == name)
 }
 
-/// The hook substituting for the real function at `addr` (how `cuGetProcAddress` answers are swapped).
+/// The hook substituting for the real driver function at `addr` (how `cuGetProcAddress` answers are
+/// swapped).
 pub fn for_real_address(addr: *mut c_void) -> Option<&'static Hook> {
     static BY_REAL: OnceLock<Vec<(usize, &'static Hook)>> = OnceLock::new();
     let table = BY_REAL.get_or_init(|| {
         let mut v: Vec<(usize, &'static Hook)> = crate::table::HOOKS
             .iter()
+            .filter(|h| h.lib == Lib::Cuda)
             .filter_map(|h| {
                 let name = CString::new(h.name).ok()?;
                 let a = real::address(h.lib, &name);
@@ -126,4 +129,21 @@ pub fn for_real_address(addr: *mut c_void) -> Option<&'static Hook> {
     });
     let i = table.binary_search_by_key(&(addr as usize), |(a, _)| *a).ok()?;
     Some(table[i].1)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::real::Lib;
+
+    /// A misspelt hook would export a name no program calls and intercept nothing.
+    #[test]
+    fn every_driver_hook_is_a_symbol_the_real_driver_exports() {
+        for hook in crate::table::HOOKS.iter().filter(|h| h.lib == Lib::Cuda) {
+            assert!(
+                tessera_ffi::proc_address::is_exported(hook.name) || hook.name == "cuGetProcAddress_v2_ptsz",
+                "{} is not an exported driver symbol",
+                hook.name
+            );
+        }
+    }
 }

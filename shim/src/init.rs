@@ -28,9 +28,11 @@ pub fn config() -> Result<&'static Config, &'static str> {
         .map_err(|e| e.as_str())
 }
 
-/// `cuInit`: checks the configuration before the driver is initialized; a malformed `TESSERA_` value
-/// makes it fail with `CUDA_ERROR_INVALID_VALUE`, so the program never runs without its quota.
+/// `cuInit`: checks the configuration and sets up the memory quota before the driver is initialized; a
+/// malformed `TESSERA_` value or an unusable region makes it fail with `CUDA_ERROR_INVALID_VALUE`, so the
+/// program never runs without its quota.
 pub fn cu_init(_flags: u32, real: impl FnOnce() -> Status) -> Res {
     config().map_err(|_| CUDA_ERROR_INVALID_VALUE)?;
+    crate::quota::active()?;
     status(real())
 }

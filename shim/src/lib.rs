@@ -4,16 +4,26 @@
 //! (exported symbols), `dlopen` + `dlsym`/`dlvsym` (interposed in [`dl`]) and `cuGetProcAddress`
 //! ([`proc_address`]). The intercepted functions are declared once, in [`table`]; their handlers are
 //! grouped by what they govern ([`memory`], [`nvml`], [`init`]).
+//!
+//! Memory quotas: [`quota`] (the region and the accounting), [`alloc_table`] (what each allocation was
+//! charged), [`contexts`] (what contexts cost), [`footprint`] (sizes computed before the driver is
+//! asked), [`driver`] and [`nvml_real`] (queries the shim makes for itself).
 
+mod alloc_table;
 mod config;
+mod contexts;
 mod dl;
+mod driver;
 mod elf;
+mod footprint;
 mod guard;
 mod hooks;
 mod init;
 mod log;
 mod memory;
 mod nvml;
+mod nvml_real;
 mod proc_address;
+mod quota;
 mod real;
 mod table;

@@ -18,7 +18,9 @@ pub enum Level {
     Trace = 5,
 }
 
-static THRESHOLD: AtomicU8 = AtomicU8::new(Level::Warn as u8);
+/// The threshold; 0 until first read from `TESSERA_LOG` (read directly, so that programs that never call
+/// `cuInit`, such as NVML-only tools, and the shim's own start-up messages honour it too).
+static THRESHOLD: AtomicU8 = AtomicU8::new(0);
 
 /// Accepted `TESSERA_LOG` values.
 pub const ACCEPTED: &str = "error, warn, info, debug, trace";
@@ -42,9 +44,23 @@ pub fn set_level(level: Level) {
     THRESHOLD.store(level as u8, Ordering::Relaxed);
 }
 
+/// The threshold in force, read from `TESSERA_LOG` on first use (a malformed value counts as the default
+/// here; the configuration check reports it).
+fn threshold() -> u8 {
+    match THRESHOLD.load(Ordering::Relaxed) {
+        0 => {
+            let level = std::env::var("TESSERA_LOG").ok().and_then(|v| Level::parse(&v)).unwrap_or(Level::Warn);
+            // A concurrent `set_level` wins: it stores the same value, from the same variable.
+            let _ = THRESHOLD.compare_exchange(0, level as u8, Ordering::Relaxed, Ordering::Relaxed);
+            THRESHOLD.load(Ordering::Relaxed)
+        }
+        t => t,
+    }
+}
+
 /// True when messages at `level` are printed.
 pub fn enabled(level: Level) -> bool {
-    level as u8 <= THRESHOLD.load(Ordering::Relaxed)
+    level as u8 <= threshold()
 }
 
 /// Prints one line at `level`.
@@ -65,7 +81,17 @@ pub fn warn(args: Arguments<'_>) {
     log(Level::Warn, args)
 }
 
+/// [`log`] at info level.
+pub fn info(args: Arguments<'_>) {
+    log(Level::Info, args)
+}
+
 /// [`log`] at debug level.
 pub fn debug(args: Arguments<'_>) {
     log(Level::Debug, args)
+}
+
+/// [`log`] at trace level.
+pub fn trace(args: Arguments<'_>) {
+    log(Level::Trace, args)
 }

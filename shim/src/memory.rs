@@ -1,164 +1,404 @@
-//! Memory hooks: quota accounting on every device-memory path.
+//! Memory hooks: quota accounting on every device-memory path, and the memory figures programs see.
+//!
+//! Every allocation reserves its bytes in the quota before the driver is asked, gives them back if the
+//! driver fails, and records what it was charged in the [`alloc_table`](crate::alloc_table) under the
+//! pointer or handle the driver returned; the matching free takes that record out before the driver
+//! frees (so the driver cannot hand the same key out again first) and gives the bytes back once the
+//! driver has freed. Stream-ordered frees give the bytes back when they are queued.
+//!
+//! The device charged is the current context's (the stream's, for stream-ordered allocations made on
+//! the current context's streams, which is how the runtime allocates), or the allocation properties'
+//! location for `cuMemCreate`. A VMM allocation stays charged while its handle, a retained handle or a
+//! mapping of it lives, as the driver keeps the memory for all of those.
 
+use crate::alloc_table::{Entry, Kind, TABLE};
+use crate::footprint::{self, Extent};
 use crate::guard::{Res, Status, status};
-use std::ffi::{c_int, c_uint, c_ulonglong};
+use crate::quota::{self, Quota};
+use crate::{contexts, driver};
+use std::ffi::{c_int, c_uint, c_ulonglong, c_void};
+use tessera_ffi::cuda::CUDA_ERROR_INVALID_VALUE;
 use tessera_ffi::sys::{
     CUDA_ARRAY_DESCRIPTOR, CUDA_ARRAY3D_DESCRIPTOR, CUarray, CUcontext, CUctxCreateParams, CUdevice, CUdeviceptr,
     CUexecAffinityParam, CUmemAllocationProp, CUmemGenericAllocationHandle, CUmemoryPool, CUmipmappedArray, CUstream,
 };
 
-/// `cuMemAlloc_v2` (pass-through until quotas are enforced).
-pub fn alloc(_dptr: *mut CUdeviceptr, _size: usize, real: impl FnOnce() -> Status) -> Res {
-    status(real())
+/// One charge: what, where, and who owns it.
+struct Charge {
+    what: &'static str,
+    kind: Kind,
+    device: usize,
+    owner: u64,
+    bytes: u64,
 }
 
-/// `cuMemAllocPitch_v2` (pass-through until quotas are enforced).
+impl Charge {
+    /// Reserves, calls the driver, and records the result under `key()` (read from the driver's output),
+    /// or gives the bytes back if the driver failed.
+    fn run(self, q: &Quota, real: impl FnOnce() -> Status, key: impl FnOnce() -> u64) -> Res {
+        q.reserve(self.device, self.bytes, self.what)?;
+        if let Err(e) = status(real()) {
+            q.release(self.device, self.bytes);
+            return Err(e);
+        }
+        TABLE.insert(self.kind, key(), Entry::new(self.device as u32, self.bytes, self.owner));
+        Ok(())
+    }
+}
+
+/// An allocation of `bytes` on the current context's device (`bytes` is `None` when it cannot be
+/// represented: charged as everything, so refused).
+fn on_current(
+    q: &Quota,
+    what: &'static str,
+    kind: Kind,
+    bytes: Option<u64>,
+    real: impl FnOnce() -> Status,
+    key: impl FnOnce() -> u64,
+) -> Res {
+    let Some(site) = driver::current() else { return status(real()) };
+    let c = Charge { what, kind, device: site.device, owner: site.ctx, bytes: bytes.unwrap_or(u64::MAX) };
+    c.run(q, real, key)
+}
+
+/// A free of `(kind, key)`: the record comes out first, the bytes go back once the driver freed, and
+/// the record is restored if the driver refused.
+fn free_of(kind: Kind, key: u64, real: impl FnOnce() -> Status) -> Res {
+    let Some(q) = quota::active()? else { return status(real()) };
+    let Some(e) = TABLE.take(kind, key) else { return status(real()) };
+    match status(real()) {
+        Ok(()) => {
+            q.release(e.device as usize, e.bytes);
+            Ok(())
+        }
+        Err(code) => {
+            TABLE.insert(kind, key, e);
+            Err(code)
+        }
+    }
+}
+
+/// Drops one reference to a VMM handle, giving its bytes back with the last one.
+fn unref_physical(q: &Quota, handle: u64) {
+    if let Some(Some(e)) = TABLE.release(Kind::Physical, handle) {
+        q.release(e.device as usize, e.bytes);
+    }
+}
+
+/// Reads a driver output after the driver succeeded.
+///
+/// # Safety
+/// `p` is the output pointer the driver just wrote through successfully.
+unsafe fn written<T: Copy>(p: *const T) -> T {
+    // SAFETY: per the contract.
+    unsafe { *p }
+}
+
+/// `cuMemAlloc_v2`.
+pub fn alloc(dptr: *mut CUdeviceptr, size: usize, real: impl FnOnce() -> Status) -> Res {
+    let Some(q) = quota::active()? else { return status(real()) };
+    // SAFETY: the key is read only after the driver succeeded, having written it.
+    let key = || unsafe { written(dptr) };
+    on_current(q, "cuMemAlloc", Kind::Linear, Some(size as u64), real, key)
+}
+
+/// `cuMemAllocPitch_v2`: charged `pitch × height`; reserved with rows rounded to
+/// [`footprint::PITCH_ALIGN`], then corrected to the pitch the driver chose.
 pub fn alloc_pitch(
-    _dptr: *mut CUdeviceptr,
-    _pitch: *mut usize,
-    _width: usize,
-    _height: usize,
+    dptr: *mut CUdeviceptr,
+    pitch: *mut usize,
+    width: usize,
+    height: usize,
     _elem: c_uint,
     real: impl FnOnce() -> Status,
 ) -> Res {
-    status(real())
+    let Some(q) = quota::active()? else { return status(real()) };
+    let Some(site) = driver::current() else { return status(real()) };
+    let (what, d) = ("cuMemAllocPitch", site.device);
+    let estimate = footprint::pitched(width, height).unwrap_or(u64::MAX);
+    q.reserve(d, estimate, what)?;
+    if let Err(e) = status(real()) {
+        q.release(d, estimate);
+        return Err(e);
+    }
+    // SAFETY: the driver succeeded, so both outputs were written.
+    let (ptr, pitch) = unsafe { (written(dptr), written(pitch)) };
+    let actual = (pitch as u64).saturating_mul(height as u64);
+    if let Err(e) = q.adjust(d, estimate, actual, what) {
+        if let Some(free) = crate::table::real_fns::cuMemFree_v2.get() {
+            // SAFETY: frees the allocation the driver just made for us.
+            unsafe { free(ptr) };
+        }
+        q.release(d, estimate);
+        return Err(e);
+    }
+    TABLE.insert(Kind::Linear, ptr, Entry::new(d as u32, actual, site.ctx));
+    Ok(())
 }
 
-/// `cuMemAllocManaged` (pass-through until quotas are enforced).
-pub fn alloc_managed(_dptr: *mut CUdeviceptr, _size: usize, _flags: c_uint, real: impl FnOnce() -> Status) -> Res {
-    status(real())
+/// `cuMemAllocManaged`: managed memory counts as device memory.
+pub fn alloc_managed(dptr: *mut CUdeviceptr, size: usize, _flags: c_uint, real: impl FnOnce() -> Status) -> Res {
+    let Some(q) = quota::active()? else { return status(real()) };
+    // SAFETY: the key is read only after the driver succeeded, having written it.
+    let key = || unsafe { written(dptr) };
+    on_current(q, "cuMemAllocManaged", Kind::Linear, Some(size as u64), real, key)
 }
 
-/// `cuMemFree_v2` (pass-through until quotas are enforced).
-pub fn free(_dptr: CUdeviceptr, real: impl FnOnce() -> Status) -> Res {
-    status(real())
+/// `cuMemFree_v2`.
+pub fn free(dptr: CUdeviceptr, real: impl FnOnce() -> Status) -> Res {
+    free_of(Kind::Linear, dptr, real)
 }
 
-/// `cuMemAllocAsync` (pass-through until quotas are enforced).
-pub fn alloc_async(_dptr: *mut CUdeviceptr, _size: usize, _stream: CUstream, real: impl FnOnce() -> Status) -> Res {
-    status(real())
+/// `cuMemAllocAsync` and `_ptsz`.
+pub fn alloc_async(dptr: *mut CUdeviceptr, size: usize, _stream: CUstream, real: impl FnOnce() -> Status) -> Res {
+    let Some(q) = quota::active()? else { return status(real()) };
+    // SAFETY: the key is read only after the driver succeeded, having written it.
+    let key = || unsafe { written(dptr) };
+    on_current(q, "cuMemAllocAsync", Kind::Linear, Some(size as u64), real, key)
 }
 
-/// `cuMemAllocFromPoolAsync` (pass-through until quotas are enforced).
+/// `cuMemAllocFromPoolAsync` and `_ptsz`.
 pub fn alloc_from_pool(
-    _dptr: *mut CUdeviceptr,
-    _size: usize,
+    dptr: *mut CUdeviceptr,
+    size: usize,
     _pool: CUmemoryPool,
     _stream: CUstream,
     real: impl FnOnce() -> Status,
 ) -> Res {
-    status(real())
+    let Some(q) = quota::active()? else { return status(real()) };
+    // SAFETY: the key is read only after the driver succeeded, having written it.
+    let key = || unsafe { written(dptr) };
+    on_current(q, "cuMemAllocFromPoolAsync", Kind::Linear, Some(size as u64), real, key)
 }
 
-/// `cuMemFreeAsync` (pass-through until quotas are enforced).
-pub fn free_async(_dptr: CUdeviceptr, _stream: CUstream, real: impl FnOnce() -> Status) -> Res {
-    status(real())
+/// `cuMemFreeAsync` and `_ptsz`: the bytes go back when the free is queued.
+pub fn free_async(dptr: CUdeviceptr, _stream: CUstream, real: impl FnOnce() -> Status) -> Res {
+    free_of(Kind::Linear, dptr, real)
 }
 
-/// `cuMemCreate` (pass-through until quotas are enforced).
+/// `CU_MEM_LOCATION_TYPE_DEVICE`.
+const LOCATION_DEVICE: u32 = 1;
+
+/// `cuMemCreate`: charged on the properties' device; memory located elsewhere (host) is not device
+/// memory and passes through.
 pub fn create(
-    _handle: *mut CUmemGenericAllocationHandle,
-    _size: usize,
-    _prop: *const CUmemAllocationProp,
+    handle: *mut CUmemGenericAllocationHandle,
+    size: usize,
+    prop: *const CUmemAllocationProp,
     _flags: c_ulonglong,
     real: impl FnOnce() -> Status,
 ) -> Res {
-    status(real())
+    let Some(q) = quota::active()? else { return status(real()) };
+    // Leading fields: type, requestedHandleTypes, location.type, location.id (32 bits each).
+    // SAFETY: `prop` is NULL or the caller's readable properties, which start with these four fields.
+    let head = unsafe { prop.cast::<[u32; 4]>().as_ref() }.copied();
+    let device = head.filter(|h| h[2] == LOCATION_DEVICE).and_then(|h| driver::device_index(h[3] as c_int));
+    let Some(device) = device else { return status(real()) };
+    let c = Charge { what: "cuMemCreate", kind: Kind::Physical, device, owner: 0, bytes: size as u64 };
+    // SAFETY: the key is read only after the driver succeeded, having written it.
+    let key = || unsafe { written(handle) };
+    c.run(q, real, key)
 }
 
-/// `cuMemRelease` (pass-through until quotas are enforced).
-pub fn release(_handle: CUmemGenericAllocationHandle, real: impl FnOnce() -> Status) -> Res {
-    status(real())
+/// `cuMemRelease`: drops the handle's own reference.
+pub fn release(handle: CUmemGenericAllocationHandle, real: impl FnOnce() -> Status) -> Res {
+    let Some(q) = quota::active()? else { return status(real()) };
+    let dropped = TABLE.release(Kind::Physical, handle);
+    match status(real()) {
+        Ok(()) => {
+            if let Some(Some(e)) = dropped {
+                q.release(e.device as usize, e.bytes);
+            }
+            Ok(())
+        }
+        Err(code) => {
+            match dropped {
+                Some(Some(e)) => TABLE.insert(Kind::Physical, handle, e),
+                Some(None) => {
+                    TABLE.retain(Kind::Physical, handle);
+                }
+                None => {}
+            }
+            Err(code)
+        }
+    }
 }
 
-/// `cuArrayCreate_v2` (pass-through until quotas are enforced).
-pub fn array_create(_handle: *mut CUarray, _desc: *const CUDA_ARRAY_DESCRIPTOR, real: impl FnOnce() -> Status) -> Res {
-    status(real())
+/// `cuMemMap`: a mapping holds a reference to its handle.
+pub fn map(
+    ptr: CUdeviceptr,
+    size: usize,
+    _offset: usize,
+    handle: CUmemGenericAllocationHandle,
+    _flags: c_ulonglong,
+    real: impl FnOnce() -> Status,
+) -> Res {
+    let Some(_) = quota::active()? else { return status(real()) };
+    status(real())?;
+    if TABLE.retain(Kind::Physical, handle) {
+        TABLE.insert(Kind::Mapping, ptr, Entry::new(0, size as u64, handle));
+    }
+    Ok(())
 }
 
-/// `cuArray3DCreate_v2` (pass-through until quotas are enforced).
+/// `cuMemUnmap`: drops the references of the mappings the range covers (mappings are unmapped whole, so
+/// they tile the range from its start).
+pub fn unmap(ptr: CUdeviceptr, size: usize, real: impl FnOnce() -> Status) -> Res {
+    let Some(q) = quota::active()? else { return status(real()) };
+    status(real())?;
+    let end = ptr.saturating_add(size as u64);
+    let mut at = ptr;
+    while at < end {
+        let Some(m) = TABLE.take(Kind::Mapping, at) else { break };
+        unref_physical(q, m.owner);
+        at = at.saturating_add(m.bytes.max(1));
+    }
+    Ok(())
+}
+
+/// `cuMemRetainAllocationHandle`: one more reference to the handle.
+pub fn retain_handle(
+    handle: *mut CUmemGenericAllocationHandle,
+    _addr: *mut c_void,
+    real: impl FnOnce() -> Status,
+) -> Res {
+    let Some(_) = quota::active()? else { return status(real()) };
+    status(real())?;
+    // SAFETY: the driver succeeded, so it wrote the handle.
+    TABLE.retain(Kind::Physical, unsafe { written(handle) });
+    Ok(())
+}
+
+/// `cuArrayCreate_v2`.
+pub fn array_create(handle: *mut CUarray, desc: *const CUDA_ARRAY_DESCRIPTOR, real: impl FnOnce() -> Status) -> Res {
+    let Some(q) = quota::active()? else { return status(real()) };
+    // SAFETY: `desc` is NULL or the caller's descriptor.
+    let Some(e) = (unsafe { Extent::of_2d(desc) }) else { return status(real()) };
+    // SAFETY: the key is read only after the driver succeeded, having written it.
+    let key = || unsafe { written(handle) } as u64;
+    on_current(q, "cuArrayCreate", Kind::Array, e.array_bytes(), real, key)
+}
+
+/// `cuArray3DCreate_v2`.
 pub fn array3d_create(
-    _handle: *mut CUarray,
-    _desc: *const CUDA_ARRAY3D_DESCRIPTOR,
+    handle: *mut CUarray,
+    desc: *const CUDA_ARRAY3D_DESCRIPTOR,
     real: impl FnOnce() -> Status,
 ) -> Res {
-    status(real())
+    let Some(q) = quota::active()? else { return status(real()) };
+    // SAFETY: `desc` is NULL or the caller's descriptor.
+    let Some(e) = (unsafe { Extent::of_3d(desc) }) else { return status(real()) };
+    // SAFETY: the key is read only after the driver succeeded, having written it.
+    let key = || unsafe { written(handle) } as u64;
+    on_current(q, "cuArray3DCreate", Kind::Array, e.array_bytes(), real, key)
 }
 
-/// `cuArrayDestroy` (pass-through until quotas are enforced).
-pub fn array_destroy(_handle: CUarray, real: impl FnOnce() -> Status) -> Res {
-    status(real())
+/// `cuArrayDestroy`.
+pub fn array_destroy(handle: CUarray, real: impl FnOnce() -> Status) -> Res {
+    free_of(Kind::Array, handle as u64, real)
 }
 
-/// `cuMipmappedArrayCreate` (pass-through until quotas are enforced).
+/// `cuMipmappedArrayCreate`.
 pub fn mipmapped_create(
-    _handle: *mut CUmipmappedArray,
-    _desc: *const CUDA_ARRAY3D_DESCRIPTOR,
-    _levels: c_uint,
+    handle: *mut CUmipmappedArray,
+    desc: *const CUDA_ARRAY3D_DESCRIPTOR,
+    levels: c_uint,
     real: impl FnOnce() -> Status,
 ) -> Res {
-    status(real())
+    let Some(q) = quota::active()? else { return status(real()) };
+    // SAFETY: `desc` is NULL or the caller's descriptor.
+    let Some(e) = (unsafe { Extent::of_3d(desc) }) else { return status(real()) };
+    let bytes = e.mipmapped_bytes(levels);
+    // SAFETY: the key is read only after the driver succeeded, having written it.
+    let key = || unsafe { written(handle) } as u64;
+    on_current(q, "cuMipmappedArrayCreate", Kind::Mipmap, bytes, real, key)
 }
 
-/// `cuMipmappedArrayDestroy` (pass-through until quotas are enforced).
-pub fn mipmapped_destroy(_handle: CUmipmappedArray, real: impl FnOnce() -> Status) -> Res {
-    status(real())
+/// `cuMipmappedArrayDestroy`.
+pub fn mipmapped_destroy(handle: CUmipmappedArray, real: impl FnOnce() -> Status) -> Res {
+    free_of(Kind::Mipmap, handle as u64, real)
 }
 
-/// `cuCtxCreate_v2` (pass-through until quotas are enforced).
-pub fn ctx_create(_pctx: *mut CUcontext, _flags: c_uint, _dev: CUdevice, real: impl FnOnce() -> Status) -> Res {
-    status(real())
+/// `cuCtxCreate` and `cuCtxCreate_v2`.
+pub fn ctx_create(pctx: *mut CUcontext, _flags: c_uint, dev: CUdevice, real: impl FnOnce() -> Status) -> Res {
+    contexts::create(pctx, dev, real)
 }
 
-/// `cuCtxCreate_v3` (pass-through until quotas are enforced).
+/// `cuCtxCreate_v3`.
 pub fn ctx_create_v3(
-    _pctx: *mut CUcontext,
+    pctx: *mut CUcontext,
     _params: *mut CUexecAffinityParam,
     _num_params: c_int,
     _flags: c_uint,
-    _dev: CUdevice,
+    dev: CUdevice,
     real: impl FnOnce() -> Status,
 ) -> Res {
-    status(real())
+    contexts::create(pctx, dev, real)
 }
 
-/// `cuCtxCreate_v4` (pass-through until quotas are enforced).
+/// `cuCtxCreate_v4`.
 pub fn ctx_create_v4(
-    _pctx: *mut CUcontext,
+    pctx: *mut CUcontext,
     _params: *mut CUctxCreateParams,
     _flags: c_uint,
-    _dev: CUdevice,
+    dev: CUdevice,
     real: impl FnOnce() -> Status,
 ) -> Res {
-    status(real())
+    contexts::create(pctx, dev, real)
 }
 
-/// `cuCtxDestroy_v2` (pass-through until quotas are enforced).
-pub fn ctx_destroy(_ctx: CUcontext, real: impl FnOnce() -> Status) -> Res {
-    status(real())
+/// `cuCtxDestroy` and `cuCtxDestroy_v2`.
+pub fn ctx_destroy(ctx: CUcontext, real: impl FnOnce() -> Status) -> Res {
+    contexts::destroy(ctx, real)
 }
 
-/// `cuDevicePrimaryCtxRetain` (pass-through until quotas are enforced).
-pub fn primary_retain(_pctx: *mut CUcontext, _dev: CUdevice, real: impl FnOnce() -> Status) -> Res {
-    status(real())
+/// `cuDevicePrimaryCtxRetain`.
+pub fn primary_retain(pctx: *mut CUcontext, dev: CUdevice, real: impl FnOnce() -> Status) -> Res {
+    contexts::primary_retain(pctx, dev, real)
 }
 
-/// `cuDevicePrimaryCtxRelease_v2` (pass-through until quotas are enforced).
-pub fn primary_release(_dev: CUdevice, real: impl FnOnce() -> Status) -> Res {
-    status(real())
+/// `cuDevicePrimaryCtxRelease` and `_v2`.
+pub fn primary_release(dev: CUdevice, real: impl FnOnce() -> Status) -> Res {
+    contexts::primary_release(dev, real)
 }
 
-/// `cuDevicePrimaryCtxReset_v2` (pass-through until quotas are enforced).
-pub fn primary_reset(_dev: CUdevice, real: impl FnOnce() -> Status) -> Res {
-    status(real())
+/// `cuDevicePrimaryCtxReset` and `_v2`.
+pub fn primary_reset(dev: CUdevice, real: impl FnOnce() -> Status) -> Res {
+    contexts::primary_release(dev, real)
 }
 
-/// `cuMemGetInfo_v2` (pass-through until quotas are enforced).
-pub fn get_info(_free: *mut usize, _total: *mut usize, real: impl FnOnce() -> Status) -> Res {
-    status(real())
+/// `cuMemGetInfo_v2`: `total = min(limit, real total)`, `free = min(total - used, real free)` on the
+/// current context's device. The driver answers first, so its errors (NULL outputs included) are its own.
+pub fn get_info(free: *mut usize, total: *mut usize, real: impl FnOnce() -> Status) -> Res {
+    let Some(q) = quota::active()? else { return status(real()) };
+    status(real())?;
+    if free.is_null() || total.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let Some(site) = driver::current() else { return Ok(()) };
+    q.reclaim_if_due();
+    // SAFETY: both pointers are non-NULL and the driver just wrote through them.
+    let (f, t) = unsafe { (written(free), written(total)) };
+    if let Some((f, t)) = q.view(site.device, f as u64, t as u64) {
+        // SAFETY: as above; the values are at most the driver's, so they fit.
+        unsafe { (free.write(f as usize), total.write(t as usize)) };
+    }
+    Ok(())
 }
 
-/// `cuDeviceTotalMem_v2` (pass-through until quotas are enforced).
-pub fn total_mem(_bytes: *mut usize, _dev: CUdevice, real: impl FnOnce() -> Status) -> Res {
-    status(real())
+/// `cuDeviceTotalMem_v2`: the device's limit (at most its real size).
+pub fn total_mem(bytes: *mut usize, dev: CUdevice, real: impl FnOnce() -> Status) -> Res {
+    let Some(q) = quota::active()? else { return status(real()) };
+    status(real())?;
+    if bytes.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let Some(d) = driver::device_index(dev) else { return Ok(()) };
+    // SAFETY: non-NULL, and the driver just wrote through it.
+    let real_total = unsafe { written(bytes) } as u64;
+    if let Some((_, t)) = q.view(d, real_total, real_total) {
+        // SAFETY: as above; at most the driver's value.
+        unsafe { bytes.write(t as usize) };
+    }
+    Ok(())
 }

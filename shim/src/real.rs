@@ -38,41 +38,91 @@ impl Lib {
 
 static HANDLES: [OnceLock<Result<usize, String>>; 2] = [OnceLock::new(), OnceLock::new()];
 
-fn open(lib: Lib) -> Result<usize, String> {
+/// What the loader is asked for: the variable's value when set, else the default name (and the variable).
+fn requested(lib: Lib) -> (String, &'static str) {
     let (var, default) = lib.source();
-    let path = std::env::var(var).unwrap_or_else(|_| default.to_string());
+    (std::env::var(var).unwrap_or_else(|_| default.to_string()), var)
+}
+
+/// The file a loaded address belongs to, for messages.
+fn file_of(addr: *mut c_void) -> String {
+    // SAFETY: an all-zero Dl_info is a valid value for dladdr to overwrite.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: dladdr only reads loader data and writes `info`; a name it returns is NUL-terminated.
+    if unsafe { libc::dladdr(addr, &mut info) } == 0 || info.dli_fname.is_null() {
+        return "?".into();
+    }
+    // SAFETY: as above.
+    unsafe { CStr::from_ptr(info.dli_fname) }.to_string_lossy().into_owned()
+}
+
+/// The message `dlerror` holds.
+fn dl_error() -> String {
+    // SAFETY: dlerror returns a thread-local NUL-terminated message or NULL.
+    let why = unsafe { libc::dlerror() };
+    if why.is_null() {
+        "unknown error".into()
+    } else {
+        // SAFETY: non-NULL, NUL-terminated.
+        unsafe { CStr::from_ptr(why) }.to_string_lossy().into_owned()
+    }
+}
+
+fn open(lib: Lib) -> Result<usize, String> {
+    let (path, var) = requested(lib);
     let c_path = CString::new(path.clone()).map_err(|_| format!("{var}={path:?} contains a NUL byte"))?;
     // SAFETY: dlopen with a NUL-terminated path; loading the real driver runs its constructors, as
     // loading it without the shim would.
     let handle = unsafe { libc::dlopen(c_path.as_ptr(), libc::RTLD_LAZY | libc::RTLD_LOCAL) };
     if handle.is_null() {
-        // SAFETY: dlerror returns a thread-local NUL-terminated message or NULL.
-        let why = unsafe { libc::dlerror() };
-        let why = if why.is_null() {
-            "unknown error".into()
-        } else {
-            // SAFETY: non-NULL, NUL-terminated.
-            unsafe { CStr::from_ptr(why) }.to_string_lossy().into_owned()
-        };
-        return Err(format!("cannot load the real library {path:?} (set {var}): {why}"));
+        return Err(format!("cannot load the real library {path:?} (set {var}): {}", dl_error()));
     }
     let theirs = real_dlsym(handle, lib.probe_symbol());
     let ours = crate::hooks::find(lib.probe_symbol().to_bytes()).map(|h| h.address());
     if theirs.is_null() || Some(theirs) == ours {
+        // SAFETY: drops the reference just taken; nothing from this library is in use.
+        unsafe { libc::dlclose(handle) };
         return Err(format!(
             "{path:?} is not the real library: it resolves to the Tessera shim itself or lacks {:?} (set {var})",
             lib.probe_symbol()
         ));
     }
+    crate::log::info(format_args!("real library for {path:?}: {}", file_of(theirs)));
     Ok(handle as usize)
 }
 
-/// The real library's handle, loaded on first use.
+/// The real library's handle, loaded on first use. A failure is reported once, at error level: every
+/// intercepted call then returns the library's "not available" code, and this says why.
 pub fn handle(lib: Lib) -> Result<*mut c_void, &'static str> {
-    match HANDLES[lib.index()].get_or_init(|| open(lib)) {
+    let opened = HANDLES[lib.index()].get_or_init(|| open(lib).inspect_err(|e| crate::log::error(format_args!("{e}"))));
+    match opened {
         Ok(h) => Ok(*h as *mut c_void),
         Err(e) => Err(e.as_str()),
     }
+}
+
+/// True when `handle` (a program's `dlopen` result) is the real library's. Never loads the library: a
+/// lookup on an unrelated handle must not pull a driver into the process, and this runs inside `dlsym`,
+/// possibly from a constructor of the very library being loaded.
+pub fn is_handle(lib: Lib, handle: *mut c_void) -> bool {
+    if let Some(opened) = HANDLES[lib.index()].get() {
+        return opened.as_ref().is_ok_and(|h| *h == handle as usize);
+    }
+    let Ok(c_path) = CString::new(requested(lib).0) else { return false };
+    // SAFETY: RTLD_NOLOAD only returns (and references) an object that is already loaded.
+    let loaded = unsafe { libc::dlopen(c_path.as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
+    if loaded.is_null() {
+        return false;
+    }
+    // SAFETY: drops the reference RTLD_NOLOAD just took; the program still holds its own.
+    unsafe { libc::dlclose(loaded) };
+    loaded == handle
+}
+
+/// True when the shim has already loaded the real library (never loads it): for queries that must not
+/// pull a driver into a process that does not use it.
+pub fn is_loaded(lib: Lib) -> bool {
+    HANDLES[lib.index()].get().is_some_and(|h| h.is_ok())
 }
 
 /// Address of `name` in the real library, or NULL when it lacks it (or cannot be loaded).

@@ -13,7 +13,7 @@ hooks! {
     Cuda fn cuInit(flags: c_uint) => init::cu_init;
     Cuda fn cuGetProcAddress(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64) => proc_address::v1;
     Cuda fn cuGetProcAddress_v2(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64, status: *mut c_int) => proc_address::v2;
-    Cuda fn cuGetProcAddress_v2_ptsz(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64, status: *mut c_int) => proc_address::v2;
+    Cuda fn cuGetProcAddress_v2_ptsz(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64, status: *mut c_int) => proc_address::v2_ptsz;
 
     Cuda fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, size: usize) => memory::alloc;
     Cuda fn cuMemAllocPitch_v2(dptr: *mut CUdeviceptr, pitch: *mut usize, width: usize, height: usize, elem: c_uint) => memory::alloc_pitch;
@@ -24,17 +24,24 @@ hooks! {
     Cuda fn cuMemFreeAsync(dptr: CUdeviceptr, stream: CUstream) / cuMemFreeAsync_ptsz => memory::free_async;
     Cuda fn cuMemCreate(handle: *mut CUmemGenericAllocationHandle, size: usize, prop: *const CUmemAllocationProp, flags: c_ulonglong) => memory::create;
     Cuda fn cuMemRelease(handle: CUmemGenericAllocationHandle) => memory::release;
+    Cuda fn cuMemMap(ptr: CUdeviceptr, size: usize, offset: usize, handle: CUmemGenericAllocationHandle, flags: c_ulonglong) => memory::map;
+    Cuda fn cuMemUnmap(ptr: CUdeviceptr, size: usize) => memory::unmap;
+    Cuda fn cuMemRetainAllocationHandle(handle: *mut CUmemGenericAllocationHandle, addr: *mut c_void) => memory::retain_handle;
     Cuda fn cuArrayCreate_v2(handle: *mut CUarray, desc: *const CUDA_ARRAY_DESCRIPTOR) => memory::array_create;
     Cuda fn cuArray3DCreate_v2(handle: *mut CUarray, desc: *const CUDA_ARRAY3D_DESCRIPTOR) => memory::array3d_create;
     Cuda fn cuArrayDestroy(handle: CUarray) => memory::array_destroy;
     Cuda fn cuMipmappedArrayCreate(handle: *mut CUmipmappedArray, desc: *const CUDA_ARRAY3D_DESCRIPTOR, levels: c_uint) => memory::mipmapped_create;
     Cuda fn cuMipmappedArrayDestroy(handle: CUmipmappedArray) => memory::mipmapped_destroy;
+    Cuda fn cuCtxCreate(pctx: *mut CUcontext, flags: c_uint, dev: CUdevice) => memory::ctx_create;
     Cuda fn cuCtxCreate_v2(pctx: *mut CUcontext, flags: c_uint, dev: CUdevice) => memory::ctx_create;
     Cuda fn cuCtxCreate_v3(pctx: *mut CUcontext, params: *mut CUexecAffinityParam, num_params: c_int, flags: c_uint, dev: CUdevice) => memory::ctx_create_v3;
     Cuda fn cuCtxCreate_v4(pctx: *mut CUcontext, params: *mut CUctxCreateParams, flags: c_uint, dev: CUdevice) => memory::ctx_create_v4;
+    Cuda fn cuCtxDestroy(ctx: CUcontext) => memory::ctx_destroy;
     Cuda fn cuCtxDestroy_v2(ctx: CUcontext) => memory::ctx_destroy;
     Cuda fn cuDevicePrimaryCtxRetain(pctx: *mut CUcontext, dev: CUdevice) => memory::primary_retain;
+    Cuda fn cuDevicePrimaryCtxRelease(dev: CUdevice) => memory::primary_release;
     Cuda fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice) => memory::primary_release;
+    Cuda fn cuDevicePrimaryCtxReset(dev: CUdevice) => memory::primary_reset;
     Cuda fn cuDevicePrimaryCtxReset_v2(dev: CUdevice) => memory::primary_reset;
     Cuda fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) => memory::get_info;
     Cuda fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: CUdevice) => memory::total_mem;

@@ -25,12 +25,8 @@ type Res = c_uint;
 impl Driver {
     /// Loads the real driver if present, else the simulated one.
     pub fn load() -> Result<Driver, String> {
-        // SAFETY: loading the system CUDA driver runs its initializers, which is what every CUDA program does.
-        if let Ok(lib) = unsafe { Library::new("libcuda.so.1") } {
-            let simulated = lib_is_simulated(&lib);
-            if !simulated {
-                return Ok(Driver { lib, origin: Origin::Real });
-            }
+        if let Some(lib) = open_real() {
+            return Ok(Driver { lib, origin: Origin::Real });
         }
         let folder = crate::simgpu_cmd::library_folder()?;
         // SAFETY: our own simulated driver; its initializers only set up Rust statics.
@@ -96,6 +92,20 @@ impl Driver {
         check("cuDriverGetVersion", unsafe { f(&mut v) })?;
         Ok(v)
     }
+}
+
+/// The machine's real driver, as the shim would find it (`TESSERA_REAL_LIBCUDA`, else `libcuda.so.1` on
+/// the loader's path), unless that is the simulated one.
+fn open_real() -> Option<Library> {
+    let name = std::env::var_os("TESSERA_REAL_LIBCUDA").unwrap_or_else(|| "libcuda.so.1".into());
+    // SAFETY: loading the system CUDA driver runs its initializers, which is what every CUDA program does.
+    let lib = unsafe { Library::new(name) }.ok()?;
+    (!lib_is_simulated(&lib)).then_some(lib)
+}
+
+/// True when the machine has a real NVIDIA driver (otherwise programs run on the simulated GPU).
+pub fn real_driver_present() -> bool {
+    open_real().is_some()
 }
 
 /// The simulated driver exports a marker the real one does not have.

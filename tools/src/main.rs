@@ -2,6 +2,7 @@
 
 mod driver;
 mod info;
+mod run;
 mod simgpu_cmd;
 
 use clap::{Parser, Subcommand};
@@ -19,6 +20,8 @@ struct Cli {
 enum Command {
     /// Show the CUDA driver in use (real, or simulated when there is no GPU) and its devices.
     Info,
+    /// Run a command under the shim: `tessera run --memory 8GiB -- python train.py`.
+    Run(run::RunArgs),
     /// The simulated GPU (simgpu) used when no real GPU is present.
     Simgpu {
         #[command(subcommand)]
@@ -29,6 +32,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Run(args) => return run::run(args),
         Command::Info => info::run(),
         Command::Simgpu { command } => simgpu_cmd::run(command),
     };

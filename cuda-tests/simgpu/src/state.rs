@@ -7,10 +7,10 @@
 
 use crate::config::{Config, MAX_DEVICES};
 use crate::process;
-use std::fs::{File, OpenOptions};
-use std::os::fd::AsRawFd;
+use std::fs::OpenOptions;
 use std::os::unix::fs::OpenOptionsExt;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use tessera_ffi::flock::FileLock;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"SIMGPUST");
 const VERSION: u32 = 1;
@@ -100,26 +100,6 @@ pub struct StateError(pub String);
 impl std::fmt::Display for StateError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.0)
-    }
-}
-
-/// Holds `flock(LOCK_EX)` on the state file while setting it up.
-struct FileLock<'a>(&'a File);
-
-impl<'a> FileLock<'a> {
-    fn new(file: &'a File) -> std::io::Result<Self> {
-        // SAFETY: flock on a valid open descriptor; blocks until the lock is ours.
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(FileLock(file))
-    }
-}
-
-impl Drop for FileLock<'_> {
-    fn drop(&mut self) {
-        // SAFETY: releasing the lock taken in `new` on the same descriptor.
-        unsafe { libc::flock(self.0.as_raw_fd(), libc::LOCK_UN) };
     }
 }
 

@@ -5,6 +5,7 @@ mod attributes;
 mod graph;
 mod kernels;
 mod procaddress;
+mod quota;
 mod roundtrip;
 mod stubs;
 mod timing;
@@ -83,6 +84,42 @@ const SCENARIOS: &[Scenario] = &[
         options: &[],
         summary: "entry points the simulation does not implement answer CUDA_ERROR_NOT_SUPPORTED",
         run: stubs::run,
+    },
+    Scenario {
+        name: "quota-boundary",
+        options: &["device", "path"],
+        summary: "fill the quota so one request of --path (alloc|pitch|managed|async|pool|vmm|array|array3d|mipmap) fits exactly; check its boundary",
+        run: quota::boundary,
+    },
+    Scenario {
+        name: "quota-race",
+        options: &["device", "chunk", "count"],
+        summary: "report ready, wait for a stdin line, allocate --chunk blocks until refused (or --count), report, hold until stdin closes",
+        run: quota::race,
+    },
+    Scenario {
+        name: "quota-threads",
+        options: &["device", "threads", "rounds"],
+        summary: "--threads threads allocate and free 1-2 MiB blocks --rounds times; granted, refused, free before and after",
+        run: quota::threads,
+    },
+    Scenario {
+        name: "quota-contexts",
+        options: &["device", "bytes"],
+        summary: "cuCtxCreate a second context, allocate --bytes and an array in it, destroy it; free memory at each step",
+        run: quota::contexts,
+    },
+    Scenario {
+        name: "mem-info",
+        options: &["device", "alloc"],
+        summary: "cuMemGetInfo, cuDeviceTotalMem and NVML memory info (v1, v2) with --alloc bytes held; NULL-output codes",
+        run: quota::mem_info_scenario,
+    },
+    Scenario {
+        name: "quota-vmm",
+        options: &["device"],
+        summary: "cuMemCreate, map, release the handle, retain it back, unmap, release: free memory at each step",
+        run: quota::vmm_lifetime,
     },
 ];
 

@@ -8,7 +8,7 @@ use cudarc::driver::{result, sys};
 use serde_json::json;
 
 /// Allocation properties for pinned memory on device `ordinal`.
-fn properties(ordinal: i32) -> sys::CUmemAllocationProp {
+pub(super) fn properties(ordinal: i32) -> sys::CUmemAllocationProp {
     sys::CUmemAllocationProp {
         type_: sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED,
         requestedHandleTypes: sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_NONE,
@@ -28,7 +28,7 @@ fn location(ordinal: i32) -> sys::CUmemLocation {
 }
 
 /// Reserves `size` bytes of device address space.
-fn reserve(size: usize) -> Outcome<sys::CUdeviceptr> {
+pub(super) fn reserve(size: usize) -> Outcome<sys::CUdeviceptr> {
     let mut ptr = 0;
     // SAFETY: a valid output pointer; no fixed address is requested.
     unsafe { sys::cuMemAddressReserve(&mut ptr, size, 0, 0, 0) }.during("cuMemAddressReserve")?;
@@ -36,7 +36,12 @@ fn reserve(size: usize) -> Outcome<sys::CUdeviceptr> {
 }
 
 /// Maps `handle` at `ptr` and grants the device read-write access.
-fn map(ptr: sys::CUdeviceptr, size: usize, handle: sys::CUmemGenericAllocationHandle, ordinal: i32) -> Outcome<()> {
+pub(super) fn map(
+    ptr: sys::CUdeviceptr,
+    size: usize,
+    handle: sys::CUmemGenericAllocationHandle,
+    ordinal: i32,
+) -> Outcome<()> {
     // SAFETY: `ptr` starts a reservation of at least `size` bytes with nothing mapped in it.
     unsafe { sys::cuMemMap(ptr, size, 0, handle, 0) }.during("cuMemMap")?;
     let desc = sys::CUmemAccessDesc {

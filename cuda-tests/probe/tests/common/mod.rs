@@ -2,6 +2,8 @@
 //! a private state file per test (tests run in parallel), and the probe's JSON result.
 #![allow(dead_code)] // each test binary uses a different subset
 
+pub mod cprog;
+
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
@@ -51,8 +53,9 @@ pub fn build_dir() -> PathBuf {
     dir.clone().unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// The library folder (prepared once per test binary).
-fn library_folder() -> PathBuf {
+/// The simulated GPU's library folder: `libcuda.so.1` and `libnvidia-ml.so.1` (prepared once per test
+/// binary).
+pub fn library_folder() -> PathBuf {
     static FOLDER: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     let folder = FOLDER.get_or_init(|| {
         simgpu::libdir::prepare(&build_dir()).map_err(|e| format!("cannot create the simgpu library folder: {e}"))
@@ -93,6 +96,12 @@ impl Sim {
     pub fn with_shim(self) -> Sim {
         let shim = shim_path();
         self.with("LD_PRELOAD", &shim.to_string_lossy())
+    }
+
+    /// Runs programs without the shim, even in the suite's under-the-shim pass (for comparisons).
+    pub fn without_shim(mut self) -> Sim {
+        self.env.retain(|(k, _)| k != "LD_PRELOAD");
+        self
     }
 
     /// Sets (or overrides) one environment variable of the machine.

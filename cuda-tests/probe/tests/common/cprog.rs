@@ -1,0 +1,236 @@
+//! The C test programs of `cuda-tests/c/`: NVIDIA's `cuda.h` installed on demand (never a silent skip),
+//! one way to compile them with gcc, the dynamic symbols of a binary (`nm -D`), and their output: one
+//! "key value" fact per line (`cuda-tests/c/report.h`).
+
+use super::{build_dir, library_folder};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// The workspace's root folder.
+pub fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// `ffi/data/proc-address-table.tsv`, the real driver's probed `cuGetProcAddress` answers.
+pub fn proc_address_table() -> PathBuf {
+    workspace().join("ffi/data/proc-address-table.tsv")
+}
+
+/// Output of a command that must have succeeded, with everything it printed on failure.
+fn succeeded(what: &str, out: std::io::Result<Output>) -> Output {
+    let out = out.unwrap_or_else(|e| panic!("{what}: cannot start: {e}"));
+    assert!(
+        out.status.success(),
+        "{what}: {}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// The folder holding NVIDIA's `cuda.h`, installed by `tools/cuda-headers.sh` when missing.
+pub fn cuda_include_dir() -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let target = build_dir().parent().expect("the build folder is inside the target folder").to_path_buf();
+        let script = workspace().join("tools/cuda-headers.sh");
+        let out =
+            succeeded("tools/cuda-headers.sh (needs python3 with pip)", Command::new(&script).arg(&target).output());
+        PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+    })
+    .clone()
+}
+
+/// One C program (or shared library) of `cuda-tests/c/` to compile.
+pub struct CBuild {
+    source: &'static str,
+    name: String,
+    flags: Vec<String>,
+    libraries: Vec<String>,
+}
+
+impl CBuild {
+    /// The program built from `cuda-tests/c/<source>`, named after it.
+    pub fn program(source: &'static str) -> CBuild {
+        let name = source.trim_end_matches(".c").to_string();
+        CBuild { source, name, flags: vec!["-fPIE".into(), "-pie".into()], libraries: Vec::new() }
+    }
+
+    /// A shared library built from `cuda-tests/c/<source>`, named `lib<stem>.so`.
+    pub fn library(source: &'static str) -> CBuild {
+        let name = format!("lib{}.so", source.trim_end_matches(".c"));
+        CBuild { source, name, flags: vec!["-fPIC".into(), "-shared".into()], libraries: Vec::new() }
+    }
+
+    /// Names the output (for several builds of one source).
+    pub fn named(mut self, name: &str) -> CBuild {
+        self.name = name.into();
+        self
+    }
+
+    /// Adds `-D<definition>`.
+    pub fn define(mut self, definition: &str) -> CBuild {
+        self.flags.push(format!("-D{definition}"));
+        self
+    }
+
+    /// Links to `libcuda.so.1` in the simulated GPU's library folder, as a program linked to the driver.
+    pub fn link_driver(mut self) -> CBuild {
+        self.libraries.push(format!("-L{}", library_folder().display()));
+        self.libraries.push("-l:libcuda.so.1".into());
+        self
+    }
+
+    /// Compiles into `<build dir>/c-tests/` and returns the output's path. Written under a temporary
+    /// name and renamed, so concurrent test processes never run a half-written file.
+    pub fn build(self) -> PathBuf {
+        static SEQ: AtomicU32 = AtomicU32::new(0);
+        let dir = build_dir().join("c-tests");
+        std::fs::create_dir_all(&dir).expect("create the C test output folder");
+        let out = dir.join(&self.name);
+        let tmp = dir.join(format!(".{}.{}.{}", self.name, std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed)));
+        let sources = workspace().join("cuda-tests/c");
+        let mut gcc = Command::new("gcc");
+        gcc.args(["-std=gnu11", "-O1", "-g", "-Wall", "-Wextra", "-Werror", "-D_GNU_SOURCE"])
+            .arg(format!("-I{}", cuda_include_dir().display()))
+            .arg(format!("-I{}", sources.display()))
+            .args(&self.flags)
+            .arg("-o")
+            .arg(&tmp)
+            .arg(sources.join(self.source))
+            .args(&self.libraries)
+            .arg("-ldl");
+        succeeded(&format!("gcc {}", self.source), gcc.output());
+        std::fs::rename(&tmp, &out).expect("move the compiled program in place");
+        out
+    }
+}
+
+/// Which of a binary's dynamic symbols [`dynamic_symbols`] lists.
+#[derive(Clone, Copy)]
+pub enum Symbols {
+    /// Those it defines (exports).
+    Defined,
+    /// Those it needs from other objects.
+    Undefined,
+}
+
+/// The dynamic symbols of `binary` (from `nm -D`), without version suffixes.
+pub fn dynamic_symbols(binary: &Path, which: Symbols) -> BTreeSet<String> {
+    let flag = match which {
+        Symbols::Defined => "--defined-only",
+        Symbols::Undefined => "--undefined-only",
+    };
+    let out =
+        succeeded(&format!("nm -D {}", binary.display()), Command::new("nm").arg("-D").arg(flag).arg(binary).output());
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|line| line.split_whitespace().last())
+        .map(|name| name.split('@').next().unwrap_or(name).to_string())
+        .collect()
+}
+
+/// The CUDA and NVML entry points `libtessera.so` exports: the functions it intercepts.
+pub fn shim_hooks() -> BTreeSet<String> {
+    dynamic_symbols(&super::shim_path(), Symbols::Defined)
+        .into_iter()
+        .filter(|s| s.starts_with("cu") || s.starts_with("nvml"))
+        .collect()
+}
+
+/// What a C test program printed: its facts (a key may repeat), its stderr, and whether it succeeded.
+#[derive(Debug)]
+pub struct Facts {
+    lines: BTreeMap<String, Vec<String>>,
+    /// Everything written to stderr (the shim's log lines).
+    pub stderr: String,
+    /// Everything written to stdout, for failure messages.
+    pub stdout: String,
+    /// True when the program exited with status 0.
+    pub success: bool,
+}
+
+impl Facts {
+    /// Runs `cmd` to completion and reads its facts.
+    pub fn run(mut cmd: Command) -> Facts {
+        let out = cmd.stdin(std::process::Stdio::null()).output().unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let mut lines: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for line in stdout.lines() {
+            let (key, value) = line.split_once(' ').unwrap_or((line, ""));
+            lines.entry(key.to_string()).or_default().push(value.to_string());
+        }
+        Facts {
+            lines,
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            stdout,
+            success: out.status.success(),
+        }
+    }
+
+    /// Runs `cmd` and fails the test unless it succeeded and printed `done ok`.
+    pub fn ok(cmd: Command) -> Facts {
+        let facts = Facts::run(cmd);
+        assert!(
+            facts.success && facts.opt("done") == Some("ok"),
+            "the C program failed\nstdout:\n{}\nstderr:\n{}",
+            facts.stdout,
+            facts.stderr
+        );
+        facts
+    }
+
+    /// The value of `key` (its first, when repeated), if printed.
+    pub fn opt(&self, key: &str) -> Option<&str> {
+        self.lines.get(key).and_then(|v| v.first()).map(String::as_str)
+    }
+
+    /// The value of `key`, failing the test when it was not printed.
+    pub fn get(&self, key: &str) -> &str {
+        self.opt(key).unwrap_or_else(|| panic!("no {key:?} in the output:\n{}", self.stdout))
+    }
+
+    /// The value of `key` as an integer.
+    pub fn num(&self, key: &str) -> i64 {
+        let v = self.get(key);
+        v.parse().unwrap_or_else(|_| panic!("{key} = {v:?} is not an integer"))
+    }
+
+    /// Every value printed for `key`.
+    pub fn all(&self, key: &str) -> Vec<&str> {
+        self.lines.get(key).map(|v| v.iter().map(String::as_str).collect()).unwrap_or_default()
+    }
+
+    /// Every `(key, value)` whose key starts with `prefix`, with the prefix removed.
+    pub fn with_prefix<'a>(&'a self, prefix: &'a str) -> impl Iterator<Item = (&'a str, &'a str)> + 'a {
+        self.lines.iter().filter_map(move |(k, v)| Some((k.strip_prefix(prefix)?, v.first()?.as_str())))
+    }
+}
+
+/// `cuda-tests/c/direct.c` (linked to the driver), built normally or with
+/// `CUDA_API_PER_THREAD_DEFAULT_STREAM`.
+pub fn direct_program(per_thread: bool) -> PathBuf {
+    let build = CBuild::program("direct.c").link_driver();
+    if per_thread {
+        build.named("direct-ptds").define("CUDA_API_PER_THREAD_DEFAULT_STREAM=1").build()
+    } else {
+        build.named("direct").build()
+    }
+}
+
+/// The memory a program sees under `quota` is the quota once quotas are enforced (and allocating above it
+/// fails with `CUDA_ERROR_OUT_OF_MEMORY`), or still the device's; never anything else, nor half of each.
+pub fn assert_quota_view(quota: u64, total: u64, device: u64, over_quota_alloc: Option<i64>) {
+    assert!(
+        total == quota || total == device,
+        "total memory {total} is neither the quota {quota} nor the device's {device}"
+    );
+    if let Some(code) = over_quota_alloc {
+        let expected = if total == quota { super::OUT_OF_MEMORY as i64 } else { 0 };
+        assert_eq!(code, expected, "an allocation above the quota with a total of {total} returned {code}");
+    }
+}

@@ -1,0 +1,27 @@
+//! Exclusive `flock` on a shared file while it is created, checked or joined. Both shared files (the
+//! simulated GPU's state and Tessera's region) are set up under it, so a second process never sees a
+//! half-initialized header; afterwards every access is atomic and needs no lock.
+
+use std::fs::File;
+use std::os::fd::AsRawFd;
+
+/// Holds `flock(LOCK_EX)` on a file until dropped.
+pub struct FileLock<'a>(&'a File);
+
+impl<'a> FileLock<'a> {
+    /// Blocks until the lock on `file` is ours.
+    pub fn new(file: &'a File) -> std::io::Result<Self> {
+        // SAFETY: flock on a valid open descriptor.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(FileLock(file))
+    }
+}
+
+impl Drop for FileLock<'_> {
+    fn drop(&mut self) {
+        // SAFETY: releases the lock taken in `new` on the same descriptor.
+        unsafe { libc::flock(self.0.as_raw_fd(), libc::LOCK_UN) };
+    }
+}

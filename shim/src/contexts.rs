@@ -1,0 +1,189 @@
+//! The device memory contexts cost, charged to the quota like any allocation, and the teardown of what
+//! a destroyed context owned.
+//!
+//! What a context costs is what the driver reports for it: on the process's first context on a device,
+//! NVML's usage of this process on that device is read before and after the driver creates it (falling
+//! back to the device's total usage when NVML does not list the process, e.g. in a PID namespace). No
+//! other allocation can skew that first measurement: allocating needs a context on the device, and
+//! context operations are serialized here. Later contexts on the device cost the same, so they are
+//! reserved before the driver is asked, like any allocation; the first one is charged once measured and
+//! destroyed again if the quota cannot hold it. Without NVML a context is charged nothing (logged).
+//!
+//! A destroyed context (`cuCtxDestroy`, or a primary context released for the last time or reset) frees
+//! everything allocated in it, so its cost and its allocations go back to the quota.
+
+use crate::alloc_table::{Kind, TABLE};
+use crate::guard::{Res, Status, status};
+use crate::nvml_real::Session;
+use crate::quota::{self, Quota};
+use crate::{driver, log};
+use std::sync::{Mutex, MutexGuard};
+use tessera_ffi::region::MAX_DEVICES;
+use tessera_ffi::sys::{CUcontext, CUdevice};
+use tessera_ffi::units::format_size;
+
+/// Contexts this process holds, and what each device's contexts cost.
+struct Registry {
+    /// Measured cost of a context, per device.
+    cost: [Option<u64>; MAX_DEVICES],
+    /// Contexts made with `cuCtxCreate`: `(handle, device, cost)`.
+    created: Vec<(u64, usize, u64)>,
+    /// Each device's primary context while it exists: `(handle, cost)`.
+    primary: [Option<(u64, u64)>; MAX_DEVICES],
+}
+
+static REGISTRY: Mutex<Registry> =
+    Mutex::new(Registry { cost: [None; MAX_DEVICES], created: Vec::new(), primary: [None; MAX_DEVICES] });
+
+fn registry() -> MutexGuard<'static, Registry> {
+    REGISTRY.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// What creating a context is charged.
+const WHAT: &str = "context creation";
+
+/// A measurement of one context's cost in progress.
+struct Measure {
+    session: Option<Session>,
+    device: Option<tessera_ffi::nvml::NvmlDevice>,
+    own_before: Option<u64>,
+    device_before: Option<u64>,
+}
+
+impl Measure {
+    fn start(dev: CUdevice) -> Measure {
+        let session = Session::open();
+        let device = session.as_ref().and_then(|s| s.device(dev));
+        let (own_before, device_before) = match (&session, device) {
+            (Some(s), Some(d)) => (s.own_usage(d), s.device_used(d)),
+            _ => (None, None),
+        };
+        Measure { session, device, own_before, device_before }
+    }
+
+    fn finish(self, dev: usize) -> u64 {
+        let (Some(s), Some(d)) = (&self.session, self.device) else {
+            log::warn(format_args!("NVML is unavailable: contexts on device {dev} are not charged to the quota"));
+            return 0;
+        };
+        let cost = match (s.own_usage(d), s.device_used(d), self.device_before) {
+            (Some(after), _, _) => after.saturating_sub(self.own_before.unwrap_or(0)),
+            (None, Some(after), Some(before)) => after.saturating_sub(before),
+            _ => 0,
+        };
+        log::info(format_args!("a context on device {dev} costs {} ({cost} bytes)", format_size(cost)));
+        cost
+    }
+}
+
+/// Creates a context on `d` through `real`, charging its cost: reserved first when known, otherwise
+/// measured around the call and charged after (calling `undo` if the quota cannot hold it). Returns the
+/// new context's handle (read by `handle`) and its cost.
+fn charge_new(
+    q: &Quota,
+    reg: &mut Registry,
+    dev: CUdevice,
+    d: usize,
+    real: impl FnOnce() -> Status,
+    handle: impl FnOnce() -> u64,
+    undo: impl FnOnce(),
+) -> Res<(u64, u64)> {
+    let known = reg.cost[d];
+    let measure = match known {
+        Some(c) => {
+            q.reserve(d, c, WHAT)?;
+            None
+        }
+        None => Some(Measure::start(dev)),
+    };
+    if let Err(e) = status(real()) {
+        q.release(d, known.unwrap_or(0));
+        return Err(e);
+    }
+    let h = handle();
+    let cost = match (known, measure) {
+        (Some(c), _) => c,
+        (None, m) => {
+            let c = m.map_or(0, |m| m.finish(d));
+            reg.cost[d] = Some(c);
+            if let Err(e) = q.reserve(d, c, WHAT) {
+                undo();
+                return Err(e);
+            }
+            c
+        }
+    };
+    Ok((h, cost))
+}
+
+/// Gives back what a destroyed context owned: its allocations and arrays (the driver freed them).
+fn drain(q: &Quota, ctx: u64) {
+    TABLE.drain_owned(ctx, &[Kind::Linear, Kind::Array, Kind::Mipmap], |_, _, e| q.release(e.device as usize, e.bytes));
+}
+
+/// `cuCtxCreate` (every version): charges the context's cost.
+pub fn create(pctx: *mut CUcontext, dev: CUdevice, real: impl FnOnce() -> Status) -> Res {
+    let (Some(q), Some(d)) = (quota::active()?, driver::device_index(dev)) else { return status(real()) };
+    let mut reg = registry();
+    // SAFETY (both closures): run only after the driver succeeded, so `pctx` holds the new context.
+    let read = || unsafe { *pctx } as u64;
+    let destroy = || {
+        if let Some(f) = crate::table::real_fns::cuCtxDestroy_v2.get() {
+            // SAFETY: destroys the context the driver just created for us.
+            unsafe { f(*pctx) };
+        }
+    };
+    let (h, cost) = charge_new(q, &mut reg, dev, d, real, read, destroy)?;
+    reg.created.push((h, d, cost));
+    Ok(())
+}
+
+/// `cuCtxDestroy` (every version): gives back the context's cost and allocations.
+pub fn destroy(ctx: CUcontext, real: impl FnOnce() -> Status) -> Res {
+    let Some(q) = quota::active()? else { return status(real()) };
+    let mut reg = registry();
+    status(real())?;
+    if let Some(i) = reg.created.iter().position(|c| c.0 == ctx as u64) {
+        let (_, d, cost) = reg.created.swap_remove(i);
+        q.release(d, cost);
+    }
+    drain(q, ctx as u64);
+    Ok(())
+}
+
+/// `cuDevicePrimaryCtxRetain`: charges the primary context's cost when this retain creates it.
+pub fn primary_retain(pctx: *mut CUcontext, dev: CUdevice, real: impl FnOnce() -> Status) -> Res {
+    let (Some(q), Some(d)) = (quota::active()?, driver::device_index(dev)) else { return status(real()) };
+    let mut reg = registry();
+    let exists = driver::primary_active(dev).unwrap_or(reg.primary[d].is_some());
+    if exists {
+        return status(real());
+    }
+    // SAFETY: run only after the driver succeeded, so `pctx` holds the primary context.
+    let read = || unsafe { *pctx } as u64;
+    let release = || {
+        if let Some(f) = crate::table::real_fns::cuDevicePrimaryCtxRelease_v2.get() {
+            // SAFETY: drops the one reference just taken, which destroys the context again.
+            unsafe { f(dev) };
+        }
+    };
+    let created = charge_new(q, &mut reg, dev, d, real, read, release)?;
+    reg.primary[d] = Some(created);
+    Ok(())
+}
+
+/// `cuDevicePrimaryCtxRelease` and `cuDevicePrimaryCtxReset` (every version): when the primary context
+/// is gone afterwards, gives back its cost and allocations.
+pub fn primary_release(dev: CUdevice, real: impl FnOnce() -> Status) -> Res {
+    let (Some(q), Some(d)) = (quota::active()?, driver::device_index(dev)) else { return status(real()) };
+    let mut reg = registry();
+    status(real())?;
+    if let Some((h, cost)) = reg.primary[d]
+        && driver::primary_active(dev) == Some(false)
+    {
+        reg.primary[d] = None;
+        q.release(d, cost);
+        drain(q, h);
+    }
+    Ok(())
+}

@@ -1,0 +1,88 @@
+//! Driver calls the shim makes for itself, none of them intercepted: where the calling thread's memory
+//! goes (current device and context), whether a primary context exists, and device UUIDs.
+//!
+//! A `CUdevice` is its ordinal: the real driver hands out `cuDeviceGet(&d, i)` as `d == i`, and the quota
+//! is per ordinal.
+
+use crate::real::{Lib, RealFn};
+use std::ffi::{c_int, c_uint};
+use tessera_ffi::region::MAX_DEVICES;
+use tessera_ffi::sys::{CUcontext, CUdevice, CUuuid};
+
+static CTX_GET_DEVICE: RealFn<unsafe extern "C" fn(*mut CUdevice) -> u32> = RealFn::new(Lib::Cuda, c"cuCtxGetDevice");
+static CTX_GET_CURRENT: RealFn<unsafe extern "C" fn(*mut CUcontext) -> u32> =
+    RealFn::new(Lib::Cuda, c"cuCtxGetCurrent");
+static PRIMARY_STATE: RealFn<unsafe extern "C" fn(CUdevice, *mut c_uint, *mut c_int) -> u32> =
+    RealFn::new(Lib::Cuda, c"cuDevicePrimaryCtxGetState");
+static DEVICE_UUID_V2: RealFn<unsafe extern "C" fn(*mut CUuuid, CUdevice) -> u32> =
+    RealFn::new(Lib::Cuda, c"cuDeviceGetUuid_v2");
+static DEVICE_UUID: RealFn<unsafe extern "C" fn(*mut CUuuid, CUdevice) -> u32> =
+    RealFn::new(Lib::Cuda, c"cuDeviceGetUuid");
+static DEVICE_COUNT: RealFn<unsafe extern "C" fn(*mut c_int) -> u32> = RealFn::new(Lib::Cuda, c"cuDeviceGetCount");
+
+/// Where the calling thread's allocations go: its current context and that context's device.
+#[derive(Clone, Copy, Debug)]
+pub struct Site {
+    /// Device ordinal, below [`MAX_DEVICES`].
+    pub device: usize,
+    /// The current context's handle.
+    pub ctx: u64,
+}
+
+/// The quota slot of device `dev`, or `None` for an ordinal the region has no slot for.
+pub fn device_index(dev: CUdevice) -> Option<usize> {
+    usize::try_from(dev).ok().filter(|&d| d < MAX_DEVICES)
+}
+
+/// The calling thread's [`Site`]; `None` when no context is current (the driver will refuse the call
+/// itself) or its device has no quota slot. Two driver calls that only read thread-local state.
+pub fn current() -> Option<Site> {
+    let (mut dev, mut ctx): (CUdevice, CUcontext) = (0, std::ptr::null_mut());
+    let (get_device, get_current) = (CTX_GET_DEVICE.get()?, CTX_GET_CURRENT.get()?);
+    // SAFETY: both functions have these C signatures and write one value through a valid pointer.
+    let ok = unsafe { get_device(&mut dev) == 0 && get_current(&mut ctx) == 0 };
+    if !ok || ctx.is_null() {
+        return None;
+    }
+    Some(Site { device: device_index(dev)?, ctx: ctx as u64 })
+}
+
+/// Whether device `dev`'s primary context exists; `None` when the driver cannot tell.
+pub fn primary_active(dev: CUdevice) -> Option<bool> {
+    let (mut flags, mut active): (c_uint, c_int) = (0, 0);
+    // SAFETY: cuDevicePrimaryCtxGetState's C signature; both outputs are valid.
+    (unsafe { PRIMARY_STATE.get()?(dev, &mut flags, &mut active) } == 0).then_some(active != 0)
+}
+
+/// Device `dev`'s UUID.
+pub fn uuid(dev: CUdevice) -> Option<[u8; 16]> {
+    let f = DEVICE_UUID_V2.get().or_else(|| DEVICE_UUID.get())?;
+    let mut u = CUuuid { bytes: [0; 16] };
+    // SAFETY: cuDeviceGetUuid's C signature; `u` is a valid output.
+    (unsafe { f(&mut u, dev) } == 0).then(|| u.bytes.map(|b| b as u8))
+}
+
+/// A UUID in NVIDIA's textual form, `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, as NVML prints it.
+pub fn uuid_string(u: &[u8; 16]) -> String {
+    let h: String = u.iter().map(|b| format!("{b:02x}")).collect();
+    format!("GPU-{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
+}
+
+/// Number of CUDA devices; `None` until the driver is initialized in this process.
+pub fn device_count() -> Option<usize> {
+    let mut n: c_int = 0;
+    // SAFETY: cuDeviceGetCount's C signature; `n` is a valid output.
+    (unsafe { DEVICE_COUNT.get()?(&mut n) } == 0).then(|| usize::try_from(n).unwrap_or(0))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn uuid_text_matches_nvml() {
+        let u = *b"SIMG\x00small\0\0\0\0\0\0";
+        assert_eq!(super::uuid_string(&u), "GPU-53494d47-0073-6d61-6c6c-000000000000");
+        assert_eq!(super::device_index(3), Some(3));
+        assert_eq!(super::device_index(-1), None);
+        assert_eq!(super::device_index(16), None);
+    }
+}

@@ -1,0 +1,141 @@
+//! Memory quotas: each process accounts its device memory in a vGPU slot, shared through the region
+//! file by every process started with the same `TESSERA_VGPU`, or private to the process without one.
+//!
+//! - [`accounting`]: the compare-and-swap that keeps `used` at most `limit`;
+//! - [`reclaim`]: giving back what dead processes held;
+//! - [`region`]: the region file and its slots.
+//!
+//! With neither `TESSERA_MEMORY_LIMIT` nor `TESSERA_VGPU` there is no quota ([`active`] is `None`) and no
+//! region file is touched: the shim stays transparent.
+
+mod accounting;
+mod reclaim;
+mod region;
+
+use crate::guard::{Res, Status};
+use crate::log;
+use region::{Attached, Limits};
+use std::sync::OnceLock;
+use tessera_ffi::cuda::{CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_OUT_OF_MEMORY};
+use tessera_ffi::region::{MAX_DEVICES, UNLIMITED};
+use tessera_ffi::units::format_size;
+
+/// The quota this process allocates against.
+pub struct Quota {
+    slots: Attached,
+    /// How messages name it: `vGPU "team"` or `this process`.
+    label: String,
+}
+
+static QUOTA: OnceLock<Result<Option<Quota>, String>> = OnceLock::new();
+
+/// The process's quota, set up on first use (normally by `cuInit`): `Ok(None)` when none is configured;
+/// `Err(CUDA_ERROR_INVALID_VALUE)` when the configuration or the region is unusable (already reported).
+pub fn active() -> Result<Option<&'static Quota>, Status> {
+    match QUOTA.get_or_init(set_up) {
+        Ok(q) => Ok(q.as_ref()),
+        Err(_) => Err(CUDA_ERROR_INVALID_VALUE),
+    }
+}
+
+fn set_up() -> Result<Option<Quota>, String> {
+    let config = crate::init::config().map_err(str::to_string)?;
+    let limits: Option<Limits> =
+        config.memory_limit.as_ref().map(|l| std::array::from_fn(|d| l.get(d as u32).unwrap_or(UNLIMITED)));
+    let (slots, label) = match (&config.vgpu, limits) {
+        (None, None) => return Ok(None),
+        (None, Some(l)) => (region::private(&l), "this process".to_string()),
+        (Some(name), l) => match region::attach(&config.region, name, l.as_ref()) {
+            Ok(s) => (s, format!("vGPU {name:?}")),
+            Err(e) => {
+                // Printed whatever TESSERA_LOG says: the program is about to be refused the GPU.
+                eprintln!("tessera: {e}; refusing to run CUDA without the configured quota");
+                return Err(e);
+            }
+        },
+    };
+    let limits: Limits = std::array::from_fn(|d| slots.vgpu.limit[d].load(std::sync::atomic::Ordering::Acquire));
+    log::info(format_args!("memory quota: {label}, {}", region::describe(&limits)));
+    Ok(Some(Quota { slots, label }))
+}
+
+impl Quota {
+    /// The quota of device `dev` ([`UNLIMITED`] when none is set).
+    pub fn limit(&self, dev: usize) -> u64 {
+        self.slots.vgpu.limit.get(dev).map_or(UNLIMITED, |l| l.load(std::sync::atomic::Ordering::Acquire))
+    }
+
+    /// Bytes in use on device `dev` by every process of the quota.
+    pub fn used(&self, dev: usize) -> u64 {
+        self.slots.vgpu.used.get(dev).map_or(0, |u| u.load(std::sync::atomic::Ordering::Acquire))
+    }
+
+    /// Reclaims dead processes' bytes now; returns how many processes were found dead.
+    fn reclaim_now(&self) -> usize {
+        self.slots.region.map_or(0, |r| reclaim::reclaim_dead(r, Some(self.slots.vgpu_index), self.slots.me_index))
+    }
+
+    /// Reclaims if this vGPU was not scanned in the last second (one clock read otherwise).
+    pub fn reclaim_if_due(&self) {
+        if self.slots.region.is_some() && reclaim::due(self.slots.vgpu, reclaim::now_ns()) {
+            self.reclaim_now();
+        }
+    }
+
+    /// Takes `bytes` on device `dev` before `what` (e.g. `cuMemAlloc`) asks the driver for them. Over the
+    /// quota, dead processes are reclaimed and the request retried once; if it still does not fit, one
+    /// line naming the quota and the request is logged and `CUDA_ERROR_OUT_OF_MEMORY` returned.
+    pub fn reserve(&self, dev: usize, bytes: u64, what: &str) -> Res {
+        let Some(_) = self.slots.vgpu.limit.get(dev) else { return Ok(()) };
+        self.reclaim_if_due();
+        let (vgpu, me) = (self.slots.vgpu, self.slots.me);
+        let refused = match accounting::reserve(vgpu, me, dev, bytes) {
+            Ok(()) => return Ok(()),
+            Err(r) if self.reclaim_now() == 0 => r,
+            Err(_) => match accounting::reserve(vgpu, me, dev, bytes) {
+                Ok(()) => return Ok(()),
+                Err(r) => r,
+            },
+        };
+        log::warn(format_args!(
+            "{what} of {} ({bytes} bytes) on device {dev} refused: over the memory quota of {}, {} ({} bytes) with {} \
+             ({} bytes) in use",
+            format_size(bytes),
+            self.label,
+            format_size(refused.limit),
+            refused.limit,
+            format_size(refused.used),
+            refused.used,
+        ));
+        Err(CUDA_ERROR_OUT_OF_MEMORY)
+    }
+
+    /// Gives back `bytes` taken with [`Quota::reserve`] on device `dev`.
+    pub fn release(&self, dev: usize, bytes: u64) {
+        if dev < MAX_DEVICES {
+            accounting::release(self.slots.vgpu, self.slots.me, dev, bytes);
+        }
+    }
+
+    /// Moves a reservation of `reserved` bytes to the `actual` size the driver used: gives back the
+    /// difference, or takes the extra (failing as [`Quota::reserve`] does, the reservation kept).
+    pub fn adjust(&self, dev: usize, reserved: u64, actual: u64, what: &str) -> Res {
+        if actual > reserved {
+            self.reserve(dev, actual - reserved, what)
+        } else {
+            self.release(dev, reserved - actual);
+            Ok(())
+        }
+    }
+
+    /// `(free, total)` of device `dev` as the program should see them, given the driver's figures:
+    /// `total = min(limit, real total)`, `free = min(total - used, real free)`; `None` without a limit.
+    pub fn view(&self, dev: usize, real_free: u64, real_total: u64) -> Option<(u64, u64)> {
+        let limit = self.limit(dev);
+        if limit == UNLIMITED {
+            return None;
+        }
+        let total = limit.min(real_total);
+        Some((total.saturating_sub(self.used(dev)).min(real_free), total))
+    }
+}

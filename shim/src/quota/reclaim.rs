@@ -1,0 +1,134 @@
+//! Giving back what dead processes held: liveness by pid and start time, the scan over process slots,
+//! and the once-a-second gate that amortizes the scan over allocations.
+
+use super::accounting::sub;
+use std::sync::atomic::Ordering;
+use tessera_ffi::region::{MAX_DEVICES, MAX_VGPUS, ProcSlot, Region, VgpuSlot};
+
+/// Minimum time between two amortized scans of one vGPU.
+pub const INTERVAL_NS: u64 = 1_000_000_000;
+
+/// A process slot's `pid` while it is being claimed, filled or reclaimed.
+pub const CLAIMING: u32 = u32::MAX;
+
+/// State letter and start time (fields 3 and 22 of `/proc/PID/stat`); `None` when there is no such process.
+fn stat(pid: u32) -> Option<(u8, u64)> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces and parentheses; the fields after it follow the last ')'.
+    let mut fields = text[text.rfind(')')? + 1..].split_whitespace();
+    let state = *fields.next()?.as_bytes().first()?;
+    let start = fields.nth(18)?.parse().ok()?;
+    Some((state, start))
+}
+
+/// The kernel's start time of `pid` (clock ticks after boot), which tells a live process from a later
+/// one that reused its pid.
+pub fn start_time(pid: u32) -> Option<u64> {
+    stat(pid).map(|(_, start)| start)
+}
+
+/// True when `pid` still runs and is the process that registered with `start`. A zombie (exited or
+/// killed, not yet reaped) counts as dead: it will never release anything itself.
+pub fn is_alive(pid: u32, start: u64) -> bool {
+    matches!(stat(pid), Some((state, s)) if s == start && state != b'Z' && state != b'X')
+}
+
+/// Monotonic nanoseconds shared by every process of the machine (the coarse clock: a vDSO read, no
+/// system call, which is all a once-a-second gate needs).
+pub fn now_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes into our timespec; CLOCK_MONOTONIC_COARSE exists on every Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// True (once per [`INTERVAL_NS`], for exactly one caller of all processes) when `vgpu` is due for a scan.
+pub fn due(vgpu: &VgpuSlot, now: u64) -> bool {
+    let last = vgpu.last_reclaim_ns.load(Ordering::Relaxed);
+    now.saturating_sub(last) >= INTERVAL_NS
+        && vgpu.last_reclaim_ns.compare_exchange(last, now, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+}
+
+/// Frees a slot the caller owns (its `pid` is [`CLAIMING`]): its bytes go back to `vgpu`.
+pub fn clear(p: &ProcSlot, vgpu: &VgpuSlot) {
+    for d in 0..MAX_DEVICES {
+        let bytes = p.used[d].swap(0, Ordering::AcqRel);
+        sub(&vgpu.used[d], bytes);
+    }
+    p.start_time.store(0, Ordering::Relaxed);
+    p.vgpu.store(0, Ordering::Relaxed);
+    p.pid.store(0, Ordering::Release);
+}
+
+/// Reclaims every dead process of vGPU `only` (or of every vGPU), skipping slot `skip` (the caller's).
+/// Returns how many were found. Two scanners never subtract the same bytes twice: each dead slot is
+/// claimed by a CAS first.
+pub fn reclaim_dead(region: &Region, only: Option<u32>, skip: Option<usize>) -> usize {
+    let mut found = 0;
+    for (i, p) in region.procs.iter().enumerate() {
+        let pid = p.pid.load(Ordering::Acquire);
+        if pid == 0 || pid == CLAIMING || Some(i) == skip {
+            continue;
+        }
+        let vgpu = p.vgpu.load(Ordering::Relaxed);
+        if only.is_some_and(|v| v != vgpu) || vgpu as usize >= MAX_VGPUS {
+            continue;
+        }
+        if is_alive(pid, p.start_time.load(Ordering::Relaxed)) {
+            continue;
+        }
+        if p.pid.compare_exchange(pid, CLAIMING, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+            clear(p, &region.vgpus[vgpu as usize]);
+            found += 1;
+        }
+    }
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quota::accounting::tests::zeroed;
+
+    #[test]
+    fn own_process_is_alive_and_others_are_told_apart() {
+        let pid = std::process::id();
+        let start = start_time(pid).unwrap();
+        assert!(is_alive(pid, start));
+        assert!(!is_alive(pid, start + 1), "same pid, another start time: a reused pid");
+        assert!(!is_alive(u32::MAX - 1, start));
+    }
+
+    #[test]
+    fn gate_opens_once_per_interval() {
+        let v: &VgpuSlot = zeroed();
+        let now = now_ns().max(INTERVAL_NS);
+        assert!(due(v, now));
+        assert!(!due(v, now + 1));
+        assert!(due(v, now + INTERVAL_NS));
+    }
+
+    #[test]
+    fn dead_processes_are_reclaimed_once_and_live_ones_kept() {
+        let r: &Region = zeroed();
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        let dead_start = start_time(dead).unwrap_or(1);
+        child.wait().unwrap();
+        let me = std::process::id();
+        for (slot, pid, start, bytes) in [(0, me, start_time(me).unwrap(), 100), (1, dead, dead_start, 300)] {
+            let p = &r.procs[slot];
+            p.vgpu.store(2, Ordering::Relaxed);
+            p.start_time.store(start, Ordering::Relaxed);
+            p.used[3].store(bytes, Ordering::Relaxed);
+            p.pid.store(pid, Ordering::Release);
+        }
+        r.vgpus[2].used[3].store(400, Ordering::Relaxed);
+        assert_eq!(reclaim_dead(r, Some(1), None), 0, "another vGPU's processes are left alone");
+        assert_eq!(reclaim_dead(r, Some(2), None), 1);
+        assert_eq!(r.vgpus[2].used[3].load(Ordering::Relaxed), 100);
+        assert_eq!(r.procs[1].pid.load(Ordering::Relaxed), 0);
+        assert_eq!(reclaim_dead(r, None, None), 0, "nothing left to reclaim");
+        assert_eq!(r.procs[0].pid.load(Ordering::Relaxed), me);
+    }
+}

@@ -1,0 +1,145 @@
+//! `tessera run`: runs a command under the shim, so a user never types a library path. It preloads the
+//! installed `libtessera.so` (ahead of anything already in `LD_PRELOAD`), passes the quota and vGPU as the
+//! shim's variables, adds the simulated GPU's environment when the machine has no NVIDIA driver, and
+//! `exec`s the command: its exit status is `tessera run`'s.
+
+use clap::Args;
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use tessera_ffi::units::{VGPU_NAME_FORM, parse_memory_limit, valid_vgpu_name};
+
+/// File name of the shim.
+const SHIM: &str = "libtessera.so";
+
+/// Arguments of `tessera run`.
+#[derive(Args)]
+pub struct RunArgs {
+    /// Memory quota the command sees as its GPU's size: one size for every device (8GiB, 512MiB, 1.5GB,
+    /// bytes) or per device (0=8GiB,1=4GiB). Sets TESSERA_MEMORY_LIMIT.
+    #[arg(long, value_name = "SIZE", value_parser = memory_value)]
+    memory: Option<String>,
+    /// vGPU whose quota and compute share the command joins. Sets TESSERA_VGPU.
+    #[arg(long, value_name = "NAME", value_parser = vgpu_value)]
+    vgpu: Option<String>,
+    /// The command to run, with its arguments (after `--` when they start with `-`).
+    #[arg(required = true, trailing_var_arg = true, value_name = "COMMAND")]
+    command: Vec<OsString>,
+}
+
+/// `--memory`, checked as the shim checks `TESSERA_MEMORY_LIMIT`.
+fn memory_value(text: &str) -> Result<String, String> {
+    parse_memory_limit(text).map(|_| text.trim().to_string())
+}
+
+/// `--vgpu`, checked as the shim checks `TESSERA_VGPU`.
+fn vgpu_value(text: &str) -> Result<String, String> {
+    if valid_vgpu_name(text) {
+        Ok(text.to_string())
+    } else {
+        Err(format!("{text:?} is not a vGPU name; {VGPU_NAME_FORM}"))
+    }
+}
+
+/// The installed shim: in `TESSERA_LIB_DIR` when set, else beside this executable or in `../lib`.
+fn shim_library() -> Result<PathBuf, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot locate the tessera executable: {e}"))?;
+    let beside = exe.parent().map(Path::to_path_buf);
+    let candidates: Vec<PathBuf> = match std::env::var_os("TESSERA_LIB_DIR") {
+        Some(dir) => vec![PathBuf::from(dir)],
+        None => beside.iter().flat_map(|d| [d.clone(), d.join("../lib")]).collect(),
+    };
+    let found = candidates.iter().map(|d| d.join(SHIM)).find(|p| p.is_file());
+    let path = found.ok_or_else(|| format!("{SHIM} not found in {candidates:?}; build it or set TESSERA_LIB_DIR"))?;
+    let path = path.canonicalize().map_err(|e| format!("{}: {e}", path.display()))?;
+    let text = path.to_str().ok_or_else(|| format!("{} is not valid UTF-8", path.display()))?;
+    if text.contains([' ', ':']) {
+        return Err(format!("{text} cannot be preloaded: LD_PRELOAD splits paths at spaces and colons"));
+    }
+    Ok(path)
+}
+
+/// `LD_PRELOAD` with `shim` first, followed by the entries of `old` (without an earlier copy of the shim).
+fn preload(shim: &Path, old: Option<&str>) -> String {
+    let shim = shim.to_string_lossy();
+    let rest = old
+        .unwrap_or("")
+        .split([' ', ':'])
+        .filter(|e| !e.is_empty() && *e != shim && !e.ends_with(&format!("/{SHIM}")));
+    std::iter::once(shim.as_ref()).chain(rest).collect::<Vec<_>>().join(":")
+}
+
+/// The variables to set for the command.
+fn environment(args: &RunArgs, shim: &Path) -> Result<Vec<(String, String)>, String> {
+    let mut env = vec![("LD_PRELOAD".to_string(), preload(shim, std::env::var("LD_PRELOAD").ok().as_deref()))];
+    if let Some(memory) = &args.memory {
+        env.push(("TESSERA_MEMORY_LIMIT".into(), memory.clone()));
+    }
+    if let Some(vgpu) = &args.vgpu {
+        env.push(("TESSERA_VGPU".into(), vgpu.clone()));
+    }
+    if !crate::driver::real_driver_present() {
+        let folder = crate::simgpu_cmd::library_folder()?;
+        let old = std::env::var("LD_LIBRARY_PATH").ok();
+        for (key, value) in simgpu::libdir::environment(&folder, old.as_deref()) {
+            let already = std::env::var(&key).ok();
+            match key.as_str() {
+                // The folder first, unless it already is.
+                "LD_LIBRARY_PATH" if already.as_deref().is_some_and(|p| p.split(':').next() == folder.to_str()) => {}
+                "LD_LIBRARY_PATH" => env.push((key, value)),
+                // SIMGPU_ settings the user made are kept, as `tessera simgpu env` keeps them.
+                _ if already.is_some() => {}
+                _ => env.push((key, value)),
+            }
+        }
+    }
+    Ok(env)
+}
+
+/// Runs `tessera run`: only returns when the command cannot be started (or the arguments are wrong).
+pub fn run(args: RunArgs) -> ExitCode {
+    let fail = |message: String, code: u8| {
+        eprintln!("tessera run: {message}");
+        ExitCode::from(code)
+    };
+    let env = match shim_library().and_then(|shim| environment(&args, &shim)) {
+        Ok(env) => env,
+        Err(message) => return fail(message, 1),
+    };
+    let (program, rest) = args.command.split_first().expect("clap requires a command");
+    let error = std::process::Command::new(program).args(rest).envs(env).exec();
+    // As a shell reports it: 127 when the command does not exist, 126 when it cannot be executed.
+    let code = if error.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 };
+    fail(format!("cannot run {}: {error}", program.to_string_lossy()), code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_shim_goes_first_once() {
+        let shim = Path::new("/opt/tessera/lib/libtessera.so");
+        assert_eq!(preload(shim, None), "/opt/tessera/lib/libtessera.so");
+        assert_eq!(preload(shim, Some("")), "/opt/tessera/lib/libtessera.so");
+        assert_eq!(
+            preload(shim, Some("/a/liba.so /b/libb.so")),
+            "/opt/tessera/lib/libtessera.so:/a/liba.so:/b/libb.so"
+        );
+        assert_eq!(
+            preload(shim, Some("/a/liba.so:/old/libtessera.so:/opt/tessera/lib/libtessera.so")),
+            "/opt/tessera/lib/libtessera.so:/a/liba.so"
+        );
+    }
+
+    #[test]
+    fn values_are_checked_like_the_shims_variables() {
+        assert_eq!(memory_value("1GiB"), Ok("1GiB".into()));
+        assert!(memory_value("0=1GiB,1=2GiB").is_ok());
+        assert!(memory_value("lots").unwrap_err().contains("8GiB"));
+        assert!(memory_value("0").is_err());
+        assert!(vgpu_value("team-a").is_ok());
+        assert!(vgpu_value("a/b").unwrap_err().contains("not a vGPU name"));
+    }
+}
