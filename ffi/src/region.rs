@@ -2,7 +2,8 @@
 //! scheduler, its compute share). A binary protocol between processes that may run different Tessera
 //! versions: the header's magic, version and layout size are checked on every open.
 //!
-//! Layout version 1: a header, then [`MAX_VGPUS`] vGPU slots, then [`MAX_PROCS`] process slots, all
+//! Layout version 2: a header, the daemon's record, one scheduling record per device, then [`MAX_VGPUS`]
+//! vGPU slots (quota, usage and the compute-share token bucket), then [`MAX_PROCS`] process slots, all
 //! `#[repr(C)]` atomics so that every access after opening is a lock-free atomic operation.
 //!
 //! Protocol (the shim implements it; anything else that maps the region must follow it):
@@ -12,13 +13,19 @@
 //! - a process slot is claimed by a CAS of `pid` from 0 to `u32::MAX`, filled, then published by storing
 //!   the owner's pid; whoever finds the owner dead (pid and start time no longer match a live process)
 //!   CASes `pid` to `u32::MAX`, subtracts the slot's `used` from its vGPU and frees it.
+//! - compute shares (see [`Sched`]): a launch takes `tokens` (nanoseconds of device time) with one atomic
+//!   subtraction when `tokens > 0`, the `inflight_ns` window allows it, the vGPU is not suspended and no
+//!   higher-priority vGPU is active on its device; otherwise it sleeps on the `epoch` futex word, counted in
+//!   `waiters`. Whoever grants tokens or changes the state (the daemon, or the process itself in standalone
+//!   mode) adds to `tokens`, increments `epoch` and wakes the futex. Measured device time is fed back: the
+//!   estimate charged at launch is corrected in `tokens`, and `device_ns` accumulates what ran.
 
-use std::sync::atomic::{AtomicU32, AtomicU64};
+use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64};
 
 /// `TESSRGN1` in little-endian byte order.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"TESSRGN1");
 /// Layout version; bump on any change to the structures below.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 /// Devices per vGPU slot.
 pub const MAX_DEVICES: usize = 16;
 /// vGPU slots in a region.
@@ -57,6 +64,84 @@ pub struct Header {
     pub reserved: u32,
 }
 
+/// Priorities (`Sched::priority`).
+pub mod priority {
+    /// Runs only on what `normal` and `high` vGPUs leave.
+    pub const LOW: u32 = 0;
+    /// The default.
+    pub const NORMAL: u32 = 1;
+    /// While it has work, lower priorities on its device get no tokens.
+    pub const HIGH: u32 = 2;
+}
+
+/// Bits of `Sched::flags`.
+pub mod flags {
+    /// The vGPU never exceeds its share, and its idle share is not given to others.
+    pub const CAP: u32 = 1;
+    /// Tensor cores off: TF32 disabled and cuBLAS math modes forced to pedantic.
+    pub const TENSOR_CORES_OFF: u32 = 2;
+    /// Suspended: launches wait at the next kernel boundary.
+    pub const SUSPENDED: u32 = 4;
+    /// Configured by the daemon (tokens are granted by it, not by the processes).
+    pub const MANAGED: u32 = 8;
+}
+
+/// Default queued-but-unfinished device work a vGPU may have: 1 ms.
+pub const DEFAULT_WINDOW_NS: u64 = 1_000_000;
+
+/// The compute-share state of one vGPU.
+#[repr(C)]
+pub struct Sched {
+    /// Device ordinal the vGPU's share applies to.
+    pub device: AtomicU32,
+    /// Share of the device in percent (0-100).
+    pub share: AtomicU32,
+    /// [`priority`] value.
+    pub priority: AtomicU32,
+    /// [`flags`] bits.
+    pub flags: AtomicU32,
+    /// Futex word: incremented whenever tokens are granted or the state changes.
+    pub epoch: AtomicU32,
+    /// Launches waiting for tokens right now.
+    pub waiters: AtomicU32,
+    /// Nanoseconds of device time the vGPU may still queue (negative: in debt).
+    pub tokens: AtomicI64,
+    /// Estimated device time queued and not finished yet.
+    pub inflight_ns: AtomicI64,
+    /// Most queued-but-unfinished device time allowed.
+    pub window_ns: AtomicU64,
+    /// Last launch (monotonic ns), for demand detection.
+    pub last_launch_ns: AtomicU64,
+    /// Kernel launches (graph launches count once).
+    pub launches: AtomicU64,
+    /// Measured device time the vGPU's work has taken.
+    pub device_ns: AtomicU64,
+    /// Time launches have spent waiting for tokens.
+    pub wait_ns: AtomicU64,
+}
+
+/// Scheduling state of one device.
+#[repr(C)]
+pub struct DeviceSched {
+    /// Until when (monotonic ns) a `high` vGPU counts as having work on the device.
+    pub high_until_ns: AtomicU64,
+    /// Futex word the daemon sleeps on; launches that must wait increment it and wake the daemon.
+    pub demand: AtomicU32,
+    /// Reserved, zero.
+    pub reserved: u32,
+}
+
+/// The daemon managing the region, if any.
+#[repr(C)]
+pub struct Daemon {
+    /// Its pid (0: no daemon has attached).
+    pub pid: AtomicU32,
+    /// Reserved, zero.
+    pub reserved: u32,
+    /// Last time (monotonic ns) it refilled tokens.
+    pub heartbeat_ns: AtomicU64,
+}
+
 /// One vGPU: its name, quota and usage per device.
 #[repr(C)]
 pub struct VgpuSlot {
@@ -74,6 +159,8 @@ pub struct VgpuSlot {
     pub peak: [AtomicU64; MAX_DEVICES],
     /// When processes of this vGPU were last checked for having died (monotonic ns).
     pub last_reclaim_ns: AtomicU64,
+    /// Compute share.
+    pub sched: Sched,
 }
 
 impl VgpuSlot {
@@ -114,13 +201,17 @@ pub struct ProcSlot {
 pub struct Region {
     /// Header.
     pub header: Header,
+    /// The managing daemon.
+    pub daemon: Daemon,
+    /// Per-device scheduling state.
+    pub devices: [DeviceSched; MAX_DEVICES],
     /// vGPU slots.
     pub vgpus: [VgpuSlot; MAX_VGPUS],
     /// Process slots.
     pub procs: [ProcSlot; MAX_PROCS],
 }
 
-/// Size of a version-1 region file.
+/// Size of a version-2 region file.
 pub const LAYOUT_SIZE: usize = std::mem::size_of::<Region>();
 
 #[cfg(test)]
@@ -140,8 +231,10 @@ mod tests {
     #[test]
     fn layout_is_stable() {
         assert_eq!(std::mem::size_of::<Header>(), 32);
-        assert_eq!(std::mem::size_of::<VgpuSlot>(), 8 + NAME_LEN + 3 * 8 * MAX_DEVICES + 8);
+        assert_eq!(std::mem::size_of::<Sched>(), 6 * 4 + 7 * 8);
+        assert_eq!(std::mem::size_of::<VgpuSlot>(), 8 + NAME_LEN + 3 * 8 * MAX_DEVICES + 8 + 80);
         assert_eq!(std::mem::size_of::<ProcSlot>(), 16 + 8 * MAX_DEVICES);
-        assert_eq!(LAYOUT_SIZE, 32 + MAX_VGPUS * 464 + MAX_PROCS * 144);
+        assert_eq!(std::mem::size_of::<DeviceSched>(), 16);
+        assert_eq!(LAYOUT_SIZE, 32 + 16 + MAX_DEVICES * 16 + MAX_VGPUS * 544 + MAX_PROCS * 144);
     }
 }

@@ -9,8 +9,9 @@ use serde_json::json;
 use simgpu::state::now_ns;
 use std::sync::atomic::Ordering;
 
-/// Length of the kernel queued ahead of each timed one.
-const LEAD_NS: u64 = 1_000_000;
+/// Length of the kernel queued ahead of each timed one: it keeps the stream busy while the start event
+/// and the timed kernel are submitted, so a host-side hiccup shorter than this cannot stretch the timing.
+const LEAD_NS: u64 = 10_000_000;
 
 /// Times `--count` (default 10) `spin(--ns)` kernels (default 20 ms), each between two events, with a
 /// [`LEAD_NS`] kernel queued ahead of each.
