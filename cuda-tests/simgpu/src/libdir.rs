@@ -8,15 +8,19 @@ use std::path::{Path, PathBuf};
 pub const DRIVER_FILE: &str = "libsimcuda.so";
 /// File cargo builds for the simulated NVML.
 pub const NVML_FILE: &str = "libsimnvml.so";
+/// File cargo builds for the simulated cuBLAS.
+pub const CUBLAS_FILE: &str = "libsimcublas.so";
 /// Name of the folder created beside them.
 pub const FOLDER: &str = "simgpu";
 
 /// `(link name, target file)` pairs the folder holds.
-const LINKS: [(&str, &str); 4] = [
+const LINKS: [(&str, &str); 6] = [
     ("libcuda.so.1", DRIVER_FILE),
     ("libcuda.so", DRIVER_FILE),
     ("libnvidia-ml.so.1", NVML_FILE),
     ("libnvidia-ml.so", NVML_FILE),
+    ("libcublas.so.12", CUBLAS_FILE),
+    ("libcublas.so", CUBLAS_FILE),
 ];
 
 /// Finds the folder holding the built libraries: `TESSERA_LIB_DIR` if set, else beside `exe` or in its
