@@ -26,8 +26,11 @@ fn guard(f: impl FnOnce() -> Status) -> Status {
 }
 
 /// `cublasCreate_v2`.
+///
+/// # Safety
+/// As the cuBLAS function: pointers valid, handles made by `cublasCreate_v2`.
 #[unsafe(no_mangle)]
-pub extern "C" fn cublasCreate_v2(handle: *mut *mut c_void) -> Status {
+pub unsafe extern "C" fn cublasCreate_v2(handle: *mut *mut c_void) -> Status {
     guard(|| {
         if handle.is_null() {
             return CUBLAS_STATUS_INVALID_VALUE;
@@ -40,8 +43,11 @@ pub extern "C" fn cublasCreate_v2(handle: *mut *mut c_void) -> Status {
 }
 
 /// `cublasDestroy_v2`.
+///
+/// # Safety
+/// As the cuBLAS function: pointers valid, handles made by `cublasCreate_v2`.
 #[unsafe(no_mangle)]
-pub extern "C" fn cublasDestroy_v2(handle: *mut c_void) -> Status {
+pub unsafe extern "C" fn cublasDestroy_v2(handle: *mut c_void) -> Status {
     guard(|| {
         if handle.is_null() {
             return CUBLAS_STATUS_NOT_INITIALIZED;
@@ -53,8 +59,11 @@ pub extern "C" fn cublasDestroy_v2(handle: *mut c_void) -> Status {
 }
 
 /// `cublasSetMathMode`: keeps and logs the mode received.
+///
+/// # Safety
+/// As the cuBLAS function: pointers valid, handles made by `cublasCreate_v2`.
 #[unsafe(no_mangle)]
-pub extern "C" fn cublasSetMathMode(handle: *mut c_void, mode: u32) -> Status {
+pub unsafe extern "C" fn cublasSetMathMode(handle: *mut c_void, mode: u32) -> Status {
     guard(|| {
         if handle.is_null() {
             return CUBLAS_STATUS_NOT_INITIALIZED;
@@ -76,8 +85,11 @@ pub extern "C" fn cublasSetMathMode(handle: *mut c_void, mode: u32) -> Status {
 }
 
 /// `cublasGetMathMode`.
+///
+/// # Safety
+/// As the cuBLAS function: pointers valid, handles made by `cublasCreate_v2`.
 #[unsafe(no_mangle)]
-pub extern "C" fn cublasGetMathMode(handle: *mut c_void, mode: *mut u32) -> Status {
+pub unsafe extern "C" fn cublasGetMathMode(handle: *mut c_void, mode: *mut u32) -> Status {
     guard(|| {
         if handle.is_null() {
             return CUBLAS_STATUS_NOT_INITIALIZED;
