@@ -4,15 +4,20 @@
 //! - [`cuda_ext`]: the entry points cudarc does not declare (`_ptsz`/`_ptds`, the checkpoint API).
 //! - [`proc_address`]: the real driver's `cuGetProcAddress` answers, as data.
 //! - [`region`]: the versioned shared-memory region processes of one vGPU share.
+//! - [`region_file`]: opening, checking and claiming slots of that region (shim and daemon alike);
+//!   [`reclaim`]: giving back what dead processes held; [`futex`]: waiting on its futex words.
 //! - [`nvml`]: the NVML C types the simulated NVML and the shim exchange with programs.
 //! - [`units`]: the textual forms of sizes and durations accepted in every environment variable.
 
 pub mod cuda;
 pub mod cuda_ext;
 pub mod flock;
+pub mod futex;
 pub mod nvml;
 pub mod proc_address;
+pub mod reclaim;
 pub mod region;
+pub mod region_file;
 pub mod units;
 
 pub use cudarc::driver::sys;

@@ -19,6 +19,9 @@
 //!   `waiters`. Whoever grants tokens or changes the state (the daemon, or the process itself in standalone
 //!   mode) adds to `tokens`, increments `epoch` and wakes the futex. Measured device time is fed back: the
 //!   estimate charged at launch is corrected in `tokens`, and `device_ns` accumulates what ran.
+//! - the daemon (`tessera daemon`), when one runs, records its pid and `heartbeat_ns` in [`Daemon`] and marks
+//!   the slots it configures [`flags::MANAGED`]: their limits and shares are its own (a joining process
+//!   adopts them), their tokens come from it alone, and their slots are never reused for another name.
 
 use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64};
 
@@ -118,6 +121,10 @@ pub struct Sched {
     pub device_ns: AtomicU64,
     /// Time launches have spent waiting for tokens.
     pub wait_ns: AtomicU64,
+    /// When (monotonic ns) a process in standalone mode (`TESSERA_COMPUTE_SHARE`, no daemon) last added
+    /// its share's worth of time to `tokens`; advanced by compare-and-swap, so concurrent refills never
+    /// count the same interval twice.
+    pub last_refill_ns: AtomicU64,
 }
 
 /// Scheduling state of one device.
@@ -231,10 +238,10 @@ mod tests {
     #[test]
     fn layout_is_stable() {
         assert_eq!(std::mem::size_of::<Header>(), 32);
-        assert_eq!(std::mem::size_of::<Sched>(), 6 * 4 + 7 * 8);
-        assert_eq!(std::mem::size_of::<VgpuSlot>(), 8 + NAME_LEN + 3 * 8 * MAX_DEVICES + 8 + 80);
+        assert_eq!(std::mem::size_of::<Sched>(), 6 * 4 + 8 * 8);
+        assert_eq!(std::mem::size_of::<VgpuSlot>(), 8 + NAME_LEN + 3 * 8 * MAX_DEVICES + 8 + 88);
         assert_eq!(std::mem::size_of::<ProcSlot>(), 16 + 8 * MAX_DEVICES);
         assert_eq!(std::mem::size_of::<DeviceSched>(), 16);
-        assert_eq!(LAYOUT_SIZE, 32 + 16 + MAX_DEVICES * 16 + MAX_VGPUS * 544 + MAX_PROCS * 144);
+        assert_eq!(LAYOUT_SIZE, 32 + 16 + MAX_DEVICES * 16 + MAX_VGPUS * 552 + MAX_PROCS * 144);
     }
 }

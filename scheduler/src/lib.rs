@@ -1,1 +1,21 @@
-//! The host scheduler; the daemon lands with the scheduler issue.
+//! The host scheduler: the `tessera daemon` that owns the shared region, persists the vGPU configuration
+//! and refills every managed vGPU's token bucket by its compute share; and the client side the `tessera
+//! vgpu` commands use to talk to it.
+//!
+//! - [`config`]: vGPU specs and the rules every change keeps; [`store`]: their file, written atomically;
+//! - [`slots`]: writing specs into the region and reading usage back; [`manager`]: carrying out requests;
+//! - [`refill`]: the token algorithm (pure); [`pacer`]: the per-device loop that applies it;
+//! - [`protocol`], [`server`], [`client`]: JSON lines over a unix socket;
+//! - [`paths`]: where the files are; [`daemon`]: the daemon's life.
+
+pub mod client;
+pub mod config;
+pub mod daemon;
+pub mod manager;
+pub mod pacer;
+pub mod paths;
+pub mod protocol;
+pub mod refill;
+pub mod server;
+pub mod slots;
+pub mod store;

@@ -4,7 +4,8 @@
 use crate::log::{self, Level};
 use tessera_ffi::units::{PerDevice, VGPU_NAME_FORM, parse_memory_limit, valid_vgpu_name};
 
-/// Every variable the shim reads (others with the prefix get a warning: probably a typo).
+/// Every variable the shim reads, and the `tessera` command's own (others with the prefix get a warning:
+/// probably a typo).
 pub const KNOWN: &[&str] = &[
     "TESSERA_MEMORY_LIMIT",
     "TESSERA_VGPU",
@@ -13,6 +14,9 @@ pub const KNOWN: &[&str] = &[
     "TESSERA_REAL_LIBCUDA",
     "TESSERA_REAL_LIBNVML",
     "TESSERA_LIB_DIR",
+    "TESSERA_SOCKET",
+    "TESSERA_STATE_DIR",
+    "TESSERA_COMPUTE_SHARE",
 ];
 
 /// The shim's configuration.
@@ -26,6 +30,9 @@ pub struct Config {
     pub region: String,
     /// Log threshold.
     pub log: Level,
+    /// Standalone compute share in percent (1-100), refilled by the process itself when no daemon
+    /// manages its vGPU; `None` for none.
+    pub compute_share: Option<u32>,
 }
 
 /// A malformed variable.
@@ -41,13 +48,6 @@ impl std::fmt::Display for ConfigError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}: {}", self.var, self.message)
     }
-}
-
-/// The default region: per user, in shared memory.
-pub fn default_region() -> String {
-    // SAFETY: getuid cannot fail.
-    let uid = unsafe { libc::getuid() };
-    format!("/dev/shm/tessera-{uid}.region")
 }
 
 impl Config {
@@ -82,10 +82,26 @@ impl Config {
         let region = match get("TESSERA_REGION") {
             Some(r) if r.trim().is_empty() => return Err(err("TESSERA_REGION")("is empty; give a file path".into())),
             Some(r) => r,
-            None => default_region(),
+            None => tessera_ffi::region_file::default_path(),
         };
-        Ok(Config { memory_limit, vgpu, region, log })
+        let compute_share = get("TESSERA_COMPUTE_SHARE")
+            .map(|v| {
+                parse_share(&v)
+                    .ok_or_else(|| err("TESSERA_COMPUTE_SHARE")(format!("{v:?} is not a share; {SHARE_FORM}")))
+            })
+            .transpose()?;
+        Ok(Config { memory_limit, vgpu, region, log, compute_share })
     }
+}
+
+/// The accepted forms of `TESSERA_COMPUTE_SHARE`.
+pub const SHARE_FORM: &str = "use a whole percentage of the device from 1 to 100, such as 30 or 30%";
+
+/// A compute share: `30` or `30%`, 1 to 100.
+fn parse_share(text: &str) -> Option<u32> {
+    let t = text.trim();
+    let digits = t.strip_suffix('%').unwrap_or(t).trim();
+    digits.parse::<u32>().ok().filter(|p| (1..=100).contains(p))
 }
 
 #[cfg(test)]
@@ -110,6 +126,10 @@ mod tests {
         assert_eq!((each.get(0), each.get(1), each.get(2)), (Some(8 << 30), Some(4 << 30), None));
         assert_eq!(cfg(&[("TESSERA_VGPU", "team-a_1")]).unwrap().vgpu.as_deref(), Some("team-a_1"));
         assert_eq!(cfg(&[("TESSERA_LOG", "debug")]).unwrap().log, Level::Debug);
+        assert_eq!(cfg(&[]).unwrap().compute_share, None);
+        for (text, pct) in [("30", 30), ("30%", 30), (" 1 ", 1), ("100%", 100)] {
+            assert_eq!(cfg(&[("TESSERA_COMPUTE_SHARE", text)]).unwrap().compute_share, Some(pct), "{text:?}");
+        }
     }
 
     #[test]
@@ -124,6 +144,11 @@ mod tests {
             ("TESSERA_VGPU", ""),
             ("TESSERA_LOG", "loud"),
             ("TESSERA_REGION", " "),
+            ("TESSERA_COMPUTE_SHARE", "0"),
+            ("TESSERA_COMPUTE_SHARE", "101"),
+            ("TESSERA_COMPUTE_SHARE", "30.5"),
+            ("TESSERA_COMPUTE_SHARE", "half"),
+            ("TESSERA_COMPUTE_SHARE", ""),
         ] {
             let e = cfg(&[(var, value)]).unwrap_err();
             assert_eq!(e.var, var, "{var}={value:?}");

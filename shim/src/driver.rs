@@ -47,6 +47,15 @@ pub fn current() -> Option<Site> {
     Some(Site { device: device_index(dev)?, ctx: ctx as u64 })
 }
 
+/// The calling thread's current context handle; `None` when none is current. One driver call that
+/// only reads thread-local state (what every launch asks, to find its context's event pool).
+pub fn current_context() -> Option<u64> {
+    let mut ctx: CUcontext = std::ptr::null_mut();
+    // SAFETY: cuCtxGetCurrent's C signature; `ctx` is a valid output.
+    let ok = unsafe { CTX_GET_CURRENT.get()?(&mut ctx) } == 0;
+    (ok && !ctx.is_null()).then_some(ctx as u64)
+}
+
 /// Whether device `dev`'s primary context exists; `None` when the driver cannot tell.
 pub fn primary_active(dev: CUdevice) -> Option<bool> {
     let (mut flags, mut active): (c_uint, c_int) = (0, 0);

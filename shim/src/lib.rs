@@ -8,6 +8,9 @@
 //! Memory quotas: [`quota`] (the region and the accounting), [`alloc_table`] (what each allocation was
 //! charged), [`contexts`] (what contexts cost), [`footprint`] (sizes computed before the driver is
 //! asked), [`driver`] and [`nvml_real`] (queries the shim makes for itself).
+//!
+//! Compute shares: [`launch`] (every kernel launch gated on its vGPU's token bucket, its device time
+//! measured with events and fed back, and the standalone share refilled without a daemon).
 
 mod alloc_table;
 mod config;
@@ -19,6 +22,7 @@ mod footprint;
 mod guard;
 mod hooks;
 mod init;
+mod launch;
 mod log;
 mod memory;
 mod nvml;

@@ -98,11 +98,13 @@ mod tests {
         assert_eq!(chosen("cuGetProcAddress", 11030, 0), Some("cuGetProcAddress"));
         assert_eq!(chosen("cuCtxCreate", 11040, 0), Some("cuCtxCreate_v3"));
         assert_eq!(chosen("cuMemAlloc", 3020, 2), Some("cuMemAlloc_v2"));
+        assert_eq!(chosen("cuLaunchKernel", 12000, 2), Some("cuLaunchKernel_ptsz"));
+        assert_eq!(chosen("cuGraphLaunch", 12000, 0), Some("cuGraphLaunch"));
     }
 
     #[test]
     fn nothing_for_functions_not_intercepted_unknown_or_beyond_the_table() {
-        assert_eq!(chosen("cuLaunchKernel", 12000, 2), None);
+        assert_eq!(chosen("cuStreamSynchronize", 12000, 2), None);
         assert_eq!(chosen("cuMemAlloc", 3010, 0), None); // cuMemAlloc (v1) is not intercepted
         assert_eq!(chosen("cuNoSuchFunction", 12000, 0), None);
         assert_eq!(chosen("cuMemAllocAsync", 11010, 0), None); // version not sufficient

@@ -8,6 +8,7 @@ use tessera_ffi::sys::{
     CUDA_ARRAY_DESCRIPTOR, CUDA_ARRAY3D_DESCRIPTOR, CUarray, CUcontext, CUctxCreateParams, CUdevice, CUdeviceptr,
     CUexecAffinityParam, CUmemAllocationProp, CUmemGenericAllocationHandle, CUmemoryPool, CUmipmappedArray, CUstream,
 };
+use tessera_ffi::sys::{CUfunction, CUgraphExec, CUlaunchConfig};
 
 hooks! {
     Cuda fn cuInit(flags: c_uint) => init::cu_init;
@@ -48,4 +49,14 @@ hooks! {
 
     Nvml fn nvmlDeviceGetMemoryInfo(device: NvmlDevice, memory: *mut NvmlMemory) => nvml::memory_info;
     Nvml fn nvmlDeviceGetMemoryInfo_v2(device: NvmlDevice, memory: *mut NvmlMemoryV2) => nvml::memory_info_v2;
+
+    // Launch gating: a NULL stream means another stream to the `_ptsz` variants, so each has its own line.
+    Cuda fn cuLaunchKernel(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shared: c_uint, stream: CUstream, params: *mut *mut c_void, extra: *mut *mut c_void) => crate::launch::kernel::<false>;
+    Cuda fn cuLaunchKernel_ptsz(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shared: c_uint, stream: CUstream, params: *mut *mut c_void, extra: *mut *mut c_void) => crate::launch::kernel::<true>;
+    Cuda fn cuLaunchKernelEx(config: *const CUlaunchConfig, f: CUfunction, params: *mut *mut c_void, extra: *mut *mut c_void) => crate::launch::kernel_ex::<false>;
+    Cuda fn cuLaunchKernelEx_ptsz(config: *const CUlaunchConfig, f: CUfunction, params: *mut *mut c_void, extra: *mut *mut c_void) => crate::launch::kernel_ex::<true>;
+    Cuda fn cuLaunchCooperativeKernel(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shared: c_uint, stream: CUstream, params: *mut *mut c_void) => crate::launch::cooperative::<false>;
+    Cuda fn cuLaunchCooperativeKernel_ptsz(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shared: c_uint, stream: CUstream, params: *mut *mut c_void) => crate::launch::cooperative::<true>;
+    Cuda fn cuGraphLaunch(exec: CUgraphExec, stream: CUstream) => crate::launch::graph::<false>;
+    Cuda fn cuGraphLaunch_ptsz(exec: CUgraphExec, stream: CUstream) => crate::launch::graph::<true>;
 }

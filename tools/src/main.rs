@@ -1,9 +1,11 @@
 //! `tessera`: the command-line front end of Tessera.
 
+mod daemon_cmd;
 mod driver;
 mod info;
 mod run;
 mod simgpu_cmd;
+mod vgpu_cmd;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -18,6 +20,14 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run the host scheduler daemon in the foreground: it owns the shared region, keeps the vGPU
+    /// configuration across restarts and refills every vGPU's compute share.
+    Daemon,
+    /// Manage vGPUs through the daemon: `tessera vgpu create team-a --device 0 --memory 8GiB --share 30`.
+    Vgpu {
+        #[command(subcommand)]
+        command: vgpu_cmd::VgpuCommand,
+    },
     /// Show the CUDA driver in use (real, or simulated when there is no GPU) and its devices.
     Info,
     /// Run a command under the shim: `tessera run --memory 8GiB -- python train.py`.
@@ -33,6 +43,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(args) => return run::run(args),
+        Command::Daemon => daemon_cmd::run(),
+        Command::Vgpu { command } => vgpu_cmd::run(command),
         Command::Info => info::run(),
         Command::Simgpu { command } => simgpu_cmd::run(command),
     };

@@ -33,8 +33,8 @@ fn memory_value(text: &str) -> Result<String, String> {
     parse_memory_limit(text).map(|_| text.trim().to_string())
 }
 
-/// `--vgpu`, checked as the shim checks `TESSERA_VGPU`.
-fn vgpu_value(text: &str) -> Result<String, String> {
+/// `--vgpu` (and every vGPU name argument), checked as the shim checks `TESSERA_VGPU`.
+pub fn vgpu_value(text: &str) -> Result<String, String> {
     if valid_vgpu_name(text) {
         Ok(text.to_string())
     } else {

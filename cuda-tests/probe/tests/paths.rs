@@ -38,8 +38,8 @@ fn assert_quota_view(total: u64, device: u64, over_quota_alloc: Option<i64>) {
 }
 
 /// Runs a direct-linking build with and without the shim; `called` are the stream-ordered entry points the
-/// build must import (legacy or per-thread names).
-fn direct_linking(per_thread: bool, called: &[&str], allocation: &str, launch: &str) {
+/// build must import (legacy or per-thread names); `allocation` and `launch` are hooked, `other` is not.
+fn direct_linking(per_thread: bool, called: &[&str], allocation: &str, launch: &str, other: &str) {
     let exe = direct_program(per_thread);
     let imports = dynamic_symbols(&exe, Symbols::Undefined);
     for name in called {
@@ -67,9 +67,10 @@ fn direct_linking(per_thread: bool, called: &[&str], allocation: &str, launch: &
     }
     assert!(hooked >= 9, "{hooked} of the program's functions are hooked");
     assert_eq!(shim.get(&format!("address.{allocation}")), format!("libtessera.so:{allocation}"));
-    assert_eq!(shim.get(&format!("address.{launch}")), format!("libsimcuda.so:{launch}"));
+    assert_eq!(shim.get(&format!("address.{launch}")), format!("libtessera.so:{launch}"));
+    assert_eq!(shim.get(&format!("address.{other}")), format!("libsimcuda.so:{other}"));
     assert_eq!(shim.get("proc_address.cuMemAllocAsync"), format!("libtessera.so:{allocation}"));
-    assert_eq!(shim.get("proc_address.cuLaunchKernel"), format!("libsimcuda.so:{launch}"));
+    assert_eq!(shim.get("proc_address.cuLaunchKernel"), format!("libtessera.so:{launch}"));
     let device = shim.num("device_total") as u64;
     assert_quota_view(shim.num("mem_total") as u64, device, Some(shim.num("over_quota_alloc")));
 
@@ -89,6 +90,7 @@ fn direct_linking_calls_land_in_the_shim() {
         &[&called[..], &["cuStreamSynchronize", "cuLaunchKernel", "cuMemAlloc_v2"]].concat(),
         "cuMemAllocAsync",
         "cuLaunchKernel",
+        "cuStreamSynchronize",
     );
 }
 
@@ -104,7 +106,7 @@ fn per_thread_default_stream_build_calls_ptsz_entry_points_that_land_in_the_shim
         "cuLaunchKernel_ptsz",
         "cuMemAlloc_v2",
     ];
-    direct_linking(true, &called, "cuMemAllocAsync_ptsz", "cuLaunchKernel_ptsz");
+    direct_linking(true, &called, "cuMemAllocAsync_ptsz", "cuLaunchKernel_ptsz", "cuStreamSynchronize_ptsz");
 }
 
 /// Driver names looked up by `dl_paths`: hooked and not, legacy and per-thread.
@@ -123,6 +125,8 @@ const DRIVER_NAMES: &[&str] = &[
     "cuDriverGetVersion",
     "cuLaunchKernel",
     "cuLaunchKernel_ptsz",
+    "cuStreamSynchronize",
+    "cuStreamSynchronize_ptsz",
     "cuMemcpyHtoD_v2_ptds",
 ];
 /// NVML names looked up by `dl_paths`.
@@ -223,7 +227,8 @@ const QUERIES: &[(&str, &str)] = &[
     ("cuCtxCreate:12050:0", "libtessera.so:cuCtxCreate_v4"),
     ("cuMemAlloc:3020:2", "libtessera.so:cuMemAlloc_v2"),
     ("cuMemGetInfo:12000:0", "libtessera.so:cuMemGetInfo_v2"),
-    ("cuLaunchKernel:12000:2", "libsimcuda.so:cuLaunchKernel_ptsz"),
+    ("cuLaunchKernel:12000:2", "libtessera.so:cuLaunchKernel_ptsz"),
+    ("cuStreamSynchronize:12000:2", "libsimcuda.so:cuStreamSynchronize_ptsz"),
     ("cuMemcpyHtoD:12000:2", "libsimcuda.so:cuMemcpyHtoD_v2_ptds"),
     ("cuMemAlloc:2000:0", "libsimcuda.so:cuMemAlloc"),
 ];

@@ -4,8 +4,7 @@
 
 mod common;
 
-use common::{GIB, INVALID_VALUE, MIB, OUT_OF_MEMORY, Sim, at, first_line, u64_at};
-use std::io::Write;
+use common::{GIB, INVALID_VALUE, MIB, OUT_OF_MEMORY, Sim, at, finish, first_line, go, u64_at};
 use std::mem::{offset_of, size_of};
 use std::path::PathBuf;
 use std::process::Child;
@@ -216,18 +215,6 @@ fn racer(sim: &Sim, chunk: &str) -> Child {
     let ready = first_line(&mut child);
     assert_eq!(at(&ready, "ready"), true, "{ready}");
     child
-}
-
-/// Sends `go` to a racer.
-fn go(child: &mut Child) {
-    child.stdin.as_mut().expect("piped stdin").write_all(b"go\n").expect("write go");
-}
-
-/// Closes a racer's stdin (it frees and exits) and checks that it succeeded.
-fn finish(mut child: Child) {
-    drop(child.stdin.take());
-    let out = child.wait_with_output().expect("wait for the racer");
-    assert!(out.status.success(), "racer failed: {}", String::from_utf8_lossy(&out.stderr));
 }
 
 #[test]

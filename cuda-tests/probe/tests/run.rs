@@ -5,19 +5,11 @@
 mod common;
 
 use common::cprog::{CBuild, Facts, assert_quota_view, direct_program};
+use common::tessera::tessera;
 use common::{GIB, Sim, build_dir, shim_path};
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
-
-/// The `tessera` executable cargo built beside the libraries (the build folder may be `deps/`, which
-/// holds the libraries too).
-fn tessera() -> PathBuf {
-    let dir = build_dir();
-    let candidates = [dir.join("tessera"), dir.parent().unwrap().join("tessera")];
-    let found = candidates.iter().find(|p| p.is_file());
-    found.unwrap_or_else(|| panic!("tessera is not in {candidates:?}: run `cargo build --release` first")).clone()
-}
 
 /// True when both paths name one file (cargo hard-links its outputs into two folders).
 fn same_file(a: &Path, b: &Path) -> bool {
@@ -41,7 +33,8 @@ fn tessera_run_runs_a_cuda_program_under_the_shim_on_the_simulated_gpu() {
     let sim = Sim::new("run").without_shim();
     let facts = Facts::ok(tessera_run(&sim, &["--memory", "1GiB", "--", exe.to_str().unwrap(), &GIB.to_string()]));
     assert_eq!(facts.get("address.cuMemAlloc_v2"), "libtessera.so:cuMemAlloc_v2");
-    assert_eq!(facts.get("address.cuLaunchKernel"), "libsimcuda.so:cuLaunchKernel");
+    assert_eq!(facts.get("address.cuLaunchKernel"), "libtessera.so:cuLaunchKernel");
+    assert_eq!(facts.get("address.cuStreamSynchronize"), "libsimcuda.so:cuStreamSynchronize");
     assert_eq!(facts.get("vector_add"), "ok");
     let (total, device) = (facts.num("mem_total") as u64, facts.num("device_total") as u64);
     assert_quota_view(GIB, total, device, Some(facts.num("over_quota_alloc")));

@@ -1,7 +1,8 @@
 //! The quota arithmetic on a vGPU slot and the process's own slot: a compare-and-swap loop that never
 //! lets `used` pass `limit`, and checked subtraction that never wraps below zero.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
+use tessera_ffi::reclaim::sub;
 use tessera_ffi::region::{ProcSlot, VgpuSlot};
 
 /// A reservation the quota cannot hold.
@@ -34,11 +35,6 @@ pub fn reserve(vgpu: &VgpuSlot, me: &ProcSlot, dev: usize, bytes: u64) -> Result
 pub fn release(vgpu: &VgpuSlot, me: &ProcSlot, dev: usize, bytes: u64) {
     sub(&me.used[dev], bytes);
     sub(&vgpu.used[dev], bytes);
-}
-
-/// Subtracts `v`, stopping at zero instead of wrapping.
-pub fn sub(a: &AtomicU64, v: u64) {
-    let _ = a.fetch_update(Ordering::AcqRel, Ordering::Acquire, |x| Some(x.saturating_sub(v)));
 }
 
 #[cfg(test)]

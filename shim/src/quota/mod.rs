@@ -2,14 +2,13 @@
 //! file by every process started with the same `TESSERA_VGPU`, or private to the process without one.
 //!
 //! - [`accounting`]: the compare-and-swap that keeps `used` at most `limit`;
-//! - [`reclaim`]: giving back what dead processes held;
+//! - [`reclaim`]: giving back what dead processes held (shared with the daemon, in `tessera_ffi`);
 //! - [`region`]: the region file and its slots.
 //!
 //! With neither `TESSERA_MEMORY_LIMIT` nor `TESSERA_VGPU` there is no quota ([`active`] is `None`) and no
 //! region file is touched: the shim stays transparent.
 
 mod accounting;
-mod reclaim;
 mod region;
 
 use crate::guard::{Res, Status};
@@ -17,6 +16,7 @@ use crate::log;
 use region::{Attached, Limits};
 use std::sync::OnceLock;
 use tessera_ffi::cuda::{CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_OUT_OF_MEMORY};
+use tessera_ffi::reclaim;
 use tessera_ffi::region::{MAX_DEVICES, UNLIMITED};
 use tessera_ffi::units::format_size;
 
@@ -60,6 +60,12 @@ fn set_up() -> Result<Option<Quota>, String> {
 }
 
 impl Quota {
+    /// The vGPU's compute-share record and, for a vGPU of the shared region, the region (what
+    /// [`crate::launch`] gates launches on).
+    pub fn sched(&self) -> (&'static tessera_ffi::region::Sched, Option<&'static tessera_ffi::region::Region>) {
+        (&self.slots.vgpu.sched, self.slots.region)
+    }
+
     /// The quota of device `dev` ([`UNLIMITED`] when none is set).
     pub fn limit(&self, dev: usize) -> u64 {
         self.slots.vgpu.limit.get(dev).map_or(UNLIMITED, |l| l.load(std::sync::atomic::Ordering::Acquire))

@@ -50,7 +50,9 @@ pub fn spin(args: &Args) -> Outcome {
 }
 
 /// Launches `spin(--ns)` kernels (default 2 ms) back to back for `--seconds` (default 3), keeping at most
-/// `--depth` (default 3) queued, and reports how many ran and the monotonic-clock window they ran in.
+/// `--depth` (default 3) queued, and reports how many ran, the monotonic-clock window they ran in, and the
+/// longest time between two launches returning (with when it ended: how long a launch was held, e.g. by
+/// a suspended vGPU, and when it went on).
 pub fn saturate(args: &Args) -> Outcome {
     let ns = args.duration_ns("ns", 2_000_000)?;
     let seconds: f64 = args.number("seconds", 3.0)?;
@@ -65,12 +67,18 @@ pub fn saturate(args: &Args) -> Outcome {
     let start = now_ns();
     let stop = start + (seconds * 1e9) as u64;
     let mut launched = 0usize;
+    let (mut last, mut gap, mut gap_end) = (start, 0, start);
     while now_ns() < stop {
         let slot = &done[launched % depth];
         if launched >= depth {
             slot.synchronize().during("cuEventSynchronize")?;
         }
         k.spin(&stream, ns)?;
+        let now = now_ns();
+        if now - last > gap {
+            (gap, gap_end) = (now - last, now);
+        }
+        last = now;
         slot.record(&stream).during("cuEventRecord")?;
         launched += 1;
     }
@@ -83,6 +91,8 @@ pub fn saturate(args: &Args) -> Outcome {
         "start_ns": start,
         "end_ns": end,
         "wall_ns": end - start,
+        "longest_gap_ns": gap,
+        "longest_gap_end_ns": gap_end,
         "driver_busy_ns": driver_busy_ns(args.device()?),
     }))
 }

@@ -3,9 +3,11 @@
 #![allow(dead_code)] // each test binary uses a different subset
 
 pub mod cprog;
+pub mod region;
+pub mod tessera;
 
 use serde_json::Value;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
@@ -175,6 +177,18 @@ pub fn first_line(child: &mut Child) -> Value {
     let mut line = String::new();
     BufReader::new(stdout).read_line(&mut line).expect("read probe stdout");
     serde_json::from_str(&line).unwrap_or_else(|e| panic!("probe printed {line:?}, not JSON: {e}"))
+}
+
+/// Sends `go` to a spawned probe waiting for a stdin line (`quota-race`).
+pub fn go(child: &mut Child) {
+    child.stdin.as_mut().expect("piped stdin").write_all(b"go\n").expect("write go");
+}
+
+/// Closes a spawned probe's stdin (it frees what it holds and exits) and checks that it succeeded.
+pub fn finish(mut child: Child) {
+    drop(child.stdin.take());
+    let out = child.wait_with_output().expect("wait for the probe");
+    assert!(out.status.success(), "probe failed: {}", String::from_utf8_lossy(&out.stderr));
 }
 
 /// Field `path` (`a.b.c`) of `v` as a u64, failing the test when absent.

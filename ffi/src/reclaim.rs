@@ -1,9 +1,9 @@
 //! Giving back what dead processes held: liveness by pid and start time, the scan over process slots,
-//! and the once-a-second gate that amortizes the scan over allocations.
+//! and the once-a-second gate that amortizes the scan over allocations. Shared by the shim (which scans
+//! when it allocates) and the daemon (which scans on its own, so a vGPU nobody allocates in is cleaned too).
 
-use super::accounting::sub;
-use std::sync::atomic::Ordering;
-use tessera_ffi::region::{MAX_DEVICES, MAX_VGPUS, ProcSlot, Region, VgpuSlot};
+use crate::region::{MAX_DEVICES, MAX_VGPUS, ProcSlot, Region, VgpuSlot};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Minimum time between two amortized scans of one vGPU.
 pub const INTERVAL_NS: u64 = 1_000_000_000;
@@ -49,6 +49,11 @@ pub fn due(vgpu: &VgpuSlot, now: u64) -> bool {
         && vgpu.last_reclaim_ns.compare_exchange(last, now, Ordering::AcqRel, Ordering::Relaxed).is_ok()
 }
 
+/// Subtracts `v`, stopping at zero instead of wrapping.
+pub fn sub(a: &AtomicU64, v: u64) {
+    let _ = a.fetch_update(Ordering::AcqRel, Ordering::Acquire, |x| Some(x.saturating_sub(v)));
+}
+
 /// Frees a slot the caller owns (its `pid` is [`CLAIMING`]): its bytes go back to `vgpu`.
 pub fn clear(p: &ProcSlot, vgpu: &VgpuSlot) {
     for d in 0..MAX_DEVICES {
@@ -88,7 +93,12 @@ pub fn reclaim_dead(region: &Region, only: Option<u32>, skip: Option<usize>) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::quota::accounting::tests::zeroed;
+
+    /// A zeroed region structure, leaked (all-zero is a valid value of every region structure).
+    fn zeroed<T>() -> &'static T {
+        // SAFETY: the region structures are integers and atomics, valid when zero.
+        Box::leak(unsafe { Box::<T>::new_zeroed().assume_init() })
+    }
 
     #[test]
     fn own_process_is_alive_and_others_are_told_apart() {

@@ -1,0 +1,154 @@
+//! The `tessera` command in tests: finding the executable, and a simulated machine with a Tessera daemon
+//! of its own (private region, socket and state directory), its CLI, and tenant processes run under
+//! `tessera run --vgpu`.
+
+use super::{Sim, build_dir};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// The `tessera` executable cargo built beside the libraries (the build folder may be `deps/`, which
+/// holds the libraries too).
+pub fn tessera() -> PathBuf {
+    let dir = build_dir();
+    let candidates = [dir.join("tessera"), dir.parent().unwrap().join("tessera")];
+    let found = candidates.iter().find(|p| p.is_file());
+    found.unwrap_or_else(|| panic!("tessera is not in {candidates:?}: run `cargo build --release` first")).clone()
+}
+
+/// A simulated machine (one `small` device unless told otherwise) with its own daemon files, in a
+/// temporary directory removed on drop; the daemon, if started, is killed then.
+pub struct Machine {
+    /// The machine's environment (without the shim: the daemon and the CLI never run under it).
+    pub sim: Sim,
+    /// Where the region, socket and state directory are.
+    pub dir: PathBuf,
+    daemon: Option<Child>,
+}
+
+impl Machine {
+    /// A machine for test `tag` with simulated devices `devices` (e.g. `small`, `small,small`).
+    pub fn new(tag: &str, devices: &str) -> Machine {
+        let dir = std::env::temp_dir().join(format!("tessera-daemon-test-{}-{tag}", std::process::id()));
+        let path = |f: &str| dir.join(f).to_string_lossy().into_owned();
+        let sim = Sim::new(tag)
+            .without_shim()
+            .with("SIMGPU_DEVICES", devices)
+            .with("TESSERA_REGION", &path("tessera.region"))
+            .with("TESSERA_SOCKET", &path("tessera.sock"))
+            .with("TESSERA_STATE_DIR", &path("state"));
+        // Created only once nothing can fail before `Drop` takes care of it.
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create the test directory");
+        Machine { sim, dir, daemon: None }
+    }
+
+    /// A file of the machine's directory.
+    pub fn file(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    /// `tessera ARGS` with the machine's environment.
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = self.sim.command_for(tessera(), args);
+        cmd.stdin(Stdio::null());
+        cmd
+    }
+
+    /// Runs `tessera ARGS` to completion.
+    pub fn tessera(&self, args: &[&str]) -> Output {
+        self.command(args).output().expect("run tessera")
+    }
+
+    /// Runs `tessera ARGS`, failing the test unless it succeeds; returns its stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let out = self.tessera(args);
+        assert!(out.status.success(), "tessera {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Runs `tessera ARGS`, failing the test unless it exits with `code`; returns its stderr.
+    pub fn fails(&self, code: i32, args: &[&str]) -> String {
+        let out = self.tessera(args);
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(code), "tessera {args:?} should exit {code}; stderr: {stderr}");
+        stderr
+    }
+
+    /// `tessera vgpu list --json`.
+    pub fn list(&self) -> Value {
+        serde_json::from_str(&self.ok(&["vgpu", "list", "--json"])).expect("vgpu list --json prints JSON")
+    }
+
+    /// Starts the daemon and waits until it answers (10 s at most).
+    pub fn start(&mut self) {
+        assert!(self.daemon.is_none(), "the daemon is running already");
+        let child = self.command(&["daemon"]).stderr(Stdio::piped()).spawn().expect("spawn tessera daemon");
+        self.daemon = Some(child);
+        let start = Instant::now();
+        while !self.tessera(&["vgpu", "list"]).status.success() {
+            if let Some(status) = self.daemon.as_mut().and_then(|d| d.try_wait().ok().flatten()) {
+                let out = self.daemon.take().unwrap().wait_with_output().expect("daemon output");
+                panic!("tessera daemon exited with {status}: {}", String::from_utf8_lossy(&out.stderr));
+            }
+            assert!(start.elapsed() < Duration::from_secs(10), "tessera daemon did not answer within 10 s");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The running daemon's pid.
+    pub fn daemon_pid(&self) -> u32 {
+        self.daemon.as_ref().expect("a running daemon").id()
+    }
+
+    /// Kills the daemon with SIGKILL (it leaves its socket behind).
+    pub fn kill_daemon(&mut self) {
+        let mut d = self.daemon.take().expect("a running daemon");
+        d.kill().expect("SIGKILL the daemon");
+        d.wait().expect("reap the daemon");
+    }
+
+    /// Stops the daemon with SIGTERM and returns its stderr.
+    pub fn stop_daemon(&mut self) -> Output {
+        let d = self.daemon.take().expect("a running daemon");
+        // SAFETY: kill sends a signal to the daemon we started and have not reaped yet.
+        assert_eq!(unsafe { libc::kill(d.id() as i32, libc::SIGTERM) }, 0);
+        d.wait_with_output().expect("wait for the daemon")
+    }
+
+    /// A tenant: `tessera run --vgpu VGPU -- simgpu-probe ARGS`, with piped stdio (it sees the machine's
+    /// `TESSERA_REGION`, as the daemon does).
+    pub fn tenant(&self, vgpu: &str, args: &[&str]) -> Command {
+        let probe = env!("CARGO_BIN_EXE_simgpu-probe");
+        let mut cmd = self.sim.command_for(tessera(), &[&["run", "--vgpu", vgpu, "--", probe][..], args].concat());
+        cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        cmd
+    }
+
+    /// The region file's path.
+    pub fn region(&self) -> PathBuf {
+        self.file("tessera.region")
+    }
+
+    /// The socket's path.
+    pub fn socket(&self) -> PathBuf {
+        self.file("tessera.sock")
+    }
+}
+
+impl Drop for Machine {
+    fn drop(&mut self) {
+        if let Some(mut d) = self.daemon.take() {
+            let _ = d.kill();
+            let _ = d.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Mode bits of `path`.
+pub fn mode(path: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).expect("stat").permissions().mode() & 0o7777
+}

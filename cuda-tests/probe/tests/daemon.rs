@@ -1,0 +1,301 @@
+//! `tessera daemon` and `tessera vgpu`: refused requests change nothing, processes under `tessera run
+//! --vgpu` get the daemon's quota and its live changes, the configuration and running tenants survive a
+//! SIGKILLed daemon, one daemon per region and socket, the socket is its owner's only, and unusable
+//! region or state files are clear errors. Each test has a daemon, region, socket and state directory of
+//! its own on the 4 GiB `small` device (contexts cost 128 MiB).
+
+mod common;
+
+use common::tessera::{Machine, mode};
+use common::{GIB, MIB, OUT_OF_MEMORY, at, finish, first_line, go, u64_at};
+use serde_json::Value;
+use std::process::Child;
+use tessera_ffi::region::{LAYOUT_SIZE, MAGIC};
+
+/// What a context costs on the `small` profile.
+const CONTEXT: u64 = 128 * MIB;
+
+/// The vGPU named `name` in a `vgpu list --json` answer.
+fn vgpu<'a>(list: &'a Value, name: &str) -> &'a Value {
+    list.as_array()
+        .and_then(|a| a.iter().find(|v| v["name"] == name))
+        .unwrap_or_else(|| panic!("no vGPU {name:?} in {list}"))
+}
+
+/// Starts a `quota-race` tenant of vGPU `name` allocating `chunk` blocks, and waits until it is ready
+/// (attached, with its context).
+fn racer(m: &Machine, name: &str, chunk: &str) -> Child {
+    let mut child = m.tenant(name, &["quota-race", "--chunk", chunk]).spawn().expect("spawn a tenant");
+    let ready = first_line(&mut child);
+    assert_eq!(at(&ready, "ready"), true, "{ready}");
+    child
+}
+
+#[test]
+fn refused_requests_are_clear_errors_and_change_nothing() {
+    let mut m = Machine::new("refused", "small");
+    m.start();
+    m.ok(&["vgpu", "create", "a", "--device", "0", "--memory", "1GiB", "--share", "30"]);
+    let before = m.list();
+    let create = |name: &str, extra: &[&str]| -> Vec<String> {
+        let mut args: Vec<String> = ["vgpu", "create", name, "--device", "0", "--memory", "1GiB", "--share", "10"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        for pair in extra.chunks(2) {
+            match args.iter().position(|a| a == pair[0]) {
+                Some(i) => args[i + 1] = pair[1].to_string(),
+                None => args.extend(pair.iter().map(|s| s.to_string())),
+            }
+        }
+        args
+    };
+    let run = |code: i32, args: Vec<String>, expect: &str| {
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        let stderr = m.fails(code, &refs);
+        assert!(stderr.contains(expect), "tessera {args:?}: expected {expect:?} in {stderr:?}");
+        assert_eq!(m.list(), before, "tessera {args:?} changed something");
+    };
+    // Refused by the daemon (status 1).
+    run(1, create("b", &["--share", "71"]), "shares on device 0 would sum to 101% (a 30%, b 71%)");
+    run(1, create("b", &["--device", "1"]), "device 1 does not exist: this machine has 1 GPU, device 0");
+    run(1, create("a", &[]), "vGPU \"a\" already exists");
+    for op in
+        [&["set", "zz", "--share", "5"][..], &["show", "zz"], &["suspend", "zz"], &["resume", "zz"], &["rm", "zz"]]
+    {
+        run(1, [&["vgpu"][..], op].concat().iter().map(|s| s.to_string()).collect(), "no vGPU named \"zz\"");
+    }
+    run(1, vec!["vgpu".into(), "set".into(), "a".into()], "nothing to change");
+    // Malformed values never reach the daemon (usage errors, status 2).
+    run(2, create("b", &["--memory", "lots"]), "not a size");
+    run(2, create("b", &["--memory", "0"]), "0 bytes");
+    run(2, create("b", &["--share", "150"]), "not a share");
+    run(2, create("b", &["--share", "x%"]), "not a share");
+    run(2, create("b", &["--priority", "urgent"]), "urgent");
+    run(2, create("b", &["--tensor-cores", "maybe"]), "maybe");
+    run(2, create("b", &["--window", "5s"]), "out of range");
+    run(2, create("a/b", &[]), "not a vGPU name");
+    run(2, vec!["vgpu".into(), "set".into(), "a".into(), "--share".into(), "101".into()], "not a share");
+}
+
+#[test]
+fn tenants_get_the_daemons_quota_and_its_live_changes() {
+    let mut m = Machine::new("quota", "small");
+    m.start();
+    m.ok(&["vgpu", "create", "team", "--device", "0", "--memory", "768MiB", "--share", "50"]);
+    // A process under `tessera run --vgpu` sees the daemon's quota as its GPU.
+    let out = m.tenant("team", &["mem-info"]).output().expect("run mem-info");
+    let info = common::finished(out).json;
+    assert_eq!((u64_at(&info, "total"), u64_at(&info, "free")), (768 * MIB, 768 * MIB - CONTEXT), "{info}");
+    // A conflicting TESSERA_MEMORY_LIMIT is refused at cuInit, naming the daemon.
+    let out = m.tenant("team", &["mem-info"]).env("TESSERA_MEMORY_LIMIT", "1GiB").output().expect("run mem-info");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("set by the Tessera daemon"), "{stderr}");
+    // While the daemon runs, a vGPU it does not know is refused instead of created without limits.
+    let out = m.tenant("nosuch", &["mem-info"]).output().expect("run mem-info");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("there is no vGPU \"nosuch\""), "{stderr}");
+
+    let mut racer = racer(&m, "team", "64MiB");
+    let listed = m.list();
+    let team = vgpu(&listed, "team");
+    assert_eq!((team["used"].as_u64(), team["processes"].as_array().map(Vec::len)), (Some(CONTEXT), Some(1)), "{team}");
+    // Below what is in use: refused, nothing changed; removing an attached vGPU: refused.
+    let e = m.fails(1, &["vgpu", "set", "team", "--memory", "100MiB"]);
+    assert!(e.contains("uses 128.0 MiB") && e.contains("cannot be lowered to 100.0 MiB"), "{e}");
+    let e = m.fails(1, &["vgpu", "rm", "team"]);
+    assert!(e.contains("1 process(es) attached"), "{e}");
+    assert_eq!(m.list(), listed);
+    // Raised live: the running process allocates up to the new quota.
+    m.ok(&["vgpu", "set", "team", "--memory", "2GiB"]);
+    go(&mut racer);
+    let r = first_line(&mut racer);
+    assert_eq!(u64_at(&r, "refused_with"), OUT_OF_MEMORY, "{r}");
+    assert_eq!(u64_at(&r, "bytes") + CONTEXT, 2 * GIB, "{r}");
+    assert_eq!(vgpu(&m.list(), "team")["used"].as_u64(), Some(2 * GIB));
+    finish(racer);
+    assert_eq!(vgpu(&m.list(), "team")["used"].as_u64(), Some(0));
+    m.ok(&["vgpu", "rm", "team"]);
+    assert_eq!(m.list(), Value::Array(vec![]));
+}
+
+#[test]
+fn a_killed_daemon_restarts_with_its_vgpus_and_running_tenants_keep_their_limits() {
+    let mut m = Machine::new("restart", "small");
+    m.start();
+    m.ok(&["vgpu", "create", "a", "--device", "0", "--memory", "1GiB", "--share", "30", "--cap"]);
+    m.ok(&["vgpu", "create", "b", "--device", "0", "--memory", "512MiB", "--share", "60", "--priority", "high"]);
+    m.ok(&["vgpu", "set", "b", "--tensor-cores", "off", "--window", "2ms"]);
+    m.ok(&["vgpu", "suspend", "b"]);
+    let mut tenant = racer(&m, "a", "64MiB");
+    let before = m.list();
+    m.kill_daemon();
+    assert!(m.socket().exists(), "SIGKILL leaves the socket behind");
+    let e = m.fails(1, &["vgpu", "list"]);
+    assert!(e.contains("no daemon listens"), "{e}");
+    // The stale socket is replaced; everything is as before, the tenant still attached.
+    m.start();
+    assert_eq!(m.list(), before);
+    let b = vgpu(&before, "b");
+    assert_eq!(
+        (b["suspended"].as_bool(), b["tensor_cores"].as_bool(), b["window_ns"].as_u64()),
+        (Some(true), Some(false), Some(2_000_000))
+    );
+    assert_eq!(vgpu(&before, "a")["processes"].as_array().map(Vec::len), Some(1));
+    // The tenant kept its quota all along and continues.
+    go(&mut tenant);
+    let r = first_line(&mut tenant);
+    assert_eq!(u64_at(&r, "bytes") + CONTEXT, GIB, "{r}");
+    finish(tenant);
+    let stopped = m.stop_daemon();
+    assert!(stopped.status.success(), "SIGTERM is a clean stop");
+    assert!(!m.socket().exists(), "a clean stop removes the socket");
+}
+
+#[test]
+fn one_daemon_per_region_and_socket() {
+    let mut m = Machine::new("single", "small");
+    m.start();
+    let pid = m.daemon_pid();
+    let e = m.fails(1, &["daemon"]);
+    assert!(e.contains(&format!("daemon already running (pid {pid})")), "{e}");
+    // Another region, the same socket: the live daemon answering there is named too.
+    let other = m.file("other.region");
+    let out = m.command(&["daemon"]).env("TESSERA_REGION", &other).output().expect("run a second daemon");
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{e}");
+    assert!(e.contains(&format!("daemon already running (pid {pid}), listening on")), "{e}");
+    m.ok(&["vgpu", "list"]);
+}
+
+#[test]
+fn the_socket_and_files_belong_to_the_owner_only() {
+    let mut m = Machine::new("perms", "small");
+    m.start();
+    assert_eq!(mode(&m.socket()), 0o600, "only the owner may connect, so only the owner changes shares");
+    m.ok(&["vgpu", "create", "a", "--device", "0", "--memory", "1GiB", "--share", "30"]);
+    assert_eq!(mode(&m.region()), 0o600);
+    assert_eq!(mode(&m.file("state")), 0o700);
+    assert_eq!(mode(&m.file("state/vgpus.json")), 0o600);
+    let saved: Value = serde_json::from_slice(&std::fs::read(m.file("state/vgpus.json")).unwrap()).unwrap();
+    assert_eq!(saved["vgpus"][0]["name"], "a", "{saved}");
+}
+
+#[test]
+fn unusable_region_and_state_files_are_clear_errors() {
+    let m = Machine::new("unusable", "small");
+    let header = |magic: u64, version: u32| {
+        let mut bytes = vec![0u8; LAYOUT_SIZE];
+        bytes[..8].copy_from_slice(&magic.to_le_bytes());
+        bytes[8..12].copy_from_slice(&version.to_le_bytes());
+        bytes
+    };
+    let region = m.region();
+    for (contents, expect) in [
+        (b"not a region".to_vec(), "truncated, foreign or from another Tessera version"),
+        (vec![0u8; LAYOUT_SIZE / 2], "truncated"),
+        (vec![0xAB; LAYOUT_SIZE], "is not a version-2 Tessera region"),
+        (header(MAGIC, 1), "(magic 0x314e475253534554, version 1)"),
+    ] {
+        std::fs::write(&region, &contents).unwrap();
+        let e = m.fails(1, &["daemon"]);
+        assert!(e.contains(region.to_str().unwrap()) && e.contains(expect), "{e}");
+        assert!(!m.socket().exists(), "no socket is left by a daemon that did not start");
+        assert_eq!(std::fs::read(&region).unwrap(), contents, "the file is left as it was");
+    }
+    std::fs::remove_file(&region).unwrap();
+    std::fs::create_dir_all(m.file("state")).unwrap();
+    std::fs::write(m.file("state/vgpus.json"), "{ \"version\": 1, \"vgpus\": [ {\"name\": ").unwrap();
+    let e = m.fails(1, &["daemon"]);
+    assert!(e.contains("vgpus.json is not a Tessera vGPU configuration"), "{e}");
+    // A configuration naming a device the machine lacks.
+    let spec = r#"{"version": 1, "vgpus": [{"name": "x", "device": 3, "memory": 1024, "share": 10}]}"#;
+    std::fs::write(m.file("state/vgpus.json"), spec).unwrap();
+    let e = m.fails(1, &["daemon"]);
+    assert!(e.contains("vGPU \"x\": device 3 does not exist"), "{e}");
+    let e = m.fails(1, &["vgpu", "list"]);
+    assert!(e.contains("no Tessera daemon") && e.contains("tessera daemon"), "{e}");
+}
+
+/// Serializes the tests that measure time (each has a simulated GPU of its own, but the machine's cores
+/// are shared).
+static TIMING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Starts `saturate` (500 us kernels, 4 deep) in vGPU `name` for `seconds`.
+fn saturate(m: &Machine, name: &str, seconds: &str) -> Child {
+    m.tenant(name, &["saturate", "--ns", "500us", "--seconds", seconds, "--depth", "4"])
+        .spawn()
+        .expect("spawn a tenant")
+}
+
+/// A finished `saturate` tenant's report.
+fn report(child: Child) -> Value {
+    let run = common::finished(child.wait_with_output().expect("wait for the tenant"));
+    assert!(run.success, "tenant failed: {}\n{}", run.json, run.stderr);
+    run.json
+}
+
+/// Fraction of its wall time a `saturate` report kept the engine busy.
+fn utilization(r: &Value) -> f64 {
+    u64_at(r, "engine_ns") as f64 / u64_at(r, "wall_ns") as f64
+}
+
+/// Kernel launches of vGPU `name` so far.
+fn launches(m: &Machine, name: &str) -> u64 {
+    let shown: Value = serde_json::from_str(&m.ok(&["vgpu", "show", name, "--json"])).expect("JSON");
+    u64_at(&shown, "launches")
+}
+
+/// Waits (10 s at most) until vGPU `name` has launched more than `than` kernels.
+fn wait_for_launches(m: &Machine, name: &str, than: u64) {
+    let start = std::time::Instant::now();
+    while launches(m, name) <= than {
+        assert!(start.elapsed() < std::time::Duration::from_secs(10), "vGPU {name} never got past {than} launches");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn shares_split_the_device_and_a_capped_idle_vgpu_keeps_others_to_theirs() {
+    let _turn = TIMING.lock().unwrap_or_else(|e| e.into_inner());
+    let mut m = Machine::new("shares", "small");
+    m.start();
+    m.ok(&["vgpu", "create", "a", "--device", "0", "--memory", "1GiB", "--share", "20"]);
+    m.ok(&["vgpu", "create", "b", "--device", "0", "--memory", "1GiB", "--share", "60"]);
+    let (a, b) = (saturate(&m, "a", "2"), saturate(&m, "b", "2"));
+    let (a, b) = (report(a), report(b));
+    let ratio = u64_at(&b, "engine_ns") as f64 / u64_at(&a, "engine_ns") as f64;
+    assert!((2.0..=4.5).contains(&ratio), "60% against 20%: b got {ratio:.2}x a's time\na: {a}\nb: {b}");
+    // Alone, a vGPU of 20% absorbs what nobody uses (work-conserving)...
+    let alone = utilization(&report(saturate(&m, "a", "1.5")));
+    assert!(alone > 0.5, "alone at 20%, the engine was busy {alone:.2} of the time");
+    // ...unless an idle vGPU is capped: then nobody exceeds their own share.
+    m.ok(&["vgpu", "create", "reserved", "--device", "0", "--memory", "1GiB", "--share", "20", "--cap"]);
+    let held = utilization(&report(saturate(&m, "a", "1.5")));
+    assert!((0.05..=0.35).contains(&held), "held to 20% beside a capped idle vGPU, it got {held:.2}");
+}
+
+#[test]
+fn a_high_vgpu_holds_lower_ones_and_suspend_stops_at_a_kernel_boundary() {
+    let _turn = TIMING.lock().unwrap_or_else(|e| e.into_inner());
+    let mut m = Machine::new("priority", "small");
+    m.start();
+    m.ok(&["vgpu", "create", "lo", "--device", "0", "--memory", "1GiB", "--share", "50"]);
+    m.ok(&["vgpu", "create", "hi", "--device", "0", "--memory", "1GiB", "--share", "50", "--priority", "high"]);
+    let lo = saturate(&m, "lo", "8");
+    wait_for_launches(&m, "lo", 0);
+    // While the high vGPU works (1 s), the normal one waits; it continues once the high one is idle.
+    let hi = report(saturate(&m, "hi", "1"));
+    assert!(utilization(&hi) > 0.6, "high priority gets the device: {hi}");
+    wait_for_launches(&m, "lo", launches(&m, "lo") + 50);
+    // Suspended: no launch passes; resumed: they go on.
+    m.ok(&["vgpu", "suspend", "lo"]);
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    let frozen = launches(&m, "lo");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert!(launches(&m, "lo") <= frozen + 1, "a suspended vGPU launches nothing");
+    m.ok(&["vgpu", "resume", "lo"]);
+    wait_for_launches(&m, "lo", frozen + 50);
+    let lo = report(lo);
+    assert!(u64_at(&lo, "longest_gap_ns") >= 500_000_000, "held by the high vGPU or suspended: {lo}");
+}

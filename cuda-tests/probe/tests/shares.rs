@@ -1,0 +1,208 @@
+//! Compute shares: launches take tokens measured in device time. A standalone share
+//! (`TESSERA_COMPUTE_SHARE`) limits a saturating process to its share of the engine; a suspended vGPU
+//! blocks in its next launch and resumes; a `high` vGPU holds lower priorities; a waiting launch wakes as
+//! soon as tokens are granted. The region is written directly, as the daemon would.
+//!
+//! Every test measures time, so they take turns.
+
+mod common;
+
+use common::cprog::{Facts, direct_program};
+use common::region::{TestRegion, notify, wait_for};
+use common::{INVALID_VALUE, Sim, finished, u64_at};
+use serde_json::Value;
+use std::process::{Child, Stdio};
+use std::sync::Mutex;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+use tessera_ffi::region::{Sched, flags, priority};
+
+/// Serializes the timing-sensitive tests of this binary.
+static TIMING: Mutex<()> = Mutex::new(());
+
+fn turn() -> std::sync::MutexGuard<'static, ()> {
+    TIMING.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Monotonic nanoseconds, the clock of the region's timestamps.
+fn now_ns() -> u64 {
+    simgpu::state::now_ns()
+}
+
+/// Starts the probe with `args` and extra variables `vars` (stdout and stderr piped).
+fn spawn(sim: &Sim, args: &[&str], vars: &[(&str, &str)]) -> Child {
+    let mut c = sim.command(args);
+    c.envs(vars.iter().copied()).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    c.spawn().expect("spawn simgpu-probe")
+}
+
+/// Waits for a spawned probe and returns its JSON, failing the test unless it succeeded.
+fn done(child: Child) -> Value {
+    let run = finished(child.wait_with_output().expect("wait for the probe"));
+    assert!(run.success, "probe failed: {}\nstderr:\n{}", run.json, run.stderr);
+    run.json
+}
+
+/// The fraction of its own wall time a saturate run had the engine (the driver's accounting).
+fn engine_share(r: &Value) -> f64 {
+    u64_at(r, "driver_busy_ns") as f64 / u64_at(r, "wall_ns") as f64
+}
+
+fn launches(s: &Sched) -> u64 {
+    s.launches.load(Ordering::Acquire)
+}
+
+/// Waits until `s` has admitted at least `n` launches.
+fn launched(s: &Sched, n: u64) {
+    wait_for(&format!("{n} launches"), Duration::from_secs(10), || (launches(s) >= n).then_some(()));
+}
+
+#[test]
+fn a_standalone_share_of_30_percent_gets_30_percent_of_the_engine() {
+    let _turn = turn();
+    // Alone on the engine: what it gets is what its share allows, undisturbed by queueing behind others.
+    let sim = Sim::new("share-30").with_shim().with("TESSERA_COMPUTE_SHARE", "30");
+    let r = sim.ok(&["saturate", "--ns", "2ms", "--seconds", "3"]);
+    let share = engine_share(&r);
+    eprintln!("TESSERA_COMPUTE_SHARE=30 alone: {:.1}% of the engine ({r})", share * 100.0);
+    assert!((0.27..=0.33).contains(&share), "got {:.1}% of the engine, not 30 ± 3: {r}", share * 100.0);
+    // Without the variable the same run saturates the engine: the limit is the share's doing.
+    let free = Sim::new("share-none").with_shim().ok(&["saturate", "--ns", "2ms", "--seconds", "1"]);
+    assert!(engine_share(&free) > 0.9, "an unlimited process got {:.1}%: {free}", engine_share(&free) * 100.0);
+}
+
+#[test]
+fn two_standalone_shares_stay_within_their_limits() {
+    let _turn = turn();
+    let sim = Sim::new("share-30-60").with_shim();
+    let args = ["saturate", "--ns", "2ms", "--seconds", "3"];
+    let ca = spawn(&sim, &args, &[("TESSERA_COMPUTE_SHARE", "30")]);
+    let cb = spawn(&sim, &args, &[("TESSERA_COMPUTE_SHARE", "60")]);
+    let (ra, rb) = (done(ca), done(cb));
+    let (sa, sb) = (engine_share(&ra), engine_share(&rb));
+    eprintln!("standalone 30% and 60% side by side: {:.1}% and {:.1}% of the engine", sa * 100.0, sb * 100.0);
+    // Each stays within its share. Each is also charged for waiting behind the other's running kernel
+    // (events measure stream time; bounded by the other's window plus one kernel), so both get less.
+    assert!(sa <= 0.33 && sb <= 0.63, "over a share: {:.1}% and {:.1}%", sa * 100.0, sb * 100.0);
+    assert!(sa >= 0.15 && sb >= 0.40, "far under the shares: {:.1}% and {:.1}%", sa * 100.0, sb * 100.0);
+    assert!(sb > 1.5 * sa, "60% got {:.1}%, not clearly more than 30%'s {:.1}%", sb * 100.0, sa * 100.0);
+}
+
+#[test]
+fn a_malformed_share_fails_cuinit_naming_the_variable() {
+    let run = Sim::new("share-bad").with_shim().with("TESSERA_COMPUTE_SHARE", "150").run(&["attributes"]);
+    assert!(!run.success, "{}", run.json);
+    assert_eq!(u64_at(&run.json, "cuda_error"), INVALID_VALUE, "{}", run.json);
+    assert!(run.stderr.contains("TESSERA_COMPUTE_SHARE"), "{}", run.stderr);
+}
+
+#[test]
+fn a_suspended_vgpu_blocks_in_its_next_launch_and_resume_continues_it() {
+    let _turn = turn();
+    let region = TestRegion::new("suspend");
+    let sim = Sim::new("suspend").with_shim().with("TESSERA_VGPU", "susp").with("TESSERA_REGION", region.path());
+    let child = sim.spawn(&["saturate", "--ns", "1ms", "--seconds", "2"]);
+    let s = &region.vgpu("susp").sched;
+    launched(s, 20);
+    s.flags.fetch_or(flags::SUSPENDED, Ordering::SeqCst);
+    notify(s);
+    // In-flight kernels finish; the next launch blocks.
+    std::thread::sleep(Duration::from_millis(100));
+    let (held, device) = (launches(s), s.device_ns.load(Ordering::Acquire));
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(launches(s), held, "a suspended vGPU launched");
+    assert_eq!(s.device_ns.load(Ordering::Acquire), device, "a suspended vGPU's work ran on");
+    assert!(s.waiters.load(Ordering::Acquire) >= 1, "the process is not waiting in a launch");
+    let resumed = now_ns();
+    s.flags.fetch_and(!flags::SUSPENDED, Ordering::SeqCst);
+    notify(s);
+    launched(s, held + 1);
+    let wake_us = s.last_launch_ns.load(Ordering::Acquire).saturating_sub(resumed) as f64 / 1e3;
+    eprintln!("resume to the next launch: {wake_us:.0} µs");
+    assert!(wake_us < 20_000.0, "the launch went on {wake_us} µs after resume");
+    let r = done(child);
+    assert!(u64_at(&r, "longest_gap_ns") >= 500_000_000, "the process was not held: {r}");
+}
+
+#[test]
+fn a_high_vgpu_holds_lower_priorities_until_it_goes_idle() {
+    let _turn = turn();
+    let region = TestRegion::new("priority");
+    let sim = Sim::new("priority").with_shim().with("TESSERA_REGION", region.path());
+    let low = spawn(&sim, &["saturate", "--ns", "500us", "--seconds", "3"], &[("TESSERA_VGPU", "low")]);
+    let l = &region.vgpu("low").sched;
+    launched(l, 20);
+    let high = spawn(&sim, &["saturate", "--ns", "500us", "--seconds", "1"], &[("TESSERA_VGPU", "hi")]);
+    let h = &region.vgpu("hi").sched;
+    h.priority.store(priority::HIGH, Ordering::SeqCst);
+    std::thread::sleep(Duration::from_millis(100));
+    let (held, hi_before) = (launches(l), launches(h));
+    std::thread::sleep(Duration::from_millis(500));
+    // None, unless the high process left its queue empty for longer than the hold (a host hiccup on a
+    // loaded machine): then a few may slip in, bounded by the window.
+    let slipped = launches(l) - held;
+    assert!(slipped <= 5, "a normal vGPU launched {slipped} kernels in 500 ms while a high one had work");
+    assert!(launches(h) > hi_before + 100, "the high vGPU did not run alone: {} launches", launches(h) - hi_before);
+    let hr = done(high);
+    let lr = done(low);
+    // The low vGPU went on once the high one was idle: its longest wait ended soon after the high
+    // process's last work finished (`end_ns`: after its final synchronize returned).
+    let late_us = (u64_at(&lr, "longest_gap_end_ns") as f64 - u64_at(&hr, "end_ns") as f64) / 1e3;
+    eprintln!("low priority continued {late_us:.0} µs after the high vGPU's work finished ({slipped} slipped in)");
+    assert!(late_us < 5_000.0, "low continued {late_us} µs after high went idle: {lr}");
+    assert!(u64_at(&lr, "longest_gap_ns") >= 500_000_000, "low was not held: {lr}");
+}
+
+#[test]
+fn a_launch_waiting_for_tokens_wakes_when_they_are_granted() {
+    let _turn = turn();
+    let region = TestRegion::new("grant");
+    let sim = Sim::new("grant").with_shim().with("TESSERA_VGPU", "granted").with("TESSERA_REGION", region.path());
+    let child = sim.spawn(&["saturate", "--ns", "200us", "--seconds", "2"]);
+    let v = region.vgpu("granted");
+    let s = &v.sched;
+    launched(s, 10);
+    // Managed from now on, as by the daemon: no tokens until granted.
+    s.tokens.store(0, Ordering::SeqCst);
+    s.flags.fetch_or(flags::MANAGED, Ordering::SeqCst);
+    let mut latencies = Vec::new();
+    for _ in 0..20 {
+        wait_for("a launch waiting for tokens", Duration::from_secs(5), || {
+            (s.waiters.load(Ordering::Acquire) > 0 && s.tokens.load(Ordering::Acquire) <= 0).then_some(())
+        });
+        std::thread::sleep(Duration::from_millis(5));
+        let before = launches(s);
+        let granted = now_ns();
+        s.tokens.store(200_000, Ordering::SeqCst);
+        notify(s);
+        launched(s, before + 1);
+        latencies.push(s.last_launch_ns.load(Ordering::Acquire).saturating_sub(granted));
+    }
+    let demand = region.region().devices[0].demand.load(Ordering::Acquire);
+    s.flags.fetch_and(!flags::MANAGED, Ordering::SeqCst);
+    notify(s);
+    done(child);
+    latencies.sort_unstable();
+    let (p50, max) = (latencies[latencies.len() / 2] as f64 / 1e3, *latencies.last().unwrap() as f64 / 1e3);
+    eprintln!("grant to launch: median {p50:.0} µs, max {max:.0} µs over {} grants", latencies.len());
+    assert!(demand > 0, "waiting launches never signalled demand to the daemon");
+    assert!(p50 < 1_000.0, "median wake-up {p50} µs after a grant (all: {latencies:?})");
+}
+
+#[test]
+fn c_programs_launching_on_the_legacy_and_per_thread_default_streams_are_gated_and_measured() {
+    for per_thread in [false, true] {
+        let region = TestRegion::new(&format!("c-{per_thread}"));
+        let sim = Sim::new("c-gated")
+            .with_shim()
+            .with("TESSERA_VGPU", "c")
+            .with("TESSERA_REGION", region.path())
+            .with("TESSERA_COMPUTE_SHARE", "50");
+        let facts = Facts::ok(sim.command_for(direct_program(per_thread), &[]));
+        assert_eq!(facts.get("vector_add"), "ok", "per-thread build: {per_thread}");
+        let s = &region.vgpu("c").sched;
+        assert_eq!(launches(s), 1, "per-thread build: {per_thread}");
+        assert!(s.device_ns.load(Ordering::Acquire) > 0, "the launch was not measured (per-thread: {per_thread})");
+        assert_eq!(s.inflight_ns.load(Ordering::Acquire), 0, "per-thread build: {per_thread}");
+    }
+}

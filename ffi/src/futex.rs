@@ -1,0 +1,103 @@
+//! Futex wait and wake on a 32-bit word, private memory or a shared mapping alike (the shared form works
+//! across processes). Both shared files use it: the simulated GPU's engine queue and Tessera's region
+//! (`Sched::epoch`, `DeviceSched::demand`).
+
+use std::sync::atomic::AtomicU32;
+use std::time::Duration;
+
+/// Sleeps while `*word == expected`, at most `timeout`. Spurious wake-ups are possible; callers re-check.
+pub fn wait(word: &AtomicU32, expected: u32, timeout: Duration) {
+    let ts =
+        libc::timespec { tv_sec: timeout.as_secs() as libc::time_t, tv_nsec: timeout.subsec_nanos() as libc::c_long };
+    // SAFETY: `word` is a valid, aligned u32 for the duration of the call; FUTEX_WAIT (shared, not PRIVATE)
+    // only reads it and compares it with `expected`. The timeout is relative and lives on our stack.
+    unsafe {
+        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAIT, expected, &ts as *const libc::timespec);
+    }
+}
+
+/// `CLOCK_MONOTONIC` in nanoseconds: the clock of [`wait_until`] deadlines (the same for every process of
+/// the machine).
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes into our timespec; CLOCK_MONOTONIC exists on every Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Sleeps while `*word == expected`, until `deadline_ns` on [`monotonic_ns`]'s clock at the latest: an
+/// absolute deadline, so a loop waking at fixed deadlines does not drift. Spurious wake-ups are possible;
+/// callers re-check.
+pub fn wait_until(word: &AtomicU32, expected: u32, deadline_ns: u64) {
+    let ts = libc::timespec {
+        tv_sec: (deadline_ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (deadline_ns % 1_000_000_000) as libc::c_long,
+    };
+    // SAFETY: `word` is a valid, aligned u32 for the duration of the call; FUTEX_WAIT_BITSET (shared) only
+    // reads it and compares it with `expected`; its timeout is an absolute CLOCK_MONOTONIC time on our
+    // stack; the unused second address is NULL and the bitset matches every waker.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT_BITSET,
+            expected,
+            &ts as *const libc::timespec,
+            std::ptr::null::<u32>(),
+            libc::FUTEX_BITSET_MATCH_ANY,
+        );
+    }
+}
+
+/// Wakes every waiter on `word`, in any process.
+pub fn wake_all(word: &AtomicU32) {
+    // SAFETY: FUTEX_WAKE only uses the address as a key; it does not dereference beyond validity checks.
+    unsafe {
+        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::Ordering;
+    use std::time::Instant;
+
+    #[test]
+    fn an_absolute_deadline_ends_the_wait_and_a_wake_ends_it_sooner() {
+        let word: &'static AtomicU32 = Box::leak(Box::new(AtomicU32::new(0)));
+        let start = monotonic_ns();
+        wait_until(word, 0, start + 5_000_000);
+        assert!(monotonic_ns() - start >= 5_000_000, "slept until the deadline");
+        let waker = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            word.store(1, Ordering::SeqCst);
+            wake_all(word);
+        });
+        let start = monotonic_ns();
+        while word.load(Ordering::SeqCst) == 0 {
+            wait_until(word, 0, start + 10_000_000_000);
+        }
+        assert!(monotonic_ns() - start < 5_000_000_000, "woken long before the deadline");
+        waker.join().unwrap();
+    }
+
+    #[test]
+    fn a_changed_word_returns_at_once_and_a_wake_ends_the_wait() {
+        let word: &'static AtomicU32 = Box::leak(Box::new(AtomicU32::new(1)));
+        let t = Instant::now();
+        wait(word, 0, Duration::from_secs(5));
+        assert!(t.elapsed() < Duration::from_secs(1), "the word was not 0: no sleep");
+        let waker = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            word.store(2, Ordering::SeqCst);
+            wake_all(word);
+        });
+        let t = Instant::now();
+        while word.load(Ordering::SeqCst) == 1 {
+            wait(word, 1, Duration::from_secs(5));
+        }
+        assert!(t.elapsed() < Duration::from_secs(2));
+        waker.join().unwrap();
+    }
+}

@@ -1,0 +1,552 @@
+//! The region file (layout in [`crate::region`]): opened, created and checked under `flock`, as simgpu's
+//! state file is; its slots claimed and configured only while [`Locked`] holds the lock. One
+//! implementation for the shim (a process joining a vGPU by name, [`attach`]) and the daemon (which
+//! creates and configures vGPUs it then marks [`flags::MANAGED`]).
+//!
+//! A managed vGPU's quota is the daemon's: a process joining it with another `TESSERA_MEMORY_LIMIT` is
+//! refused, one without adopts it, and the slot is never reused for another name while it is managed. An
+//! unmanaged vGPU (created by the first process naming it) takes the limits of whoever joins it when no
+//! process is attached, and its slot may be reused for another name once nobody is attached.
+
+use crate::flock::FileLock;
+use crate::reclaim::{self, CLAIMING};
+use crate::region::{
+    DEFAULT_WINDOW_NS, Header, LAYOUT_SIZE, MAGIC, MAX_DEVICES, MAX_PROCS, MAX_VGPUS, NAME_LEN, ProcSlot, Region,
+    Sched, UNLIMITED, VERSION, VgpuSlot, encode_name, flags, state,
+};
+use crate::units::format_size;
+use std::fs::{File, OpenOptions};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::ptr::NonNull;
+use std::sync::atomic::Ordering;
+use std::sync::{Mutex, MutexGuard};
+
+/// Per-device limits, [`UNLIMITED`] where none is set.
+pub type Limits = [u64; MAX_DEVICES];
+
+/// The default region: per user, in shared memory (`TESSERA_REGION` overrides it).
+pub fn default_path() -> String {
+    // SAFETY: getuid cannot fail.
+    let uid = unsafe { libc::getuid() };
+    format!("/dev/shm/tessera-{uid}.region")
+}
+
+/// Describes limits for messages: `512.0 MiB on every device`, `0=1.0 GiB, 1=2.0 GiB`, `no limit`.
+pub fn describe(limits: &Limits) -> String {
+    if limits.iter().all(|&l| l == limits[0]) {
+        return if limits[0] == UNLIMITED {
+            "no limit".into()
+        } else {
+            format!("{} on every device", format_size(limits[0]))
+        };
+    }
+    let set: Vec<String> = limits
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| **l != UNLIMITED)
+        .map(|(d, l)| format!("{d}={}", format_size(*l)))
+        .collect();
+    format!("{} (no limit elsewhere)", set.join(", "))
+}
+
+/// A vGPU slot's limits.
+pub fn limits_of(v: &VgpuSlot) -> Limits {
+    std::array::from_fn(|d| v.limit[d].load(Ordering::Acquire))
+}
+
+/// Sets a vGPU slot's limits.
+pub fn set_limits(v: &VgpuSlot, limits: &Limits) {
+    for (slot, &l) in v.limit.iter().zip(limits) {
+        slot.store(l, Ordering::Release);
+    }
+}
+
+/// Starts a slot's usage over: only for a slot no process is attached to (bytes left by a process killed
+/// between updating the vGPU and its own slot would otherwise shrink the quota forever).
+pub fn reset_usage(v: &VgpuSlot) {
+    for d in 0..MAX_DEVICES {
+        v.used[d].store(0, Ordering::Release);
+        v.peak[d].store(0, Ordering::Relaxed);
+    }
+    v.last_reclaim_ns.store(0, Ordering::Relaxed);
+}
+
+/// Puts a slot's compute-share state back to its defaults (device 0, share 0, normal priority, no flags,
+/// no tokens, the default window), keeping `epoch` (a futex word only ever incremented).
+pub fn reset_sched(s: &Sched) {
+    s.device.store(0, Ordering::Relaxed);
+    s.share.store(0, Ordering::Relaxed);
+    s.priority.store(crate::region::priority::NORMAL, Ordering::Relaxed);
+    s.flags.store(0, Ordering::Release);
+    s.waiters.store(0, Ordering::Relaxed);
+    s.tokens.store(0, Ordering::Relaxed);
+    s.inflight_ns.store(0, Ordering::Relaxed);
+    s.window_ns.store(DEFAULT_WINDOW_NS, Ordering::Relaxed);
+    for counter in [&s.last_launch_ns, &s.launches, &s.device_ns, &s.wait_ns, &s.last_refill_ns] {
+        counter.store(0, Ordering::Relaxed);
+    }
+}
+
+/// True when the daemon manages the slot.
+pub fn is_managed(v: &VgpuSlot) -> bool {
+    v.sched.flags.load(Ordering::Acquire) & flags::MANAGED != 0
+}
+
+/// The shared mapping of a whole region file; unmapped when dropped.
+struct Mapping(NonNull<Region>);
+
+// SAFETY: the mapping is shared memory; every field written after initialization is an atomic, except
+// names, which are written only under the file lock (see `Locked::name_slot`).
+unsafe impl Send for Mapping {}
+// SAFETY: as above.
+unsafe impl Sync for Mapping {}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly what `map` mapped; nothing borrowed from it outlives the owning RegionFile.
+        unsafe { libc::munmap(self.0.as_ptr().cast(), LAYOUT_SIZE) };
+    }
+}
+
+/// An open, checked region file and its mapping.
+pub struct RegionFile {
+    file: File,
+    map: Mapping,
+    path: String,
+    /// `flock` excludes other open files, not other threads using this one: they take this first.
+    threads: Mutex<()>,
+}
+
+impl RegionFile {
+    /// Opens the region at `path`, creating it (mode 0600: one user's processes share it) and writing its
+    /// header when it is new; an existing file must be a version-[`VERSION`] region of this layout. Errors
+    /// name the file and what to do.
+    pub fn open(path: &str) -> Result<RegionFile, String> {
+        let fail = |what: &str, e: std::io::Error| format!("region file {path}: {what}: {e}");
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(path)
+            .map_err(|e| fail("cannot open (set TESSERA_REGION to a writable path)", e))?;
+        let lock = FileLock::new(&file).map_err(|e| fail("cannot lock", e))?;
+        let len = file.metadata().map_err(|e| fail("cannot stat", e))?.len();
+        let fresh = len == 0;
+        if fresh {
+            file.set_len(LAYOUT_SIZE as u64).map_err(|e| fail("cannot size", e))?;
+        } else if len != LAYOUT_SIZE as u64 {
+            return Err(format!(
+                "region file {path} has {len} bytes, a version-{VERSION} Tessera region has {LAYOUT_SIZE}: it is \
+                 truncated, foreign or from another Tessera version; remove it (no Tessera program may be running) \
+                 or set TESSERA_REGION"
+            ));
+        }
+        let map = map(&file).map_err(|e| fail("cannot map", e))?;
+        // SAFETY: `map` covers the whole file and we hold its lock.
+        unsafe { check_or_initialize(map.0.as_ptr(), fresh, path) }?;
+        drop(lock);
+        Ok(RegionFile { file, map, path: path.to_string(), threads: Mutex::new(()) })
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// The region, for lock-free atomic access.
+    pub fn region(&self) -> &Region {
+        // SAFETY: checked or initialized in `open`; mapped as long as `self` lives.
+        unsafe { self.map.0.as_ref() }
+    }
+
+    /// Takes the file lock (and excludes this process's other threads) to claim or configure slots.
+    pub fn lock(&self) -> Result<Locked<'_>, String> {
+        let threads = self.threads.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let file = FileLock::new(&self.file).map_err(|e| format!("region file {}: cannot lock: {e}", self.path))?;
+        Ok(Locked { owner: self, _threads: threads, _file: file })
+    }
+
+    /// Keeps the mapping for the rest of the process (the shim's slots live as long as the program).
+    pub fn leak(self) -> &'static Region {
+        let RegionFile { map, .. } = self;
+        let base = map.0;
+        std::mem::forget(map);
+        // SAFETY: the mapping is never unmapped now; checked or initialized in `open`.
+        unsafe { &*base.as_ptr() }
+    }
+}
+
+/// Maps the whole region file shared, read-write.
+fn map(file: &File) -> std::io::Result<Mapping> {
+    // SAFETY: a fresh shared mapping of LAYOUT_SIZE bytes of an open file that has that size.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            LAYOUT_SIZE,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            file.as_raw_fd(),
+            0,
+        )
+    };
+    match NonNull::new(p.cast::<Region>()) {
+        Some(base) if p != libc::MAP_FAILED => Ok(Mapping(base)),
+        _ => Err(std::io::Error::last_os_error()),
+    }
+}
+
+/// Checks the header, or writes one over a new (or never finished) region.
+///
+/// # Safety
+/// `base` maps a whole region file, and the caller holds its `flock`.
+unsafe fn check_or_initialize(base: *mut Region, fresh: bool, path: &str) -> Result<(), String> {
+    // SAFETY: the header lies at the start of the mapping; read through the raw pointer, no reference.
+    let (magic, version, layout) =
+        unsafe { ((*base).header.magic.load(Ordering::Acquire), (*base).header.version, (*base).header.layout_size) };
+    // A creator that died before writing the magic (which comes last) left a region nobody ever used.
+    if fresh || (magic == 0 && version == 0 && layout == 0) {
+        // SAFETY: we hold the lock and the magic is unset, so no other process reads the region.
+        unsafe { initialize(base) };
+        return Ok(());
+    }
+    // SAFETY: as above.
+    let h: &Header = unsafe { &(*base).header };
+    let matches = magic == MAGIC
+        && h.version == VERSION
+        && h.layout_size as usize == LAYOUT_SIZE
+        && h.max_devices as usize == MAX_DEVICES
+        && h.max_vgpus as usize == MAX_VGPUS
+        && h.max_procs as usize == MAX_PROCS;
+    if matches {
+        Ok(())
+    } else {
+        Err(format!(
+            "region file {path} is not a version-{VERSION} Tessera region (magic {magic:#x}, version {version}); \
+             remove it (no Tessera program may be running) or set TESSERA_REGION"
+        ))
+    }
+}
+
+/// Writes a fresh header (magic last) over a zeroed region.
+///
+/// # Safety
+/// `base` maps a whole region; the caller holds the lock and nobody else uses the region.
+unsafe fn initialize(base: *mut Region) {
+    // SAFETY: per the contract, the whole mapping is ours to write.
+    unsafe {
+        base.cast::<u8>().write_bytes(0, LAYOUT_SIZE);
+        let h = std::ptr::addr_of_mut!((*base).header);
+        (*h).version = VERSION;
+        (*h).layout_size = LAYOUT_SIZE as u32;
+        (*h).max_devices = MAX_DEVICES as u32;
+        (*h).max_vgpus = MAX_VGPUS as u32;
+        (*h).max_procs = MAX_PROCS as u32;
+        (*h).magic.store(MAGIC, Ordering::Release);
+    }
+}
+
+/// The region while this process holds its lock: slots may be found, claimed, named and freed.
+pub struct Locked<'a> {
+    owner: &'a RegionFile,
+    _threads: MutexGuard<'a, ()>,
+    _file: FileLock<'a>,
+}
+
+impl Locked<'_> {
+    /// The region (derived afresh after every name written under the lock).
+    pub fn region(&self) -> &Region {
+        self.owner.region()
+    }
+
+    /// The region file's path, for messages.
+    pub fn path(&self) -> &str {
+        self.owner.path()
+    }
+
+    /// The configured vGPU slot named `name`.
+    pub fn find(&self, name: &[u8; NAME_LEN]) -> Option<usize> {
+        self.region().vgpus.iter().position(|v| v.state.load(Ordering::Acquire) == state::READY && v.name == *name)
+    }
+
+    /// Pids of the processes attached to vGPU `index` (dead ones count until [`Locked::reclaim_dead`]).
+    pub fn attached_pids(&self, index: usize) -> Vec<u32> {
+        self.region()
+            .procs
+            .iter()
+            .filter(|p| p.vgpu.load(Ordering::Acquire) as usize == index)
+            .map(|p| p.pid.load(Ordering::Acquire))
+            .filter(|&pid| pid != 0 && pid != CLAIMING)
+            .collect()
+    }
+
+    /// Gives back what dead processes of every vGPU held; returns how many were found.
+    pub fn reclaim_dead(&self) -> usize {
+        reclaim::reclaim_dead(self.region(), None, None)
+    }
+
+    /// A slot for a new vGPU `name`: a free one, else an unmanaged one no process is attached to. It is
+    /// named, its usage and compute-share state start over, and it is marked ready with no limit; the
+    /// caller configures it before releasing the lock. `None` when every slot is taken.
+    pub fn claim_slot(&self, name: &[u8; NAME_LEN]) -> Option<usize> {
+        let region = self.region();
+        let free = region.vgpus.iter().position(|v| v.state.load(Ordering::Acquire) == state::FREE);
+        let idle = || (0..MAX_VGPUS).find(|&i| !is_managed(&region.vgpus[i]) && self.attached_pids(i).is_empty());
+        let index = free.or_else(idle)?;
+        let v = &region.vgpus[index];
+        // Out of sight of other processes while it is renamed: nobody is attached and, not ready, no
+        // process finds it by name.
+        v.state.store(state::FREE, Ordering::Release);
+        reset_sched(&v.sched);
+        reset_usage(v);
+        set_limits(v, &[UNLIMITED; MAX_DEVICES]);
+        self.name_slot(index, name);
+        self.region().vgpus[index].state.store(state::READY, Ordering::Release);
+        Some(index)
+    }
+
+    /// Writes slot `index`'s name.
+    fn name_slot(&self, index: usize, name: &[u8; NAME_LEN]) {
+        let base = self.owner.map.0.as_ptr();
+        // SAFETY: we hold the file lock and the thread lock; the slot is not ready and nobody is attached, and
+        // names are read only under the lock, through references derived after this write.
+        unsafe { std::ptr::addr_of_mut!((*base).vgpus[index].name).write(*name) };
+    }
+
+    /// Frees slot `index` (the caller checked nobody is attached): it is no longer found by name.
+    pub fn free_slot(&self, index: usize) {
+        let v = &self.region().vgpus[index];
+        v.sched.flags.store(0, Ordering::Release);
+        v.state.store(state::FREE, Ordering::Release);
+    }
+
+    /// Claims a process slot for this process on vGPU `vgpu`: pid CAS 0 → claiming, fill, publish the pid.
+    pub fn claim_process(&self, vgpu: u32) -> Result<usize, String> {
+        let pid = std::process::id();
+        let start =
+            reclaim::start_time(pid).ok_or_else(|| format!("cannot read /proc/{pid}/stat (is /proc mounted?)"))?;
+        for (i, p) in self.region().procs.iter().enumerate() {
+            if p.pid.compare_exchange(0, CLAIMING, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                p.vgpu.store(vgpu, Ordering::Relaxed);
+                p.start_time.store(start, Ordering::Relaxed);
+                for u in &p.used {
+                    u.store(0, Ordering::Relaxed);
+                }
+                p.pid.store(pid, Ordering::Release);
+                return Ok(i);
+            }
+        }
+        Err(format!("region file {}: all {MAX_PROCS} process slots are in use", self.path()))
+    }
+}
+
+/// The slots a process accounts in.
+pub struct Attached {
+    /// The shared region, or `None` for a private quota.
+    pub region: Option<&'static Region>,
+    /// The vGPU's slot.
+    pub vgpu: &'static VgpuSlot,
+    /// Its index in the region (0 for a private quota).
+    pub vgpu_index: u32,
+    /// This process's slot.
+    pub me: &'static ProcSlot,
+    /// Its index in the region (`None` for a private quota).
+    pub me_index: Option<usize>,
+}
+
+/// Opens (creating if needed) the region at `path`, joins vGPU `name` with `limits` (`None`: adopt the
+/// vGPU's) and claims a process slot. The mapping lives as long as the process.
+pub fn attach(path: &str, name: &str, limits: Option<&Limits>) -> Result<Attached, String> {
+    let encoded = encode_name(name).ok_or_else(|| format!("{name:?} is not a vGPU name"))?;
+    let file = RegionFile::open(path)?;
+    let (index, me_index) = {
+        let locked = file.lock()?;
+        locked.reclaim_dead();
+        let index = join(&locked, &encoded, name, limits)?;
+        (index, locked.claim_process(index as u32)?)
+    };
+    let region = file.leak();
+    Ok(Attached {
+        region: Some(region),
+        vgpu: &region.vgpus[index],
+        vgpu_index: index as u32,
+        me: &region.procs[me_index],
+        me_index: Some(me_index),
+    })
+}
+
+/// How long the daemon's heartbeat may be silent before it counts as gone (it beats at least every
+/// 100 ms while it lives).
+pub const DAEMON_SILENCE_NS: u64 = 2_000_000_000;
+
+/// The pid of the daemon managing `region` when one is alive at `now_ns`: it says so, its process exists and
+/// its heartbeat is recent (a killed daemon's pid, reused by another process, does not count for long).
+pub fn live_daemon(region: &Region, now_ns: u64) -> Option<u32> {
+    let pid = region.daemon.pid.load(Ordering::Acquire);
+    let beat = region.daemon.heartbeat_ns.load(Ordering::Acquire);
+    let exists = pid != 0 && std::path::Path::new(&format!("/proc/{pid}")).exists();
+    (exists && now_ns.saturating_sub(beat) < DAEMON_SILENCE_NS).then_some(pid)
+}
+
+/// The slot of vGPU `name` checked against `limits`, or a new slot configured with them (refused while a
+/// daemon manages the region: its vGPUs are created with `tessera vgpu create`).
+fn join(locked: &Locked, encoded: &[u8; NAME_LEN], name: &str, limits: Option<&Limits>) -> Result<usize, String> {
+    let path = locked.path();
+    let Some(i) = locked.find(encoded) else {
+        if let Some(pid) = live_daemon(locked.region(), crate::futex::monotonic_ns()) {
+            return Err(format!(
+                "there is no vGPU {name:?}: the Tessera daemon (pid {pid}) manages the vGPUs of region file {path}; \
+                 create it with `tessera vgpu create {name} ...` or pick one from `tessera vgpu list`"
+            ));
+        }
+        let i = locked.claim_slot(encoded).ok_or_else(|| {
+            format!(
+                "region file {path}: all {MAX_VGPUS} vGPU slots are in use by running processes or the daemon; \
+                 cannot add {name:?}"
+            )
+        })?;
+        set_limits(&locked.region().vgpus[i], limits.unwrap_or(&[UNLIMITED; MAX_DEVICES]));
+        return Ok(i);
+    };
+    let v = &locked.region().vgpus[i];
+    let holders = locked.attached_pids(i).len();
+    let current = limits_of(v);
+    let managed = is_managed(v);
+    match limits {
+        Some(l) if *l != current && managed => Err(format!(
+            "TESSERA_MEMORY_LIMIT ({}) conflicts with vGPU {name:?} in region file {path}, whose quota ({}) is set \
+             by the Tessera daemon; leave TESSERA_MEMORY_LIMIT unset to adopt it, or change it with `tessera vgpu \
+             set {name} --memory SIZE`",
+            describe(l),
+            describe(&current)
+        )),
+        Some(l) if *l != current && holders > 0 => Err(format!(
+            "TESSERA_MEMORY_LIMIT ({}) conflicts with vGPU {name:?} in region file {path}, whose quota is {} and \
+             which {holders} running process(es) share; use the same limit, none (to adopt it), or another \
+             TESSERA_VGPU",
+            describe(l),
+            describe(&current)
+        )),
+        _ if holders > 0 => Ok(i),
+        _ => {
+            // Nobody attached: usage starts over; an unmanaged vGPU takes the limits of whoever joins.
+            reset_usage(v);
+            if !managed {
+                set_limits(v, limits.unwrap_or(&current));
+            }
+            Ok(i)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temp(tag: &str) -> String {
+        let p = std::env::temp_dir().join(format!("tessera-region-test-{}-{tag}", std::process::id()));
+        let _ = std::fs::remove_file(&p);
+        p.to_string_lossy().into_owned()
+    }
+
+    fn limits(bytes: u64) -> Limits {
+        [bytes; MAX_DEVICES]
+    }
+
+    #[test]
+    fn creates_joins_and_shares_one_vgpu() {
+        let path = temp("share");
+        let a = attach(&path, "team", Some(&limits(1 << 30))).unwrap();
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), LAYOUT_SIZE as u64);
+        let b = attach(&path, "team", None).unwrap();
+        assert_eq!(a.vgpu_index, b.vgpu_index);
+        assert_ne!(a.me_index, b.me_index);
+        assert_eq!(b.vgpu.limit[3].load(Ordering::Relaxed), 1 << 30, "adopted");
+        let c = attach(&path, "other", None).unwrap();
+        assert_ne!(c.vgpu_index, a.vgpu_index);
+        assert_eq!(c.vgpu.limit[0].load(Ordering::Relaxed), UNLIMITED);
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn conflicting_limit_is_refused_while_the_vgpu_is_in_use() {
+        let path = temp("conflict");
+        let _a = attach(&path, "team", Some(&limits(1 << 30))).unwrap();
+        let e = attach(&path, "team", Some(&limits(2 << 30))).err().unwrap();
+        assert!(e.contains("conflicts") && e.contains(&path) && e.contains("1.0 GiB"), "{e}");
+        attach(&path, "team", Some(&limits(1 << 30))).unwrap();
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn a_managed_vgpu_keeps_its_limit_and_its_slot() {
+        let path = temp("managed");
+        let file = RegionFile::open(&path).unwrap();
+        let name = encode_name("svc").unwrap();
+        let index = {
+            let locked = file.lock().unwrap();
+            let i = locked.claim_slot(&name).unwrap();
+            let v = &locked.region().vgpus[i];
+            set_limits(v, &limits(1 << 30));
+            v.sched.flags.store(flags::MANAGED, Ordering::Release);
+            i
+        };
+        // Nobody attached, yet another limit is refused and none adopts the daemon's.
+        let e = attach(&path, "svc", Some(&limits(2 << 30))).err().unwrap();
+        assert!(e.contains("set by the Tessera daemon") && e.contains("tessera vgpu set svc"), "{e}");
+        let a = attach(&path, "svc", None).unwrap();
+        assert_eq!((a.vgpu_index as usize, a.vgpu.limit[0].load(Ordering::Relaxed)), (index, 1 << 30));
+        attach(&path, "svc", Some(&limits(1 << 30))).unwrap();
+        // Every other slot taken by idle unmanaged vGPUs: a new name reuses one of those, never the managed one.
+        for n in 0..MAX_VGPUS - 1 {
+            let locked = file.lock().unwrap();
+            locked.claim_slot(&encode_name(&format!("idle{n}")).unwrap()).unwrap();
+        }
+        let locked = file.lock().unwrap();
+        let reused = locked.claim_slot(&encode_name("late").unwrap()).unwrap();
+        assert_ne!(reused, index);
+        assert_eq!(locked.find(&name), Some(index));
+        drop(locked);
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn while_a_daemon_lives_unknown_names_are_refused() {
+        let path = temp("daemon");
+        let file = RegionFile::open(&path).unwrap();
+        let d = &file.region().daemon;
+        d.pid.store(std::process::id(), Ordering::Release);
+        d.heartbeat_ns.store(crate::futex::monotonic_ns(), Ordering::Release);
+        let e = attach(&path, "nosuch", None).err().unwrap();
+        assert!(e.contains("no vGPU \"nosuch\"") && e.contains("tessera vgpu create nosuch"), "{e}");
+        // A silent daemon is gone: processes may create vGPUs again.
+        d.heartbeat_ns.store(crate::futex::monotonic_ns().saturating_sub(DAEMON_SILENCE_NS), Ordering::Release);
+        attach(&path, "nosuch", None).unwrap();
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn foreign_and_truncated_files_are_refused_by_name() {
+        let path = temp("foreign");
+        std::fs::write(&path, b"not a region").unwrap();
+        let e = attach(&path, "x", None).err().unwrap();
+        assert!(e.contains(&path) && e.contains("truncated"), "{e}");
+        std::fs::write(&path, vec![0xAB; LAYOUT_SIZE]).unwrap();
+        let e = attach(&path, "x", None).err().unwrap();
+        assert!(e.contains(&path) && e.contains(&format!("not a version-{VERSION}")), "{e}");
+        std::fs::remove_file(&path).unwrap();
+        let e = attach("/nonexistent-dir/region", "x", None).err().unwrap();
+        assert!(e.contains("/nonexistent-dir/region"), "{e}");
+    }
+
+    #[test]
+    fn limits_are_described_for_people() {
+        assert_eq!(describe(&limits(UNLIMITED)), "no limit");
+        assert_eq!(describe(&limits(512 << 20)), "512.0 MiB on every device");
+        let mut l = limits(UNLIMITED);
+        l[0] = 1 << 30;
+        assert_eq!(describe(&l), "0=1.0 GiB (no limit elsewhere)");
+    }
+}

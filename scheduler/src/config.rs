@@ -1,0 +1,338 @@
+//! The vGPU configuration the daemon owns: one [`VgpuSpec`] per vGPU, and the rules every change must keep
+//! (valid names, existing devices, shares of one device summing to at most 100). Changes are pure: each
+//! returns the new configuration or an error naming the problem, and the caller commits it only once the
+//! region and the state file took it.
+
+use serde::{Deserialize, Serialize};
+use tessera_ffi::region::{self, DEFAULT_WINDOW_NS, MAX_DEVICES, MAX_VGPUS};
+use tessera_ffi::units::{VGPU_NAME_FORM, format_size, valid_vgpu_name};
+
+/// Shortest window a vGPU may have.
+pub const MIN_WINDOW_NS: u64 = 1_000;
+/// Longest window a vGPU may have.
+pub const MAX_WINDOW_NS: u64 = 1_000_000_000;
+
+/// Scheduling priority of a vGPU on its device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Priority {
+    /// Gets the share others leave only after `normal` vGPUs had theirs.
+    Low,
+    /// The default.
+    #[default]
+    Normal,
+    /// While it has work, lower priorities on its device get no tokens.
+    High,
+}
+
+impl Priority {
+    /// The region's [`region::priority`] value.
+    pub fn region_value(self) -> u32 {
+        match self {
+            Priority::Low => region::priority::LOW,
+            Priority::Normal => region::priority::NORMAL,
+            Priority::High => region::priority::HIGH,
+        }
+    }
+
+    /// The name the CLI and the JSON use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Priority::Low => "low",
+            Priority::Normal => "normal",
+            Priority::High => "high",
+        }
+    }
+}
+
+fn default_true() -> bool {
+    true
+}
+
+fn default_window() -> u64 {
+    DEFAULT_WINDOW_NS
+}
+
+/// One vGPU as configured: everything the daemon persists about it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VgpuSpec {
+    /// Its name, as processes give it in `TESSERA_VGPU`.
+    pub name: String,
+    /// Device ordinal its quota and share apply to.
+    pub device: u32,
+    /// Memory quota on that device, in bytes.
+    pub memory: u64,
+    /// Share of the device's time, in percent.
+    pub share: u32,
+    /// Never exceeds its share, and its idle share is not given to others.
+    #[serde(default)]
+    pub cap: bool,
+    /// Priority on its device.
+    #[serde(default)]
+    pub priority: Priority,
+    /// Tensor cores allowed (off: TF32 disabled, cuBLAS math modes pedantic).
+    #[serde(default = "default_true")]
+    pub tensor_cores: bool,
+    /// Most queued-but-unfinished device time, in nanoseconds.
+    #[serde(default = "default_window")]
+    pub window_ns: u64,
+    /// Suspended: its launches wait at the next kernel boundary.
+    #[serde(default)]
+    pub suspended: bool,
+}
+
+impl VgpuSpec {
+    /// A spec with the defaults for everything but name, device, memory and share.
+    pub fn new(name: &str, device: u32, memory: u64, share: u32) -> VgpuSpec {
+        VgpuSpec {
+            name: name.to_string(),
+            device,
+            memory,
+            share,
+            cap: false,
+            priority: Priority::Normal,
+            tensor_cores: true,
+            window_ns: DEFAULT_WINDOW_NS,
+            suspended: false,
+        }
+    }
+
+    /// The region's [`region::flags`] for this spec (always [`region::flags::MANAGED`]).
+    pub fn region_flags(&self) -> u32 {
+        let mut f = region::flags::MANAGED;
+        if self.cap {
+            f |= region::flags::CAP;
+        }
+        if !self.tensor_cores {
+            f |= region::flags::TENSOR_CORES_OFF;
+        }
+        if self.suspended {
+            f |= region::flags::SUSPENDED;
+        }
+        f
+    }
+
+    /// Checks everything that concerns this vGPU alone, for a machine with `devices` devices.
+    fn check(&self, devices: u32) -> Result<(), String> {
+        if !valid_vgpu_name(&self.name) {
+            return Err(format!("{:?} is not a vGPU name; {VGPU_NAME_FORM}", self.name));
+        }
+        check_device(self.device, devices)?;
+        if self.share > 100 {
+            return Err(format!("a share of {}% is more than the whole device; use 0 to 100", self.share));
+        }
+        if self.memory == 0 {
+            return Err("a memory quota of 0 bytes allows nothing".into());
+        }
+        if !(MIN_WINDOW_NS..=MAX_WINDOW_NS).contains(&self.window_ns) {
+            return Err(format!("a window of {} ns is out of range; use 1us to 1s", self.window_ns));
+        }
+        Ok(())
+    }
+}
+
+/// Checks that device `device` exists on a machine with `devices` devices.
+pub fn check_device(device: u32, devices: u32) -> Result<(), String> {
+    let devices = devices.min(MAX_DEVICES as u32);
+    match devices {
+        _ if device < devices => Ok(()),
+        0 => Err(format!("device {device} does not exist: this machine has no GPU")),
+        1 => Err(format!("device {device} does not exist: this machine has 1 GPU, device 0")),
+        n => Err(format!("device {device} does not exist: this machine has {n} GPUs, devices 0 to {}", n - 1)),
+    }
+}
+
+/// What `tessera vgpu set` changes; `None` keeps the current value.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Change {
+    /// New share, in percent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub share: Option<u32>,
+    /// New memory quota, in bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<u64>,
+    /// New priority.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<Priority>,
+    /// Tensor cores on or off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tensor_cores: Option<bool>,
+    /// New window, in nanoseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window_ns: Option<u64>,
+}
+
+impl Change {
+    /// True when it changes nothing.
+    pub fn is_empty(&self) -> bool {
+        *self == Change::default()
+    }
+
+    /// `spec` with the change applied.
+    fn apply(&self, spec: &VgpuSpec) -> VgpuSpec {
+        VgpuSpec {
+            share: self.share.unwrap_or(spec.share),
+            memory: self.memory.unwrap_or(spec.memory),
+            priority: self.priority.unwrap_or(spec.priority),
+            tensor_cores: self.tensor_cores.unwrap_or(spec.tensor_cores),
+            window_ns: self.window_ns.unwrap_or(spec.window_ns),
+            ..spec.clone()
+        }
+    }
+}
+
+/// Every vGPU the daemon manages, in creation order.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Config {
+    /// The vGPUs.
+    pub vgpus: Vec<VgpuSpec>,
+}
+
+impl Config {
+    /// The vGPU named `name`, or an error saying there is none.
+    pub fn get(&self, name: &str) -> Result<&VgpuSpec, String> {
+        self.vgpus
+            .iter()
+            .find(|v| v.name == name)
+            .ok_or_else(|| format!("no vGPU named {name:?} (`tessera vgpu list` shows them)"))
+    }
+
+    /// Checks every rule on a machine with `devices` devices (a loaded state file must pass too).
+    pub fn check(&self, devices: u32) -> Result<(), String> {
+        if self.vgpus.len() > MAX_VGPUS {
+            return Err(format!("{} vGPUs are more than the {MAX_VGPUS} a region holds", self.vgpus.len()));
+        }
+        for (i, v) in self.vgpus.iter().enumerate() {
+            v.check(devices).map_err(|e| format!("vGPU {:?}: {e}", v.name))?;
+            if self.vgpus[..i].iter().any(|o| o.name == v.name) {
+                return Err(format!("vGPU {:?} is configured twice", v.name));
+            }
+        }
+        for device in 0..MAX_DEVICES as u32 {
+            let on: Vec<&VgpuSpec> = self.vgpus.iter().filter(|v| v.device == device).collect();
+            let sum: u32 = on.iter().map(|v| v.share).sum();
+            if sum > 100 {
+                let list: Vec<String> = on.iter().map(|v| format!("{} {}%", v.name, v.share)).collect();
+                return Err(format!(
+                    "shares on device {device} would sum to {sum}% ({}); they may sum to at most 100%: lower another \
+                     vGPU's share first",
+                    list.join(", ")
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The configuration with `spec` added.
+    pub fn create(&self, spec: VgpuSpec, devices: u32) -> Result<Config, String> {
+        if self.vgpus.iter().any(|v| v.name == spec.name) {
+            return Err(format!("vGPU {:?} already exists; change it with `tessera vgpu set`", spec.name));
+        }
+        spec.check(devices)?;
+        let mut next = self.clone();
+        next.vgpus.push(spec);
+        next.check(devices)?;
+        Ok(next)
+    }
+
+    /// The configuration with vGPU `name` changed; an empty change is an error.
+    pub fn set(&self, name: &str, change: &Change, devices: u32) -> Result<Config, String> {
+        if change.is_empty() {
+            return Err("nothing to change: give --share, --memory, --priority, --tensor-cores or --window".into());
+        }
+        self.replace(name, devices, |spec| change.apply(spec))
+    }
+
+    /// The configuration with vGPU `name` suspended or resumed.
+    pub fn suspend(&self, name: &str, suspended: bool, devices: u32) -> Result<Config, String> {
+        self.replace(name, devices, |spec| VgpuSpec { suspended, ..spec.clone() })
+    }
+
+    /// The configuration without vGPU `name`.
+    pub fn remove(&self, name: &str) -> Result<Config, String> {
+        self.get(name)?;
+        Ok(Config { vgpus: self.vgpus.iter().filter(|v| v.name != name).cloned().collect() })
+    }
+
+    fn replace(&self, name: &str, devices: u32, f: impl FnOnce(&VgpuSpec) -> VgpuSpec) -> Result<Config, String> {
+        let new = f(self.get(name)?);
+        new.check(devices)?;
+        let next =
+            Config { vgpus: self.vgpus.iter().map(|v| if v.name == name { new.clone() } else { v.clone() }).collect() };
+        next.check(devices)?;
+        Ok(next)
+    }
+}
+
+/// `bytes` for messages: `1.0 GiB (1073741824 bytes)`.
+pub fn bytes(bytes: u64) -> String {
+    format!("{} ({bytes} bytes)", format_size(bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(name: &str, device: u32, share: u32) -> VgpuSpec {
+        VgpuSpec::new(name, device, 1 << 30, share)
+    }
+
+    #[test]
+    fn shares_of_one_device_sum_to_at_most_100() {
+        let c = Config::default().create(spec("a", 0, 30), 2).unwrap();
+        let c = c.create(spec("b", 0, 70), 2).unwrap();
+        let e = c.create(spec("c", 0, 1), 2).unwrap_err();
+        assert!(e.contains("device 0 would sum to 101%") && e.contains("a 30%, b 70%, c 1%"), "{e}");
+        let c = c.create(spec("c", 1, 100), 2).unwrap();
+        let e = c.set("a", &Change { share: Some(31), ..Change::default() }, 2).unwrap_err();
+        assert!(e.contains("101%"), "{e}");
+        let c2 = c.set("b", &Change { share: Some(40), ..Change::default() }, 2).unwrap();
+        let c2 = c2.set("a", &Change { share: Some(60), ..Change::default() }, 2).unwrap();
+        assert_eq!(c2.get("a").unwrap().share, 60);
+    }
+
+    #[test]
+    fn unknown_names_devices_and_bad_values_are_errors() {
+        let c = Config::default().create(spec("a", 0, 30), 2).unwrap();
+        assert!(c.create(spec("a", 1, 1), 2).unwrap_err().contains("already exists"));
+        assert!(c.get("nope").unwrap_err().contains("no vGPU named \"nope\""));
+        assert!(c.set("nope", &Change { share: Some(1), ..Change::default() }, 2).is_err());
+        assert!(c.remove("nope").is_err());
+        let e = c.create(spec("d", 2, 1), 2).unwrap_err();
+        assert_eq!(e, "device 2 does not exist: this machine has 2 GPUs, devices 0 to 1");
+        assert!(c.create(spec("d", 1, 1), 1).unwrap_err().contains("has 1 GPU, device 0"));
+        assert!(c.create(spec("x/y", 0, 1), 2).unwrap_err().contains("not a vGPU name"));
+        assert!(c.create(spec("big", 1, 101), 2).unwrap_err().contains("101%"));
+        assert!(c.create(VgpuSpec { memory: 0, ..spec("z", 1, 1) }, 2).is_err());
+        assert!(c.create(VgpuSpec { window_ns: 10, ..spec("z", 1, 1) }, 2).unwrap_err().contains("window"));
+        assert!(c.set("a", &Change::default(), 2).unwrap_err().contains("nothing to change"));
+    }
+
+    #[test]
+    fn changes_apply_and_round_trip_through_json() {
+        let c = Config::default().create(VgpuSpec { cap: true, ..spec("a", 0, 30) }, 1).unwrap();
+        let change = Change {
+            memory: Some(2 << 30),
+            priority: Some(Priority::High),
+            tensor_cores: Some(false),
+            ..Change::default()
+        };
+        let c = c.set("a", &change, 1).unwrap().suspend("a", true, 1).unwrap();
+        let a = c.get("a").unwrap();
+        assert_eq!(
+            (a.memory, a.priority, a.tensor_cores, a.suspended, a.share),
+            (2 << 30, Priority::High, false, true, 30)
+        );
+        let f = a.region_flags();
+        assert_eq!(
+            f,
+            region::flags::MANAGED | region::flags::CAP | region::flags::TENSOR_CORES_OFF | region::flags::SUSPENDED
+        );
+        let text = serde_json::to_string(&c).unwrap();
+        assert_eq!(serde_json::from_str::<Config>(&text).unwrap(), c);
+        // Fields added later default when absent.
+        let old: VgpuSpec = serde_json::from_str(r#"{"name":"o","device":0,"memory":1,"share":5}"#).unwrap();
+        assert_eq!(old, VgpuSpec::new("o", 0, 1, 5));
+        assert!(c.remove("a").unwrap().vgpus.is_empty());
+    }
+}

@@ -1,0 +1,144 @@
+//! The daemon's life: it takes ownership of the region (one daemon per region, by a lock file beside it),
+//! opens the region and its saved configuration, re-attaches to the vGPUs already there, then runs one
+//! refill loop per device, a once-a-second reclaim of dead processes' memory, and the socket server.
+//! SIGTERM, SIGINT and SIGHUP stop it cleanly (after the request being carried out): its socket is removed
+//! and the region says no daemon is attached; running processes keep their last limits either way.
+
+use crate::manager::Manager;
+use crate::server::Server;
+use crate::store::Store;
+use crate::{pacer, paths};
+use std::fs::File;
+use std::io::{Read, Seek, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+use tessera_ffi::futex::monotonic_ns;
+use tessera_ffi::reclaim::reclaim_dead;
+use tessera_ffi::region::MAX_DEVICES;
+use tessera_ffi::region_file::RegionFile;
+
+/// Where the daemon keeps its files, and the machine's device count.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The region file.
+    pub region: String,
+    /// The socket.
+    pub socket: PathBuf,
+    /// The state directory (`vgpus.json`).
+    pub state_dir: PathBuf,
+    /// Devices of the machine (vGPUs may only be placed on these).
+    pub devices: u32,
+}
+
+impl Options {
+    /// The paths from `TESSERA_REGION`, `TESSERA_SOCKET` and `TESSERA_STATE_DIR` (or their defaults).
+    pub fn from_env(devices: u32) -> Result<Options, String> {
+        Ok(Options { region: paths::region()?, socket: paths::socket()?, state_dir: paths::state_dir()?, devices })
+    }
+}
+
+/// An exclusive `flock` on `<region>.lock`, holding the owner's pid, for as long as the daemon lives.
+struct OwnerLock {
+    _file: File,
+}
+
+impl OwnerLock {
+    fn take(region: &str) -> Result<OwnerLock, String> {
+        let path = format!("{region}.lock");
+        let fail = |e: std::io::Error| format!("daemon lock {path}: {e}");
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(&path)
+            .map_err(fail)?;
+        // SAFETY: flock on a descriptor we own; LOCK_NB makes it fail instead of waiting.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            let mut pid = String::new();
+            let _ = file.read_to_string(&mut pid);
+            let pid = if pid.trim().is_empty() { "unknown" } else { pid.trim() };
+            return Err(format!("daemon already running (pid {pid}) for region file {region}"));
+        }
+        file.set_len(0)
+            .and_then(|_| file.rewind())
+            .and_then(|_| writeln!(file, "{}", std::process::id()))
+            .map_err(fail)?;
+        Ok(OwnerLock { _file: file })
+    }
+}
+
+/// The signals that stop the daemon, blocked in every thread so that one thread can wait for them.
+fn stop_signals() -> libc::sigset_t {
+    // SAFETY: sigset_t is plain data; sigemptyset and sigaddset initialize and fill it.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for s in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+            libc::sigaddset(&mut set, s);
+        }
+        set
+    }
+}
+
+/// Runs the daemon; returns only when it cannot start or serve (signals end the process).
+pub fn run(options: Options) -> Result<(), String> {
+    let signals = stop_signals();
+    // SAFETY: blocks the signals in this thread (threads started later inherit the mask); the set is valid.
+    unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &signals, std::ptr::null_mut()) };
+    let _owner = OwnerLock::take(&options.region)?;
+    crate::server::claim_path(&options.socket)?;
+    let file: &'static RegionFile = Box::leak(Box::new(RegionFile::open(&options.region)?));
+    let store = Store::open(&options.state_dir)?;
+    let state_path = store.path().display().to_string();
+    let manager = Arc::new(Manager::start(file, store, options.devices)?);
+    let server = Server::bind(&options.socket)?;
+    let region = file.region();
+    region.daemon.heartbeat_ns.store(monotonic_ns(), Ordering::Release);
+    region.daemon.pid.store(std::process::id(), Ordering::Release);
+
+    let stop: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(false)));
+    for device in 0..options.devices.min(MAX_DEVICES as u32) {
+        spawn(&format!("refill-{device}"), move || pacer::run(file.region(), device, stop))?;
+    }
+    spawn("reclaim", move || {
+        while !stop.load(Ordering::Acquire) {
+            reclaim_dead(file.region(), None, None);
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    })?;
+    let on_signal = Arc::clone(&manager);
+    let socket = server.path().to_path_buf();
+    spawn("signals", move || {
+        let mut signal = 0;
+        // SAFETY: waits for one of the blocked signals; both arguments are valid for the call.
+        unsafe { libc::sigwait(&signals, &mut signal) };
+        // No request is half carried out past this point.
+        let _quiet = on_signal.config();
+        stop.store(true, Ordering::Release);
+        let _ = std::fs::remove_file(&socket);
+        let _ = file.region().daemon.pid.compare_exchange(std::process::id(), 0, Ordering::AcqRel, Ordering::Relaxed);
+        eprintln!("tessera daemon: stopped by signal {signal}; running processes keep their limits");
+        std::process::exit(0);
+    })?;
+
+    eprintln!(
+        "tessera daemon: pid {}, {} vGPU(s) on {} device(s); region {}, socket {}, state {state_path}",
+        std::process::id(),
+        manager.specs().len(),
+        options.devices,
+        options.region,
+        server.path().display(),
+    );
+    server.serve(manager)
+}
+
+/// Starts a named thread.
+fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> Result<(), String> {
+    std::thread::Builder::new().name(name.into()).spawn(f).map(drop).map_err(|e| format!("cannot start a thread: {e}"))
+}

@@ -1,0 +1,43 @@
+//! Where the daemon's files are: the region (`TESSERA_REGION`), the socket (`TESSERA_SOCKET`) and the
+//! state directory (`TESSERA_STATE_DIR`), each with a per-user default.
+
+use std::path::PathBuf;
+
+/// A set variable's value; an empty one is an error naming it.
+fn var(name: &str) -> Result<Option<String>, String> {
+    match std::env::var(name) {
+        Ok(v) if v.trim().is_empty() => Err(format!("{name} is empty; give a path or unset it")),
+        Ok(v) => Ok(Some(v)),
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(std::env::VarError::NotUnicode(_)) => Err(format!("{name} is not valid UTF-8")),
+    }
+}
+
+/// The region file: `TESSERA_REGION`, else `/dev/shm/tessera-<uid>.region`.
+pub fn region() -> Result<String, String> {
+    Ok(var("TESSERA_REGION")?.unwrap_or_else(tessera_ffi::region_file::default_path))
+}
+
+/// The daemon's socket: `TESSERA_SOCKET`, else `/dev/shm/tessera-<uid>.sock`, beside the default region.
+pub fn socket() -> Result<PathBuf, String> {
+    Ok(var("TESSERA_SOCKET")?.map(PathBuf::from).unwrap_or_else(|| {
+        // SAFETY: getuid cannot fail.
+        let uid = unsafe { libc::getuid() };
+        PathBuf::from(format!("/dev/shm/tessera-{uid}.sock"))
+    }))
+}
+
+/// The state directory: `TESSERA_STATE_DIR`, else `$XDG_STATE_HOME/tessera`, else
+/// `~/.local/state/tessera`.
+pub fn state_dir() -> Result<PathBuf, String> {
+    if let Some(dir) = var("TESSERA_STATE_DIR")? {
+        return Ok(PathBuf::from(dir));
+    }
+    if let Some(xdg) = std::env::var_os("XDG_STATE_HOME").filter(|x| !x.is_empty()) {
+        return Ok(PathBuf::from(xdg).join("tessera"));
+    }
+    match std::env::var_os("HOME").filter(|h| !h.is_empty()) {
+        Some(home) => Ok(PathBuf::from(home).join(".local/state/tessera")),
+        None => Err("no state directory: set TESSERA_STATE_DIR (or HOME or XDG_STATE_HOME)".into()),
+    }
+}

@@ -1,0 +1,256 @@
+//! The token algorithm, as pure functions over what the daemon observed of one device's vGPUs: how many
+//! nanoseconds of device time each vGPU is granted for an interval, and how its bucket is clamped.
+//!
+//! For an interval `dt`, the vGPUs that take part get `share% × dt` each when they have demand, nothing
+//! when idle, and never more than their bucket has room for. Then, unless an idle vGPU is capped:
+//! - the rest of the interval (idle vGPUs' entitlement, the share nobody was given, and what full buckets
+//!   of uncapped vGPUs could not take) goes to the uncapped vGPUs with demand and room, in proportion to
+//!   their shares (evenly when all are 0), highest priority first: `low` vGPUs absorb spare time only
+//!   when no `normal` one can;
+//! - a capped vGPU never gets more than its share, and what it does not take is given to nobody.
+//!
+//! A suspended vGPU takes no part and gets nothing. While a `high` vGPU on the device is busy (or the
+//! device's `high_until_ns` lies ahead), only the `high` vGPUs take part: they get the whole device, lower
+//! priorities nothing.
+
+use tessera_ffi::region::priority;
+
+/// How recently a launch counts as demand.
+pub const RECENT_LAUNCH_NS: u64 = 2_000_000;
+/// Smallest burst a bucket may hold.
+pub const MIN_BURST_NS: i64 = 2_000_000;
+
+/// What the daemon read of one vGPU's bucket.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Observed {
+    /// Launches waiting for tokens.
+    pub waiters: u32,
+    /// Device time queued and not finished.
+    pub inflight_ns: i64,
+    /// Last launch (monotonic ns; 0: never).
+    pub last_launch_ns: u64,
+    /// Whether any process is attached (a vGPU without processes has no demand, whatever it left behind).
+    pub processes: bool,
+}
+
+impl Observed {
+    /// Busy: launches wait or work is queued.
+    pub fn busy(&self) -> bool {
+        self.processes && (self.waiters > 0 || self.inflight_ns > 0)
+    }
+
+    /// Has demand at `now_ns`: busy, or launched within [`RECENT_LAUNCH_NS`].
+    pub fn demand(&self, now_ns: u64) -> bool {
+        self.busy()
+            || (self.processes
+                && self.last_launch_ns != 0
+                && now_ns.saturating_sub(self.last_launch_ns) < RECENT_LAUNCH_NS)
+    }
+}
+
+/// One vGPU as the algorithm sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Vgpu {
+    /// Share in percent.
+    pub share: u32,
+    /// [`priority`] value.
+    pub priority: u32,
+    /// Capped.
+    pub cap: bool,
+    /// Suspended.
+    pub suspended: bool,
+    /// Has demand ([`Observed::demand`]).
+    pub demand: bool,
+    /// Busy ([`Observed::busy`]).
+    pub busy: bool,
+    /// Tokens its bucket can still take before the burst ([`room`]).
+    pub room: u64,
+}
+
+/// Nanoseconds of device time granted to each of `vgpus` (same order) for an interval of `dt_ns`;
+/// `high_hold` is true while the device's `high_until_ns` lies ahead.
+pub fn plan(vgpus: &[Vgpu], dt_ns: u64, high_hold: bool) -> Vec<u64> {
+    let mut grants = vec![0u64; vgpus.len()];
+    let high = |v: &Vgpu| v.priority >= priority::HIGH;
+    let high_active = high_hold || vgpus.iter().any(|v| high(v) && !v.suspended && v.busy);
+    let group: Vec<usize> =
+        (0..vgpus.len()).filter(|&i| !vgpus[i].suspended && (!high_active || high(&vgpus[i]))).collect();
+    let demanding: Vec<usize> = group.iter().copied().filter(|&i| vgpus[i].demand).collect();
+    let (mut given, mut untaken) = (0u64, 0u64);
+    for &i in &demanding {
+        let entitled = (dt_ns as u128 * vgpus[i].share.min(100) as u128 / 100) as u64;
+        grants[i] = entitled.min(vgpus[i].room);
+        given += entitled;
+        if !vgpus[i].cap {
+            untaken += entitled - grants[i];
+        }
+    }
+    if group.iter().any(|&i| vgpus[i].cap && !vgpus[i].demand) {
+        return grants;
+    }
+    let mut spare = dt_ns.saturating_sub(given) + untaken;
+    let mut tiers: Vec<u32> = demanding.iter().map(|&i| vgpus[i].priority).collect();
+    tiers.sort_unstable_by(|a, b| b.cmp(a));
+    tiers.dedup();
+    for tier in tiers {
+        let takers: Vec<usize> =
+            demanding.iter().copied().filter(|&i| !vgpus[i].cap && vgpus[i].priority == tier).collect();
+        spare = fill(&mut grants, vgpus, &takers, spare);
+    }
+    grants
+}
+
+/// Shares `amount` among `takers` in proportion to their shares (evenly when those are all 0), none
+/// beyond its room, again and again while some have room left; returns what nobody could take.
+fn fill(grants: &mut [u64], vgpus: &[Vgpu], takers: &[usize], mut amount: u64) -> u64 {
+    while amount > 0 {
+        let open: Vec<usize> = takers.iter().copied().filter(|&i| grants[i] < vgpus[i].room).collect();
+        let weights: u64 = open.iter().map(|&i| vgpus[i].share as u64).sum();
+        let mut handed = 0u64;
+        for &i in &open {
+            let (w, total) = if weights == 0 { (1, open.len() as u64) } else { (vgpus[i].share as u64, weights) };
+            let part = ((amount as u128 * w as u128).div_ceil(total as u128) as u64).min(amount - handed);
+            let take = part.min(vgpus[i].room - grants[i]);
+            grants[i] += take;
+            handed += take;
+        }
+        if handed == 0 {
+            break;
+        }
+        amount -= handed;
+    }
+    amount
+}
+
+/// What a bucket holding `tokens` can still take before `burst`.
+pub fn room(tokens: i64, burst: i64) -> u64 {
+    burst.saturating_sub(tokens).max(0) as u64
+}
+
+/// Most tokens a bucket may hold: `max(2 × window, 2 ms)`.
+pub fn burst(window_ns: u64) -> i64 {
+    (window_ns.saturating_mul(2).min(i64::MAX as u64) as i64).max(MIN_BURST_NS)
+}
+
+/// A bucket of `tokens` after a grant of `grant`, held to at most `burst` (it may stay negative: debt).
+pub fn refill(tokens: i64, grant: u64, burst: i64) -> i64 {
+    tokens.saturating_add(grant.min(i64::MAX as u64) as i64).min(burst)
+}
+
+/// Whether waiters must be woken after a bucket went from `before` to `after`.
+pub fn should_wake(before: i64, after: i64, waiters: u32) -> bool {
+    waiters > 0 || (before <= 0 && after > 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    fn busy(share: u32) -> Vgpu {
+        Vgpu {
+            share,
+            priority: priority::NORMAL,
+            cap: false,
+            suspended: false,
+            demand: true,
+            busy: true,
+            room: u64::MAX,
+        }
+    }
+
+    fn idle(share: u32) -> Vgpu {
+        Vgpu { demand: false, busy: false, ..busy(share) }
+    }
+
+    #[test]
+    fn shares_split_the_interval() {
+        assert_eq!(plan(&[busy(30), busy(70)], MS, false), [300_000, 700_000]);
+        assert_eq!(plan(&[busy(10), busy(20), busy(30), busy(40)], MS, false), [100_000, 200_000, 300_000, 400_000]);
+    }
+
+    #[test]
+    fn idle_and_unassigned_share_goes_to_demand() {
+        // d: the idle 30% is absorbed by the others in proportion to their shares.
+        let g = plan(&[idle(30), busy(30), busy(40)], 700 * 1000, false);
+        assert_eq!(g, [0, 300_000, 400_000]);
+        // Alone at 40%, a vGPU gets the whole device; shares of 0 split evenly.
+        assert_eq!(plan(&[busy(40)], MS, false), [MS]);
+        assert_eq!(plan(&[busy(0), busy(0)], MS, false), [MS / 2, MS / 2]);
+        assert_eq!(plan(&[idle(50), idle(50)], MS, false), [0, 0]);
+    }
+
+    #[test]
+    fn a_capped_idle_vgpu_keeps_everyone_to_their_share() {
+        let capped_idle = Vgpu { cap: true, ..idle(30) };
+        assert_eq!(plan(&[capped_idle, busy(30), busy(20)], MS, false), [0, 300_000, 200_000]);
+        // A capped busy vGPU never exceeds its share; the others absorb what is left.
+        let capped_busy = Vgpu { cap: true, ..busy(30) };
+        assert_eq!(plan(&[capped_busy, busy(20)], MS, false), [300_000, 700_000]);
+        assert_eq!(plan(&[capped_busy], MS, false), [300_000]);
+    }
+
+    #[test]
+    fn high_priority_preempts_lower_ones() {
+        let high = Vgpu { priority: priority::HIGH, ..busy(20) };
+        assert_eq!(plan(&[busy(80), high], MS, false), [0, MS]);
+        // Held by high_until_ns, or merely recently launched: lower ones still wait / share.
+        let quiet_high = Vgpu { busy: false, demand: false, ..high };
+        assert_eq!(plan(&[busy(80), quiet_high], MS, true), [0, 0]);
+        assert_eq!(plan(&[busy(80), quiet_high], MS, false), [MS, 0]);
+        // A suspended high vGPU preempts nobody.
+        assert_eq!(plan(&[busy(80), Vgpu { suspended: true, ..high }], MS, false), [MS, 0]);
+    }
+
+    #[test]
+    fn low_priority_absorbs_only_what_normal_leaves() {
+        let low = Vgpu { priority: priority::LOW, ..busy(20) };
+        assert_eq!(plan(&[low, busy(30)], MS, false), [200_000, 800_000]);
+        assert_eq!(plan(&[low, idle(30)], MS, false), [MS, 0]);
+    }
+
+    #[test]
+    fn what_a_full_bucket_cannot_take_goes_to_the_others() {
+        let full = Vgpu { room: 0, ..busy(30) };
+        assert_eq!(plan(&[full, busy(70)], MS, false), [0, MS]);
+        let nearly = Vgpu { room: 100_000, ..busy(30) };
+        assert_eq!(plan(&[nearly, busy(20), busy(50)], MS, false), [100_000, 257_143, 642_857]);
+        // Normal vGPUs full: the low one takes the rest.
+        let low = Vgpu { priority: priority::LOW, ..busy(10) };
+        let tight = Vgpu { room: 200_000, ..busy(40) };
+        assert_eq!(plan(&[low, tight, Vgpu { room: 0, ..busy(50) }], MS, false), [800_000, 200_000, 0]);
+        // What a capped vGPU does not take is given to nobody.
+        let capped_full = Vgpu { cap: true, room: 0, ..busy(30) };
+        assert_eq!(plan(&[capped_full, busy(20)], MS, false), [0, 700_000]);
+        // Nobody has room: nothing is handed out.
+        assert_eq!(plan(&[full, Vgpu { room: 0, ..busy(70) }], MS, false), [0, 0]);
+        assert_eq!((room(500, 2000), room(3000, 2000), room(-1000, 2000)), (1500, 0, 3000));
+    }
+
+    #[test]
+    fn a_suspended_vgpu_gets_nothing() {
+        let suspended = Vgpu { suspended: true, ..busy(50) };
+        assert_eq!(plan(&[suspended, busy(50)], MS, false), [0, MS]);
+        let capped_suspended = Vgpu { cap: true, ..suspended };
+        assert_eq!(plan(&[capped_suspended, busy(50)], MS, false), [0, MS]);
+    }
+
+    #[test]
+    fn demand_and_buckets() {
+        let now = 10 * MS;
+        let o = Observed { processes: true, ..Observed::default() };
+        assert!(!o.demand(now));
+        assert!(Observed { last_launch_ns: now - MS, ..o }.demand(now));
+        assert!(!Observed { last_launch_ns: now - 3 * MS, ..o }.demand(now));
+        assert!(Observed { waiters: 1, ..o }.busy());
+        assert!(!Observed { inflight_ns: 5, processes: false, ..o }.demand(now), "left behind by the dead");
+        assert_eq!(burst(MS), 2 * MS as i64);
+        assert_eq!(burst(10_000), MIN_BURST_NS);
+        assert_eq!(burst(5 * MS), 10 * MS as i64);
+        assert_eq!(refill(-500, 300, 2000), -200, "debt is kept");
+        assert_eq!(refill(1500, 1000, 2000), 2000, "no hoarding");
+        assert_eq!(refill(5000, 0, 2000), 2000);
+        assert!(should_wake(0, 1, 0) && should_wake(5, 6, 1) && !should_wake(5, 6, 0) && !should_wake(-9, -1, 0));
+    }
+}

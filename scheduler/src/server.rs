@@ -1,0 +1,143 @@
+//! The daemon's unix socket: created mode 0600, so only its owner may manage vGPUs (a connection from
+//! another user is refused as well, by its credentials); a socket left by a dead daemon is replaced, one
+//! a live daemon listens on is an error naming its pid. Each connection sends JSON request lines and gets
+//! one JSON response line for each.
+
+use crate::manager::Manager;
+use crate::protocol::{MAX_LINE, Request, Response};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How long a connection may stay silent before the daemon drops it.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The credentials of the process at the other end of `stream`: `(pid, uid)`.
+pub fn peer(stream: &UnixStream) -> Option<(u32, u32)> {
+    let mut cred = libc::ucred { pid: 0, uid: 0, gid: 0 };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: SO_PEERCRED writes one ucred into our buffer, whose size we pass; the descriptor is open.
+    let rc = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    (rc == 0).then_some((cred.pid as u32, cred.uid))
+}
+
+/// Checks that nothing serves at `path` (removing a dead daemon's socket): a live daemon there is an error.
+pub fn claim_path(path: &Path) -> Result<(), String> {
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(format!("socket {}: {e}", path.display())),
+    };
+    if !meta.file_type().is_socket() {
+        return Err(format!("{} exists and is not a socket; remove it or set TESSERA_SOCKET", path.display()));
+    }
+    match UnixStream::connect(path) {
+        Ok(s) => {
+            let pid = peer(&s).map_or_else(|| "unknown".to_string(), |(pid, _)| pid.to_string());
+            Err(format!("daemon already running (pid {pid}), listening on {}", path.display()))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => std::fs::remove_file(path)
+            .map_err(|e| format!("cannot remove the stale socket {} of a dead daemon: {e}", path.display())),
+        Err(e) => Err(format!("socket {}: {e}", path.display())),
+    }
+}
+
+/// The listening socket; removed when dropped.
+pub struct Server {
+    listener: UnixListener,
+    path: PathBuf,
+}
+
+impl Server {
+    /// Listens on `path` (see [`claim_path`]), mode 0600.
+    pub fn bind(path: &Path) -> Result<Server, String> {
+        claim_path(path)?;
+        // Created without group and other permissions from the start: no window for another user to connect.
+        // SAFETY: umask has no memory-safety preconditions; it swaps the process's file-creation mask, which
+        // is restored at once (the daemon binds before it starts its threads).
+        let old = unsafe { libc::umask(0o177) };
+        let bound = UnixListener::bind(path);
+        // SAFETY: as above, restoring the mask.
+        unsafe { libc::umask(old) };
+        let listener = bound.map_err(|e| format!("cannot listen on {}: {e} (set TESSERA_SOCKET)", path.display()))?;
+        let server = Server { listener, path: path.to_path_buf() };
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+            .map_err(|e| format!("cannot restrict {} to its owner: {e}", path.display()))?;
+        Ok(server)
+    }
+
+    /// The socket's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Serves connections, each on a thread of its own, for ever.
+    pub fn serve(&self, manager: Arc<Manager>) -> Result<(), String> {
+        // SAFETY: geteuid cannot fail.
+        let me = unsafe { libc::geteuid() };
+        for stream in self.listener.incoming() {
+            let stream = match stream {
+                Ok(s) => s,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(format!("accepting on {}: {e}", self.path.display())),
+            };
+            let manager = Arc::clone(&manager);
+            std::thread::spawn(move || {
+                let allowed = peer(&stream).is_some_and(|(_, uid)| uid == me || uid == 0);
+                let _ = converse(stream, &manager, allowed);
+            });
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Answers every request line of one connection.
+fn converse(stream: UnixStream, manager: &Manager, allowed: bool) -> std::io::Result<()> {
+    stream.set_read_timeout(Some(IDLE_TIMEOUT))?;
+    stream.set_write_timeout(Some(IDLE_TIMEOUT))?;
+    let mut writer = stream.try_clone()?;
+    let mut reader = BufReader::new(stream);
+    loop {
+        let mut line = String::new();
+        let n = (&mut reader).take(MAX_LINE as u64 + 1).read_line(&mut line)?;
+        if n == 0 {
+            return Ok(());
+        }
+        let response = if !allowed {
+            Response::error("permission denied: only the daemon's owner may manage vGPUs".into())
+        } else if n > MAX_LINE {
+            Response::error(format!("request longer than {MAX_LINE} bytes"))
+        } else {
+            match serde_json::from_str::<Request>(&line) {
+                Ok(request) => manager.handle(request),
+                Err(e) => {
+                    Response::error(format!("malformed request ({e}); is the tessera command the daemon's version?"))
+                }
+            }
+        };
+        let mut text = serde_json::to_string(&response).map_err(std::io::Error::other)?;
+        text.push('\n');
+        writer.write_all(text.as_bytes())?;
+        if !allowed || n > MAX_LINE {
+            return Ok(());
+        }
+    }
+}

@@ -1,0 +1,143 @@
+//! The daemon's side of the region: placing each configured vGPU in a slot marked
+//! [`flags::MANAGED`], writing its quota and compute-share settings there (live: running processes read
+//! them on their next allocation or launch), freeing slots, and reading back each vGPU's usage. Every
+//! function here runs under the region's lock ([`Locked`]).
+
+use crate::config::{VgpuSpec, bytes};
+use crate::protocol::VgpuStatus;
+use std::sync::atomic::Ordering;
+use tessera_ffi::futex;
+use tessera_ffi::region::{MAX_DEVICES, Sched, UNLIMITED, VgpuSlot, encode_name, flags};
+use tessera_ffi::region_file::{Locked, is_managed, set_limits};
+
+/// The slot of vGPU `name`, if the region has one.
+pub fn find(locked: &Locked, name: &str) -> Option<usize> {
+    encode_name(name).and_then(|n| locked.find(&n))
+}
+
+/// Checks that `memory` on `spec`'s device holds what the slot's processes use now.
+fn check_fits(v: &VgpuSlot, spec: &VgpuSpec, memory: u64) -> Result<(), String> {
+    let used = v.used[spec.device as usize].load(Ordering::Acquire);
+    if used > memory {
+        return Err(format!(
+            "vGPU {:?} uses {} on device {}; its quota cannot be lowered to {}: free memory or stop its processes first",
+            spec.name,
+            bytes(used),
+            spec.device,
+            bytes(memory)
+        ));
+    }
+    Ok(())
+}
+
+/// Finds or claims the slot of `spec` and configures it. An existing slot keeps its usage and tokens (a
+/// restarted daemon re-attaches to running processes); an unmanaged vGPU of that name, created by
+/// processes before the daemon knew it, is taken over when its usage fits the quota, or always when
+/// `force` (at start-up, where the configuration wins and a warning is printed).
+pub fn place(locked: &Locked, spec: &VgpuSpec, force: bool) -> Result<usize, String> {
+    let encoded = encode_name(&spec.name).ok_or_else(|| format!("{:?} is not a vGPU name", spec.name))?;
+    let index = match locked.find(&encoded) {
+        Some(i) => {
+            let v = &locked.region().vgpus[i];
+            if let Err(e) = check_fits(v, spec, spec.memory) {
+                if !force {
+                    return Err(e);
+                }
+                eprintln!("tessera daemon: warning: {e}; its processes cannot allocate until they are under it");
+            }
+            i
+        }
+        None => locked.claim_slot(&encoded).ok_or_else(|| {
+            format!(
+                "region file {}: all vGPU slots are in use by running processes or the daemon; cannot add {:?}",
+                locked.path(),
+                spec.name
+            )
+        })?,
+    };
+    configure(&locked.region().vgpus[index], spec);
+    Ok(index)
+}
+
+/// Changes the memory quota of `spec`'s slot to `spec.memory`, unless the vGPU uses more than that now.
+pub fn set_memory(locked: &Locked, index: usize, spec: &VgpuSpec) -> Result<(), String> {
+    let v = &locked.region().vgpus[index];
+    check_fits(v, spec, spec.memory)?;
+    configure(v, spec);
+    Ok(())
+}
+
+/// Writes `spec` into slot `v`: the quota on its device (no limit elsewhere) and the compute share, then
+/// tells waiting launches that the state changed.
+pub fn configure(v: &VgpuSlot, spec: &VgpuSpec) {
+    let mut limits = [UNLIMITED; MAX_DEVICES];
+    limits[spec.device as usize] = spec.memory;
+    set_limits(v, &limits);
+    let s = &v.sched;
+    s.device.store(spec.device, Ordering::Relaxed);
+    s.share.store(spec.share, Ordering::Relaxed);
+    s.priority.store(spec.priority.region_value(), Ordering::Relaxed);
+    s.window_ns.store(spec.window_ns, Ordering::Relaxed);
+    s.flags.store(spec.region_flags(), Ordering::Release);
+    notify(s);
+}
+
+/// Increments the vGPU's epoch and wakes its waiting launches (they re-read the state).
+pub fn notify(s: &Sched) {
+    s.epoch.fetch_add(1, Ordering::Release);
+    futex::wake_all(&s.epoch);
+}
+
+/// Frees the slot of vGPU `name` unless processes are attached to it.
+pub fn remove(locked: &Locked, name: &str) -> Result<(), String> {
+    let Some(index) = find(locked, name) else { return Ok(()) };
+    locked.reclaim_dead();
+    let pids = locked.attached_pids(index);
+    if !pids.is_empty() {
+        let list: Vec<String> = pids.iter().map(u32::to_string).collect();
+        return Err(format!(
+            "vGPU {name:?} has {} process(es) attached (pid {}); stop them first, or suspend the vGPU",
+            pids.len(),
+            list.join(", ")
+        ));
+    }
+    locked.free_slot(index);
+    notify(&locked.region().vgpus[index].sched);
+    Ok(())
+}
+
+/// Hands back to processes every managed slot the configuration does not name (a state file removed or
+/// replaced while the daemon was down): it becomes an ordinary vGPU, freed when nobody uses it.
+pub fn release_unknown(locked: &Locked, known: &[VgpuSpec]) {
+    for index in 0..locked.region().vgpus.len() {
+        let v = &locked.region().vgpus[index];
+        if !is_managed(v) || known.iter().any(|s| encode_name(&s.name).is_some_and(|n| n == v.name)) {
+            continue;
+        }
+        let name = String::from_utf8_lossy(v.name_bytes()).into_owned();
+        if locked.attached_pids(index).is_empty() {
+            locked.free_slot(index);
+        } else {
+            v.sched.flags.fetch_and(!flags::MANAGED, Ordering::AcqRel);
+        }
+        notify(&v.sched);
+        eprintln!("tessera daemon: vGPU {name:?} is in the region but not in the configuration; no longer managed");
+    }
+}
+
+/// The status of `spec`, read from its slot.
+pub fn status(locked: &Locked, spec: &VgpuSpec) -> VgpuStatus {
+    let mut st = VgpuStatus { spec: spec.clone(), ..VgpuStatus::default() };
+    let Some(index) = find(locked, &spec.name) else { return st };
+    let v = &locked.region().vgpus[index];
+    let d = spec.device as usize;
+    st.used = v.used[d].load(Ordering::Acquire);
+    st.peak = v.peak[d].load(Ordering::Acquire);
+    st.processes = locked.attached_pids(index);
+    let s = &v.sched;
+    st.tokens_ns = s.tokens.load(Ordering::Acquire);
+    st.launches = s.launches.load(Ordering::Acquire);
+    st.device_ns = s.device_ns.load(Ordering::Acquire);
+    st.wait_ns = s.wait_ns.load(Ordering::Acquire);
+    st
+}

@@ -1,0 +1,128 @@
+//! The persisted configuration: `vgpus.json` in the daemon's state directory, written atomically (a
+//! temporary file, fsync, rename, fsync of the directory) after every change, so a daemon killed at any
+//! moment restarts with either the old or the new configuration, never a mix.
+
+use crate::config::Config;
+use serde::{Deserialize, Serialize};
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+/// File name of the configuration in the state directory.
+pub const FILE: &str = "vgpus.json";
+/// Format version of the file.
+pub const FORMAT: u32 = 1;
+
+/// The file's contents.
+#[derive(Serialize, Deserialize)]
+struct Stored {
+    version: u32,
+    #[serde(flatten)]
+    config: Config,
+}
+
+/// The state file of one daemon.
+pub struct Store {
+    path: PathBuf,
+}
+
+impl Store {
+    /// The store in directory `dir` (created, mode 0700, if missing).
+    pub fn open(dir: &Path) -> Result<Store, String> {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| format!("state directory {}: cannot create: {e} (set TESSERA_STATE_DIR)", dir.display()))?;
+        Ok(Store { path: dir.join(FILE) })
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The saved configuration (empty when there is no file yet).
+    pub fn load(&self) -> Result<Config, String> {
+        let text = match std::fs::read_to_string(&self.path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Config::default()),
+            Err(e) => return Err(format!("state file {}: cannot read: {e}", self.path.display())),
+        };
+        let stored: Stored = serde_json::from_str(&text).map_err(|e| {
+            format!("state file {} is not a Tessera vGPU configuration ({e}); fix or remove it", self.path.display())
+        })?;
+        if stored.version != FORMAT {
+            return Err(format!(
+                "state file {} has format version {}, this Tessera reads version {FORMAT}",
+                self.path.display(),
+                stored.version
+            ));
+        }
+        Ok(stored.config)
+    }
+
+    /// Replaces the saved configuration with `config`, atomically.
+    pub fn save(&self, config: &Config) -> Result<(), String> {
+        let fail = |what: &str, e: std::io::Error| format!("state file {}: cannot {what}: {e}", self.path.display());
+        let text = serde_json::to_string_pretty(&Stored { version: FORMAT, config: config.clone() })
+            .map_err(|e| format!("cannot encode the configuration: {e}"))?;
+        let tmp = self.path.with_extension(format!("json.{}.tmp", std::process::id()));
+        let write = || -> std::io::Result<()> {
+            let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
+            f.write_all(text.as_bytes())?;
+            f.write_all(b"\n")?;
+            f.sync_all()
+        };
+        if let Err(e) = write() {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(fail("write", e));
+        }
+        std::fs::rename(&tmp, &self.path).map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            fail("replace", e)
+        })?;
+        // The rename itself is durable once the directory is.
+        if let Some(dir) = self.path.parent() {
+            std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(|e| fail("sync its directory", e))?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::VgpuSpec;
+
+    fn dir(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("tessera-store-test-{}-{tag}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        d
+    }
+
+    #[test]
+    fn saves_atomically_and_loads_back() {
+        let d = dir("roundtrip");
+        let store = Store::open(&d.join("nested")).unwrap();
+        assert_eq!(store.load().unwrap(), Config::default());
+        let config = Config { vgpus: vec![VgpuSpec::new("a", 0, 1 << 30, 30)] };
+        store.save(&config).unwrap();
+        assert_eq!(store.load().unwrap(), config);
+        let names: Vec<_> = std::fs::read_dir(d.join("nested")).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names, [FILE], "no temporary file is left behind");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_corrupt_or_foreign_file_is_an_error_naming_it() {
+        let d = dir("corrupt");
+        let store = Store::open(&d).unwrap();
+        std::fs::write(store.path(), "{ not json").unwrap();
+        let e = store.load().unwrap_err();
+        assert!(e.contains(FILE) && e.contains("fix or remove it"), "{e}");
+        std::fs::write(store.path(), r#"{"version": 9, "vgpus": []}"#).unwrap();
+        assert!(store.load().unwrap_err().contains("format version 9"));
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}

@@ -1,0 +1,196 @@
+//! The CUDA events that measure launches: a fixed ring of (start, end) pairs per context, created on the
+//! context's first gated launch (the only allocation and the only lock, off the fast path afterwards),
+//! handed out and given back with one compare-and-swap each. Also the driver calls around them.
+//!
+//! End events are created with `CU_EVENT_BLOCKING_SYNC`, so the measurement thread sleeps in
+//! `cuEventSynchronize` instead of spinning a core. A pool whose events stop working (its context was
+//! destroyed) is retired, and its slot reused once its pairs have all come back.
+
+use crate::driver::{self, Site};
+use crate::log;
+use crate::real::{Lib, RealFn};
+use std::ffi::{c_int, c_uint};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
+use tessera_ffi::sys::{CUevent, CUstream};
+
+/// Event pairs per context: launches beyond this many unfinished ones are charged their estimate only.
+pub const PAIRS: usize = 256;
+/// Contexts measured at once.
+pub const MAX_POOLS: usize = 16;
+
+/// `CU_EVENT_DEFAULT` and `CU_EVENT_BLOCKING_SYNC`.
+const EVENT_DEFAULT: c_uint = 0;
+const EVENT_BLOCKING_SYNC: c_uint = 1;
+/// `CU_STREAM_CAPTURE_STATUS_NONE`.
+const CAPTURE_NONE: c_int = 0;
+/// `CU_STREAM_CAPTURE_MODE_RELAXED`.
+const CAPTURE_MODE_RELAXED: c_int = 2;
+
+static EVENT_CREATE: RealFn<unsafe extern "C" fn(*mut CUevent, c_uint) -> u32> =
+    RealFn::new(Lib::Cuda, c"cuEventCreate");
+static EVENT_RECORD: RealFn<unsafe extern "C" fn(CUevent, CUstream) -> u32> = RealFn::new(Lib::Cuda, c"cuEventRecord");
+static EVENT_SYNCHRONIZE: RealFn<unsafe extern "C" fn(CUevent) -> u32> = RealFn::new(Lib::Cuda, c"cuEventSynchronize");
+static EVENT_ELAPSED: RealFn<unsafe extern "C" fn(*mut f32, CUevent, CUevent) -> u32> =
+    RealFn::new(Lib::Cuda, c"cuEventElapsedTime");
+static STREAM_IS_CAPTURING: RealFn<unsafe extern "C" fn(CUstream, *mut c_int) -> u32> =
+    RealFn::new(Lib::Cuda, c"cuStreamIsCapturing");
+static EXCHANGE_CAPTURE_MODE: RealFn<unsafe extern "C" fn(*mut c_int) -> u32> =
+    RealFn::new(Lib::Cuda, c"cuThreadExchangeStreamCaptureMode");
+
+/// One start/end pair.
+struct Pair {
+    start: usize,
+    end: usize,
+    busy: AtomicBool,
+}
+
+/// The event pairs of one context.
+pub struct Pool {
+    /// The context and its device.
+    pub site: Site,
+    pairs: Box<[Pair]>,
+    next: AtomicUsize,
+    retired: AtomicBool,
+}
+
+static POOLS: [AtomicPtr<Pool>; MAX_POOLS] = [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_POOLS];
+/// Serializes pool creation (the slow path only).
+static CREATING: Mutex<()> = Mutex::new(());
+
+/// The pools published so far (slots fill in order and are never emptied, only replaced).
+fn published() -> impl Iterator<Item = &'static Pool> {
+    POOLS.iter().map_while(|slot| {
+        // SAFETY: a published pool is leaked, never freed, so the reference lives as long as the process.
+        unsafe { slot.load(Ordering::Acquire).as_ref() }
+    })
+}
+
+/// The pool of the calling thread's current context, created on its first use; `None` without a
+/// current context, or when [`MAX_POOLS`] contexts are already measured.
+pub fn current() -> Option<&'static Pool> {
+    let ctx = driver::current_context()?;
+    published().find(|p| p.site.ctx == ctx && !p.retired.load(Ordering::Relaxed)).or_else(|| create(ctx))
+}
+
+#[cold]
+fn create(ctx: u64) -> Option<&'static Pool> {
+    let _one = CREATING.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(p) = published().find(|p| p.site.ctx == ctx && !p.retired.load(Ordering::Relaxed)) {
+        return Some(p);
+    }
+    let site = driver::current().filter(|s| s.ctx == ctx)?;
+    let reusable = |slot: &AtomicPtr<Pool>| {
+        // SAFETY: as in `published`.
+        unsafe { slot.load(Ordering::Acquire).as_ref() }.is_none_or(|p| {
+            p.retired.load(Ordering::Acquire) && p.pairs.iter().all(|e| !e.busy.load(Ordering::Acquire))
+        })
+    };
+    let Some(slot) = POOLS.iter().find(|s| reusable(s)) else {
+        log::warn(format_args!("more than {MAX_POOLS} contexts launch work: launches in more are not measured"));
+        return None;
+    };
+    let pairs: Box<[Pair]> = (0..PAIRS).map_while(|_| new_pair()).collect();
+    if pairs.len() < PAIRS {
+        log::warn(format_args!("only {} of {PAIRS} event pairs could be created in context {ctx:#x}", pairs.len()));
+    }
+    let pool = Box::leak(Box::new(Pool { site, pairs, next: AtomicUsize::new(0), retired: AtomicBool::new(false) }));
+    // A retired pool this replaces stays allocated: a launch may still hold a reference to it.
+    slot.store(pool, Ordering::Release);
+    Some(pool)
+}
+
+fn new_event(flags: c_uint) -> Option<usize> {
+    let mut e: CUevent = std::ptr::null_mut();
+    // SAFETY: cuEventCreate's C signature; `e` is a valid output.
+    (unsafe { EVENT_CREATE.get()?(&mut e, flags) } == 0).then_some(e as usize)
+}
+
+fn new_pair() -> Option<Pair> {
+    Some(Pair { start: new_event(EVENT_DEFAULT)?, end: new_event(EVENT_BLOCKING_SYNC)?, busy: AtomicBool::new(false) })
+}
+
+impl Pool {
+    /// Takes a free pair (one compare-and-swap); `None` when the ring is full.
+    pub fn acquire(&self) -> Option<usize> {
+        let n = self.pairs.len();
+        // Two tries: the measurement thread keeps one pair (the latest end) out of turn.
+        (0..2).map(|_| self.next.fetch_add(1, Ordering::Relaxed) % n.max(1)).find(|&i| {
+            n > 0 && self.pairs[i].busy.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_ok()
+        })
+    }
+
+    /// Gives pair `i` back.
+    pub fn release(&self, i: usize) {
+        self.pairs[i].busy.store(false, Ordering::Release);
+    }
+
+    /// Records pair `i`'s start (or end) event on `stream`; on failure the pool is retired.
+    pub fn record(&self, i: usize, end: bool, stream: CUstream) -> bool {
+        let p = &self.pairs[i];
+        let event = if end { p.end } else { p.start };
+        // SAFETY: cuEventRecord's C signature; the event is ours and `stream` is the program's launch stream.
+        let ok = EVENT_RECORD.get().is_some_and(|f| unsafe { f(event as CUevent, stream) } == 0);
+        if !ok {
+            self.retire();
+        }
+        ok
+    }
+
+    /// Waits for pair `i` to complete and returns its device time; `None` (and the pool retired) when
+    /// the driver cannot tell.
+    pub fn measure(&self, i: usize) -> Option<i64> {
+        let p = &self.pairs[i];
+        // SAFETY: cuEventSynchronize's C signature; the event is ours.
+        let synced = EVENT_SYNCHRONIZE.get().is_some_and(|f| unsafe { f(p.end as CUevent) } == 0);
+        let elapsed = synced.then(|| elapsed_ns(p.start, p.end)).flatten();
+        if elapsed.is_none() {
+            self.retire();
+        }
+        elapsed
+    }
+
+    /// Device time from pair `from`'s end to pair `to`'s end (negative when `to` ended first).
+    pub fn between_ends(&self, from: usize, to: usize) -> Option<i64> {
+        elapsed_ns(self.pairs[from].end, self.pairs[to].end)
+    }
+
+    /// Stops handing out this pool's pairs (its context is gone); a new pool replaces it.
+    pub fn retire(&self) {
+        if !self.retired.swap(true, Ordering::AcqRel) {
+            log::debug(format_args!("event pool of context {:#x} retired", self.site.ctx));
+        }
+    }
+
+    /// True once retired.
+    pub fn is_retired(&self) -> bool {
+        self.retired.load(Ordering::Acquire)
+    }
+}
+
+/// `cuEventElapsedTime(a, b)` in nanoseconds.
+fn elapsed_ns(a: usize, b: usize) -> Option<i64> {
+    let mut ms = 0f32;
+    // SAFETY: cuEventElapsedTime's C signature; `ms` is a valid output and both events are ours.
+    let ok = EVENT_ELAPSED.get().is_some_and(|f| unsafe { f(&mut ms, a as CUevent, b as CUevent) } == 0);
+    ok.then(|| (ms as f64 * 1e6).round() as i64)
+}
+
+/// Whether `stream` is being captured into a graph (nothing runs then, so nothing is gated or measured);
+/// `None` when the driver cannot tell (the launch is passed through for the driver to judge).
+pub fn capturing(stream: CUstream) -> Option<bool> {
+    let Some(f) = STREAM_IS_CAPTURING.get() else { return Some(false) };
+    let mut status: c_int = CAPTURE_NONE;
+    // SAFETY: cuStreamIsCapturing's C signature; `status` is a valid output.
+    (unsafe { f(stream, &mut status) } == 0).then_some(status != CAPTURE_NONE)
+}
+
+/// Puts the calling thread in relaxed capture mode, so that its event calls never interfere with a
+/// program's global-mode stream capture (best effort: drivers without the call have no capture modes).
+pub fn relax_capture_mode() {
+    let mut mode = CAPTURE_MODE_RELAXED;
+    if let Some(f) = EXCHANGE_CAPTURE_MODE.get() {
+        // SAFETY: cuThreadExchangeStreamCaptureMode's C signature; `mode` is a valid in/out value.
+        unsafe { f(&mut mode) };
+    }
+}

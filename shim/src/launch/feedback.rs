@@ -1,0 +1,144 @@
+//! Feeding measured device time back: each measured launch is pushed (lock-free, no allocation) into a
+//! bounded queue that one background thread, started on first use, drains in launch order. For each it
+//! waits for the end event, reads the device time between the pair's events and settles the launch in
+//! the gate (token correction, window, `device_ns`, estimate, wake-up).
+//!
+//! What is charged is the time the launch's work occupied the device as this process sees it: from its
+//! start event (when its stream reached it) to its end event, less whatever part of that an earlier
+//! launch of the same context already covered (work of the process's other streams ahead of it on the
+//! engine). Queueing behind other vGPUs' work is charged too — events measure stream time, not engine
+//! time, on a real GPU (on simgpu they carry engine timestamps, with the same effect) — and is bounded by
+//! their windows: no vGPU has more than its window of unfinished work ahead of a launch.
+//!
+//! The thread sleeps on a futex when the queue is empty; the first launch after that wakes it (one
+//! system call, only when nothing of the process was in flight).
+
+use super::admission::{Admission, Kind};
+use super::events::{self, Pool};
+use super::gate::Gate;
+use crossbeam::queue::ArrayQueue;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering, fence};
+use std::sync::{Once, OnceLock};
+use std::time::Duration;
+use tessera_ffi::futex;
+
+/// Measurements queued at most: every pair of every pool can be in the queue at once.
+const CAPACITY: usize = events::PAIRS * events::MAX_POOLS;
+
+/// One measured launch.
+pub struct Item {
+    /// Its context's pool.
+    pub pool: &'static Pool,
+    /// Its pair in the pool.
+    pub pair: usize,
+    /// What the gate charged it.
+    pub admission: Admission,
+    /// What it was.
+    pub kind: Kind,
+}
+
+static QUEUE: OnceLock<ArrayQueue<Item>> = OnceLock::new();
+static STARTED: Once = Once::new();
+/// 1 while the thread sleeps for lack of work (the futex word it sleeps on).
+static IDLE: AtomicU32 = AtomicU32::new(0);
+/// True while the thread measures and settles an item it has taken from the queue.
+static BUSY: AtomicBool = AtomicBool::new(false);
+
+/// Queues a measurement for the thread, starting it on first use; gives the item back if it cannot
+/// be queued (the launch is then settled as unmeasured).
+pub fn push(gate: &'static Gate, item: Item) -> Result<(), Item> {
+    let queue = QUEUE.get_or_init(|| ArrayQueue::new(CAPACITY));
+    queue.push(item)?;
+    STARTED.call_once(|| start(gate));
+    // Pairs with the thread's store of IDLE before its last look at the queue: either it sees the item
+    // or this sees it idle.
+    fence(Ordering::SeqCst);
+    if IDLE.load(Ordering::Relaxed) == 1 && IDLE.swap(0, Ordering::AcqRel) == 1 {
+        futex::wake_all(&IDLE);
+    }
+    Ok(())
+}
+
+/// Waits (at most `timeout`) for every queued measurement to be settled: at exit, so that the work the
+/// program synchronized with before exiting is accounted.
+pub fn drain(timeout: Duration) {
+    let Some(queue) = QUEUE.get() else { return };
+    let deadline = std::time::Instant::now() + timeout;
+    while (!queue.is_empty() || BUSY.load(Ordering::SeqCst)) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_micros(500));
+    }
+}
+
+fn start(gate: &'static Gate) {
+    let spawned = std::thread::Builder::new().name("tessera-measure".into()).spawn(move || run(gate));
+    if let Err(e) = spawned {
+        crate::log::error(format_args!("cannot start the launch measurement thread: {e}"));
+    }
+}
+
+/// The pair each pool's latest-ending launch used, kept so the next launch's overlap with it is known.
+struct Latest(Vec<(&'static Pool, usize)>);
+
+impl Latest {
+    /// What `item` (measured at `own`) adds to the device time already charged for its context.
+    fn charge(&mut self, item: &Item, own: i64) -> i64 {
+        let (pool, pair) = (item.pool, item.pair);
+        let Some(held) = self.0.iter_mut().find(|(p, _)| std::ptr::eq(*p, pool)) else {
+            self.0.push((pool, pair));
+            return own;
+        };
+        match pool.between_ends(held.1, pair) {
+            Some(after) if after <= 0 => {
+                // Ended within what an earlier launch was already charged for.
+                pool.release(pair);
+                0
+            }
+            after => {
+                pool.release(held.1);
+                held.1 = pair;
+                after.map_or(own, |a| own.min(a))
+            }
+        }
+    }
+
+    /// Lets go of the pairs of retired pools.
+    fn forget_retired(&mut self) {
+        self.0.retain(|(p, pair)| {
+            let keep = !p.is_retired();
+            if !keep {
+                p.release(*pair);
+            }
+            keep
+        });
+    }
+}
+
+fn run(gate: &'static Gate) {
+    events::relax_capture_mode();
+    let Some(queue) = QUEUE.get() else { return };
+    let mut latest = Latest(Vec::new());
+    loop {
+        // Busy from before the look at the queue, so that `drain` never sees an item neither queued nor
+        // being settled.
+        BUSY.store(true, Ordering::SeqCst);
+        let Some(item) = queue.pop() else {
+            BUSY.store(false, Ordering::SeqCst);
+            IDLE.store(1, Ordering::SeqCst);
+            fence(Ordering::SeqCst);
+            if queue.is_empty() {
+                futex::wait(&IDLE, 1, Duration::from_secs(1));
+            }
+            IDLE.store(0, Ordering::SeqCst);
+            continue;
+        };
+        let charge = match item.pool.measure(item.pair) {
+            Some(own) => latest.charge(&item, own.max(0)),
+            None => {
+                item.pool.release(item.pair);
+                item.admission.estimate
+            }
+        };
+        latest.forget_retired();
+        gate.settle(&item.admission, item.kind, charge);
+    }
+}

@@ -1,0 +1,310 @@
+//! The gate of this process: admission ([`admission`](super::admission)) on its vGPU's record, the
+//! sleep on the `epoch` futex word when a launch may not go yet, the running estimates of launches'
+//! device time, and the settling of what an admitted launch was charged once its time is measured.
+
+use super::admission::{Admission, HIGH_BUSY_NS, HIGH_IDLE_NS, Kind, drop_stale_window, now_ns, try_take};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Duration;
+use tessera_ffi::futex;
+use tessera_ffi::region::{DeviceSched, Region, Sched, flags, priority};
+
+/// Longest single sleep of a waiting launch: whoever grants tokens or changes the state wakes it at
+/// once; this only bounds the wait should a waker die between its update and its wake.
+pub const LIVENESS_NS: u64 = 2_000_000;
+/// The estimate of a launch's device time before anything has been measured.
+pub const INITIAL_ESTIMATE_NS: i64 = 100_000;
+/// The smallest estimate: a launch always counts against the window, so it stays bounded.
+pub const MIN_ESTIMATE_NS: i64 = 1_000;
+/// Weight of a new measurement in the running estimate: 1/`EWMA_DIVISOR`.
+pub const EWMA_DIVISOR: i64 = 8;
+
+/// The running estimate of one kind of launch: an exponentially weighted moving average of measured
+/// device time. Written by the measurement thread only, read by every launch.
+pub struct Estimate(AtomicI64);
+
+impl Estimate {
+    /// The initial estimate.
+    pub const fn new() -> Estimate {
+        Estimate(AtomicI64::new(INITIAL_ESTIMATE_NS))
+    }
+
+    /// The current estimate.
+    pub fn get(&self) -> i64 {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    /// Folds in one measurement with weight 1/[`EWMA_DIVISOR`].
+    pub fn update(&self, measured_ns: i64) {
+        let old = self.get();
+        let new = old + (measured_ns - old) / EWMA_DIVISOR;
+        self.0.store(new.max(MIN_ESTIMATE_NS), Ordering::Relaxed);
+    }
+}
+
+/// The gate of this process: its vGPU's record, the region it is in (none for a bucket of its own) and
+/// its standalone share.
+pub struct Gate {
+    sched: &'static Sched,
+    region: Option<&'static Region>,
+    share: Option<u32>,
+    estimates: [Estimate; 2],
+    /// What this process has in the vGPU's window (given back at exit, see [`Gate::release_all`]).
+    mine: AtomicI64,
+}
+
+impl Gate {
+    /// A gate on `sched`.
+    pub fn new(sched: &'static Sched, region: Option<&'static Region>, share: Option<u32>) -> Gate {
+        Gate { sched, region, share, estimates: [Estimate::new(), Estimate::new()], mine: AtomicI64::new(0) }
+    }
+
+    /// Whether launches on `device` pass this gate: a managed vGPU's share is of its own device only.
+    pub fn governs(&self, device: usize) -> bool {
+        let s = self.sched;
+        s.flags.load(Ordering::Relaxed) & flags::MANAGED == 0 || s.device.load(Ordering::Relaxed) as usize == device
+    }
+
+    fn device(&self, device: usize) -> Option<&'static DeviceSched> {
+        self.region.and_then(|r| r.devices.get(device))
+    }
+
+    /// Admits a launch of `kind` on `device`, waiting as long as it must (see the module documentation).
+    pub fn admit(&self, device: usize, kind: Kind, measured: bool) -> Admission {
+        let estimate = self.estimates[kind as usize].get();
+        let (s, dev) = (self.sched, self.device(device));
+        let a = match try_take(s, dev, self.share, now_ns(), estimate, measured, device) {
+            Ok(a) => a,
+            Err(_) => self.wait(device, estimate, measured),
+        };
+        if a.windowed {
+            self.mine.fetch_add(a.estimate, Ordering::AcqRel);
+        }
+        a
+    }
+
+    /// The slow path: sleeps on `epoch` until the launch is admitted, counted in `waiters`, waking the
+    /// daemon (through `demand`) each time it goes to sleep. Adds the time waited to `wait_ns`.
+    #[cold]
+    fn wait(&self, device: usize, estimate: i64, measured: bool) -> Admission {
+        let (s, dev) = (self.sched, self.device(device));
+        let start = now_ns();
+        let mut progress = (start, s.device_ns.load(Ordering::Acquire));
+        loop {
+            // Read before the check: a grant after the check changes it, so the sleep returns at once.
+            let epoch = s.epoch.load(Ordering::SeqCst);
+            let now = now_ns();
+            let until = match try_take(s, dev, self.share, now, estimate, measured, device) {
+                Ok(a) => {
+                    s.wait_ns.fetch_add(now - start, Ordering::Relaxed);
+                    return a;
+                }
+                Err(until) => until,
+            };
+            if measured {
+                drop_stale_window(s, now, &mut progress);
+            }
+            s.waiters.fetch_add(1, Ordering::SeqCst);
+            if let Some(d) = dev {
+                d.demand.fetch_add(1, Ordering::SeqCst);
+                futex::wake_all(&d.demand);
+            }
+            let sleep = until.map_or(LIVENESS_NS, |u| u.saturating_sub(now).min(LIVENESS_NS));
+            futex::wait(&s.epoch, epoch, Duration::from_nanos(sleep));
+            s.waiters.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Takes `estimate` out of the window; a `high` vGPU then renews its hold on `device` if work is
+    /// left, or shortens it to [`HIGH_IDLE_NS`] from now if none is, waking the launches waiting in the
+    /// region so that they sleep until the new end of the hold.
+    fn unwindow(&self, device: usize, estimate: i64) {
+        let s = self.sched;
+        // Only what this process still holds: at exit it gives back everything at once.
+        if self
+            .mine
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |m| (m >= estimate).then(|| m - estimate))
+            .is_err()
+        {
+            return;
+        }
+        // Never below zero: a count dropped as stale must not leave the window wider for good.
+        let before = s.inflight_ns.fetch_update(Ordering::AcqRel, Ordering::Acquire, |x| Some((x - estimate).max(0)));
+        let left = before.map_or(0, |x| (x - estimate).max(0));
+        if s.priority.load(Ordering::Relaxed) < priority::HIGH {
+            return;
+        }
+        if let Some(d) = self.device(device) {
+            let now = now_ns();
+            if left > 0 {
+                d.high_until_ns.fetch_max(now + HIGH_BUSY_NS, Ordering::AcqRel);
+            } else {
+                d.high_until_ns.fetch_min(now + HIGH_IDLE_NS, Ordering::AcqRel);
+                for v in self.region.iter().flat_map(|r| &r.vgpus) {
+                    if v.sched.waiters.load(Ordering::SeqCst) > 0 {
+                        notify(&v.sched);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Settles an admitted launch whose device time was `charge`: corrects the tokens it took, takes
+    /// it out of the window, adds it to `device_ns`, updates the estimate of `kind` and wakes waiters.
+    pub fn settle(&self, a: &Admission, kind: Kind, charge: i64) {
+        let s = self.sched;
+        if a.charged != 0 {
+            s.tokens.fetch_add(a.charged - charge, Ordering::AcqRel);
+        }
+        if a.windowed {
+            self.unwindow(a.device, a.estimate);
+        }
+        s.device_ns.fetch_add(charge.max(0) as u64, Ordering::Relaxed);
+        self.estimates[kind as usize].update(charge);
+        self.notify();
+    }
+
+    /// Settles a launch that will not be measured: it stays charged its estimate.
+    pub fn settle_unmeasured(&self, a: &Admission) {
+        let s = self.sched;
+        if a.windowed {
+            self.unwindow(a.device, a.estimate);
+            self.notify();
+        }
+        s.device_ns.fetch_add(a.estimate.max(0) as u64, Ordering::Relaxed);
+    }
+
+    /// Gives back everything a launch the driver refused took.
+    pub fn refund(&self, a: &Admission) {
+        let s = self.sched;
+        s.tokens.fetch_add(a.charged, Ordering::AcqRel);
+        if a.windowed {
+            self.unwindow(a.device, a.estimate);
+        }
+        s.launches.fetch_sub(1, Ordering::Relaxed);
+        self.notify();
+    }
+
+    /// Gives back whatever this process still has in the vGPU's window (at exit: work whose measurement
+    /// will never be settled must not narrow the window of the vGPU's other processes).
+    pub fn release_all(&self) {
+        let mine = self.mine.swap(0, Ordering::AcqRel);
+        if mine > 0 {
+            let _ =
+                self.sched.inflight_ns.fetch_update(Ordering::AcqRel, Ordering::Acquire, |x| Some((x - mine).max(0)));
+            self.notify();
+        }
+    }
+
+    fn notify(&self) {
+        notify(self.sched);
+    }
+}
+
+/// Announces a state change of `s`: increments `epoch` and wakes its sleepers, if any (no system call
+/// otherwise). Sequentially consistent with [`Gate::wait`]'s read of `epoch` and count of `waiters`.
+fn notify(s: &Sched) {
+    s.epoch.fetch_add(1, Ordering::SeqCst);
+    if s.waiters.load(Ordering::SeqCst) > 0 {
+        futex::wake_all(&s.epoch);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use crate::launch::admission::tests::zeroed;
+
+    #[test]
+    fn settling_corrects_tokens_window_and_usage() {
+        let s: &Sched = zeroed();
+        s.flags.store(flags::MANAGED, Ordering::Relaxed);
+        s.tokens.store(1_000_000, Ordering::Relaxed);
+        let gate = Gate::new(s, None, None);
+        let a = gate.admit(0, Kind::Kernel, true);
+        assert_eq!(a.estimate, INITIAL_ESTIMATE_NS);
+        gate.settle(&a, Kind::Kernel, 300_000);
+        assert_eq!(s.tokens.load(Ordering::Relaxed), 700_000, "charged what it measured");
+        assert_eq!(s.inflight_ns.load(Ordering::Relaxed), 0);
+        assert_eq!(s.device_ns.load(Ordering::Relaxed), 300_000);
+        assert_eq!(s.epoch.load(Ordering::Relaxed), 1);
+        assert_eq!(gate.estimates[0].get(), INITIAL_ESTIMATE_NS + (300_000 - INITIAL_ESTIMATE_NS) / 8);
+        let b = gate.admit(0, Kind::Graph, true);
+        gate.refund(&b);
+        assert_eq!(s.tokens.load(Ordering::Relaxed), 700_000);
+        assert_eq!(s.launches.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn the_estimate_converges_and_stays_positive() {
+        let e = Estimate::new();
+        for _ in 0..100 {
+            e.update(2_000_000);
+        }
+        assert!((e.get() - 2_000_000).abs() < 2_000, "{}", e.get());
+        for _ in 0..200 {
+            e.update(0);
+        }
+        assert_eq!(e.get(), MIN_ESTIMATE_NS);
+    }
+
+    #[test]
+    fn a_waiting_launch_wakes_when_tokens_are_granted() {
+        let s: &'static Sched = zeroed();
+        s.flags.store(flags::MANAGED, Ordering::Relaxed);
+        let waiter = std::thread::spawn(move || Gate::new(s, None, None).admit(0, Kind::Kernel, false));
+        while s.waiters.load(Ordering::SeqCst) == 0 {
+            std::thread::yield_now();
+        }
+        let granted = now_ns();
+        s.tokens.store(1_000_000, Ordering::SeqCst);
+        s.epoch.fetch_add(1, Ordering::SeqCst);
+        futex::wake_all(&s.epoch);
+        let a = waiter.join().unwrap();
+        assert_eq!(a.charged, INITIAL_ESTIMATE_NS);
+        assert!(s.last_launch_ns.load(Ordering::Relaxed) >= granted);
+        assert!(s.wait_ns.load(Ordering::Relaxed) > 0);
+    }
+
+    #[test]
+    fn a_high_vgpus_hold_ends_shortly_after_its_last_work() {
+        let high: &Sched = zeroed();
+        high.priority.store(priority::HIGH, Ordering::Relaxed);
+        let region: &'static Region = zeroed();
+        region.devices[0].high_until_ns.store(u64::MAX, Ordering::Relaxed);
+        region.vgpus[3].sched.waiters.store(1, Ordering::Relaxed);
+        let gate = Gate::new(high, Some(region), None);
+        let a = gate.admit(0, Kind::Kernel, true);
+        let b = gate.admit(0, Kind::Kernel, true);
+        let before = now_ns();
+        gate.settle(&a, Kind::Kernel, 300);
+        assert_eq!(region.devices[0].high_until_ns.load(Ordering::Relaxed), u64::MAX, "work is left: still held");
+        gate.settle(&b, Kind::Kernel, 300);
+        let until = region.devices[0].high_until_ns.load(Ordering::Relaxed);
+        assert!(until >= before + HIGH_IDLE_NS && until <= now_ns() + HIGH_IDLE_NS, "{until}");
+        assert_eq!(region.vgpus[3].sched.epoch.load(Ordering::Relaxed), 1, "waiting launches are told");
+    }
+
+    #[test]
+    fn at_exit_a_process_gives_back_its_share_of_the_window_once() {
+        let s: &Sched = zeroed();
+        s.inflight_ns.store(1_000, Ordering::Relaxed);
+        let gate = Gate::new(s, None, None);
+        let a = gate.admit(0, Kind::Kernel, true);
+        assert_eq!(s.inflight_ns.load(Ordering::Relaxed), 1_000 + INITIAL_ESTIMATE_NS);
+        gate.release_all();
+        assert_eq!(s.inflight_ns.load(Ordering::Relaxed), 1_000, "another process's work stays counted");
+        gate.settle(&a, Kind::Kernel, 300);
+        assert_eq!(s.inflight_ns.load(Ordering::Relaxed), 1_000, "not given back twice");
+    }
+
+    #[test]
+    fn the_window_count_never_goes_below_zero() {
+        let s: &Sched = zeroed();
+        let gate = Gate::new(s, None, None);
+        let a = gate.admit(0, Kind::Kernel, true);
+        s.inflight_ns.store(0, Ordering::Relaxed);
+        gate.settle(&a, Kind::Kernel, 300);
+        assert_eq!(s.inflight_ns.load(Ordering::Relaxed), 0);
+    }
+}

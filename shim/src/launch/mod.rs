@@ -1,0 +1,200 @@
+//! Compute shares: every kernel launch (`cuLaunchKernel`, `cuLaunchKernelEx`, `cuLaunchCooperativeKernel`,
+//! `cuGraphLaunch` and their `_ptsz` variants) first passes its vGPU's [`gate`], and its device time is
+//! measured with CUDA [`events`] and fed back ([`feedback`]) so that tokens are charged by the time the
+//! work actually took.
+//!
+//! The bucket is the vGPU's `Sched` record in the region (with `TESSERA_VGPU`), or the private quota
+//! slot's (without it). Tokens are granted by the daemon when it manages the vGPU, or by the process
+//! itself with `TESSERA_COMPUTE_SHARE` ([`standalone`]); a managed vGPU's share is the daemon's, and the
+//! variable is then ignored with a warning. With neither `TESSERA_VGPU` nor `TESSERA_COMPUTE_SHARE` the
+//! gate does nothing at all: no event, no thread.
+//!
+//! Launches recorded into a graph by stream capture run nothing and pass ungated; the graph's launches
+//! are gated. A managed vGPU's share is of its device (`Sched::device`): launches on other devices pass
+//! ungated, as its quota leaves them unlimited; otherwise launches on every device draw from the one
+//! bucket. `high` priority holds lower ones on the launch's own device.
+
+mod admission;
+mod events;
+mod feedback;
+mod gate;
+mod standalone;
+
+use crate::guard::{Res, Status, status};
+use crate::{driver, log};
+use admission::Kind;
+use feedback::Item;
+use gate::Gate;
+use std::ffi::{c_uint, c_void};
+use std::sync::OnceLock;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+use tessera_ffi::cuda::CUDA_SUCCESS;
+use tessera_ffi::region::{Sched, flags};
+use tessera_ffi::sys::{CUfunction, CUgraphExec, CUlaunchConfig, CUstream};
+
+/// `CU_STREAM_PER_THREAD`: what a NULL stream means to a `_ptsz` entry point, made explicit for the
+/// event calls (which go through the legacy-default-stream entry points).
+const STREAM_PER_THREAD: usize = 2;
+
+/// Longest the exit handler waits for queued measurements.
+const EXIT_DRAIN: Duration = Duration::from_millis(100);
+
+static GATE: OnceLock<Option<Gate>> = OnceLock::new();
+
+/// The process's gate, set up on the first launch; `None` when launches are not gated.
+fn active() -> Option<&'static Gate> {
+    GATE.get_or_init(set_up).as_ref()
+}
+
+fn set_up() -> Option<Gate> {
+    let config = crate::init::config().ok()?;
+    let share = config.compute_share;
+    if config.vgpu.is_none() && share.is_none() {
+        return None;
+    }
+    let (sched, region) = match crate::quota::active() {
+        Ok(Some(q)) => q.sched(),
+        Ok(None) => (private_sched(), None),
+        // The configuration or the region is unusable: cuInit has failed already.
+        Err(_) => return None,
+    };
+    let managed = sched.flags.load(Ordering::Acquire) & flags::MANAGED != 0;
+    match (share, managed) {
+        (Some(pct), true) => log::warn(format_args!(
+            "TESSERA_COMPUTE_SHARE={pct} is ignored: the daemon manages this vGPU and its share ({}%) applies",
+            sched.share.load(Ordering::Relaxed)
+        )),
+        (Some(pct), false) => {
+            sched.share.store(pct, Ordering::Relaxed);
+            log::info(format_args!("compute share: {pct}% of the device, refilled by this process"));
+        }
+        (None, _) => log::info(format_args!("compute share: as the vGPU's record says")),
+    }
+    // SAFETY: registers a plain function with no arguments, which catches every panic.
+    if unsafe { libc::atexit(at_exit) } != 0 {
+        log::warn(format_args!("cannot register the exit handler: unfinished work stays in the window at exit"));
+    }
+    Some(Gate::new(sched, region, share))
+}
+
+/// At exit: lets the measurement thread settle what is queued (briefly), then gives back whatever of the
+/// vGPU's window this process still holds.
+extern "C" fn at_exit() {
+    let _ = std::panic::catch_unwind(|| {
+        if let Some(gate) = GATE.get().and_then(Option::as_ref) {
+            feedback::drain(EXIT_DRAIN);
+            gate.release_all();
+        }
+    });
+}
+
+/// A compute-share record of this process's own, for a share without a vGPU or a memory quota.
+fn private_sched() -> &'static Sched {
+    // SAFETY: Sched is integers and atomics, for which all-zero is a valid value.
+    Box::leak(unsafe { Box::<Sched>::new_zeroed().assume_init() })
+}
+
+/// Gates, launches and measures one launch of `kind` on `stream` (`PER_THREAD`: the entry point is a
+/// `_ptsz` one, for which NULL is the calling thread's default stream).
+fn gated<const PER_THREAD: bool>(stream: CUstream, kind: Kind, real: impl FnOnce() -> Status) -> Res {
+    let Some(gate) = active() else { return status(real()) };
+    let stream = if PER_THREAD && stream.is_null() { STREAM_PER_THREAD as CUstream } else { stream };
+    if events::capturing(stream) != Some(false) {
+        return status(real());
+    }
+    let pool = events::current();
+    let Some(device) = pool.map(|p| p.site.device).or_else(|| driver::current().map(|s| s.device)) else {
+        // No current context: the driver refuses the launch itself.
+        return status(real());
+    };
+    if !gate.governs(device) {
+        return status(real());
+    }
+    let pair = pool.and_then(|p| Some((p, p.acquire()?)));
+    let admission = gate.admit(device, kind, pair.is_some());
+    let pair = pair.filter(|&(p, i)| {
+        let started = p.record(i, false, stream);
+        if !started {
+            p.release(i);
+        }
+        started
+    });
+    let code = real();
+    if code != CUDA_SUCCESS {
+        if let Some((p, i)) = pair {
+            p.release(i);
+        }
+        gate.refund(&admission);
+        return Err(code);
+    }
+    let measured = pair.is_some_and(|(pool, i)| {
+        let queued =
+            pool.record(i, true, stream) && feedback::push(gate, Item { pool, pair: i, admission, kind }).is_ok();
+        if !queued {
+            pool.release(i);
+        }
+        queued
+    });
+    if !measured {
+        gate.settle_unmeasured(&admission);
+    }
+    Ok(())
+}
+
+/// `cuLaunchKernel` and `_ptsz`.
+#[allow(clippy::too_many_arguments)]
+pub fn kernel<const PER_THREAD: bool>(
+    _f: CUfunction,
+    _gx: c_uint,
+    _gy: c_uint,
+    _gz: c_uint,
+    _bx: c_uint,
+    _by: c_uint,
+    _bz: c_uint,
+    _shared: c_uint,
+    stream: CUstream,
+    _params: *mut *mut c_void,
+    _extra: *mut *mut c_void,
+    real: impl FnOnce() -> Status,
+) -> Res {
+    gated::<PER_THREAD>(stream, Kind::Kernel, real)
+}
+
+/// `cuLaunchCooperativeKernel` and `_ptsz`.
+#[allow(clippy::too_many_arguments)]
+pub fn cooperative<const PER_THREAD: bool>(
+    _f: CUfunction,
+    _gx: c_uint,
+    _gy: c_uint,
+    _gz: c_uint,
+    _bx: c_uint,
+    _by: c_uint,
+    _bz: c_uint,
+    _shared: c_uint,
+    stream: CUstream,
+    _params: *mut *mut c_void,
+    real: impl FnOnce() -> Status,
+) -> Res {
+    gated::<PER_THREAD>(stream, Kind::Kernel, real)
+}
+
+/// `cuLaunchKernelEx` and `_ptsz`: the stream is the configuration's.
+pub fn kernel_ex<const PER_THREAD: bool>(
+    config: *const CUlaunchConfig,
+    _f: CUfunction,
+    _params: *mut *mut c_void,
+    _extra: *mut *mut c_void,
+    real: impl FnOnce() -> Status,
+) -> Res {
+    // SAFETY: `config` is NULL or the program's launch configuration, readable for the call.
+    match unsafe { config.as_ref() } {
+        Some(c) => gated::<PER_THREAD>(c.hStream, Kind::Kernel, real),
+        None => status(real()),
+    }
+}
+
+/// `cuGraphLaunch` and `_ptsz`: the whole graph is measured as one.
+pub fn graph<const PER_THREAD: bool>(_exec: CUgraphExec, stream: CUstream, real: impl FnOnce() -> Status) -> Res {
+    gated::<PER_THREAD>(stream, Kind::Graph, real)
+}

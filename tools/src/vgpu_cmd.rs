@@ -1,0 +1,337 @@
+//! `tessera vgpu ...`: creating, listing, changing, suspending and removing vGPUs through the daemon's
+//! socket (`TESSERA_SOCKET`). Values are checked here first (a malformed one is a usage error, status 2);
+//! the daemon checks the rest (shares of a device summing to at most 100, existing devices and names, a
+//! quota not below what is in use) and a refused request changes nothing (status 1).
+
+use clap::{Args, Subcommand, ValueEnum};
+use tessera_ffi::units::{format_size, parse_duration_ns, parse_size};
+use tessera_scheduler::config::{Change, MAX_WINDOW_NS, MIN_WINDOW_NS, Priority, VgpuSpec};
+use tessera_scheduler::protocol::{Request, VgpuStatus};
+use tessera_scheduler::{client, paths};
+
+/// Subcommands of `tessera vgpu`.
+#[derive(Subcommand)]
+pub enum VgpuCommand {
+    /// Create a vGPU: a memory quota and a compute share on one device.
+    Create(CreateArgs),
+    /// List every vGPU with its usage.
+    List {
+        /// Print JSON (an array of objects) instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one vGPU in detail.
+    Show {
+        /// The vGPU.
+        #[arg(value_parser = crate::run::vgpu_value)]
+        name: String,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Change a vGPU; running processes see the change at once.
+    Set(SetArgs),
+    /// Stop a vGPU's kernel launches at the next kernel boundary.
+    Suspend {
+        /// The vGPU.
+        #[arg(value_parser = crate::run::vgpu_value)]
+        name: String,
+    },
+    /// Let a suspended vGPU's launches continue.
+    Resume {
+        /// The vGPU.
+        #[arg(value_parser = crate::run::vgpu_value)]
+        name: String,
+    },
+    /// Remove a vGPU (refused while processes are attached to it).
+    Rm {
+        /// The vGPU.
+        #[arg(value_parser = crate::run::vgpu_value)]
+        name: String,
+    },
+}
+
+/// Priority as the command line spells it.
+#[derive(Clone, Copy, ValueEnum)]
+pub enum PriorityArg {
+    /// While it has work, lower priorities on its device wait.
+    High,
+    /// The default.
+    Normal,
+    /// Absorbs spare time only after normal vGPUs.
+    Low,
+}
+
+impl From<PriorityArg> for Priority {
+    fn from(p: PriorityArg) -> Priority {
+        match p {
+            PriorityArg::High => Priority::High,
+            PriorityArg::Normal => Priority::Normal,
+            PriorityArg::Low => Priority::Low,
+        }
+    }
+}
+
+/// `on` or `off`.
+#[derive(Clone, Copy, ValueEnum)]
+pub enum Switch {
+    /// Allowed.
+    On,
+    /// Disallowed.
+    Off,
+}
+
+/// Arguments of `tessera vgpu create`.
+#[derive(Args)]
+pub struct CreateArgs {
+    /// Its name, as processes give it in TESSERA_VGPU or `tessera run --vgpu`.
+    #[arg(value_parser = crate::run::vgpu_value)]
+    name: String,
+    /// Device ordinal.
+    #[arg(long, value_name = "N")]
+    device: u32,
+    /// Memory quota on the device (8GiB, 512MiB, 1.5GB, bytes).
+    #[arg(long, value_name = "SIZE", value_parser = memory_value)]
+    memory: u64,
+    /// Share of the device's time in percent (0-100; shares of a device sum to at most 100).
+    #[arg(long, value_name = "PCT", value_parser = share_value)]
+    share: u32,
+    /// Never exceed the share, and keep others to theirs while this vGPU is idle.
+    #[arg(long)]
+    cap: bool,
+    /// Priority on the device.
+    #[arg(long, value_enum, default_value = "normal")]
+    priority: PriorityArg,
+    /// Tensor cores (off: TF32 disabled, cuBLAS math modes pedantic).
+    #[arg(long, value_enum, default_value = "on", value_name = "on|off")]
+    tensor_cores: Switch,
+    /// Most queued-but-unfinished device time (20us, 1ms, 2ms; default 1ms).
+    #[arg(long, value_name = "DURATION", value_parser = window_value)]
+    window: Option<u64>,
+}
+
+/// Arguments of `tessera vgpu set`.
+#[derive(Args)]
+pub struct SetArgs {
+    /// The vGPU.
+    #[arg(value_parser = crate::run::vgpu_value)]
+    name: String,
+    /// New share in percent.
+    #[arg(long, value_name = "PCT", value_parser = share_value)]
+    share: Option<u32>,
+    /// New memory quota (refused below what the vGPU uses now).
+    #[arg(long, value_name = "SIZE", value_parser = memory_value)]
+    memory: Option<u64>,
+    /// New priority.
+    #[arg(long, value_enum)]
+    priority: Option<PriorityArg>,
+    /// Tensor cores on or off.
+    #[arg(long, value_enum, value_name = "on|off")]
+    tensor_cores: Option<Switch>,
+    /// New window.
+    #[arg(long, value_name = "DURATION", value_parser = window_value)]
+    window: Option<u64>,
+}
+
+/// A memory quota: a size above zero.
+fn memory_value(text: &str) -> Result<u64, String> {
+    match parse_size(text)? {
+        0 => Err("a quota of 0 bytes allows nothing".into()),
+        n => Ok(n),
+    }
+}
+
+/// A share: `30` or `30%`, 0 to 100.
+fn share_value(text: &str) -> Result<u32, String> {
+    let t = text.trim();
+    t.strip_suffix('%')
+        .unwrap_or(t)
+        .trim()
+        .parse::<u32>()
+        .ok()
+        .filter(|p| *p <= 100)
+        .ok_or_else(|| format!("{text:?} is not a share; use a whole percentage from 0 to 100, such as 30 or 30%"))
+}
+
+/// A window: a duration from 1us to 1s.
+fn window_value(text: &str) -> Result<u64, String> {
+    let ns = parse_duration_ns(text)?;
+    if (MIN_WINDOW_NS..=MAX_WINDOW_NS).contains(&ns) {
+        Ok(ns)
+    } else {
+        Err(format!("a window of {text} is out of range; use 1us to 1s"))
+    }
+}
+
+/// `ns` in the largest unit that keeps it whole: `1ms`, `250us`, `1500ns`.
+fn duration(ns: u64) -> String {
+    match ns {
+        n if n % 1_000_000 == 0 => format!("{}ms", n / 1_000_000),
+        n if n % 1_000 == 0 => format!("{}us", n / 1_000),
+        n => format!("{n}ns"),
+    }
+}
+
+/// The request a subcommand makes.
+fn request(command: &VgpuCommand) -> Request {
+    match command {
+        VgpuCommand::Create(a) => {
+            let mut spec = VgpuSpec::new(&a.name, a.device, a.memory, a.share);
+            spec.cap = a.cap;
+            spec.priority = a.priority.into();
+            spec.tensor_cores = matches!(a.tensor_cores, Switch::On);
+            spec.window_ns = a.window.unwrap_or(spec.window_ns);
+            Request::Create { spec }
+        }
+        VgpuCommand::List { .. } => Request::List,
+        VgpuCommand::Show { name, .. } => Request::Show { name: name.clone() },
+        VgpuCommand::Set(a) => Request::Set {
+            name: a.name.clone(),
+            change: Change {
+                share: a.share,
+                memory: a.memory,
+                priority: a.priority.map(Priority::from),
+                tensor_cores: a.tensor_cores.map(|s| matches!(s, Switch::On)),
+                window_ns: a.window,
+            },
+        },
+        VgpuCommand::Suspend { name } => Request::Suspend { name: name.clone() },
+        VgpuCommand::Resume { name } => Request::Resume { name: name.clone() },
+        VgpuCommand::Rm { name } => Request::Rm { name: name.clone() },
+    }
+}
+
+/// One line describing a vGPU's settings.
+fn summary(s: &VgpuSpec) -> String {
+    format!(
+        "device {}, {} of memory, {}% share{}, {} priority, tensor cores {}, window {}{}",
+        s.device,
+        format_size(s.memory),
+        s.share,
+        if s.cap { " (capped)" } else { "" },
+        s.priority.name(),
+        if s.tensor_cores { "on" } else { "off" },
+        duration(s.window_ns),
+        if s.suspended { ", suspended" } else { "" },
+    )
+}
+
+/// The `list` table.
+fn table(vgpus: &[VgpuStatus]) -> String {
+    let header = ["NAME", "DEVICE", "MEMORY", "USED", "SHARE", "PRIORITY", "TENSOR", "WINDOW", "STATE", "PROCS"];
+    let rows: Vec<[String; 10]> = vgpus
+        .iter()
+        .map(|v| {
+            let s = &v.spec;
+            [
+                s.name.clone(),
+                s.device.to_string(),
+                format_size(s.memory),
+                format_size(v.used),
+                format!("{}%{}", s.share, if s.cap { " cap" } else { "" }),
+                s.priority.name().to_string(),
+                (if s.tensor_cores { "on" } else { "off" }).to_string(),
+                duration(s.window_ns),
+                (if s.suspended { "suspended" } else { "running" }).to_string(),
+                v.processes.len().to_string(),
+            ]
+        })
+        .collect();
+    let widths: Vec<usize> = (0..header.len())
+        .map(|c| rows.iter().map(|r| r[c].len()).chain([header[c].len()]).max().unwrap_or(0))
+        .collect();
+    let line = |cells: Vec<&str>| {
+        let padded: Vec<String> = cells.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
+        padded.join("  ").trim_end().to_string() + "\n"
+    };
+    let mut out = line(header.to_vec());
+    for r in &rows {
+        out += &line(r.iter().map(String::as_str).collect());
+    }
+    out
+}
+
+/// The `show` text.
+fn details(v: &VgpuStatus) -> String {
+    let s = &v.spec;
+    let pids: Vec<String> = v.processes.iter().map(u32::to_string).collect();
+    let ms = |ns: u64| format!("{:.1} ms", ns as f64 / 1e6);
+    [
+        format!("name:          {}", s.name),
+        format!("device:        {}", s.device),
+        format!(
+            "memory:        {} quota, {} in use (peak {})",
+            format_size(s.memory),
+            format_size(v.used),
+            format_size(v.peak)
+        ),
+        format!("share:         {}%{}", s.share, if s.cap { ", capped" } else { "" }),
+        format!("priority:      {}", s.priority.name()),
+        format!("tensor cores:  {}", if s.tensor_cores { "on" } else { "off" }),
+        format!("window:        {}", duration(s.window_ns)),
+        format!("state:         {}", if s.suspended { "suspended" } else { "running" }),
+        format!(
+            "processes:     {}{}",
+            pids.len(),
+            if pids.is_empty() { String::new() } else { format!(" (pid {})", pids.join(", ")) }
+        ),
+        format!("tokens:        {:.3} ms", v.tokens_ns as f64 / 1e6),
+        format!("launches:      {}, device time {}, waited {}", v.launches, ms(v.device_ns), ms(v.wait_ns)),
+    ]
+    .join("\n")
+        + "\n"
+}
+
+/// Runs one `tessera vgpu` subcommand.
+pub fn run(command: VgpuCommand) -> Result<(), String> {
+    let socket = paths::socket()?;
+    let response = client::send(&socket, &request(&command))?;
+    if !response.ok {
+        return Err(response.error.unwrap_or_else(|| "the daemon refused the request".into()));
+    }
+    let first = response.vgpus.first();
+    let out = match (&command, first) {
+        (VgpuCommand::List { json: true }, _) => {
+            serde_json::to_string_pretty(&response.vgpus).map_err(|e| e.to_string())? + "\n"
+        }
+        (VgpuCommand::List { json: false }, _) if response.vgpus.is_empty() => {
+            "no vGPUs; create one with `tessera vgpu create`\n".into()
+        }
+        (VgpuCommand::List { json: false }, _) => table(&response.vgpus),
+        (VgpuCommand::Show { json: true, .. }, Some(v)) => {
+            serde_json::to_string_pretty(v).map_err(|e| e.to_string())? + "\n"
+        }
+        (VgpuCommand::Show { .. }, Some(v)) => details(v),
+        (VgpuCommand::Create(a), Some(v)) => format!("created vGPU {}: {}\n", a.name, summary(&v.spec)),
+        (VgpuCommand::Set(a), Some(v)) => format!("vGPU {}: {}\n", a.name, summary(&v.spec)),
+        (VgpuCommand::Suspend { name }, _) => format!("vGPU {name} suspended\n"),
+        (VgpuCommand::Resume { name }, _) => format!("vGPU {name} resumed\n"),
+        (VgpuCommand::Rm { name }, _) => format!("vGPU {name} removed\n"),
+        (_, None) => String::new(),
+    };
+    print!("{out}");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_are_checked_before_the_daemon_sees_them() {
+        assert_eq!(share_value("30"), Ok(30));
+        assert_eq!(share_value("30%"), Ok(30));
+        assert_eq!(share_value("0"), Ok(0));
+        for bad in ["101", "-1", "30.5", "half", ""] {
+            assert!(share_value(bad).unwrap_err().contains("not a share"), "{bad:?}");
+        }
+        assert_eq!(memory_value("1GiB"), Ok(1 << 30));
+        assert!(memory_value("0").is_err() && memory_value("lots").is_err());
+        assert_eq!(window_value("2ms"), Ok(2_000_000));
+        assert!(window_value("0").is_err() && window_value("2s").is_err() && window_value("soon").is_err());
+        assert_eq!(
+            (duration(1_000_000), duration(250_000), duration(1_500)),
+            ("1ms".into(), "250us".into(), "1500ns".into())
+        );
+    }
+}
