@@ -2,9 +2,9 @@
 //! own region, socket and state directory, load processes under the shim, and a sampler of the engine
 //! time each process obtains (read from the simulated GPU's state file, the ground truth).
 
+use simgpu::meter::EngineMeter;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 /// The build folder holding `tessera`, `simgpu-probe` and the libraries.
@@ -32,14 +32,11 @@ impl Machine {
         std::fs::create_dir_all(&dir).expect("bench dir");
         let mut env = simgpu::libdir::environment(&folder, std::env::var("LD_LIBRARY_PATH").ok().as_deref());
         env.retain(|(k, _)| !k.starts_with("SIMGPU_"));
-        let path = |f: &str| dir.join(f).to_string_lossy().into_owned();
         env.extend([
             ("SIMGPU_DEVICES".into(), profile.into()),
-            ("SIMGPU_STATE".into(), path("simgpu.state")),
-            ("TESSERA_REGION".into(), path("tessera.region")),
-            ("TESSERA_SOCKET".into(), path("tessera.sock")),
-            ("TESSERA_STATE_DIR".into(), path("state")),
+            ("SIMGPU_STATE".into(), dir.join("simgpu.state").to_string_lossy().into_owned()),
         ]);
+        env.extend(tessera_scheduler::paths::private_environment(&dir));
         Machine { dir, env, bin, daemon: None }
     }
 
@@ -59,15 +56,9 @@ impl Machine {
     pub fn start_daemon(&mut self) {
         let child = self.command("tessera", &["daemon"]).stdout(Stdio::null()).spawn().expect("spawn tessera daemon");
         self.daemon = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !self.tessera_ok(&["vgpu", "list"]) {
-            assert!(Instant::now() < deadline, "tessera daemon did not answer within 10 s");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn tessera_ok(&self, args: &[&str]) -> bool {
-        self.command("tessera", args).stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success())
+        let socket = self.dir.join("tessera.sock");
+        tessera_scheduler::client::wait_until_ready(&socket, Duration::from_secs(10), || Ok(()))
+            .unwrap_or_else(|e| panic!("tessera daemon: {e}"));
     }
 
     /// Runs `tessera ARGS`, panicking with its stderr on failure.
@@ -108,18 +99,6 @@ impl Drop for Machine {
     }
 }
 
-/// Engine time (ns) each of `pids` has obtained on device 0 so far (0 for a process not registered yet).
-pub fn engine_time(state: &simgpu::SharedState, pids: &[u32]) -> Vec<u64> {
-    pids.iter()
-        .map(|&pid| {
-            state
-                .processes()
-                .find(|p| p.pid.load(Ordering::Acquire) == pid)
-                .map_or(0, |p| p.busy_ns[0].load(Ordering::Acquire))
-        })
-        .collect()
-}
-
 /// Cumulative engine time per group, sampled every `step` for `total`, with the time of each sample (s).
 pub struct Series {
     /// Sample times in seconds since the start.
@@ -128,7 +107,8 @@ pub struct Series {
     pub busy: Vec<Vec<u64>>,
 }
 
-/// Samples the engine time of the processes in each group (a group's time is the sum of its pids').
+/// Samples the engine time of the processes on device 0 in each group (a group's time is the sum of its
+/// pids', including what those that exited had obtained).
 pub fn sample(
     state: &simgpu::SharedState,
     groups: &[Vec<u32>],
@@ -139,8 +119,7 @@ pub fn sample(
     let start = Instant::now();
     let mut series = Series { t: Vec::new(), busy: Vec::new() };
     let mut next = start;
-    let mut carried: Vec<u64> = vec![0; groups.len()];
-    let mut last_seen: Vec<Vec<u64>> = groups.iter().map(|g| vec![0; g.len()]).collect();
+    let mut meter = EngineMeter::new(0, groups.to_vec());
     while next.duration_since(start) <= total {
         let now = Instant::now();
         if now < next {
@@ -148,23 +127,7 @@ pub fn sample(
         }
         let t = start.elapsed().as_secs_f64();
         at(t);
-        let row = groups
-            .iter()
-            .enumerate()
-            .map(|(g, pids)| {
-                // A process that exits drops out of the state file; keep what it had obtained.
-                let now = engine_time(state, pids);
-                for (i, v) in now.iter().enumerate() {
-                    if *v >= last_seen[g][i] {
-                        last_seen[g][i] = *v;
-                    } else if *v == 0 {
-                        carried[g] += last_seen[g][i];
-                        last_seen[g][i] = 0;
-                    }
-                }
-                carried[g] + last_seen[g].iter().sum::<u64>()
-            })
-            .collect();
+        let row = meter.read(state);
         series.t.push(t);
         series.busy.push(row);
         next += step;

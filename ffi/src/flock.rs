@@ -5,14 +5,24 @@
 use std::fs::File;
 use std::os::fd::AsRawFd;
 
-/// Holds `flock(LOCK_EX)` on a file until dropped.
+/// Holds `flock(LOCK_EX)` (or `LOCK_SH`) on a file until dropped.
 pub struct FileLock<'a>(&'a File);
 
 impl<'a> FileLock<'a> {
     /// Blocks until the lock on `file` is ours.
     pub fn new(file: &'a File) -> std::io::Result<Self> {
+        Self::take(file, libc::LOCK_EX)
+    }
+
+    /// Blocks until `file` is ours to read: shared with other readers, exclusive of every [`FileLock::new`]
+    /// holder (for a reader that only looks, without claiming or changing anything).
+    pub fn shared(file: &'a File) -> std::io::Result<Self> {
+        Self::take(file, libc::LOCK_SH)
+    }
+
+    fn take(file: &'a File, operation: libc::c_int) -> std::io::Result<Self> {
         // SAFETY: flock on a valid open descriptor.
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
+        if unsafe { libc::flock(file.as_raw_fd(), operation) } != 0 {
             return Err(std::io::Error::last_os_error());
         }
         Ok(FileLock(file))

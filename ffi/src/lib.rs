@@ -1,6 +1,7 @@
 //! Binary interfaces that two sides of Tessera must agree on.
 //!
 //! - [`cuda`]: CUDA driver result codes as plain integers.
+//! - [`cublas`]: the cuBLAS math modes and status codes of the tensor-core policy.
 //! - [`cuda_ext`]: the entry points cudarc does not declare (`_ptsz`/`_ptds`, the checkpoint API).
 //! - [`proc_address`]: the real driver's `cuGetProcAddress` answers, as data.
 //! - [`region`]: the versioned shared-memory region processes of one vGPU share.
@@ -9,6 +10,7 @@
 //! - [`nvml`]: the NVML C types the simulated NVML and the shim exchange with programs.
 //! - [`units`]: the textual forms of sizes and durations accepted in every environment variable.
 
+pub mod cublas;
 pub mod cuda;
 pub mod cuda_ext;
 pub mod flock;

@@ -144,7 +144,7 @@ impl RegionFile {
                  or set TESSERA_REGION"
             ));
         }
-        let map = map(&file).map_err(|e| fail("cannot map", e))?;
+        let map = map(&file, libc::PROT_READ | libc::PROT_WRITE).map_err(|e| fail("cannot map", e))?;
         // SAFETY: `map` covers the whole file and we hold its lock.
         unsafe { check_or_initialize(map.0.as_ptr(), fresh, path) }?;
         drop(lock);
@@ -179,19 +179,10 @@ impl RegionFile {
     }
 }
 
-/// Maps the whole region file shared, read-write.
-fn map(file: &File) -> std::io::Result<Mapping> {
+/// Maps the whole region file shared, with protection `prot` (`PROT_READ`, with `PROT_WRITE` to change it).
+fn map(file: &File, prot: libc::c_int) -> std::io::Result<Mapping> {
     // SAFETY: a fresh shared mapping of LAYOUT_SIZE bytes of an open file that has that size.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            LAYOUT_SIZE,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            file.as_raw_fd(),
-            0,
-        )
-    };
+    let p = unsafe { libc::mmap(std::ptr::null_mut(), LAYOUT_SIZE, prot, libc::MAP_SHARED, file.as_raw_fd(), 0) };
     match NonNull::new(p.cast::<Region>()) {
         Some(base) if p != libc::MAP_FAILED => Ok(Mapping(base)),
         _ => Err(std::io::Error::last_os_error()),
@@ -213,14 +204,7 @@ unsafe fn check_or_initialize(base: *mut Region, fresh: bool, path: &str) -> Res
         return Ok(());
     }
     // SAFETY: as above.
-    let h: &Header = unsafe { &(*base).header };
-    let matches = magic == MAGIC
-        && h.version == VERSION
-        && h.layout_size as usize == LAYOUT_SIZE
-        && h.max_devices as usize == MAX_DEVICES
-        && h.max_vgpus as usize == MAX_VGPUS
-        && h.max_procs as usize == MAX_PROCS;
-    if matches {
+    if header_matches(unsafe { &(*base).header }) {
         Ok(())
     } else {
         Err(format!(
@@ -228,6 +212,16 @@ unsafe fn check_or_initialize(base: *mut Region, fresh: bool, path: &str) -> Res
              remove it (no Tessera program may be running) or set TESSERA_REGION"
         ))
     }
+}
+
+/// True when `h` is the header of a finished version-[`VERSION`] region of this layout.
+fn header_matches(h: &Header) -> bool {
+    h.magic.load(Ordering::Acquire) == MAGIC
+        && h.version == VERSION
+        && h.layout_size as usize == LAYOUT_SIZE
+        && h.max_devices as usize == MAX_DEVICES
+        && h.max_vgpus as usize == MAX_VGPUS
+        && h.max_procs as usize == MAX_PROCS
 }
 
 /// Writes a fresh header (magic last) over a zeroed region.
@@ -375,6 +369,33 @@ pub fn attach(path: &str, name: &str, limits: Option<&Limits>) -> Result<Attache
         me: &region.procs[me_index],
         me_index: Some(me_index),
     })
+}
+
+/// vGPU `name`'s [`flags`] as the region at `path` holds them now, without joining it or changing anything:
+/// the file is opened and mapped read-only (never created) and searched under a shared lock, since names are
+/// written under the exclusive one. `Ok(None)` when there is no such vGPU; an error names the file. For
+/// deciding what a vGPU allows before a program's CUDA libraries start (the tensor-core policy).
+pub fn vgpu_flags(path: &str, name: &str) -> Result<Option<u32>, String> {
+    let encoded = encode_name(name).ok_or_else(|| format!("{name:?} is not a vGPU name"))?;
+    let fail = |what: &str, e: std::io::Error| format!("region file {path}: {what}: {e}");
+    let file = File::open(path).map_err(|e| fail("cannot open", e))?;
+    let _lock = FileLock::shared(&file).map_err(|e| fail("cannot lock", e))?;
+    let len = file.metadata().map_err(|e| fail("cannot stat", e))?.len();
+    if len != LAYOUT_SIZE as u64 {
+        return Err(format!(
+            "region file {path} has {len} bytes, a version-{VERSION} Tessera region has {LAYOUT_SIZE}"
+        ));
+    }
+    let map = map(&file, libc::PROT_READ).map_err(|e| fail("cannot map", e))?;
+    // SAFETY: the mapping covers the whole file and lives until the end of this function; Region is atomics
+    // and integers, valid for any bits, and is only read: plain reads of what is written under the lock we
+    // hold, and atomic loads of at most 8 bytes, which read-only memory allows.
+    let region = unsafe { map.0.as_ref() };
+    if !header_matches(&region.header) {
+        return Err(format!("region file {path} is not a version-{VERSION} Tessera region"));
+    }
+    let slot = region.vgpus.iter().find(|v| v.state.load(Ordering::Acquire) == state::READY && v.name == encoded);
+    Ok(slot.map(|v| v.sched.flags.load(Ordering::Acquire)))
 }
 
 /// How long the daemon's heartbeat may be silent before it counts as gone (it beats at least every
@@ -539,6 +560,26 @@ mod tests {
         std::fs::remove_file(&path).unwrap();
         let e = attach("/nonexistent-dir/region", "x", None).err().unwrap();
         assert!(e.contains("/nonexistent-dir/region"), "{e}");
+    }
+
+    #[test]
+    fn flags_are_read_without_joining_or_creating() {
+        let path = temp("peek");
+        assert!(vgpu_flags(&path, "svc").unwrap_err().contains(&path));
+        assert!(std::fs::metadata(&path).is_err(), "never created by a reader");
+        let file = RegionFile::open(&path).unwrap();
+        {
+            let locked = file.lock().unwrap();
+            let i = locked.claim_slot(&encode_name("svc").unwrap()).unwrap();
+            locked.region().vgpus[i].sched.flags.store(flags::MANAGED | flags::TENSOR_CORES_OFF, Ordering::Release);
+        }
+        assert_eq!(vgpu_flags(&path, "svc"), Ok(Some(flags::MANAGED | flags::TENSOR_CORES_OFF)));
+        assert_eq!(vgpu_flags(&path, "other"), Ok(None));
+        assert!(file.region().procs.iter().all(|p| p.pid.load(Ordering::Relaxed) == 0), "nothing joined");
+        drop(file);
+        std::fs::write(&path, b"not a region").unwrap();
+        assert!(vgpu_flags(&path, "svc").unwrap_err().contains("bytes"));
+        std::fs::remove_file(&path).unwrap();
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How long the daemon may take to answer.
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -48,4 +48,25 @@ pub fn send(socket: &Path, request: &Request) -> Result<Response, String> {
         return Err(format!("the daemon on {shown} closed the connection without answering"));
     }
     serde_json::from_str(&answer).map_err(|e| format!("the daemon on {shown} answered something unreadable ({e})"))
+}
+
+/// Waits until a daemon answers on `socket` (a daemon just started), for at most `timeout`. `starting` is
+/// asked between attempts and ends the wait with its error (the daemon died, the user gave up).
+pub fn wait_until_ready(
+    socket: &Path,
+    timeout: Duration,
+    mut starting: impl FnMut() -> Result<(), String>,
+) -> Result<(), String> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let last = match send(socket, &Request::List) {
+            Ok(_) => return Ok(()),
+            Err(e) => e,
+        };
+        starting()?;
+        if Instant::now() >= deadline {
+            return Err(format!("the daemon did not answer within {} s: {last}", timeout.as_secs()));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }

@@ -1,7 +1,7 @@
 //! Where the daemon's files are: the region (`TESSERA_REGION`), the socket (`TESSERA_SOCKET`) and the
 //! state directory (`TESSERA_STATE_DIR`), each with a per-user default.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// A set variable's value; an empty one is an error naming it.
 fn var(name: &str) -> Result<Option<String>, String> {
@@ -40,4 +40,15 @@ pub fn state_dir() -> Result<PathBuf, String> {
         Some(home) => Ok(PathBuf::from(home).join(".local/state/tessera")),
         None => Err("no state directory: set TESSERA_STATE_DIR (or HOME or XDG_STATE_HOME)".into()),
     }
+}
+
+/// The variables that give a daemon, its CLI and its processes files of their own in `dir` (region,
+/// socket, state directory): a private machine that never touches the user's daemon.
+pub fn private_environment(dir: &Path) -> Vec<(String, String)> {
+    let path = |f: &str| dir.join(f).to_string_lossy().into_owned();
+    vec![
+        ("TESSERA_REGION".into(), path("tessera.region")),
+        ("TESSERA_SOCKET".into(), path("tessera.sock")),
+        ("TESSERA_STATE_DIR".into(), path("state")),
+    ]
 }

@@ -38,6 +38,7 @@ pub fn missing(lib: Lib) -> u32 {
     match lib {
         Lib::Cuda => tessera_ffi::cuda::CUDA_ERROR_NOT_SUPPORTED,
         Lib::Nvml => tessera_ffi::nvml::NVML_ERROR_FUNCTION_NOT_FOUND,
+        Lib::Cublas => tessera_ffi::cublas::CUBLAS_STATUS_NOT_SUPPORTED,
     }
 }
 

@@ -11,6 +11,9 @@
 //!
 //! Compute shares: [`launch`] (every kernel launch gated on its vGPU's token bucket, its device time
 //! measured with events and fed back, and the standalone share refilled without a daemon).
+//!
+//! Tensor-core policy: [`tensor`] (`NVIDIA_TF32_OVERRIDE=0` set when the shim loads, and `cublasSetMathMode`
+//! forced to pedantic math, for a vGPU with tensor cores off).
 
 mod alloc_table;
 mod config;
@@ -31,3 +34,4 @@ mod proc_address;
 mod quota;
 mod real;
 mod table;
+mod tensor;

@@ -12,6 +12,8 @@ pub enum Lib {
     Cuda,
     /// NVML.
     Nvml,
+    /// cuBLAS, loaded only when a program calls an intercepted cuBLAS function.
+    Cublas,
 }
 
 impl Lib {
@@ -20,6 +22,7 @@ impl Lib {
         match self {
             Lib::Cuda => ("TESSERA_REAL_LIBCUDA", "libcuda.so.1"),
             Lib::Nvml => ("TESSERA_REAL_LIBNVML", "libnvidia-ml.so.1"),
+            Lib::Cublas => ("TESSERA_REAL_LIBCUBLAS", "libcublas.so.12"),
         }
     }
 
@@ -28,6 +31,7 @@ impl Lib {
         match self {
             Lib::Cuda => c"cuInit",
             Lib::Nvml => c"nvmlInit_v2",
+            Lib::Cublas => c"cublasCreate_v2",
         }
     }
 
@@ -36,7 +40,7 @@ impl Lib {
     }
 }
 
-static HANDLES: [OnceLock<Result<usize, String>>; 2] = [OnceLock::new(), OnceLock::new()];
+static HANDLES: [OnceLock<Result<usize, String>>; 3] = [const { OnceLock::new() }; 3];
 
 /// What the loader is asked for: the variable's value when set, else the default name (and the variable).
 fn requested(lib: Lib) -> (String, &'static str) {

@@ -1,7 +1,7 @@
 //! Every function the shim intercepts, declared once (see [`crate::hooks`]).
 
 use crate::hooks::hooks;
-use crate::{init, memory, nvml, proc_address};
+use crate::{init, memory, nvml, proc_address, tensor};
 use std::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void};
 use tessera_ffi::nvml::{NvmlDevice, NvmlMemory, NvmlMemoryV2};
 use tessera_ffi::sys::{
@@ -59,4 +59,7 @@ hooks! {
     Cuda fn cuLaunchCooperativeKernel_ptsz(f: CUfunction, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shared: c_uint, stream: CUstream, params: *mut *mut c_void) => crate::launch::cooperative::<true>;
     Cuda fn cuGraphLaunch(exec: CUgraphExec, stream: CUstream) => crate::launch::graph::<false>;
     Cuda fn cuGraphLaunch_ptsz(exec: CUgraphExec, stream: CUstream) => crate::launch::graph::<true>;
+
+    // Tensor-core policy: tensor-op math modes become pedantic on a vGPU with tensor cores off.
+    Cublas fn cublasSetMathMode(handle: *mut c_void, mode: u32) => tensor::set_math_mode;
 }

@@ -35,8 +35,22 @@ impl Driver {
         Ok(Driver { lib, origin: Origin::Simulated(folder) })
     }
 
-    fn call<F: Copy>(&self, name: &str) -> Result<F, String> {
-        // SAFETY: F is the documented signature of `name` in cuda.h (every caller below names its type).
+    /// The driver a CUDA program would load: `libcuda.so.1` on the loader's path (the simulated one when
+    /// `tessera run` put it there), with the shim's entry points when the shim is preloaded.
+    pub fn for_program() -> Result<Driver, String> {
+        // SAFETY: loading the CUDA driver runs its initializers, which is what every CUDA program does.
+        let lib = unsafe { Library::new("libcuda.so.1") }.map_err(|e| format!("cannot load libcuda.so.1: {e}"))?;
+        let origin = if lib_is_simulated(&lib) {
+            Origin::Simulated(crate::simgpu_cmd::library_folder().unwrap_or_default())
+        } else {
+            Origin::Real
+        };
+        Ok(Driver { lib, origin })
+    }
+
+    /// The entry point `name`, typed as `F`: the caller names the function-pointer type of `name` in cuda.h.
+    pub(crate) fn call<F: Copy>(&self, name: &str) -> Result<F, String> {
+        // SAFETY: F is the documented signature of `name` in cuda.h (every caller names its type).
         unsafe { self.lib.get::<F>(name.as_bytes()).map(|s| *s).map_err(|e| format!("{name}: {e}")) }
     }
 
@@ -114,6 +128,7 @@ fn lib_is_simulated(lib: &Library) -> bool {
     unsafe { lib.get::<*const ()>(b"simgpu_marker").is_ok() }
 }
 
-fn check(what: &str, code: Res) -> Result<(), String> {
+/// `Ok` for `CUDA_SUCCESS`, else an error naming `what` and the code.
+pub(crate) fn check(what: &str, code: Res) -> Result<(), String> {
     if code == 0 { Ok(()) } else { Err(format!("{what} failed with CUDA error {code}")) }
 }

@@ -1,9 +1,13 @@
 //! `tessera`: the command-line front end of Tessera.
 
 mod daemon_cmd;
+mod demo;
 mod driver;
+mod grid;
 mod info;
+mod load;
 mod run;
+mod signals;
 mod simgpu_cmd;
 mod vgpu_cmd;
 
@@ -20,6 +24,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Tessera at work in under a minute: a private daemon, three vGPUs with different shares, quotas and
+    /// priorities, a load in each, a live table and a summary per vGPU.
+    Demo(demo::DemoArgs),
     /// Run the host scheduler daemon in the foreground: it owns the shared region, keeps the vGPU
     /// configuration across restarts and refills every vGPU's compute share.
     Daemon,
@@ -37,12 +44,17 @@ enum Command {
         #[command(subcommand)]
         command: simgpu_cmd::SimgpuCommand,
     },
+    /// The demo's workload: spin kernels under the shim (`tessera run --vgpu NAME -- tessera load`).
+    #[command(hide = true)]
+    Load(load::LoadArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(args) => return run::run(args),
+        Command::Demo(args) => demo::run(args),
+        Command::Load(args) => load::run(args),
         Command::Daemon => daemon_cmd::run(),
         Command::Vgpu { command } => vgpu_cmd::run(command),
         Command::Info => info::run(),

@@ -1,14 +1,19 @@
 //! `tessera run`: runs a command under the shim, so a user never types a library path. It preloads the
 //! installed `libtessera.so` (ahead of anything already in `LD_PRELOAD`), passes the quota and vGPU as the
-//! shim's variables, adds the simulated GPU's environment when the machine has no NVIDIA driver, and
-//! `exec`s the command: its exit status is `tessera run`'s.
+//! shim's variables, adds the simulated GPU's environment when the machine has no NVIDIA driver, sets
+//! `NVIDIA_TF32_OVERRIDE=0` when the vGPU has tensor cores off (before any CUDA library of the command can
+//! start), and `exec`s the command: its exit status is `tessera run`'s.
 
 use clap::Args;
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use tessera_ffi::cublas::TF32_OVERRIDE;
+use tessera_ffi::region::flags::TENSOR_CORES_OFF;
+use tessera_ffi::region_file;
 use tessera_ffi::units::{VGPU_NAME_FORM, parse_memory_limit, valid_vgpu_name};
+use tessera_scheduler::paths;
 
 /// File name of the shim.
 const SHIM: &str = "libtessera.so";
@@ -70,6 +75,14 @@ fn preload(shim: &Path, old: Option<&str>) -> String {
     std::iter::once(shim.as_ref()).chain(rest).collect::<Vec<_>>().join(":")
 }
 
+/// True when vGPU `name` has tensor cores off, as the region the command will join (`TESSERA_REGION`) says
+/// now: the daemon keeps its vGPUs' settings there. A region that cannot be read, or a vGPU it lacks, says
+/// nothing; the shim reports those at `cuInit`.
+fn tensor_cores_off(name: &str) -> bool {
+    let flags = paths::region().ok().and_then(|region| region_file::vgpu_flags(&region, name).ok().flatten());
+    flags.is_some_and(|f| f & TENSOR_CORES_OFF != 0)
+}
+
 /// The variables to set for the command.
 fn environment(args: &RunArgs, shim: &Path) -> Result<Vec<(String, String)>, String> {
     let mut env = vec![("LD_PRELOAD".to_string(), preload(shim, std::env::var("LD_PRELOAD").ok().as_deref()))];
@@ -78,6 +91,14 @@ fn environment(args: &RunArgs, shim: &Path) -> Result<Vec<(String, String)>, Str
     }
     if let Some(vgpu) = &args.vgpu {
         env.push(("TESSERA_VGPU".into(), vgpu.clone()));
+    }
+    let vgpu = args.vgpu.clone().or_else(|| std::env::var("TESSERA_VGPU").ok());
+    if let Some(vgpu) = vgpu.filter(|v| tensor_cores_off(v)) {
+        let (var, value) = TF32_OVERRIDE;
+        if let Some(old) = std::env::var_os(var).filter(|old| old != value) {
+            eprintln!("tessera run: {var}={old:?} replaced by {value}: vGPU {vgpu:?} has tensor cores off");
+        }
+        env.push((var.into(), value.into()));
     }
     if !crate::driver::real_driver_present() {
         let folder = crate::simgpu_cmd::library_folder()?;

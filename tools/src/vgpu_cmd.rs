@@ -219,11 +219,11 @@ fn summary(s: &VgpuSpec) -> String {
 /// The `list` table.
 fn table(vgpus: &[VgpuStatus]) -> String {
     let header = ["NAME", "DEVICE", "MEMORY", "USED", "SHARE", "PRIORITY", "TENSOR", "WINDOW", "STATE", "PROCS"];
-    let rows: Vec<[String; 10]> = vgpus
+    let rows: Vec<Vec<String>> = vgpus
         .iter()
         .map(|v| {
             let s = &v.spec;
-            [
+            vec![
                 s.name.clone(),
                 s.device.to_string(),
                 format_size(s.memory),
@@ -237,18 +237,7 @@ fn table(vgpus: &[VgpuStatus]) -> String {
             ]
         })
         .collect();
-    let widths: Vec<usize> = (0..header.len())
-        .map(|c| rows.iter().map(|r| r[c].len()).chain([header[c].len()]).max().unwrap_or(0))
-        .collect();
-    let line = |cells: Vec<&str>| {
-        let padded: Vec<String> = cells.iter().zip(&widths).map(|(c, w)| format!("{c:<w$}")).collect();
-        padded.join("  ").trim_end().to_string() + "\n"
-    };
-    let mut out = line(header.to_vec());
-    for r in &rows {
-        out += &line(r.iter().map(String::as_str).collect());
-    }
-    out
+    crate::grid::render(&header, &rows, &[])
 }
 
 /// The `show` text.

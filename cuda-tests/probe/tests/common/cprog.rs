@@ -158,6 +158,11 @@ impl Facts {
     /// Runs `cmd` to completion and reads its facts.
     pub fn run(mut cmd: Command) -> Facts {
         let out = cmd.stdin(std::process::Stdio::null()).output().unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
+        Facts::from_output(&out)
+    }
+
+    /// The facts of a program that has finished (e.g. one a test spawned and talked to).
+    pub fn from_output(out: &Output) -> Facts {
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         let mut lines: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for line in stdout.lines() {
@@ -174,14 +179,18 @@ impl Facts {
 
     /// Runs `cmd` and fails the test unless it succeeded and printed `done ok`.
     pub fn ok(cmd: Command) -> Facts {
-        let facts = Facts::run(cmd);
+        Facts::run(cmd).succeeded()
+    }
+
+    /// The facts, failing the test unless the program succeeded and printed `done ok`.
+    pub fn succeeded(self) -> Facts {
         assert!(
-            facts.success && facts.opt("done") == Some("ok"),
+            self.success && self.opt("done") == Some("ok"),
             "the C program failed\nstdout:\n{}\nstderr:\n{}",
-            facts.stdout,
-            facts.stderr
+            self.stdout,
+            self.stderr
         );
-        facts
+        self
     }
 
     /// The value of `key` (its first, when repeated), if printed.

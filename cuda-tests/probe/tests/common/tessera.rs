@@ -120,8 +120,12 @@ impl Machine {
     /// A tenant: `tessera run --vgpu VGPU -- simgpu-probe ARGS`, with piped stdio (it sees the machine's
     /// `TESSERA_REGION`, as the daemon does).
     pub fn tenant(&self, vgpu: &str, args: &[&str]) -> Command {
-        let probe = env!("CARGO_BIN_EXE_simgpu-probe");
-        let mut cmd = self.sim.command_for(tessera(), &[&["run", "--vgpu", vgpu, "--", probe][..], args].concat());
+        self.tenant_running(vgpu, env!("CARGO_BIN_EXE_simgpu-probe"), args)
+    }
+
+    /// A tenant running any program: `tessera run --vgpu VGPU -- PROGRAM ARGS`, with piped stdio.
+    pub fn tenant_running(&self, vgpu: &str, program: &str, args: &[&str]) -> Command {
+        let mut cmd = self.sim.command_for(tessera(), &[&["run", "--vgpu", vgpu, "--", program][..], args].concat());
         cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
         cmd
     }

@@ -1,0 +1,251 @@
+//! `tessera demo`: Tessera at work in under a minute. On a private machine (see [`machine`]) — the
+//! simulated GPU when no NVIDIA driver is present, the real one otherwise — it starts a daemon, creates
+//! three vGPUs with different shares, quotas and priorities, runs `tessera load` in each under the shim,
+//! shows a live table of what each gets, and ends with a summary per vGPU: configured against achieved
+//! share, memory quota against peak use, launches, and time spent waiting for tokens.
+
+mod figures;
+mod machine;
+mod table;
+
+use crate::grid::{self, Align};
+use crate::signals;
+use clap::Args;
+use figures::{Reader, Snapshot};
+use machine::Machine;
+use std::collections::VecDeque;
+use std::io::{IsTerminal, Write};
+use std::time::{Duration, Instant};
+use tessera_ffi::units::format_size;
+use tessera_scheduler::client;
+use tessera_scheduler::config::{Priority, VgpuSpec};
+use tessera_scheduler::protocol::Request;
+
+/// Arguments of `tessera demo`.
+#[derive(Args)]
+pub struct DemoArgs {
+    /// How long the loads run, in seconds (setup and teardown take a few more).
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    seconds: u64,
+}
+
+/// One vGPU of the demo and the load it runs.
+pub struct Tenant {
+    /// Its name.
+    pub name: &'static str,
+    /// Compute share in percent.
+    pub share: u32,
+    /// Memory quota in bytes.
+    pub quota: u64,
+    /// `high` priority (else `normal`).
+    pub high: bool,
+    /// Capped at its share.
+    pub cap: bool,
+    /// Arguments of its `tessera load`.
+    pub load: &'static [&'static str],
+    /// What its load does, for the introduction.
+    pub work: &'static str,
+}
+
+const GIB: u64 = 1 << 30;
+
+/// The demo's vGPUs, all on device 0.
+const TENANTS: [Tenant; 3] = [
+    Tenant {
+        name: "inference",
+        share: 50,
+        quota: 8 * GIB,
+        high: true,
+        cap: false,
+        load: &["--memory", "6GiB", "--burst", "200ms", "--pause", "300ms"],
+        work: "bursts of requests: 200 ms of work, then 300 ms idle",
+    },
+    Tenant {
+        name: "training",
+        share: 30,
+        quota: 16 * GIB,
+        high: false,
+        cap: false,
+        load: &["--memory", "10GiB", "--spike", "4GiB"],
+        work: "always busy; holds 4 GiB more every other second",
+    },
+    Tenant {
+        name: "notebook",
+        share: 20,
+        quota: 4 * GIB,
+        high: false,
+        cap: true,
+        load: &["--memory", "2560MiB"],
+        work: "always busy",
+    },
+];
+/// Device the vGPUs are on.
+const DEVICE: u32 = 0;
+/// Device time of each kernel of the loads.
+const KERNEL: &str = "1ms";
+/// How long the loads may take to start launching.
+const LOAD_START: Duration = Duration::from_secs(15);
+/// Refresh interval of the live table.
+const TICK: Duration = Duration::from_millis(250);
+/// Ticks in the "last second" of the live table.
+const TICKS_PER_SECOND: u32 = 4;
+
+/// Runs the demo.
+pub fn run(args: DemoArgs) -> Result<(), String> {
+    signals::install()?;
+    let mut machine = Machine::new()?;
+    show(&format!("{}\n", introduction(&machine, args.seconds)?));
+    let result = demonstrate(&mut machine, args.seconds);
+    machine.stop(result.is_ok());
+    result
+}
+
+/// What is about to happen.
+fn introduction(machine: &Machine, seconds: u64) -> Result<String, String> {
+    let gpu = match &machine.simgpu {
+        Some(config) => format!("a simulated {} (simgpu: no NVIDIA driver found)", config.devices[0].profile.name),
+        None => {
+            let driver = crate::driver::Driver::load()?;
+            driver.init()?;
+            format!("GPU {DEVICE}, {}", driver.name(DEVICE as i32)?)
+        }
+    };
+    let mut out = format!("Tessera demo: three vGPUs share {gpu} for {seconds} s.\n");
+    let rows: Vec<Vec<String>> = TENANTS
+        .iter()
+        .map(|t| vec![t.name.into(), table::configured(t), format_size(t.quota), t.work.into()])
+        .collect();
+    let align = [Align::Left, Align::Left, Align::Right, Align::Left];
+    out += &grid::render(&["VGPU", "SHARE", "QUOTA", "LOAD"], &rows, &align);
+    out += &format!(
+        "Each load is `tessera run --vgpu NAME -- tessera load`, launching {KERNEL} spin kernels;\n\
+         a private daemon in {} schedules them.\n",
+        machine.dir.display()
+    );
+    Ok(out)
+}
+
+/// Starts the daemon, creates the vGPUs, runs the loads for `seconds` with a live view, and prints the
+/// summary (also when interrupted, then returning an error).
+fn demonstrate(machine: &mut Machine, seconds: u64) -> Result<(), String> {
+    machine.start_daemon()?;
+    for t in &TENANTS {
+        create(&machine.socket(), t)?;
+    }
+    let backstop = (seconds + 30).to_string();
+    let mut pids = Vec::new();
+    for t in &TENANTS {
+        let mut args = vec!["--seconds", &backstop, "--kernel", KERNEL];
+        args.extend(t.load);
+        pids.push(vec![machine.start_load(t.name, &args)?]);
+    }
+    let names: Vec<&str> = TENANTS.iter().map(|t| t.name).collect();
+    let mut reader = Reader::new(&machine.region(), &names, DEVICE, machine.simgpu.as_ref().map(|c| (c, pids)))?;
+    let start = wait_for_launches(machine, &mut reader)?;
+    let (end, interrupted) = watch(machine, &mut reader, &start, seconds)?;
+    show(&format!("\n{}", table::summary(&TENANTS, &start, &end)));
+    if interrupted { Err("interrupted; everything it started is stopped".into()) } else { Ok(()) }
+}
+
+/// Creates vGPU `t` through the daemon.
+fn create(socket: &std::path::Path, t: &Tenant) -> Result<(), String> {
+    let mut spec = VgpuSpec::new(t.name, DEVICE, t.quota, t.share);
+    spec.cap = t.cap;
+    spec.priority = if t.high { Priority::High } else { Priority::Normal };
+    let response = client::send(socket, &Request::Create { spec })?;
+    if response.ok {
+        Ok(())
+    } else {
+        Err(format!("cannot create vGPU {}: {}", t.name, response.error.unwrap_or_default()))
+    }
+}
+
+/// Waits until every vGPU has launched a kernel; the snapshot then starts the run.
+fn wait_for_launches(machine: &mut Machine, reader: &mut Reader) -> Result<Snapshot, String> {
+    let deadline = Instant::now() + LOAD_START;
+    loop {
+        let now = reader.read();
+        if now.vgpus.iter().all(|v| v.launches > 0) {
+            return Ok(now);
+        }
+        machine.check()?;
+        if Instant::now() >= deadline {
+            let idle: Vec<&str> =
+                TENANTS.iter().zip(&now.vgpus).filter(|(_, v)| v.launches == 0).map(|(t, _)| t.name).collect();
+            return Err(format!("the loads of {} launched nothing within {} s", idle.join(", "), LOAD_START.as_secs()));
+        }
+        if signals::sleep(Duration::from_millis(20)) {
+            return Err("interrupted".into());
+        }
+    }
+}
+
+/// Shows the live view for `seconds` from `start`: a table redrawn every [`TICK`] in a terminal, else a
+/// line a second. Returns the last snapshot and whether a signal cut the run short.
+fn watch(
+    machine: &mut Machine,
+    reader: &mut Reader,
+    start: &Snapshot,
+    seconds: u64,
+) -> Result<(Snapshot, bool), String> {
+    let mut view = LiveView::new();
+    let ticks = seconds as u32 * TICKS_PER_SECOND;
+    let mut recent: VecDeque<Snapshot> = VecDeque::from([start.clone()]);
+    for tick in 1..=ticks {
+        let due = start.at + TICK * tick;
+        if signals::sleep(due.saturating_duration_since(Instant::now())) {
+            return Ok((reader.read(), true));
+        }
+        machine.check()?;
+        let now = reader.read();
+        let second_ago = recent.front().expect("never empty");
+        if view.terminal {
+            view.redraw(&table::live(&TENANTS, start, second_ago, &now, seconds));
+        } else if tick.is_multiple_of(TICKS_PER_SECOND) {
+            show(&format!("{}\n", table::progress_line(&TENANTS, start, second_ago, &now)));
+        }
+        recent.push_back(now);
+        if recent.len() > TICKS_PER_SECOND as usize {
+            recent.pop_front();
+        }
+    }
+    Ok((recent.pop_back().expect("never empty"), false))
+}
+
+/// The live table in a terminal: redrawn in place (the cursor moved up over the previous drawing, which
+/// is cleared), with the cursor hidden meanwhile.
+struct LiveView {
+    terminal: bool,
+    lines: usize,
+}
+
+impl LiveView {
+    fn new() -> LiveView {
+        LiveView { terminal: std::io::stdout().is_terminal(), lines: 0 }
+    }
+
+    fn redraw(&mut self, text: &str) {
+        let up = match self.lines {
+            0 => "\x1b[?25l".to_string(),
+            n => format!("\x1b[{n}A\x1b[J"),
+        };
+        show(&format!("{up}{text}"));
+        self.lines = text.lines().count();
+    }
+}
+
+impl Drop for LiveView {
+    fn drop(&mut self) {
+        if self.lines > 0 {
+            show("\x1b[?25h");
+        }
+    }
+}
+
+/// Writes `text` to stdout at once. A closed stdout (`tessera demo | head`) is no reason to stop: the
+/// demo runs to its end and cleans up.
+fn show(text: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes());
+    let _ = out.flush();
+}

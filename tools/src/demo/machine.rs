@@ -1,0 +1,240 @@
+//! The demo's private machine: a temporary directory holding the region, socket and daemon state and, on
+//! the simulated GPU, the simulated GPU's state file; an environment pointing every child there (so a
+//! daemon or simulated GPU the user runs is never touched); and the child processes — the daemon and the
+//! loads — each in a process group of its own (Ctrl-C reaches only the demo, which stops them in order)
+//! and killed by the kernel should the demo die. Dropping the machine kills what still runs and removes
+//! the directory, on every way out (but SIGKILL, after which only the directory remains).
+
+use crate::signals;
+use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::fs::DirBuilderExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long the daemon may take to answer.
+const DAEMON_START: Duration = Duration::from_secs(10);
+/// How long a child may take to stop after SIGTERM before it is killed.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+/// `TESSERA_` variables a child may inherit from the user: where the libraries are and logging.
+const KEPT: [&str; 4] = ["TESSERA_LIB_DIR", "TESSERA_LOG", "TESSERA_REAL_LIBCUDA", "TESSERA_REAL_LIBNVML"];
+
+/// A child process, the log holding its stdout and stderr, and what it is for messages.
+struct Running {
+    what: String,
+    child: Child,
+    log: PathBuf,
+}
+
+/// The private machine; see the module documentation.
+pub struct Machine {
+    /// The private directory.
+    pub dir: PathBuf,
+    /// The simulated GPU's configuration, `None` on a real GPU.
+    pub simgpu: Option<simgpu::Config>,
+    exe: PathBuf,
+    env: Vec<(String, String)>,
+    daemon: Option<Running>,
+    loads: Vec<Running>,
+}
+
+impl Machine {
+    /// A machine on the real GPU when the machine has an NVIDIA driver, else on the simulated one.
+    pub fn new() -> Result<Machine, String> {
+        let exe = std::env::current_exe().map_err(|e| format!("cannot locate the tessera executable: {e}"))?;
+        let dir = std::env::temp_dir().join(format!("tessera-demo-{}", std::process::id()));
+        let mut env = tessera_scheduler::paths::private_environment(&dir);
+        let simgpu = if crate::driver::real_driver_present() {
+            None
+        } else {
+            let folder = crate::simgpu_cmd::library_folder()?;
+            let old = std::env::var("LD_LIBRARY_PATH").ok();
+            let state = ("SIMGPU_STATE".to_string(), dir.join("simgpu.state").to_string_lossy().into_owned());
+            env.extend(simgpu::libdir::environment(&folder, old.as_deref()).into_iter().filter(|(k, _)| *k != state.0));
+            env.push(state);
+            let lookup = env.clone();
+            let config =
+                simgpu::Config::from_lookup(move |k| lookup.iter().find(|(e, _)| e == k).map(|(_, v)| v.clone()))
+                    .map_err(|e| e.to_string())?;
+            Some(config)
+        };
+        // Created last, new and private (a stale one, from a run of a process with this pid, goes first):
+        // from here on `Drop` removes it.
+        let _ = std::fs::remove_dir_all(&dir);
+        let create = |d: &Path| std::fs::DirBuilder::new().mode(0o700).create(d);
+        create(&dir)
+            .and_then(|_| create(&dir.join("logs")))
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        Ok(Machine { dir, simgpu, exe, env, daemon: None, loads: Vec::new() })
+    }
+
+    /// The value of one of the machine's variables.
+    fn var(&self, key: &str) -> &str {
+        self.env.iter().find(|(k, _)| k == key).map_or("", |(_, v)| v.as_str())
+    }
+
+    /// The daemon's socket.
+    pub fn socket(&self) -> PathBuf {
+        PathBuf::from(self.var("TESSERA_SOCKET"))
+    }
+
+    /// The region file.
+    pub fn region(&self) -> String {
+        self.var("TESSERA_REGION").to_string()
+    }
+
+    /// `tessera ARGS` with the machine's environment, logging to `logs/<log>.log`, in a process group of
+    /// its own, and sent `death` by the kernel if the demo dies.
+    fn spawn(&self, what: &str, log: &str, death: libc::c_int, args: &[&str]) -> Result<Running, String> {
+        let log = self.dir.join("logs").join(format!("{log}.log"));
+        let file = std::fs::File::create(&log).map_err(|e| format!("cannot create {}: {e}", log.display()))?;
+        let err = file.try_clone().map_err(|e| format!("{}: {e}", log.display()))?;
+        let mut cmd = Command::new(&self.exe);
+        cmd.args(args).stdin(Stdio::null()).stdout(file).stderr(err).process_group(0);
+        for (key, _) in std::env::vars_os() {
+            let key = key.to_string_lossy();
+            if (key.starts_with("TESSERA_") && !KEPT.contains(&key.as_ref())) || key.starts_with("SIMGPU_") {
+                cmd.env_remove(key.as_ref());
+            }
+        }
+        cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
+        let parent = std::process::id() as libc::pid_t;
+        // SAFETY: runs in the child between fork and exec and only makes async-signal-safe calls (prctl,
+        // getppid, _exit). The death signal survives the exec of `tessera run` into the load.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, death) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if libc::getppid() != parent {
+                    libc::_exit(1); // the demo died before the death signal was set
+                }
+                Ok(())
+            })
+        };
+        let child = cmd.spawn().map_err(|e| format!("cannot start {what}: {e}"))?;
+        Ok(Running { what: what.into(), child, log })
+    }
+
+    /// Starts `tessera daemon` and waits until it answers. Should the demo die, the daemon gets SIGTERM and
+    /// stops cleanly.
+    pub fn start_daemon(&mut self) -> Result<(), String> {
+        self.daemon = Some(self.spawn("the daemon", "daemon", libc::SIGTERM, &["daemon"])?);
+        let socket = self.socket();
+        tessera_scheduler::client::wait_until_ready(&socket, DAEMON_START, || {
+            if signals::stop_requested() {
+                return Err("interrupted".into());
+            }
+            self.check()
+        })
+    }
+
+    /// Starts `tessera load ARGS` in vGPU `vgpu` under the shim; returns its pid (`tessera run` `exec`s).
+    /// Should the demo die, the load gets SIGKILL: a launch waiting for tokens would wait for the daemon
+    /// forever (a restarted daemon resumes it), so it could not act on SIGTERM.
+    pub fn start_load(&mut self, vgpu: &str, args: &[&str]) -> Result<u32, String> {
+        let exe = self.exe.to_string_lossy().into_owned();
+        let mut all = vec!["run", "--vgpu", vgpu, "--", &exe, "load"];
+        all.extend(args);
+        let load = self.spawn(&format!("the load of vGPU {vgpu}"), vgpu, libc::SIGKILL, &all)?;
+        let pid = load.child.id();
+        self.loads.push(load);
+        Ok(pid)
+    }
+
+    /// An error naming the first child that has exited (nothing should, before it is stopped), with the
+    /// end of its log.
+    pub fn check(&mut self) -> Result<(), String> {
+        for r in self.daemon.iter_mut().chain(self.loads.iter_mut()) {
+            if let Ok(Some(status)) = r.child.try_wait() {
+                return Err(format!("{} exited ({}) early:\n{}", r.what, describe(status), tail(&r.log)));
+            }
+        }
+        Ok(())
+    }
+
+    /// Stops the loads with SIGTERM (they finish their kernels and free their memory; the daemon still
+    /// grants the tokens a waiting launch needs), then the daemon. With `report`, a child that fails to
+    /// stop, or stops with an error, is reported on stderr (not after a failed run, whose error says more).
+    pub fn stop(&mut self, report: bool) {
+        let loads = std::mem::take(&mut self.loads);
+        for r in &loads {
+            terminate(&r.child);
+        }
+        for r in loads {
+            finish(r, report);
+        }
+        if let Some(r) = self.daemon.take() {
+            terminate(&r.child);
+            finish(r, report);
+        }
+    }
+}
+
+impl Drop for Machine {
+    fn drop(&mut self) {
+        for mut r in self.loads.drain(..).chain(self.daemon.take()) {
+            let _ = r.child.kill();
+            let _ = r.child.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Sends SIGTERM to a child that has not been reaped.
+fn terminate(child: &Child) {
+    // SAFETY: kill sends a signal to our own child, not reaped yet, so its pid is not reused.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+}
+
+/// Waits [`STOP_GRACE`] for a child sent SIGTERM to exit, then kills it; with `report`, says on stderr
+/// when it had to, or when the child ended with an error (SIGTERM itself, which it may get before it
+/// handles it, is no error).
+fn finish(mut r: Running, report: bool) {
+    let deadline = Instant::now() + STOP_GRACE;
+    let status = loop {
+        match r.child.try_wait() {
+            Ok(Some(status)) => break Some(status),
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            _ => break None,
+        }
+    };
+    match status {
+        Some(s) if s.success() || s.signal() == Some(libc::SIGTERM) || !report => {}
+        Some(s) => eprintln!("tessera demo: {} ended with {}:\n{}", r.what, describe(s), tail(&r.log)),
+        None => {
+            let _ = r.child.kill();
+            let _ = r.child.wait();
+            if report {
+                eprintln!("tessera demo: {} did not stop within {} s; killed it", r.what, STOP_GRACE.as_secs());
+            }
+        }
+    }
+}
+
+/// `status 1` or `signal 9`.
+fn describe(status: ExitStatus) -> String {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("status {code}"),
+        (None, Some(signal)) => format!("signal {signal}"),
+        _ => status.to_string(),
+    }
+}
+
+/// The last lines of a log (at most 2 KiB), indented, or a note that it is empty.
+fn tail(log: &std::path::Path) -> String {
+    let mut text = String::new();
+    if let Ok(mut f) = std::fs::File::open(log) {
+        let len = f.metadata().map_or(0, |m| m.len());
+        let _ = f.seek(SeekFrom::Start(len.saturating_sub(2048)));
+        let mut bytes = Vec::new();
+        let _ = f.read_to_end(&mut bytes);
+        text = String::from_utf8_lossy(&bytes).into_owned();
+    }
+    let lines: Vec<String> = text.lines().rev().take(12).map(|l| format!("    {l}")).collect();
+    if lines.is_empty() {
+        return "    (it printed nothing)".into();
+    }
+    lines.into_iter().rev().collect::<Vec<_>>().join("\n")
+}
