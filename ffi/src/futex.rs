@@ -49,6 +49,18 @@ pub fn wait_until(word: &AtomicU32, expected: u32, deadline_ns: u64) {
     }
 }
 
+/// Sleeps until `deadline_ns` on [`monotonic_ns`]'s clock (absolute, so a loop sleeping to fixed deadlines
+/// does not drift).
+pub fn sleep_until(deadline_ns: u64) {
+    let ts = libc::timespec {
+        tv_sec: (deadline_ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (deadline_ns % 1_000_000_000) as libc::c_long,
+    };
+    // SAFETY: clock_nanosleep reads an absolute CLOCK_MONOTONIC time from our stack; the remainder pointer
+    // may be NULL with TIMER_ABSTIME. Returning early on a signal is harmless: callers re-check the time.
+    unsafe { libc::clock_nanosleep(libc::CLOCK_MONOTONIC, libc::TIMER_ABSTIME, &ts, std::ptr::null_mut()) };
+}
+
 /// Wakes every waiter on `word`, in any process.
 pub fn wake_all(word: &AtomicU32) {
     // SAFETY: FUTEX_WAKE only uses the address as a key; it does not dereference beyond validity checks.
@@ -69,6 +81,9 @@ mod tests {
         let start = monotonic_ns();
         wait_until(word, 0, start + 5_000_000);
         assert!(monotonic_ns() - start >= 5_000_000, "slept until the deadline");
+        let start = monotonic_ns();
+        sleep_until(start + 3_000_000);
+        assert!(monotonic_ns() - start >= 3_000_000, "slept until the deadline");
         let waker = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(20));
             word.store(1, Ordering::SeqCst);

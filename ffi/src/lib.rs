@@ -6,7 +6,8 @@
 //! - [`proc_address`]: the real driver's `cuGetProcAddress` answers, as data.
 //! - [`region`]: the versioned shared-memory region processes of one vGPU share.
 //! - [`region_file`]: opening, checking and claiming slots of that region (shim and daemon alike);
-//!   [`reclaim`]: giving back what dead processes held; [`futex`]: waiting on its futex words.
+//!   [`reclaim`]: giving back what dead processes held; [`futex`]: waiting on its futex words;
+//!   [`timeline`]: the per-device ring of completed kernels the daemon charges device time from.
 //! - [`nvml`]: the NVML C types the simulated NVML and the shim exchange with programs.
 //! - [`units`]: the textual forms of sizes and durations accepted in every environment variable.
 
@@ -20,6 +21,7 @@ pub mod proc_address;
 pub mod reclaim;
 pub mod region;
 pub mod region_file;
+pub mod timeline;
 pub mod units;
 
 pub use cudarc::driver::sys;

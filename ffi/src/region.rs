@@ -2,9 +2,10 @@
 //! scheduler, its compute share). A binary protocol between processes that may run different Tessera
 //! versions: the header's magic, version and layout size are checked on every open.
 //!
-//! Layout version 2: a header, the daemon's record, one scheduling record per device, then [`MAX_VGPUS`]
-//! vGPU slots (quota, usage and the compute-share token bucket), then [`MAX_PROCS`] process slots, all
-//! `#[repr(C)]` atomics so that every access after opening is a lock-free atomic operation.
+//! Layout version 3: a header, the daemon's record, one scheduling record per device, then [`MAX_VGPUS`]
+//! vGPU slots (quota, usage and the compute-share token bucket), then [`MAX_PROCS`] process slots, then one
+//! [`Timeline`] of completed kernels per device, all `#[repr(C)]` atomics so that every access after
+//! opening is a lock-free atomic operation.
 //!
 //! Protocol (the shim implements it; anything else that maps the region must follow it):
 //! - the file is created, checked and its slots claimed or configured only under `flock(LOCK_EX)`;
@@ -17,18 +18,23 @@
 //!   subtraction when `tokens > 0`, the `inflight_ns` window allows it, the vGPU is not suspended and no
 //!   higher-priority vGPU is active on its device; otherwise it sleeps on the `epoch` futex word, counted in
 //!   `waiters`. Whoever grants tokens or changes the state (the daemon, or the process itself in standalone
-//!   mode) adds to `tokens`, increments `epoch` and wakes the futex. Measured device time is fed back: the
-//!   estimate charged at launch is corrected in `tokens`, and `device_ns` accumulates what ran.
+//!   mode) adds to `tokens`, increments `epoch` and wakes the futex. Measured device time is fed back:
+//!   for a managed vGPU, each finished kernel's absolute start and end go to its device's [`Timeline`]
+//!   (with the estimate its launch took), and the daemon charges the device time the kernel took, from the
+//!   order of completions on the device, giving the estimate back in the same addition to `tokens`; in
+//!   standalone mode the process corrects the estimate by the time it measured on its stream. Either way
+//!   `device_ns` accumulates what was charged.
 //! - the daemon (`tessera daemon`), when one runs, records its pid and `heartbeat_ns` in [`Daemon`] and marks
 //!   the slots it configures [`flags::MANAGED`]: their limits and shares are its own (a joining process
 //!   adopts them), their tokens come from it alone, and their slots are never reused for another name.
 
+pub use crate::timeline::Timeline;
 use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64};
 
 /// `TESSRGN1` in little-endian byte order.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"TESSRGN1");
 /// Layout version; bump on any change to the structures below.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 /// Devices per vGPU slot.
 pub const MAX_DEVICES: usize = 16;
 /// vGPU slots in a region.
@@ -85,7 +91,8 @@ pub mod flags {
     pub const TENSOR_CORES_OFF: u32 = 2;
     /// Suspended: launches wait at the next kernel boundary.
     pub const SUSPENDED: u32 = 4;
-    /// Configured by the daemon (tokens are granted by it, not by the processes).
+    /// Configured by the daemon (tokens are granted by it, not by the processes, and device time is charged
+    /// by it from the device's timeline).
     pub const MANAGED: u32 = 8;
 }
 
@@ -117,7 +124,8 @@ pub struct Sched {
     pub last_launch_ns: AtomicU64,
     /// Kernel launches (graph launches count once).
     pub launches: AtomicU64,
-    /// Measured device time the vGPU's work has taken.
+    /// Device time the vGPU's work has taken (charged by the daemon for a managed vGPU, measured by the
+    /// processes otherwise).
     pub device_ns: AtomicU64,
     /// Time launches have spent waiting for tokens.
     pub wait_ns: AtomicU64,
@@ -216,9 +224,11 @@ pub struct Region {
     pub vgpus: [VgpuSlot; MAX_VGPUS],
     /// Process slots.
     pub procs: [ProcSlot; MAX_PROCS],
+    /// Per-device rings of completed kernels, read by the daemon.
+    pub timelines: [Timeline; MAX_DEVICES],
 }
 
-/// Size of a version-2 region file.
+/// Size of a version-3 region file.
 pub const LAYOUT_SIZE: usize = std::mem::size_of::<Region>();
 
 #[cfg(test)]
@@ -242,6 +252,11 @@ mod tests {
         assert_eq!(std::mem::size_of::<VgpuSlot>(), 8 + NAME_LEN + 3 * 8 * MAX_DEVICES + 8 + 88);
         assert_eq!(std::mem::size_of::<ProcSlot>(), 16 + 8 * MAX_DEVICES);
         assert_eq!(std::mem::size_of::<DeviceSched>(), 16);
-        assert_eq!(LAYOUT_SIZE, 32 + 16 + MAX_DEVICES * 16 + MAX_VGPUS * 552 + MAX_PROCS * 144);
+        assert_eq!(std::mem::size_of::<crate::timeline::Entry>(), 40);
+        assert_eq!(std::mem::size_of::<Timeline>(), 32 + crate::timeline::RING * 40);
+        assert_eq!(
+            LAYOUT_SIZE,
+            32 + 16 + MAX_DEVICES * 16 + MAX_VGPUS * 552 + MAX_PROCS * 144 + MAX_DEVICES * (32 + 4096 * 40)
+        );
     }
 }

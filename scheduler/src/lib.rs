@@ -4,13 +4,17 @@
 //!
 //! - [`config`]: vGPU specs and the rules every change keeps; [`store`]: their file, written atomically;
 //! - [`slots`]: writing specs into the region and reading usage back; [`manager`]: carrying out requests;
-//! - [`refill`]: the token algorithm (pure); [`pacer`]: the per-device loop that applies it;
+//! - [`refill`]: the token algorithm (pure); [`ledger`]: device time from the order of completions
+//!   (pure); [`charger`]: applying it to the vGPUs from the device's timeline; [`pacer`]: the per-device
+//!   loop that charges and refills;
 //! - [`protocol`], [`server`], [`client`]: JSON lines over a unix socket;
 //! - [`paths`]: where the files are; [`daemon`]: the daemon's life.
 
+pub mod charger;
 pub mod client;
 pub mod config;
 pub mod daemon;
+pub mod ledger;
 pub mod manager;
 pub mod pacer;
 pub mod paths;

@@ -1,8 +1,14 @@
 //! The refill loop of one device: every millisecond while any vGPU there has demand (at absolute
 //! deadlines, so it does not drift), else every [`IDLE_NS`], and at once when a launch that must wait
-//! wakes it through the device's `demand` futex word. Each tick reads the device's managed vGPUs from the
-//! region, asks [`refill::plan`] for their grants, adds them to the buckets and wakes waiting launches.
+//! wakes it through the device's `demand` futex word (while it ticks every millisecond anyway, such
+//! wake-ups are not waited for: they would only make ticks more frequent, not grant more).
+//!
+//! Each tick first has the device's [`Charger`] charge the kernels that finished since the last one (their
+//! device time taken from `tokens`, the launches' estimates given back); then it reads the device's
+//! managed vGPUs from the region, asks [`refill::plan`] for their grants (the whole interval, split by
+//! share), adds them to the buckets and wakes waiting launches.
 
+use crate::charger::Charger;
 use crate::refill::{self, Observed, Vgpu};
 use std::sync::atomic::{AtomicBool, Ordering};
 use tessera_ffi::futex;
@@ -29,9 +35,11 @@ fn with_processes(region: &Region) -> [bool; MAX_VGPUS] {
     found
 }
 
-/// One refill of device `device` for an interval of `dt_ns` ending at `now_ns`. Returns true when a vGPU
-/// there has demand (the loop then keeps the 1 ms pace).
-pub fn tick(region: &Region, device: u32, now_ns: u64, dt_ns: u64) -> bool {
+/// One tick of device `device` (whose charger is `charger`) for an interval of `dt_ns` ending at
+/// `now_ns`: charges what finished, then refills. Returns true when a vGPU there has demand (the loop then
+/// keeps the 1 ms pace).
+pub fn tick(region: &Region, device: u32, charger: &mut Charger, now_ns: u64, dt_ns: u64) -> bool {
+    charger.charge(region, device, now_ns);
     let procs = with_processes(region);
     let members: Vec<usize> = (0..MAX_VGPUS)
         .filter(|&i| {
@@ -87,16 +95,24 @@ pub fn tick(region: &Region, device: u32, now_ns: u64, dt_ns: u64) -> bool {
 /// Runs device `device`'s loop until `stop` is set (checked at least every [`IDLE_NS`]).
 pub fn run(region: &Region, device: u32, stop: &AtomicBool) {
     let Some(dev) = region.devices.get(device as usize) else { return };
+    let mut charger = Charger::new(region, device);
     let mut last = futex::monotonic_ns();
     let mut deadline = last;
     while !stop.load(Ordering::Acquire) {
         let seen = dev.demand.load(Ordering::Acquire);
         let now = futex::monotonic_ns();
-        let busy = tick(region, device, now, (now - last).min(MAX_DT_NS));
+        let busy = tick(region, device, &mut charger, now, (now - last).min(MAX_DT_NS));
         last = now;
         region.daemon.heartbeat_ns.fetch_max(now, Ordering::AcqRel);
-        deadline = if busy { (deadline + TICK_NS).max(now) } else { now + IDLE_NS };
-        futex::wait_until(&dev.demand, seen, deadline);
+        if busy {
+            // Every tick grants for the time elapsed since the last, so ticking sooner gains nothing: launches
+            // waiting for tokens (which wake the daemon each time they go back to sleep) wait for the tick.
+            deadline = (deadline + TICK_NS).max(now);
+            futex::sleep_until(deadline);
+        } else {
+            deadline = now + IDLE_NS;
+            futex::wait_until(&dev.demand, seen, deadline);
+        }
     }
 }
 
@@ -137,20 +153,21 @@ mod tests {
         managed(r, 2, 0, 0);
         r.vgpus[2].sched.device.store(1, Ordering::Relaxed);
         let epoch = r.vgpus[0].sched.epoch.load(Ordering::Relaxed);
-        assert!(tick(r, 0, 10 * MS, MS));
+        let charger = &mut Charger::new(r, 0);
+        assert!(tick(r, 0, charger, 10 * MS, MS));
         assert_eq!((tokens(r, 0), tokens(r, 1), tokens(r, 2)), (300_000, 700_000, 0));
         assert_eq!(r.vgpus[0].sched.epoch.load(Ordering::Relaxed), epoch + 1, "waiters are woken");
         for _ in 0..10 {
-            tick(r, 0, 11 * MS, MS);
+            tick(r, 0, charger, 11 * MS, MS);
         }
         assert_eq!((tokens(r, 0), tokens(r, 1)), (2 * MS as i64, 2 * MS as i64), "held to the burst");
         // Debt stays debt; an idle vGPU gets nothing and the tick reports no demand.
         r.vgpus[0].sched.tokens.store(-5 * MS as i64, Ordering::Relaxed);
         r.vgpus[1].sched.waiters.store(0, Ordering::Relaxed);
-        assert!(tick(r, 0, 12 * MS, MS));
+        assert!(tick(r, 0, charger, 12 * MS, MS));
         assert_eq!(tokens(r, 0), -4 * MS as i64);
         r.vgpus[0].sched.waiters.store(0, Ordering::Relaxed);
-        assert!(!tick(r, 0, 20 * MS, MS));
+        assert!(!tick(r, 0, charger, 20 * MS, MS));
         assert_eq!(tokens(r, 0), -4 * MS as i64);
     }
 }

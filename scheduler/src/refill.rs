@@ -7,6 +7,11 @@
 //!   of uncapped vGPUs could not take) goes to the uncapped vGPUs with demand and room, in proportion to
 //!   their shares (evenly when all are 0), highest priority first: `low` vGPUs absorb spare time only
 //!   when no `normal` one can;
+//! - except what the full bucket of a busy vGPU could not take (its part of the entitlement and of the
+//!   spare time): it has work queued, and tokens, so what it misses is the device, which the others'
+//!   queued work keeps (on a first-come-first-served engine). Giving its share away would let the others
+//!   queue even more and crowd it out for good, whereas holding them to their shares leaves it the
+//!   device. That part is given to nobody: the vGPU runs on the tokens it has;
 //! - a capped vGPU never gets more than its share, and what it does not take is given to nobody.
 //!
 //! A suspended vGPU takes no part and gets nothing. While a `high` vGPU on the device is busy (or the
@@ -81,7 +86,7 @@ pub fn plan(vgpus: &[Vgpu], dt_ns: u64, high_hold: bool) -> Vec<u64> {
         let entitled = (dt_ns as u128 * vgpus[i].share.min(100) as u128 / 100) as u64;
         grants[i] = entitled.min(vgpus[i].room);
         given += entitled;
-        if !vgpus[i].cap {
+        if !vgpus[i].cap && !vgpus[i].busy {
             untaken += entitled - grants[i];
         }
     }
@@ -101,23 +106,31 @@ pub fn plan(vgpus: &[Vgpu], dt_ns: u64, high_hold: bool) -> Vec<u64> {
 }
 
 /// Shares `amount` among `takers` in proportion to their shares (evenly when those are all 0), none
-/// beyond its room, again and again while some have room left; returns what nobody could take.
+/// beyond its room, again and again while some have room left; returns what nobody could take. The part
+/// of the first round a busy taker cannot take is forfeited, not shared again (see the module
+/// documentation).
 fn fill(grants: &mut [u64], vgpus: &[Vgpu], takers: &[usize], mut amount: u64) -> u64 {
+    let mut first = true;
     while amount > 0 {
-        let open: Vec<usize> = takers.iter().copied().filter(|&i| grants[i] < vgpus[i].room).collect();
+        let open: Vec<usize> =
+            takers.iter().copied().filter(|&i| grants[i] < vgpus[i].room || (first && vgpus[i].busy)).collect();
         let weights: u64 = open.iter().map(|&i| vgpus[i].share as u64).sum();
-        let mut handed = 0u64;
+        let (mut handed, mut forfeited) = (0u64, 0u64);
         for &i in &open {
             let (w, total) = if weights == 0 { (1, open.len() as u64) } else { (vgpus[i].share as u64, weights) };
-            let part = ((amount as u128 * w as u128).div_ceil(total as u128) as u64).min(amount - handed);
-            let take = part.min(vgpus[i].room - grants[i]);
+            let part = ((amount as u128 * w as u128).div_ceil(total as u128) as u64).min(amount - handed - forfeited);
+            let take = part.min(vgpus[i].room.saturating_sub(grants[i]));
             grants[i] += take;
             handed += take;
+            if vgpus[i].busy {
+                forfeited += part - take;
+            }
         }
-        if handed == 0 {
+        if handed == 0 && forfeited == 0 {
             break;
         }
-        amount -= handed;
+        amount -= handed + forfeited;
+        first = false;
     }
     amount
 }
@@ -210,22 +223,39 @@ mod tests {
         assert_eq!(plan(&[low, idle(30)], MS, false), [MS, 0]);
     }
 
+    /// Launched lately, nothing queued now: demand without being busy.
+    fn recent(share: u32) -> Vgpu {
+        Vgpu { busy: false, ..busy(share) }
+    }
+
     #[test]
-    fn what_a_full_bucket_cannot_take_goes_to_the_others() {
-        let full = Vgpu { room: 0, ..busy(30) };
+    fn what_the_full_bucket_of_a_vgpu_with_nothing_queued_cannot_take_goes_to_the_others() {
+        let full = Vgpu { room: 0, ..recent(30) };
         assert_eq!(plan(&[full, busy(70)], MS, false), [0, MS]);
-        let nearly = Vgpu { room: 100_000, ..busy(30) };
+        let nearly = Vgpu { room: 100_000, ..recent(30) };
         assert_eq!(plan(&[nearly, busy(20), busy(50)], MS, false), [100_000, 257_143, 642_857]);
         // Normal vGPUs full: the low one takes the rest.
         let low = Vgpu { priority: priority::LOW, ..busy(10) };
-        let tight = Vgpu { room: 200_000, ..busy(40) };
-        assert_eq!(plan(&[low, tight, Vgpu { room: 0, ..busy(50) }], MS, false), [800_000, 200_000, 0]);
+        let tight = Vgpu { room: 200_000, ..recent(40) };
+        assert_eq!(plan(&[low, tight, Vgpu { room: 0, ..recent(50) }], MS, false), [800_000, 200_000, 0]);
         // What a capped vGPU does not take is given to nobody.
-        let capped_full = Vgpu { cap: true, room: 0, ..busy(30) };
+        let capped_full = Vgpu { cap: true, room: 0, ..recent(30) };
         assert_eq!(plan(&[capped_full, busy(20)], MS, false), [0, 700_000]);
         // Nobody has room: nothing is handed out.
         assert_eq!(plan(&[full, Vgpu { room: 0, ..busy(70) }], MS, false), [0, 0]);
         assert_eq!((room(500, 2000), room(3000, 2000), room(-1000, 2000)), (1500, 0, 3000));
+    }
+
+    #[test]
+    fn what_the_full_bucket_of_a_busy_vgpu_cannot_take_is_not_given_away() {
+        // Its queued work waits behind the others': more tokens for them would crowd it out further.
+        let crowded = Vgpu { room: 100_000, ..busy(30) };
+        assert_eq!(plan(&[crowded, busy(20), busy(50)], MS, false), [100_000, 200_000, 500_000]);
+        // Nor its part of an idle vGPU's share: the others get theirs (d: 30/(30+40) of the idle 30%).
+        let full = Vgpu { room: 0, ..busy(40) };
+        assert_eq!(plan(&[idle(30), busy(30), full], MS, false), [0, 428_572, 0]);
+        // a: the 70% vGPU, not held by tokens, keeps the device while the 30% one is held to its share.
+        assert_eq!(plan(&[busy(30), Vgpu { room: 300_000, ..busy(70) }], MS, false), [300_000, 300_000]);
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! `tessera daemon` and `tessera vgpu`: refused requests change nothing, processes under `tessera run
-//! --vgpu` get the daemon's quota and its live changes, the configuration and running tenants survive a
+//! --vgpu` get the daemon's quota and its live changes, each vGPU is charged exactly the device time its
+//! kernels took, the configuration and running tenants survive a
 //! SIGKILLed daemon, one daemon per region and socket, the socket is its owner's only, and unusable
 //! region or state files are clear errors. Each test has a daemon, region, socket and state directory of
 //! its own on the 4 GiB `small` device (contexts cost 128 MiB).
@@ -194,7 +195,7 @@ fn unusable_region_and_state_files_are_clear_errors() {
     for (contents, expect) in [
         (b"not a region".to_vec(), "truncated, foreign or from another Tessera version"),
         (vec![0u8; LAYOUT_SIZE / 2], "truncated"),
-        (vec![0xAB; LAYOUT_SIZE], "is not a version-2 Tessera region"),
+        (vec![0xAB; LAYOUT_SIZE], "is not a version-3 Tessera region"),
         (header(MAGIC, 1), "(magic 0x314e475253534554, version 1)"),
     ] {
         std::fs::write(&region, &contents).unwrap();
@@ -273,6 +274,32 @@ fn shares_split_the_device_and_a_capped_idle_vgpu_keeps_others_to_theirs() {
     m.ok(&["vgpu", "create", "reserved", "--device", "0", "--memory", "1GiB", "--share", "20", "--cap"]);
     let held = utilization(&report(saturate(&m, "a", "1.5")));
     assert!((0.05..=0.35).contains(&held), "held to 20% beside a capped idle vGPU, it got {held:.2}");
+}
+
+#[test]
+fn each_vgpu_is_charged_the_device_time_its_kernels_took_not_their_stream_time() {
+    let _turn = TIMING.lock().unwrap_or_else(|e| e.into_inner());
+    let mut m = Machine::new("charged", "small");
+    m.start();
+    m.ok(&["vgpu", "create", "a", "--device", "0", "--memory", "1GiB", "--share", "30"]);
+    m.ok(&["vgpu", "create", "b", "--device", "0", "--memory", "1GiB", "--share", "70"]);
+    let (a, b) = (saturate(&m, "a", "2"), saturate(&m, "b", "2"));
+    let (a, b) = (report(a), report(b));
+    // Both queue behind each other all along: their events span twice or more what they ran.
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let engine = |r: &Value| r["driver_busy_ns"].as_u64().unwrap_or_else(|| u64_at(r, "engine_ns"));
+    for (name, r) in [("a", &a), ("b", &b)] {
+        let shown: Value = serde_json::from_str(&m.ok(&["vgpu", "show", name, "--json"])).expect("JSON");
+        let (charged, ran) = (u64_at(&shown, "device_ns") as f64, engine(r) as f64);
+        assert!(
+            (charged - ran).abs() <= 0.01 * ran + 1e6,
+            "vGPU {name} was charged {:.1} ms of device time for {:.1} ms its kernels ran",
+            charged / 1e6,
+            ran / 1e6
+        );
+    }
+    let share = engine(&a) as f64 / (engine(&a) + engine(&b)) as f64;
+    assert!((0.25..=0.35).contains(&share), "30% against 70%: a got {:.1}% of the engine", share * 100.0);
 }
 
 #[test]

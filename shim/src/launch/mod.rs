@@ -1,7 +1,8 @@
 //! Compute shares: every kernel launch (`cuLaunchKernel`, `cuLaunchKernelEx`, `cuLaunchCooperativeKernel`,
 //! `cuGraphLaunch` and their `_ptsz` variants) first passes its vGPU's [`gate`], and its device time is
 //! measured with CUDA [`events`] and fed back ([`feedback`]) so that tokens are charged by the time the
-//! work actually took.
+//! work actually took: for a vGPU the daemon manages, by the daemon, from the absolute times ([`clock`])
+//! of every kernel on the device's timeline; otherwise by the process itself.
 //!
 //! The bucket is the vGPU's `Sched` record in the region (with `TESSERA_VGPU`), or the private quota
 //! slot's (without it). Tokens are granted by the daemon when it manages the vGPU, or by the process
@@ -15,6 +16,7 @@
 //! bucket. `high` priority holds lower ones on the launch's own device.
 
 mod admission;
+mod clock;
 mod events;
 mod feedback;
 mod gate;
@@ -120,6 +122,9 @@ fn gated<const PER_THREAD: bool>(stream: CUstream, kind: Kind, real: impl FnOnce
         }
         started
     });
+    // The kernel cannot start before this (a vDSO clock read): on an idle stream the start event is
+    // timestamped before the launch is even submitted.
+    let launched_ns = admission::now_ns();
     let code = real();
     if code != CUDA_SUCCESS {
         if let Some((p, i)) = pair {
@@ -129,8 +134,8 @@ fn gated<const PER_THREAD: bool>(stream: CUstream, kind: Kind, real: impl FnOnce
         return Err(code);
     }
     let measured = pair.is_some_and(|(pool, i)| {
-        let queued =
-            pool.record(i, true, stream) && feedback::push(gate, Item { pool, pair: i, admission, kind }).is_ok();
+        let queued = pool.record(i, true, stream)
+            && feedback::push(gate, Item { pool, pair: i, admission, kind, launched_ns }).is_ok();
         if !queued {
             pool.release(i);
         }

@@ -1,0 +1,214 @@
+//! Charging device time from the device-wide order of completions (pure).
+//!
+//! A kernel's events span its stream's time: on a time-sliced GPU that includes waiting behind other
+//! vGPUs' kernels. But the engine runs one kernel at a time, so once every kernel's absolute start and end
+//! are known (the shims publish them on the device's timeline), the time kernel `k` really had the engine is
+//! exactly `end(k) - max(start(k), end of the kernel that ended just before it)`, or 0 if that is negative.
+//! Summed over a vGPU this is its device time; summed over the device, the time the engine was busy:
+//! nothing is charged twice, and time the device was idle is charged to nobody.
+//!
+//! Records arrive in the order their processes publish them, not in the order the kernels ended. The
+//! ledger keeps the kernels of the last [`HORIZON_NS`] sorted by end and charges each record as it arrives
+//! against the kernel ending just before it; when a record arrives late (something ending after it has
+//! been charged already), the kernel ending just after it is re-charged against it, and the difference
+//! given back. So charges land at once and are exact whatever the arrival order within the horizon. A
+//! record that ended before everything remembered is charged its own span (its neighbours are
+//! forgotten), which never undercharges.
+//!
+//! Limits: on a GPU that runs kernels of several contexts at once the rule is an approximation (a kernel
+//! ending inside another's span is charged from the completion before it). Kernels of processes that
+//! publish nothing (not managed by the daemon) are invisible: time a managed kernel spent waiting behind
+//! one is charged to it.
+
+use std::collections::VecDeque;
+use tessera_ffi::timeline::{Record, exclusive};
+
+/// How long (by end time) the ledger remembers charged kernels, to place late records among them.
+pub const HORIZON_NS: u64 = 1_000_000_000;
+/// Most kernels remembered.
+pub const MAX_KEPT: usize = 16_384;
+
+/// A kernel charged already.
+#[derive(Clone, Copy, Debug)]
+struct Charged {
+    start_ns: u64,
+    end_ns: u64,
+    vgpu: u32,
+    /// Whether its vGPU's tokens pay for it (its launch took tokens).
+    limited: bool,
+    /// Device time charged so far.
+    ns: u64,
+}
+
+/// One change to a vGPU's accounts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Change {
+    /// vGPU slot index.
+    pub vgpu: u32,
+    /// Device time to add to `device_ns` (negative: charged too much before).
+    pub device_ns: i64,
+    /// Tokens to add (the estimate given back, less the device time charged).
+    pub tokens: i64,
+}
+
+/// The charged kernels of one device.
+#[derive(Debug, Default)]
+pub struct Ledger {
+    kept: VecDeque<Charged>,
+    /// End of the latest kernel forgotten (or charged by a previous daemon): nothing before it is known.
+    floor_ns: u64,
+    /// Records that arrived older than everything remembered (charged their own span).
+    pub stale: u64,
+}
+
+impl Ledger {
+    /// A ledger for a device whose kernels were charged up to `charged_end_ns` (by a previous daemon).
+    pub fn new(charged_end_ns: u64) -> Ledger {
+        Ledger { kept: VecDeque::new(), floor_ns: charged_end_ns, stale: 0 }
+    }
+
+    /// The latest end charged (what a restarted daemon continues from).
+    pub fn charged_end_ns(&self) -> u64 {
+        self.kept.back().map_or(self.floor_ns, |c| c.end_ns)
+    }
+
+    /// Charges record `r`, appending the changes to make to `out` (one for `r`, and one for the kernel
+    /// ending after it when `r` arrived late).
+    pub fn charge(&mut self, r: &Record, out: &mut Vec<Change>) {
+        let limited = r.charged > 0;
+        let end = r.end_ns.max(r.start_ns);
+        let pos = self.kept.partition_point(|c| c.end_ns <= end);
+        let ns = if pos == 0 && end <= self.floor_ns {
+            // Older than anything remembered: its neighbours are gone.
+            self.stale += 1;
+            end - r.start_ns
+        } else {
+            let prev = if pos == 0 { self.floor_ns } else { self.kept[pos - 1].end_ns };
+            exclusive(r.start_ns, end, prev)
+        };
+        if let Some(next) = self.kept.get_mut(pos) {
+            let fixed = exclusive(next.start_ns, next.end_ns, end).min(next.ns);
+            let back = (next.ns - fixed) as i64;
+            if back > 0 {
+                next.ns = fixed;
+                out.push(Change { vgpu: next.vgpu, device_ns: -back, tokens: if next.limited { back } else { 0 } });
+            }
+        }
+        self.kept.insert(pos, Charged { start_ns: r.start_ns, end_ns: end, vgpu: r.vgpu, limited, ns });
+        let tokens = if limited { r.charged - ns as i64 } else { 0 };
+        out.push(Change { vgpu: r.vgpu, device_ns: ns as i64, tokens });
+    }
+
+    /// Forgets kernels that ended more than [`HORIZON_NS`] before `now_ns`, and the oldest beyond
+    /// [`MAX_KEPT`].
+    pub fn forget(&mut self, now_ns: u64) {
+        let limit = now_ns.saturating_sub(HORIZON_NS);
+        while let Some(c) = self.kept.front().filter(|c| c.end_ns < limit || self.kept.len() > MAX_KEPT) {
+            self.floor_ns = self.floor_ns.max(c.end_ns);
+            self.kept.pop_front();
+        }
+    }
+}
+
+/// Adds up `changes` per vGPU (for one atomic update of each), in `totals` indexed by slot.
+pub fn sum(changes: &[Change], totals: &mut [(i64, i64)]) {
+    for c in changes {
+        if let Some(t) = totals.get_mut(c.vgpu as usize) {
+            t.0 += c.device_ns;
+            t.1 += c.tokens;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const US: u64 = 1_000;
+
+    fn rec(vgpu: u32, start_us: u64, end_us: u64, charged_us: i64) -> Record {
+        Record { start_ns: start_us * US, end_ns: end_us * US, charged: charged_us * US as i64, vgpu }
+    }
+
+    /// Charges `records` in the given order and returns each vGPU's (device_ns, tokens) totals.
+    fn charge_all(l: &mut Ledger, records: &[Record]) -> Vec<(i64, i64)> {
+        let mut out = Vec::new();
+        for r in records {
+            l.charge(r, &mut out);
+        }
+        let mut totals = vec![(0, 0); 4];
+        sum(&out, &mut totals);
+        totals
+    }
+
+    /// Two vGPUs' kernels interleaved on a serial engine, each 500 µs of engine time; every start event
+    /// is when the kernel was queued, long before it ran.
+    fn interleaved() -> Vec<Record> {
+        let mut v = Vec::new();
+        for k in 0..10u64 {
+            let end = 1_000 + 500 * (k + 1);
+            // Queued 1.5 ms before it ended: 1 ms of that waiting behind the other vGPU.
+            v.push(rec((k % 2) as u32, end - 1_500, end, 400));
+        }
+        v
+    }
+
+    #[test]
+    fn interleaved_kernels_are_each_charged_their_own_time() {
+        let mut l = Ledger::new(0);
+        let totals = charge_all(&mut l, &interleaved());
+        // The first kernel finds the device idle since its start event: its whole span (1.5 ms). Every
+        // later one exactly its 500 µs.
+        assert_eq!(totals[0].0, (1_500 + 4 * 500) as i64 * US as i64);
+        assert_eq!(totals[1].0, 5 * 500 * US as i64);
+        // Tokens: the 400 µs estimates given back, the device time taken.
+        assert_eq!(totals[1].1, 5 * (400 - 500) * US as i64);
+        assert_eq!(l.charged_end_ns(), 6_000 * US);
+    }
+
+    #[test]
+    fn idle_gaps_are_charged_to_nobody() {
+        let mut l = Ledger::new(0);
+        // A: 0-100; idle 100-300; B queued at 250, runs 300-400; A queued at 350, waits, runs 400-450.
+        let totals = charge_all(&mut l, &[rec(0, 0, 100, 1), rec(1, 300, 400, 1), rec(0, 350, 450, 1)]);
+        assert_eq!((totals[0].0, totals[1].0), (150 * US as i64, 100 * US as i64));
+    }
+
+    #[test]
+    fn out_of_order_arrival_within_the_horizon_is_charged_exactly() {
+        let in_order = charge_all(&mut Ledger::new(0), &interleaved());
+        let mut shuffled = interleaved();
+        // Late publishers: reverse pairs, and one record arriving after three that ended later.
+        shuffled.swap(2, 3);
+        shuffled.swap(6, 7);
+        let late = shuffled.remove(4);
+        shuffled.insert(7, late);
+        let mut l = Ledger::new(0);
+        assert_eq!(charge_all(&mut l, &shuffled), in_order);
+        // Entirely reversed too.
+        let reversed: Vec<Record> = interleaved().into_iter().rev().collect();
+        assert_eq!(charge_all(&mut Ledger::new(0), &reversed), in_order);
+    }
+
+    #[test]
+    fn a_high_vgpus_kernels_move_no_tokens() {
+        let mut l = Ledger::new(0);
+        let totals = charge_all(&mut l, &[rec(0, 0, 100, 0), rec(1, 0, 300, 50)]);
+        assert_eq!(totals[0], (100 * US as i64, 0));
+        assert_eq!(totals[1], (200 * US as i64, -150 * US as i64));
+    }
+
+    #[test]
+    fn a_restarted_daemon_continues_from_the_charged_end_and_forgets_old_kernels() {
+        let mut l = Ledger::new(1_000 * US);
+        let totals = charge_all(&mut l, &[rec(0, 500, 1_200, 100)]);
+        assert_eq!(totals[0].0, 200 * US as i64, "what the previous daemon charged is not charged again");
+        l.forget(1_200 * US + HORIZON_NS + 1);
+        assert!(l.kept.is_empty());
+        assert_eq!(l.charged_end_ns(), 1_200 * US);
+        // Beyond the horizon a late kernel is charged its own span; a current one as usual.
+        charge_all(&mut l, &[rec(1, 1_300, 1_400, 1)]);
+        let totals = charge_all(&mut l, &[rec(2, 900, 1_100, 1)]);
+        assert_eq!((totals[2].0, l.stale), (200 * US as i64, 1));
+    }
+}
