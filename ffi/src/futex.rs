@@ -49,6 +49,53 @@ pub fn wait_until(word: &AtomicU32, expected: u32, deadline_ns: u64) {
     }
 }
 
+/// Most words [`wait_any_until`] watches (the kernel's limit).
+pub const MAX_WATCHED: usize = 128;
+
+/// `struct futex_waitv` of `<linux/futex.h>`.
+#[repr(C)]
+struct WaitV {
+    val: u64,
+    uaddr: u64,
+    flags: u32,
+    reserved: u32,
+}
+
+/// Sleeps until one of `words` (at most [`MAX_WATCHED`]; each with the value it is expected to hold) no
+/// longer holds its value or is woken, or until `deadline_ns` on [`monotonic_ns`]'s clock (`futex_waitv`,
+/// Linux 5.16). On an older kernel it sleeps at most a millisecond instead: callers re-check anyway.
+pub fn wait_any_until(words: &[(&AtomicU32, u32)], deadline_ns: u64) {
+    /// `FUTEX2_SIZE_U32`: a 32-bit word, shared between processes.
+    const SIZE_U32: u32 = 2;
+    let watched: Vec<WaitV> = words
+        .iter()
+        .take(MAX_WATCHED)
+        .map(|(w, v)| WaitV { val: *v as u64, uaddr: w.as_ptr() as u64, flags: SIZE_U32, reserved: 0 })
+        .collect();
+    if watched.is_empty() {
+        return sleep_until(deadline_ns);
+    }
+    let ts = libc::timespec {
+        tv_sec: (deadline_ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (deadline_ns % 1_000_000_000) as libc::c_long,
+    };
+    // SAFETY: `watched` describes valid, aligned u32 words that outlive the call (the kernel only reads and
+    // compares them); the timeout is an absolute CLOCK_MONOTONIC time on our stack.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_futex_waitv,
+            watched.as_ptr(),
+            watched.len() as libc::c_uint,
+            0 as libc::c_uint,
+            &ts as *const libc::timespec,
+            libc::CLOCK_MONOTONIC,
+        )
+    };
+    if r < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS) {
+        sleep_until(deadline_ns.min(monotonic_ns() + 1_000_000));
+    }
+}
+
 /// Sleeps until `deadline_ns` on [`monotonic_ns`]'s clock (absolute, so a loop sleeping to fixed deadlines
 /// does not drift).
 pub fn sleep_until(deadline_ns: u64) {
@@ -92,6 +139,29 @@ mod tests {
         let start = monotonic_ns();
         while word.load(Ordering::SeqCst) == 0 {
             wait_until(word, 0, start + 10_000_000_000);
+        }
+        assert!(monotonic_ns() - start < 5_000_000_000, "woken long before the deadline");
+        waker.join().unwrap();
+    }
+
+    #[test]
+    fn waiting_on_several_words_ends_at_the_deadline_or_when_any_is_woken() {
+        let words: &'static [AtomicU32; 3] =
+            Box::leak(Box::new([AtomicU32::new(0), AtomicU32::new(0), AtomicU32::new(0)]));
+        let start = monotonic_ns();
+        wait_any_until(&[(&words[0], 0), (&words[1], 0)], start + 5_000_000);
+        assert!(monotonic_ns() - start >= 5_000_000, "slept until the deadline");
+        let start = monotonic_ns();
+        wait_any_until(&[(&words[0], 0), (&words[2], 7)], start + 5_000_000_000);
+        assert!(monotonic_ns() - start < 1_000_000_000, "a word that changed ends the wait at once");
+        let waker = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            words[1].store(1, Ordering::SeqCst);
+            wake_all(&words[1]);
+        });
+        let start = monotonic_ns();
+        while words[1].load(Ordering::SeqCst) == 0 {
+            wait_any_until(&[(&words[0], 0), (&words[1], 0)], start + 10_000_000_000);
         }
         assert!(monotonic_ns() - start < 5_000_000_000, "woken long before the deadline");
         waker.join().unwrap();

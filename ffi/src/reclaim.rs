@@ -2,7 +2,7 @@
 //! and the once-a-second gate that amortizes the scan over allocations. Shared by the shim (which scans
 //! when it allocates) and the daemon (which scans on its own, so a vGPU nobody allocates in is cleaned too).
 
-use crate::region::{MAX_DEVICES, MAX_VGPUS, ProcSlot, Region, VgpuSlot};
+use crate::region::{MAX_DEVICES, ProcSlot, Region, VgpuSlot};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Minimum time between two amortized scans of one vGPU.
@@ -44,9 +44,9 @@ pub fn now_ns() -> u64 {
 
 /// True (once per [`INTERVAL_NS`], for exactly one caller of all processes) when `vgpu` is due for a scan.
 pub fn due(vgpu: &VgpuSlot, now: u64) -> bool {
-    let last = vgpu.last_reclaim_ns.load(Ordering::Relaxed);
+    let last = vgpu.live.last_reclaim_ns.load(Ordering::Relaxed);
     now.saturating_sub(last) >= INTERVAL_NS
-        && vgpu.last_reclaim_ns.compare_exchange(last, now, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+        && vgpu.live.last_reclaim_ns.compare_exchange(last, now, Ordering::AcqRel, Ordering::Relaxed).is_ok()
 }
 
 /// Subtracts `v`, stopping at zero instead of wrapping.
@@ -58,36 +58,32 @@ pub fn sub(a: &AtomicU64, v: u64) {
 pub fn clear(p: &ProcSlot, vgpu: &VgpuSlot) {
     for d in 0..MAX_DEVICES {
         let bytes = p.used[d].swap(0, Ordering::AcqRel);
-        sub(&vgpu.used[d], bytes);
+        sub(&vgpu.live.used[d], bytes);
     }
     p.start_time.store(0, Ordering::Relaxed);
-    p.vgpu.store(0, Ordering::Relaxed);
     p.pid.store(0, Ordering::Release);
 }
 
-/// Reclaims every dead process of vGPU `only` (or of every vGPU), skipping slot `skip` (the caller's).
-/// Returns how many were found. Two scanners never subtract the same bytes twice: each dead slot is
-/// claimed by a CAS first.
-pub fn reclaim_dead(region: &Region, only: Option<u32>, skip: Option<usize>) -> usize {
+/// Reclaims every dead process of `vgpu`, skipping process slot `skip` (the caller's). Returns how many
+/// were found. Two scanners never subtract the same bytes twice: each dead slot is claimed by a CAS first.
+pub fn reclaim_vgpu(vgpu: &VgpuSlot, skip: Option<usize>) -> usize {
     let mut found = 0;
-    for (i, p) in region.procs.iter().enumerate() {
+    for (i, p) in vgpu.live.procs.iter().enumerate() {
         let pid = p.pid.load(Ordering::Acquire);
-        if pid == 0 || pid == CLAIMING || Some(i) == skip {
-            continue;
-        }
-        let vgpu = p.vgpu.load(Ordering::Relaxed);
-        if only.is_some_and(|v| v != vgpu) || vgpu as usize >= MAX_VGPUS {
-            continue;
-        }
-        if is_alive(pid, p.start_time.load(Ordering::Relaxed)) {
+        if pid == 0 || pid == CLAIMING || Some(i) == skip || is_alive(pid, p.start_time.load(Ordering::Relaxed)) {
             continue;
         }
         if p.pid.compare_exchange(pid, CLAIMING, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
-            clear(p, &region.vgpus[vgpu as usize]);
+            clear(p, vgpu);
             found += 1;
         }
     }
     found
+}
+
+/// Reclaims the dead processes of every vGPU of `region` (which must be mapped writable throughout).
+pub fn reclaim_dead(region: &Region) -> usize {
+    region.vgpus.iter().map(|v| reclaim_vgpu(v, None)).sum()
 }
 
 #[cfg(test)]
@@ -126,19 +122,20 @@ mod tests {
         let dead_start = start_time(dead).unwrap_or(1);
         child.wait().unwrap();
         let me = std::process::id();
+        let v = &r.vgpus[2];
         for (slot, pid, start, bytes) in [(0, me, start_time(me).unwrap(), 100), (1, dead, dead_start, 300)] {
-            let p = &r.procs[slot];
-            p.vgpu.store(2, Ordering::Relaxed);
+            let p = &v.live.procs[slot];
             p.start_time.store(start, Ordering::Relaxed);
             p.used[3].store(bytes, Ordering::Relaxed);
             p.pid.store(pid, Ordering::Release);
         }
-        r.vgpus[2].used[3].store(400, Ordering::Relaxed);
-        assert_eq!(reclaim_dead(r, Some(1), None), 0, "another vGPU's processes are left alone");
-        assert_eq!(reclaim_dead(r, Some(2), None), 1);
-        assert_eq!(r.vgpus[2].used[3].load(Ordering::Relaxed), 100);
-        assert_eq!(r.procs[1].pid.load(Ordering::Relaxed), 0);
-        assert_eq!(reclaim_dead(r, None, None), 0, "nothing left to reclaim");
-        assert_eq!(r.procs[0].pid.load(Ordering::Relaxed), me);
+        v.live.used[3].store(400, Ordering::Relaxed);
+        assert_eq!(reclaim_vgpu(&r.vgpus[1], None), 0, "another vGPU's processes are left alone");
+        assert_eq!(reclaim_vgpu(v, Some(1)), 0, "the caller's own slot is skipped");
+        assert_eq!(reclaim_dead(r), 1);
+        assert_eq!(v.live.used[3].load(Ordering::Relaxed), 100);
+        assert_eq!(v.live.procs[1].pid.load(Ordering::Relaxed), 0);
+        assert_eq!(reclaim_dead(r), 0, "nothing left to reclaim");
+        assert_eq!(v.live.procs[0].pid.load(Ordering::Relaxed), me);
     }
 }

@@ -7,17 +7,21 @@
 //! refused, one without adopts it, and the slot is never reused for another name while it is managed. An
 //! unmanaged vGPU (created by the first process naming it) takes the limits of whoever joins it when no
 //! process is attached, and its slot may be reused for another name once nobody is attached.
+//!
+//! A managed vGPU's live area is its own file ([`live_path`]), which the daemon creates for the vGPU's
+//! user ([`RegionFile::map_live`]); a process joining the vGPU maps the region read-only and only that file
+//! writable over it, so that it can change neither its own configuration nor another vGPU's state.
 
 use crate::flock::FileLock;
 use crate::reclaim::{self, CLAIMING};
 use crate::region::{
-    DEFAULT_WINDOW_NS, Header, LAYOUT_SIZE, MAGIC, MAX_DEVICES, MAX_PROCS, MAX_VGPUS, NAME_LEN, ProcSlot, Region,
-    Sched, UNLIMITED, VERSION, VgpuSlot, encode_name, flags, state,
+    AREA, DEFAULT_WINDOW_NS, Header, LAYOUT_SIZE, LIVE_MAGIC, MAGIC, MAX_DEVICES, MAX_VGPUS, NAME_LEN, PROCS_PER_VGPU,
+    ProcSlot, Region, UNLIMITED, VERSION, VgpuLive, VgpuSlot, encode_name, flags, live_offset, state,
 };
 use crate::units::format_size;
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::ptr::NonNull;
 use std::sync::atomic::Ordering;
 use std::sync::{Mutex, MutexGuard};
@@ -52,12 +56,12 @@ pub fn describe(limits: &Limits) -> String {
 
 /// A vGPU slot's limits.
 pub fn limits_of(v: &VgpuSlot) -> Limits {
-    std::array::from_fn(|d| v.limit[d].load(Ordering::Acquire))
+    std::array::from_fn(|d| v.config.limit[d].load(Ordering::Acquire))
 }
 
 /// Sets a vGPU slot's limits.
 pub fn set_limits(v: &VgpuSlot, limits: &Limits) {
-    for (slot, &l) in v.limit.iter().zip(limits) {
+    for (slot, &l) in v.config.limit.iter().zip(limits) {
         slot.store(l, Ordering::Release);
     }
 }
@@ -65,35 +69,47 @@ pub fn set_limits(v: &VgpuSlot, limits: &Limits) {
 /// Starts a slot's usage over: only for a slot no process is attached to (bytes left by a process killed
 /// between updating the vGPU and its own slot would otherwise shrink the quota forever).
 pub fn reset_usage(v: &VgpuSlot) {
+    let live = &v.live;
     for d in 0..MAX_DEVICES {
-        v.used[d].store(0, Ordering::Release);
-        v.peak[d].store(0, Ordering::Relaxed);
+        live.used[d].store(0, Ordering::Release);
+        live.peak[d].store(0, Ordering::Relaxed);
     }
-    v.last_reclaim_ns.store(0, Ordering::Relaxed);
+    live.last_reclaim_ns.store(0, Ordering::Relaxed);
 }
 
-/// Puts a slot's compute-share state back to its defaults (device 0, share 0, normal priority, no flags,
-/// no tokens, the default window), keeping `epoch` (a futex word only ever incremented).
-pub fn reset_sched(s: &Sched) {
-    s.device.store(0, Ordering::Relaxed);
-    s.share.store(0, Ordering::Relaxed);
-    s.priority.store(crate::region::priority::NORMAL, Ordering::Relaxed);
-    s.flags.store(0, Ordering::Release);
+/// Puts a slot's compute-share settings and state back to their defaults (device 0, share 0, normal
+/// priority, no flags, no tokens, the default window), keeping `epoch` (a futex word only ever
+/// incremented).
+pub fn reset_sched(v: &VgpuSlot) {
+    let c = &v.config;
+    c.device.store(0, Ordering::Relaxed);
+    c.share.store(0, Ordering::Relaxed);
+    c.priority.store(crate::region::priority::NORMAL, Ordering::Relaxed);
+    c.flags.store(0, Ordering::Release);
+    c.window_ns.store(DEFAULT_WINDOW_NS, Ordering::Relaxed);
+    let s = &v.live.sched;
     s.waiters.store(0, Ordering::Relaxed);
     s.tokens.store(0, Ordering::Relaxed);
     s.inflight_ns.store(0, Ordering::Relaxed);
-    s.window_ns.store(DEFAULT_WINDOW_NS, Ordering::Relaxed);
     for counter in [&s.last_launch_ns, &s.launches, &s.device_ns, &s.wait_ns, &s.last_refill_ns] {
         counter.store(0, Ordering::Relaxed);
+    }
+    for c in &s.charged_ns {
+        c.store(0, Ordering::Relaxed);
     }
 }
 
 /// True when the daemon manages the slot.
 pub fn is_managed(v: &VgpuSlot) -> bool {
-    v.sched.flags.load(Ordering::Acquire) & flags::MANAGED != 0
+    v.flags() & flags::MANAGED != 0
 }
 
-/// The shared mapping of a whole region file; unmapped when dropped.
+/// The path of slot `index`'s live file, for the region file at `region`.
+pub fn live_path(region: &str, index: usize) -> String {
+    format!("{region}.vgpu{index:02}")
+}
+
+/// The shared mapping of a whole region file; unmapped when dropped (with whatever was mapped over it).
 struct Mapping(NonNull<Region>);
 
 // SAFETY: the mapping is shared memory; every field written after initialization is an atomic, except
@@ -109,33 +125,58 @@ impl Drop for Mapping {
     }
 }
 
+/// How a region file is opened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// Read and written, created with mode 0600 if missing: one user's processes share it, as peers.
+    Peer,
+    /// Read and written by the daemon, created (or changed) to mode 0644: other users' processes may map
+    /// it, read-only.
+    Daemon,
+    /// Written if this user may, else only read (never created): a process joining a vGPU.
+    Joiner,
+}
+
 /// An open, checked region file and its mapping.
 pub struct RegionFile {
     file: File,
     map: Mapping,
     path: String,
+    writable: bool,
     /// `flock` excludes other open files, not other threads using this one: they take this first.
     threads: Mutex<()>,
 }
 
 impl RegionFile {
-    /// Opens the region at `path`, creating it (mode 0600: one user's processes share it) and writing its
-    /// header when it is new; an existing file must be a version-[`VERSION`] region of this layout. Errors
-    /// name the file and what to do.
+    /// Opens the region at `path` for a user's processes that share it as peers ([`Access::Peer`]).
     pub fn open(path: &str) -> Result<RegionFile, String> {
+        RegionFile::open_as(path, Access::Peer)
+    }
+
+    /// Opens the region at `path` as `access` says, creating it and writing its header when it is new (and
+    /// may be written); an existing file must be a version-[`VERSION`] region of this layout. Errors name
+    /// the file and what to do.
+    pub fn open_as(path: &str, access: Access) -> Result<RegionFile, String> {
         let fail = |what: &str, e: std::io::Error| format!("region file {path}: {what}: {e}");
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .open(path)
-            .map_err(|e| fail("cannot open (set TESSERA_REGION to a writable path)", e))?;
-        let lock = FileLock::new(&file).map_err(|e| fail("cannot lock", e))?;
+        let mode = if access == Access::Daemon { 0o644 } else { 0o600 };
+        let mut writable = true;
+        let opened = OpenOptions::new().read(true).write(true).create(true).truncate(false).mode(mode).open(path);
+        let file = match opened {
+            Err(e) if access == Access::Joiner && e.kind() == std::io::ErrorKind::PermissionDenied => {
+                writable = false;
+                File::open(path)
+            }
+            other => other,
+        }
+        .map_err(|e| fail("cannot open (set TESSERA_REGION to a usable path)", e))?;
+        if access == Access::Daemon {
+            file.set_permissions(std::fs::Permissions::from_mode(0o644)).map_err(|e| fail("cannot chmod", e))?;
+        }
+        let lock = if writable { FileLock::new(&file) } else { FileLock::shared(&file) };
+        let lock = lock.map_err(|e| fail("cannot lock", e))?;
         let len = file.metadata().map_err(|e| fail("cannot stat", e))?.len();
         let fresh = len == 0;
-        if fresh {
+        if fresh && writable {
             file.set_len(LAYOUT_SIZE as u64).map_err(|e| fail("cannot size", e))?;
         } else if len != LAYOUT_SIZE as u64 {
             return Err(format!(
@@ -144,11 +185,12 @@ impl RegionFile {
                  or set TESSERA_REGION"
             ));
         }
-        let map = map(&file, libc::PROT_READ | libc::PROT_WRITE).map_err(|e| fail("cannot map", e))?;
+        let prot = if writable { libc::PROT_READ | libc::PROT_WRITE } else { libc::PROT_READ };
+        let map = map(&file, prot).map_err(|e| fail("cannot map", e))?;
         // SAFETY: `map` covers the whole file and we hold its lock.
-        unsafe { check_or_initialize(map.0.as_ptr(), fresh, path) }?;
+        unsafe { check_or_initialize(map.0.as_ptr(), fresh, writable, path) }?;
         drop(lock);
-        Ok(RegionFile { file, map, path: path.to_string(), threads: Mutex::new(()) })
+        Ok(RegionFile { file, map, path: path.to_string(), writable, threads: Mutex::new(()) })
     }
 
     /// The file's path.
@@ -162,11 +204,39 @@ impl RegionFile {
         unsafe { self.map.0.as_ref() }
     }
 
-    /// Takes the file lock (and excludes this process's other threads) to claim or configure slots.
+    /// Takes the file lock (and excludes this process's other threads) to claim or configure slots; a
+    /// read-only file takes the shared lock, enough to read names.
     pub fn lock(&self) -> Result<Locked<'_>, String> {
         let threads = self.threads.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let file = FileLock::new(&self.file).map_err(|e| format!("region file {}: cannot lock: {e}", self.path))?;
+        let file = if self.writable { FileLock::new(&self.file) } else { FileLock::shared(&self.file) };
+        let file = file.map_err(|e| format!("region file {}: cannot lock: {e}", self.path))?;
         Ok(Locked { owner: self, _threads: threads, _file: file })
+    }
+
+    /// Maps slot `index`'s live file over the slot's live area of this mapping (the daemon's: it reads and
+    /// writes every managed vGPU's state where its processes do). With `owner`, the file is created for that
+    /// user (mode 0600) when it does not exist, starting from what the region's own area holds; without,
+    /// it must exist.
+    pub fn map_live(&self, index: usize, owner: Option<u32>) -> Result<(), String> {
+        let live = open_live(&self.path, index, owner.map(|uid| (uid, &self.region().vgpus[index].live)))?;
+        // SAFETY: the area lies inside our mapping, which we own; the live file has AREA bytes.
+        unsafe { overlay(self.map.0.as_ptr(), index, &live, libc::PROT_READ | libc::PROT_WRITE, 0) }
+            .map_err(|e| format!("{}: cannot map: {e}", live_path(&self.path, index)))
+    }
+
+    /// Maps the region file's own live area of slot `index` back in place of its live file and removes
+    /// that file (the vGPU is gone).
+    pub fn unmap_live(&self, index: usize) -> Result<(), String> {
+        let prot = if self.writable { libc::PROT_READ | libc::PROT_WRITE } else { libc::PROT_READ };
+        // SAFETY: as in `map_live`; the region file has LAYOUT_SIZE bytes.
+        unsafe { overlay(self.map.0.as_ptr(), index, &self.file, prot, live_offset(index)) }
+            .map_err(|e| format!("region file {}: cannot map: {e}", self.path))?;
+        match std::fs::remove_file(live_path(&self.path, index)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(format!("{}: cannot remove: {e}", live_path(&self.path, index)))
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Keeps the mapping for the rest of the process (the shim's slots live as long as the program).
@@ -189,22 +259,99 @@ fn map(file: &File, prot: libc::c_int) -> std::io::Result<Mapping> {
     }
 }
 
+/// Maps [`AREA`] bytes of `file` from `offset` over slot `index`'s live area of the mapping at `base`.
+///
+/// # Safety
+/// `base` is a whole-region mapping the caller owns; nothing may hold a non-atomic reference into the area.
+unsafe fn overlay(
+    base: *mut Region,
+    index: usize,
+    file: &File,
+    prot: libc::c_int,
+    offset: usize,
+) -> std::io::Result<()> {
+    // SAFETY: per the contract the target range lies inside the caller's mapping, so MAP_FIXED replaces only
+    // our own pages; the live offset is a multiple of AREA, hence of the page size.
+    let p = unsafe {
+        let at = base.cast::<u8>().add(live_offset(index));
+        libc::mmap(at.cast(), AREA, prot, libc::MAP_SHARED | libc::MAP_FIXED, file.as_raw_fd(), offset as libc::off_t)
+    };
+    if p == libc::MAP_FAILED { Err(std::io::Error::last_os_error()) } else { Ok(()) }
+}
+
+/// Opens slot `index`'s live file of the region at `region`, read and write, and checks it. With
+/// `create = Some((uid, from))`, a missing file is created for user `uid` (mode 0600) holding a copy of
+/// `from`.
+fn open_live(region: &str, index: usize, create: Option<(u32, &VgpuLive)>) -> Result<File, String> {
+    let path = live_path(region, index);
+    let fail = |what: &str, e: std::io::Error| format!("{path}: {what}: {e}");
+    let mut options = OpenOptions::new();
+    options.read(true).write(true).create(create.is_some()).truncate(false).mode(0o600);
+    let file = options.open(&path).map_err(|e| fail("cannot open", e))?;
+    prepare_live(&file, &path, index, create)?;
+    Ok(file)
+}
+
+/// Fills a new live file (see [`open_live`]) or checks an existing one, under its lock.
+fn prepare_live(file: &File, path: &str, index: usize, create: Option<(u32, &VgpuLive)>) -> Result<(), String> {
+    let fail = |what: &str, e: std::io::Error| format!("{path}: {what}: {e}");
+    let _lock = FileLock::new(file).map_err(|e| fail("cannot lock", e))?;
+    let len = file.metadata().map_err(|e| fail("cannot stat", e))?.len();
+    if let (0, Some((uid, from))) = (len, create) {
+        // SAFETY: `VgpuLive` is plain old data (integers and atomics) of AREA bytes or less; read as bytes.
+        let bytes = unsafe {
+            std::slice::from_raw_parts(std::ptr::from_ref(from).cast::<u8>(), std::mem::size_of::<VgpuLive>())
+        };
+        let mut image = bytes.to_vec();
+        image[..8].copy_from_slice(&LIVE_MAGIC.to_le_bytes());
+        image[8..12].copy_from_slice(&VERSION.to_le_bytes());
+        image[12..16].copy_from_slice(&(index as u32).to_le_bytes());
+        image.resize(AREA, 0);
+        let made = std::os::unix::fs::fchown(file, Some(uid), None)
+            .map_err(|e| fail(&format!("cannot give it to uid {uid}"), e))
+            .and_then(|()| {
+                std::os::unix::fs::FileExt::write_all_at(file, &image, 0).map_err(|e| fail("cannot write", e))
+            });
+        if made.is_err() {
+            let _ = std::fs::remove_file(path);
+        }
+        return made;
+    }
+    let mut head = [0u8; 16];
+    let read = std::os::unix::fs::FileExt::read_exact_at(file, &mut head, 0);
+    let field = |at: usize| u32::from_le_bytes(head[at..at + 4].try_into().unwrap_or_default());
+    if len != AREA as u64 || read.is_err() || head[..8] != LIVE_MAGIC.to_le_bytes() {
+        return Err(format!("{path} is not a Tessera vGPU file ({len} bytes); remove it and restart the daemon"));
+    }
+    if field(8) != VERSION || field(12) != index as u32 {
+        return Err(format!(
+            "{path} is a version-{} file of slot {}, not a version-{VERSION} file of slot {index}; remove it and \
+             restart the daemon",
+            field(8),
+            field(12)
+        ));
+    }
+    Ok(())
+}
+
 /// Checks the header, or writes one over a new (or never finished) region.
 ///
 /// # Safety
 /// `base` maps a whole region file, and the caller holds its `flock`.
-unsafe fn check_or_initialize(base: *mut Region, fresh: bool, path: &str) -> Result<(), String> {
+unsafe fn check_or_initialize(base: *mut Region, fresh: bool, writable: bool, path: &str) -> Result<(), String> {
     // SAFETY: the header lies at the start of the mapping; read through the raw pointer, no reference.
-    let (magic, version, layout) =
-        unsafe { ((*base).header.magic.load(Ordering::Acquire), (*base).header.version, (*base).header.layout_size) };
+    let (magic, version, layout) = unsafe {
+        let h = std::ptr::addr_of!((*base).head.header);
+        ((*h).magic.load(Ordering::Acquire), (*h).version, (*h).layout_size)
+    };
     // A creator that died before writing the magic (which comes last) left a region nobody ever used.
-    if fresh || (magic == 0 && version == 0 && layout == 0) {
+    if writable && (fresh || (magic == 0 && version == 0 && layout == 0)) {
         // SAFETY: we hold the lock and the magic is unset, so no other process reads the region.
         unsafe { initialize(base) };
         return Ok(());
     }
     // SAFETY: as above.
-    if header_matches(unsafe { &(*base).header }) {
+    if header_matches(unsafe { &(*base).head.header }) {
         Ok(())
     } else {
         Err(format!(
@@ -221,7 +368,7 @@ fn header_matches(h: &Header) -> bool {
         && h.layout_size as usize == LAYOUT_SIZE
         && h.max_devices as usize == MAX_DEVICES
         && h.max_vgpus as usize == MAX_VGPUS
-        && h.max_procs as usize == MAX_PROCS
+        && h.max_procs as usize == PROCS_PER_VGPU
 }
 
 /// Writes a fresh header (magic last) over a zeroed region.
@@ -229,15 +376,16 @@ fn header_matches(h: &Header) -> bool {
 /// # Safety
 /// `base` maps a whole region; the caller holds the lock and nobody else uses the region.
 unsafe fn initialize(base: *mut Region) {
-    // SAFETY: per the contract, the whole mapping is ours to write.
+    // SAFETY: per the contract, the whole mapping is ours to write. Only the header area is cleared: a new
+    // file is zero already (and stays sparse), an unfinished one never got further than its header.
     unsafe {
-        base.cast::<u8>().write_bytes(0, LAYOUT_SIZE);
-        let h = std::ptr::addr_of_mut!((*base).header);
+        base.cast::<u8>().write_bytes(0, AREA);
+        let h = std::ptr::addr_of_mut!((*base).head.header);
         (*h).version = VERSION;
         (*h).layout_size = LAYOUT_SIZE as u32;
         (*h).max_devices = MAX_DEVICES as u32;
         (*h).max_vgpus = MAX_VGPUS as u32;
-        (*h).max_procs = MAX_PROCS as u32;
+        (*h).max_procs = PROCS_PER_VGPU as u32;
         (*h).magic.store(MAGIC, Ordering::Release);
     }
 }
@@ -255,6 +403,11 @@ impl Locked<'_> {
         self.owner.region()
     }
 
+    /// The region file, for mapping live files.
+    pub fn file(&self) -> &RegionFile {
+        self.owner
+    }
+
     /// The region file's path, for messages.
     pub fn path(&self) -> &str {
         self.owner.path()
@@ -262,15 +415,15 @@ impl Locked<'_> {
 
     /// The configured vGPU slot named `name`.
     pub fn find(&self, name: &[u8; NAME_LEN]) -> Option<usize> {
-        self.region().vgpus.iter().position(|v| v.state.load(Ordering::Acquire) == state::READY && v.name == *name)
+        self.region().vgpus.iter().position(|v| v.state() == state::READY && v.config.name == *name)
     }
 
     /// Pids of the processes attached to vGPU `index` (dead ones count until [`Locked::reclaim_dead`]).
     pub fn attached_pids(&self, index: usize) -> Vec<u32> {
-        self.region()
+        self.region().vgpus[index]
+            .live
             .procs
             .iter()
-            .filter(|p| p.vgpu.load(Ordering::Acquire) as usize == index)
             .map(|p| p.pid.load(Ordering::Acquire))
             .filter(|&pid| pid != 0 && pid != CLAIMING)
             .collect()
@@ -278,7 +431,7 @@ impl Locked<'_> {
 
     /// Gives back what dead processes of every vGPU held; returns how many were found.
     pub fn reclaim_dead(&self) -> usize {
-        reclaim::reclaim_dead(self.region(), None, None)
+        reclaim::reclaim_dead(self.region())
     }
 
     /// A slot for a new vGPU `name`: a free one, else an unmanaged one no process is attached to. It is
@@ -286,18 +439,18 @@ impl Locked<'_> {
     /// caller configures it before releasing the lock. `None` when every slot is taken.
     pub fn claim_slot(&self, name: &[u8; NAME_LEN]) -> Option<usize> {
         let region = self.region();
-        let free = region.vgpus.iter().position(|v| v.state.load(Ordering::Acquire) == state::FREE);
+        let free = region.vgpus.iter().position(|v| v.state() == state::FREE);
         let idle = || (0..MAX_VGPUS).find(|&i| !is_managed(&region.vgpus[i]) && self.attached_pids(i).is_empty());
         let index = free.or_else(idle)?;
         let v = &region.vgpus[index];
         // Out of sight of other processes while it is renamed: nobody is attached and, not ready, no
         // process finds it by name.
-        v.state.store(state::FREE, Ordering::Release);
-        reset_sched(&v.sched);
+        v.config.state.store(state::FREE, Ordering::Release);
+        reset_sched(v);
         reset_usage(v);
         set_limits(v, &[UNLIMITED; MAX_DEVICES]);
         self.name_slot(index, name);
-        self.region().vgpus[index].state.store(state::READY, Ordering::Release);
+        self.region().vgpus[index].config.state.store(state::READY, Ordering::Release);
         Some(index)
     }
 
@@ -306,39 +459,38 @@ impl Locked<'_> {
         let base = self.owner.map.0.as_ptr();
         // SAFETY: we hold the file lock and the thread lock; the slot is not ready and nobody is attached, and
         // names are read only under the lock, through references derived after this write.
-        unsafe { std::ptr::addr_of_mut!((*base).vgpus[index].name).write(*name) };
+        unsafe { std::ptr::addr_of_mut!((*base).vgpus[index].config.name).write(*name) };
     }
 
     /// Frees slot `index` (the caller checked nobody is attached): it is no longer found by name.
     pub fn free_slot(&self, index: usize) {
         let v = &self.region().vgpus[index];
-        v.sched.flags.store(0, Ordering::Release);
-        v.state.store(state::FREE, Ordering::Release);
+        v.config.flags.store(0, Ordering::Release);
+        v.config.state.store(state::FREE, Ordering::Release);
     }
+}
 
-    /// Claims a process slot for this process on vGPU `vgpu`: pid CAS 0 → claiming, fill, publish the pid.
-    pub fn claim_process(&self, vgpu: u32) -> Result<usize, String> {
-        let pid = std::process::id();
-        let start =
-            reclaim::start_time(pid).ok_or_else(|| format!("cannot read /proc/{pid}/stat (is /proc mounted?)"))?;
-        for (i, p) in self.region().procs.iter().enumerate() {
-            if p.pid.compare_exchange(0, CLAIMING, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
-                p.vgpu.store(vgpu, Ordering::Relaxed);
-                p.start_time.store(start, Ordering::Relaxed);
-                for u in &p.used {
-                    u.store(0, Ordering::Relaxed);
-                }
-                p.pid.store(pid, Ordering::Release);
-                return Ok(i);
+/// Claims a process slot of `vgpu` for this process: pid CAS 0 → claiming, fill, publish the pid.
+fn claim_process(vgpu: &VgpuSlot, name: &str) -> Result<usize, String> {
+    let pid = std::process::id();
+    let start = reclaim::start_time(pid).ok_or_else(|| format!("cannot read /proc/{pid}/stat (is /proc mounted?)"))?;
+    for (i, p) in vgpu.live.procs.iter().enumerate() {
+        if p.pid.compare_exchange(0, CLAIMING, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+            p.start_time.store(start, Ordering::Relaxed);
+            for u in &p.used {
+                u.store(0, Ordering::Relaxed);
             }
+            p.pid.store(pid, Ordering::Release);
+            return Ok(i);
         }
-        Err(format!("region file {}: all {MAX_PROCS} process slots are in use", self.path()))
     }
+    Err(format!("all {PROCS_PER_VGPU} process slots of vGPU {name:?} are in use"))
 }
 
 /// The slots a process accounts in.
 pub struct Attached {
-    /// The shared region, or `None` for a private quota.
+    /// The shared region, or `None` for a private quota. For a managed vGPU, mapped read-only but for the
+    /// vGPU's live area.
     pub region: Option<&'static Region>,
     /// The vGPU's slot.
     pub vgpu: &'static VgpuSlot,
@@ -346,27 +498,50 @@ pub struct Attached {
     pub vgpu_index: u32,
     /// This process's slot.
     pub me: &'static ProcSlot,
-    /// Its index in the region (`None` for a private quota).
+    /// Its index among the vGPU's process slots.
     pub me_index: Option<usize>,
 }
 
 /// Opens (creating if needed) the region at `path`, joins vGPU `name` with `limits` (`None`: adopt the
-/// vGPU's) and claims a process slot. The mapping lives as long as the process.
+/// vGPU's) and claims a process slot. The mapping lives as long as the process: for a vGPU the daemon
+/// manages, the region read-only and the vGPU's live file (which this user must own) over its slot.
 pub fn attach(path: &str, name: &str, limits: Option<&Limits>) -> Result<Attached, String> {
     let encoded = encode_name(name).ok_or_else(|| format!("{name:?} is not a vGPU name"))?;
-    let file = RegionFile::open(path)?;
-    let (index, me_index) = {
-        let locked = file.lock()?;
+    let file = RegionFile::open_as(path, Access::Joiner)?;
+    let locked = file.lock()?;
+    if file.writable {
         locked.reclaim_dead();
-        let index = join(&locked, &encoded, name, limits)?;
-        (index, locked.claim_process(index as u32)?)
+    }
+    let index = join(&locked, &encoded, name, limits)?;
+    let managed = is_managed(&locked.region().vgpus[index]);
+    let region: &'static Region = if managed {
+        let live = open_live(path, index, None).map_err(|e| {
+            format!("cannot join vGPU {name:?}: {e} (a vGPU's file belongs to the user it was created for)")
+        })?;
+        let map = map(&file.file, libc::PROT_READ).map_err(|e| format!("region file {path}: cannot map: {e}"))?;
+        // SAFETY: a fresh mapping of our own; nothing references it yet.
+        unsafe { overlay(map.0.as_ptr(), index, &live, libc::PROT_READ | libc::PROT_WRITE, 0) }
+            .map_err(|e| format!("{}: cannot map: {e}", live_path(path, index)))?;
+        let base = map.0;
+        std::mem::forget(map);
+        // SAFETY: never unmapped now; the header was checked when `file` was opened.
+        unsafe { &*base.as_ptr() }
+    } else {
+        // SAFETY: the mapping outlives `locked`: it is leaked, never unmapped, right after.
+        unsafe { &*std::ptr::from_ref(locked.region()) }
     };
-    let region = file.leak();
+    let vgpu = &region.vgpus[index];
+    reclaim::reclaim_vgpu(vgpu, None);
+    let me_index = claim_process(vgpu, name)?;
+    drop(locked);
+    if !managed {
+        file.leak();
+    }
     Ok(Attached {
         region: Some(region),
-        vgpu: &region.vgpus[index],
+        vgpu,
         vgpu_index: index as u32,
-        me: &region.procs[me_index],
+        me: &vgpu.live.procs[me_index],
         me_index: Some(me_index),
     })
 }
@@ -394,8 +569,8 @@ pub fn vgpu_flags(path: &str, name: &str) -> Result<Option<u32>, String> {
     if !header_matches(&region.header) {
         return Err(format!("region file {path} is not a version-{VERSION} Tessera region"));
     }
-    let slot = region.vgpus.iter().find(|v| v.state.load(Ordering::Acquire) == state::READY && v.name == encoded);
-    Ok(slot.map(|v| v.sched.flags.load(Ordering::Acquire)))
+    let slot = region.vgpus.iter().find(|v| v.state() == state::READY && v.config.name == encoded);
+    Ok(slot.map(VgpuSlot::flags))
 }
 
 /// How long the daemon's heartbeat may be silent before it counts as gone (it beats at least every
@@ -422,6 +597,9 @@ fn join(locked: &Locked, encoded: &[u8; NAME_LEN], name: &str, limits: Option<&L
                  create it with `tessera vgpu create {name} ...` or pick one from `tessera vgpu list`"
             ));
         }
+        if !locked.file().writable {
+            return Err(format!("there is no vGPU {name:?} in region file {path}, which this user may not change"));
+        }
         let i = locked.claim_slot(encoded).ok_or_else(|| {
             format!(
                 "region file {path}: all {MAX_VGPUS} vGPU slots are in use by running processes or the daemon; \
@@ -435,6 +613,11 @@ fn join(locked: &Locked, encoded: &[u8; NAME_LEN], name: &str, limits: Option<&L
     let holders = locked.attached_pids(i).len();
     let current = limits_of(v);
     let managed = is_managed(v);
+    if !managed && !locked.file().writable {
+        return Err(format!(
+            "region file {path} is read-only for this user and vGPU {name:?} is not managed by the Tessera daemon"
+        ));
+    }
     match limits {
         Some(l) if *l != current && managed => Err(format!(
             "TESSERA_MEMORY_LIMIT ({}) conflicts with vGPU {name:?} in region file {path}, whose quota ({}) is set \
@@ -451,12 +634,12 @@ fn join(locked: &Locked, encoded: &[u8; NAME_LEN], name: &str, limits: Option<&L
             describe(&current)
         )),
         _ if holders > 0 => Ok(i),
+        // A managed vGPU's usage is the daemon's to reset; an unmanaged one, with nobody attached, starts
+        // over and takes the limits of whoever joins.
+        _ if managed => Ok(i),
         _ => {
-            // Nobody attached: usage starts over; an unmanaged vGPU takes the limits of whoever joins.
             reset_usage(v);
-            if !managed {
-                set_limits(v, limits.unwrap_or(&current));
-            }
+            set_limits(v, limits.unwrap_or(&current));
             Ok(i)
         }
     }
@@ -484,10 +667,10 @@ mod tests {
         let b = attach(&path, "team", None).unwrap();
         assert_eq!(a.vgpu_index, b.vgpu_index);
         assert_ne!(a.me_index, b.me_index);
-        assert_eq!(b.vgpu.limit[3].load(Ordering::Relaxed), 1 << 30, "adopted");
+        assert_eq!(b.vgpu.config.limit[3].load(Ordering::Relaxed), 1 << 30, "adopted");
         let c = attach(&path, "other", None).unwrap();
         assert_ne!(c.vgpu_index, a.vgpu_index);
-        assert_eq!(c.vgpu.limit[0].load(Ordering::Relaxed), UNLIMITED);
+        assert_eq!(c.vgpu.config.limit[0].load(Ordering::Relaxed), UNLIMITED);
         std::fs::remove_file(&path).unwrap();
     }
 
@@ -511,14 +694,21 @@ mod tests {
             let i = locked.claim_slot(&name).unwrap();
             let v = &locked.region().vgpus[i];
             set_limits(v, &limits(1 << 30));
-            v.sched.flags.store(flags::MANAGED, Ordering::Release);
+            v.config.flags.store(flags::MANAGED, Ordering::Release);
+            locked.file().map_live(i, Some(uid())).unwrap();
             i
         };
+        // The daemon and the joining process share the live state; the configuration is the daemon's.
+        file.region().vgpus[index].live.sched.tokens.store(77, Ordering::Release);
         // Nobody attached, yet another limit is refused and none adopts the daemon's.
         let e = attach(&path, "svc", Some(&limits(2 << 30))).err().unwrap();
         assert!(e.contains("set by the Tessera daemon") && e.contains("tessera vgpu set svc"), "{e}");
         let a = attach(&path, "svc", None).unwrap();
-        assert_eq!((a.vgpu_index as usize, a.vgpu.limit[0].load(Ordering::Relaxed)), (index, 1 << 30));
+        assert_eq!((a.vgpu_index as usize, a.vgpu.config.limit[0].load(Ordering::Relaxed)), (index, 1 << 30));
+        assert_eq!(a.vgpu.live.sched.tokens.load(Ordering::Acquire), 77);
+        a.me.used[0].store(5, Ordering::Release);
+        assert_eq!(file.region().vgpus[index].live.procs[a.me_index.unwrap()].used[0].load(Ordering::Acquire), 5);
+        assert!(read_only(&a.vgpu.config) && !read_only(&a.vgpu.live), "only the live area is writable");
         attach(&path, "svc", Some(&limits(1 << 30))).unwrap();
         // Every other slot taken by idle unmanaged vGPUs: a new name reuses one of those, never the managed one.
         for n in 0..MAX_VGPUS - 1 {
@@ -530,7 +720,37 @@ mod tests {
         assert_ne!(reused, index);
         assert_eq!(locked.find(&name), Some(index));
         drop(locked);
-        std::fs::remove_file(&path).unwrap();
+        // A live file of another slot, or no vGPU file at all, is refused by name.
+        std::fs::rename(live_path(&path, index), live_path(&path, 60)).unwrap();
+        let e = attach(&path, "svc", None).err().unwrap();
+        assert!(e.contains(&live_path(&path, index)) && e.contains("cannot open"), "{e}");
+        std::fs::copy(live_path(&path, 60), live_path(&path, index)).unwrap();
+        std::fs::copy(live_path(&path, 60), live_path(&path, 61)).unwrap();
+        assert!(file.map_live(61, None).unwrap_err().contains("of slot"));
+        file.unmap_live(index).unwrap();
+        assert!(std::fs::metadata(live_path(&path, index)).is_err(), "removed with its vGPU");
+        for f in [path.clone(), live_path(&path, 60), live_path(&path, 61)] {
+            std::fs::remove_file(f).unwrap();
+        }
+    }
+
+    fn uid() -> u32 {
+        // SAFETY: getuid cannot fail.
+        unsafe { libc::getuid() }
+    }
+
+    /// Whether the page holding `x` is mapped without write permission (from /proc/self/maps).
+    fn read_only<T>(x: &T) -> bool {
+        let at = std::ptr::from_ref(x) as usize;
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        maps.lines().any(|l| {
+            let mut parts = l.split_whitespace();
+            let range = parts.next().unwrap();
+            let perms = parts.next().unwrap();
+            let (a, b) = range.split_once('-').unwrap();
+            let (a, b) = (usize::from_str_radix(a, 16).unwrap(), usize::from_str_radix(b, 16).unwrap());
+            (a..b).contains(&at) && perms.starts_with("r-")
+        })
     }
 
     #[test]
@@ -571,11 +791,12 @@ mod tests {
         {
             let locked = file.lock().unwrap();
             let i = locked.claim_slot(&encode_name("svc").unwrap()).unwrap();
-            locked.region().vgpus[i].sched.flags.store(flags::MANAGED | flags::TENSOR_CORES_OFF, Ordering::Release);
+            locked.region().vgpus[i].config.flags.store(flags::MANAGED | flags::TENSOR_CORES_OFF, Ordering::Release);
         }
         assert_eq!(vgpu_flags(&path, "svc"), Ok(Some(flags::MANAGED | flags::TENSOR_CORES_OFF)));
         assert_eq!(vgpu_flags(&path, "other"), Ok(None));
-        assert!(file.region().procs.iter().all(|p| p.pid.load(Ordering::Relaxed) == 0), "nothing joined");
+        let v = &file.region().vgpus;
+        assert!(v.iter().all(|v| v.live.procs.iter().all(|p| p.pid.load(Ordering::Relaxed) == 0)), "nothing joined");
         drop(file);
         std::fs::write(&path, b"not a region").unwrap();
         assert!(vgpu_flags(&path, "svc").unwrap_err().contains("bytes"));

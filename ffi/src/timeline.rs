@@ -1,7 +1,8 @@
-//! The device timeline: a ring of completion records per device in the region, through which the shims
-//! tell the daemon when each kernel of a managed vGPU ran (absolute start and end on `CLOCK_MONOTONIC`),
-//! so that the daemon can charge every vGPU the device time its work took, exactly, from the device-wide
-//! order of completions (see the scheduler's `ledger`).
+//! The timeline of a vGPU: a ring of completion records in its live area, through which the shims tell
+//! the daemon when each kernel of a managed vGPU ran (absolute start and end on `CLOCK_MONOTONIC`), so
+//! that the daemon can charge every vGPU the device time its work took, exactly, from the device-wide
+//! order of completions it assembles from the timelines of the device's vGPUs (see the scheduler's
+//! `ledger`). One ring per vGPU, in the vGPU's own file: a process can publish only its own vGPU's work.
 //!
 //! Protocol (many writers, one reader):
 //! - a writer claims index `i` with `head.fetch_add(1)`; its entry is `entries[i % RING]`. It takes the
@@ -9,7 +10,7 @@
 //!   `2i + 1`, writes the fields, then publishes by storing `seq = 2i + 2`. An entry another writer still
 //!   holds (odd `seq`, a writer of an earlier lap that stalled or died) or that a later lap has taken
 //!   already is left alone: index `i` stays a gap and the writer claims a new index.
-//! - the reader (the daemon's pacer for the device) reads index `i` when its `seq` is `2i + 2`, and keeps
+//! - the reader (the daemon's pacer for the vGPU's device) reads index `i` when its `seq` is `2i + 2`, and keeps
 //!   the fields only if `seq` is unchanged after reading them (a seqlock): every field is written only by
 //!   the entry's holder, between its odd and even `seq`, so a record read this way is never torn; and
 //!   `seq` only grows, so a record is never read twice under two indices. A `seq` above `2i + 2` means the
@@ -20,8 +21,8 @@
 
 use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering, fence};
 
-/// Records per device.
-pub const RING: usize = 4096;
+/// Records per vGPU.
+pub const RING: usize = 1024;
 /// How long an index may stay unpublished before the reader takes it for a gap (a writer claims and
 /// publishes within a few instructions; only one that died, or was lapped, leaves an index for longer).
 pub const ABANDONED_NS: u64 = 50_000_000;
@@ -41,23 +42,21 @@ pub struct Entry {
     /// Tokens its launch took from the bucket (its estimate; 0 when the vGPU is not token-limited): the
     /// daemon gives them back when it charges the device time.
     pub charged: AtomicI64,
-    /// Index of the vGPU slot.
-    pub vgpu: AtomicU32,
+    /// What was launched (0: a kernel, 1: a graph).
+    pub kind: AtomicU32,
     /// Reserved, zero.
     pub reserved: u32,
 }
 
-/// The ring of one device.
+/// The ring of one vGPU.
 #[repr(C)]
 pub struct Timeline {
     /// Next index a writer claims.
     pub head: AtomicU64,
     /// Next index the reader has not read yet.
     pub tail: AtomicU64,
-    /// Latest end (monotonic ns) the reader has charged (the previous end for the records after `tail`).
-    pub charged_end_ns: AtomicU64,
     /// Reserved, zero.
-    pub reserved: u64,
+    pub reserved: [u64; 2],
     /// The records, index `i` at `i % RING`.
     pub entries: [Entry; RING],
 }
@@ -71,8 +70,8 @@ pub struct Record {
     pub end_ns: u64,
     /// Tokens its launch took (0: not token-limited).
     pub charged: i64,
-    /// vGPU slot index.
-    pub vgpu: u32,
+    /// What was launched (0: a kernel, 1: a graph).
+    pub kind: u32,
 }
 
 /// What the reader finds at one index.
@@ -106,7 +105,7 @@ impl Timeline {
             e.start_ns.store(r.start_ns, Ordering::Relaxed);
             e.end_ns.store(r.end_ns, Ordering::Relaxed);
             e.charged.store(r.charged, Ordering::Relaxed);
-            e.vgpu.store(r.vgpu, Ordering::Relaxed);
+            e.kind.store(r.kind, Ordering::Relaxed);
             e.seq.store(claim + 1, Ordering::Release);
             true
         })
@@ -127,26 +126,12 @@ impl Timeline {
             start_ns: e.start_ns.load(Ordering::Relaxed),
             end_ns: e.end_ns.load(Ordering::Relaxed),
             charged: e.charged.load(Ordering::Relaxed),
-            vgpu: e.vgpu.load(Ordering::Relaxed),
+            kind: e.kind.load(Ordering::Relaxed),
         };
         // Orders the field loads before the second look at `seq`: a field a later writer wrote means `seq`
         // has changed by then.
         fence(Ordering::Acquire);
         if e.seq.load(Ordering::Relaxed) != want { Slot::Lost } else { Slot::Ready(r) }
-    }
-}
-
-impl Timeline {
-    /// The latest end before `end_ns` among the last `lookback` records published (what a kernel ending at
-    /// `end_ns` followed on the device, as far as is known yet); `None` when there is none.
-    pub fn end_before(&self, end_ns: u64, lookback: u64) -> Option<u64> {
-        let head = self.head.load(Ordering::Acquire);
-        (head.saturating_sub(lookback.min(RING as u64))..head)
-            .filter_map(|i| match self.read(i) {
-                Slot::Ready(r) if r.end_ns < end_ns => Some(r.end_ns),
-                _ => None,
-            })
-            .max()
     }
 }
 
@@ -178,6 +163,11 @@ impl Reader {
     /// the new position in `tail`.
     pub fn read(&mut self, t: &Timeline, now_ns: u64, out: &mut Vec<Record>) {
         let head = t.head.load(Ordering::Acquire);
+        if self.next > head {
+            // The ring started over (its vGPU was created anew in the slot).
+            self.next = t.tail.load(Ordering::Acquire).min(head);
+            self.stalled = None;
+        }
         if head.saturating_sub(self.next) > RING as u64 {
             self.lost += head - RING as u64 - self.next;
             self.next = head - RING as u64;
@@ -214,8 +204,8 @@ mod tests {
         Box::leak(unsafe { Box::<Timeline>::new_zeroed().assume_init() })
     }
 
-    fn rec(n: u64, vgpu: u32) -> Record {
-        Record { start_ns: n, end_ns: n * 3 + 1, charged: -(n as i64), vgpu }
+    fn rec(n: u64, kind: u32) -> Record {
+        Record { start_ns: n, end_ns: n * 3 + 1, charged: -(n as i64), kind }
     }
 
     /// Whether `r` is a record [`rec`] could have made (fields consistent with each other).
@@ -236,11 +226,6 @@ mod tests {
         reader.read(t, 0, &mut out);
         reader.read(t, 0, &mut out);
         assert_eq!(out, [rec(1, 7), rec(2, 7), rec(3, 7)]);
-        // The latest end before a time, among the last records published (ends 4, 7, 10).
-        assert_eq!(
-            (t.end_before(u64::MAX, 2), t.end_before(10, RING as u64), t.end_before(4, 2)),
-            (Some(10), Some(7), None)
-        );
         assert_eq!((exclusive(10, 30, 20), exclusive(10, 30, 5), exclusive(10, 30, 40)), (10, 20, 0));
         assert_eq!(t.tail.load(Ordering::Relaxed), 3);
         // A new reader (a restarted daemon) continues at the tail.
@@ -342,10 +327,10 @@ mod tests {
         assert!(out.iter().all(whole), "a torn record was read");
         let distinct: HashSet<u64> = out.iter().map(|r| r.start_ns).collect();
         assert_eq!(distinct.len(), out.len(), "a record was read twice");
-        assert!(out.iter().all(|r| r.vgpu as u64 == (r.start_ns - 1) / EACH), "a record under the wrong writer");
+        assert!(out.iter().all(|r| r.kind as u64 == (r.start_ns - 1) / EACH), "a record under the wrong writer");
         // Each writer's records arrive in its own order.
         for w in 0..WRITERS as u32 {
-            let mine: Vec<u64> = out.iter().filter(|r| r.vgpu == w).map(|r| r.start_ns).collect();
+            let mine: Vec<u64> = out.iter().filter(|r| r.kind == w).map(|r| r.start_ns).collect();
             assert!(mine.windows(2).all(|p| p[0] < p[1]), "writer {w}'s records out of order");
         }
         assert_eq!(t.head.load(Ordering::Relaxed), out.len() as u64 + lost, "every index read or counted lost");

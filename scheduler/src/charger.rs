@@ -1,53 +1,80 @@
-//! Charging one device's vGPUs for the kernels that finished: the daemon reads the device's timeline
-//! (where the shims publish every finished kernel of a managed vGPU, see `tessera_ffi::timeline`), has
-//! the [`Ledger`] work out each kernel's device time, and applies the result to the vGPUs' records in one
-//! atomic addition each: `device_ns` grows by the device time, `tokens` by the estimate the launch took
-//! less the device time (for launches that took tokens).
+//! Charging one device's vGPUs for the kernels that finished: the daemon reads the timeline of each of
+//! the device's managed vGPUs (where their shims publish every finished kernel, see
+//! `tessera_ffi::timeline`), has the device's [`Ledger`] work out each kernel's device time from the order
+//! of completions of them all, and applies the result to the vGPUs' records in one atomic addition each:
+//! `device_ns` grows by the device time, `tokens` by the estimate the launch took less the device time (for
+//! launches that took tokens). Each vGPU's `charged_ns` follows the device time of its launches of each
+//! kind (a moving average), which its launches take as their estimate.
 //!
-//! Where it has read to and what it has charged up to are kept in the timeline itself, so that a
-//! restarted daemon neither misses nor charges twice what was published meanwhile.
+//! Where it has read to is kept in each timeline, and what it has charged up to in the device's record,
+//! so that a restarted daemon neither misses nor charges twice what was published meanwhile.
 
 use crate::ledger::{self, Change, Ledger};
 use std::sync::atomic::Ordering;
-use tessera_ffi::region::{MAX_VGPUS, Region, state};
+use tessera_ffi::region::{MAX_VGPUS, Region, VgpuSlot, flags, state};
 use tessera_ffi::timeline::{Reader, Record};
+
+/// Weight of a new charge in a vGPU's `charged_ns`: 1/`EWMA_DIVISOR`.
+pub const EWMA_DIVISOR: i64 = 8;
 
 /// The charging state of one device, kept from tick to tick.
 pub struct Charger {
-    reader: Reader,
+    device: u32,
+    readers: Vec<Option<Reader>>,
     ledger: Ledger,
     records: Vec<Record>,
     changes: Vec<Change>,
 }
 
+/// Whether slot `v` is a managed vGPU of `device`.
+pub fn member(v: &VgpuSlot, device: u32) -> bool {
+    v.state() == state::READY && v.flags() & flags::MANAGED != 0 && v.config.device.load(Ordering::Acquire) == device
+}
+
 impl Charger {
     /// The charger of device `device`, continuing where a previous daemon stopped.
     pub fn new(region: &Region, device: u32) -> Charger {
-        let (reader, ledger) = match region.timelines.get(device as usize) {
-            Some(t) => (Reader::resume(t), Ledger::new(t.charged_end_ns.load(Ordering::Acquire))),
-            None => (Reader::default(), Ledger::default()),
-        };
-        Charger { reader, ledger, records: Vec::new(), changes: Vec::new() }
+        let charged = region.devices.get(device as usize).map_or(0, |d| d.charged_end_ns.load(Ordering::Acquire));
+        Charger {
+            device,
+            readers: (0..MAX_VGPUS).map(|_| None).collect(),
+            ledger: Ledger::new(charged),
+            records: Vec::new(),
+            changes: Vec::new(),
+        }
     }
 
-    /// Charges the kernels published on device `device`'s timeline since the last call, at `now_ns`.
-    pub fn charge(&mut self, region: &Region, device: u32, now_ns: u64) {
-        let Some(t) = region.timelines.get(device as usize) else { return };
-        self.records.clear();
+    /// Charges the kernels the device's vGPUs published since the last call, at `now_ns`.
+    pub fn charge(&mut self, region: &Region, now_ns: u64) {
+        let Some(dev) = region.devices.get(self.device as usize) else { return };
         self.changes.clear();
-        self.reader.read(t, now_ns, &mut self.records);
-        for r in &self.records {
-            self.ledger.charge(r, &mut self.changes);
+        for (i, v) in region.vgpus.iter().enumerate() {
+            if !member(v, self.device) {
+                self.readers[i] = None;
+                continue;
+            }
+            let t = &v.live.timeline;
+            let reader = self.readers[i].get_or_insert_with(|| Reader::resume(t));
+            self.records.clear();
+            reader.read(t, now_ns, &mut self.records);
+            for r in &self.records {
+                let ns = self.ledger.charge(i as u32, r, &mut self.changes);
+                if let Some(estimate) = v.live.sched.charged_ns.get(r.kind as usize) {
+                    let e = estimate.load(Ordering::Relaxed);
+                    let next = if e <= 0 { ns as i64 } else { e + (ns as i64 - e) / EWMA_DIVISOR };
+                    estimate.store(next.max(1), Ordering::Relaxed);
+                }
+            }
         }
         self.ledger.forget(now_ns);
-        t.charged_end_ns.store(self.ledger.charged_end_ns(), Ordering::Release);
+        dev.charged_end_ns.store(self.ledger.charged_end_ns(), Ordering::Release);
         let mut totals = [(0i64, 0i64); MAX_VGPUS];
         ledger::sum(&self.changes, &mut totals);
         for (v, &(device_ns, tokens)) in region.vgpus.iter().zip(&totals) {
-            if (device_ns, tokens) == (0, 0) || v.state.load(Ordering::Acquire) != state::READY {
+            if (device_ns, tokens) == (0, 0) || v.state() != state::READY {
                 continue;
             }
-            let s = &v.sched;
+            let s = &v.live.sched;
             if tokens != 0 {
                 s.tokens.fetch_add(tokens, Ordering::AcqRel);
             }
@@ -73,36 +100,39 @@ mod tests {
     fn finished_kernels_are_charged_their_device_time_and_give_their_estimates_back() {
         let r = region();
         for v in &r.vgpus[..2] {
-            v.state.store(state::READY, Ordering::Relaxed);
+            v.config.flags.store(flags::MANAGED, Ordering::Relaxed);
+            v.config.state.store(state::READY, Ordering::Relaxed);
         }
         let mut charger = Charger::new(r, 0);
-        let t = &r.timelines[0];
+        let ring = |i: usize| &r.vgpus[i].live.timeline;
         // Serial engine, 500 µs kernels alternating from 1 ms on; each queued 1 ms before it ran (its start
-        // event) and charged a 300 µs estimate at launch. vGPU 1's records arrive first.
+        // event) and charged a 300 µs estimate at launch.
         let kernel = |k: u64| {
             let end = MS + (k + 1) * MS / 2;
-            Record { start_ns: end - 3 * MS / 2, end_ns: end, charged: 300_000, vgpu: (k % 2) as u32 }
+            Record { start_ns: end - 3 * MS / 2, end_ns: end, charged: 300_000, kind: 0 }
         };
-        for k in (1..8).step_by(2).chain((0..8).step_by(2)) {
-            assert!(t.publish(&kernel(k)));
+        for k in 0..8 {
+            assert!(ring((k % 2) as usize).publish(&kernel(k)));
         }
-        charger.charge(r, 0, 10 * MS);
-        let device = |i: usize| r.vgpus[i].sched.device_ns.load(Ordering::Relaxed);
-        let tokens = |i: usize| r.vgpus[i].sched.tokens.load(Ordering::Relaxed);
+        charger.charge(r, 10 * MS);
+        let device = |i: usize| r.vgpus[i].live.sched.device_ns.load(Ordering::Relaxed);
+        let tokens = |i: usize| r.vgpus[i].live.sched.tokens.load(Ordering::Relaxed);
         // The first kernel found the device idle since its start event (1.5 ms); the others ran 500 µs.
         assert_eq!((device(0), device(1)), (3 * MS / 2 + 3 * (MS / 2), 4 * (MS / 2)));
         assert_eq!(tokens(1), 4 * (300_000 - 500_000));
-        assert_eq!(t.tail.load(Ordering::Relaxed), 8);
-        assert_eq!(t.charged_end_ns.load(Ordering::Relaxed), 5 * MS);
+        assert_eq!(r.vgpus[1].live.sched.charged_ns[0].load(Ordering::Relaxed), (MS / 2) as i64, "the estimate");
+        assert_eq!(ring(1).tail.load(Ordering::Relaxed), 4);
+        assert_eq!(r.devices[0].charged_end_ns.load(Ordering::Relaxed), 5 * MS);
         // A daemon restarted on the region continues after what was charged.
-        assert!(t.publish(&Record { start_ns: 4 * MS, end_ns: 6 * MS, charged: 0, vgpu: 1 }));
-        Charger::new(r, 0).charge(r, 0, 11 * MS);
+        assert!(ring(1).publish(&Record { start_ns: 4 * MS, end_ns: 6 * MS, charged: 0, kind: 1 }));
+        Charger::new(r, 0).charge(r, 11 * MS);
         assert_eq!(device(1), 3 * MS);
         assert_eq!(tokens(1), 4 * (300_000 - 500_000), "not token-limited: tokens untouched");
-        // A slot that is no longer a vGPU is not charged.
-        r.vgpus[1].state.store(state::FREE, Ordering::Relaxed);
-        assert!(t.publish(&Record { start_ns: 6 * MS, end_ns: 7 * MS, charged: 5, vgpu: 1 }));
-        Charger::new(r, 0).charge(r, 0, 12 * MS);
+        assert_eq!(r.vgpus[1].live.sched.charged_ns[1].load(Ordering::Relaxed), MS as i64, "graphs apart");
+        // A slot that is no longer a vGPU of the device is not charged.
+        r.vgpus[1].config.state.store(state::FREE, Ordering::Relaxed);
+        assert!(ring(1).publish(&Record { start_ns: 6 * MS, end_ns: 7 * MS, charged: 5, kind: 0 }));
+        Charger::new(r, 0).charge(r, 12 * MS);
         assert_eq!(device(1), 3 * MS);
     }
 }

@@ -79,6 +79,9 @@ pub struct VgpuSpec {
     /// Suspended: its launches wait at the next kernel boundary.
     #[serde(default)]
     pub suspended: bool,
+    /// The user (uid) whose processes may join it (`None`: the daemon's own user).
+    #[serde(default)]
+    pub user: Option<u32>,
 }
 
 impl VgpuSpec {
@@ -94,6 +97,7 @@ impl VgpuSpec {
             tensor_cores: true,
             window_ns: DEFAULT_WINDOW_NS,
             suspended: false,
+            user: None,
         }
     }
 

@@ -19,7 +19,7 @@ use std::time::Duration;
 use tessera_ffi::futex::monotonic_ns;
 use tessera_ffi::reclaim::reclaim_dead;
 use tessera_ffi::region::MAX_DEVICES;
-use tessera_ffi::region_file::RegionFile;
+use tessera_ffi::region_file::{Access, RegionFile};
 
 /// Where the daemon keeps its files, and the machine's device count.
 #[derive(Debug, Clone)]
@@ -93,7 +93,7 @@ pub fn run(options: Options) -> Result<(), String> {
     unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &signals, std::ptr::null_mut()) };
     let _owner = OwnerLock::take(&options.region)?;
     crate::server::claim_path(&options.socket)?;
-    let file: &'static RegionFile = Box::leak(Box::new(RegionFile::open(&options.region)?));
+    let file: &'static RegionFile = Box::leak(Box::new(RegionFile::open_as(&options.region, Access::Daemon)?));
     let store = Store::open(&options.state_dir)?;
     let state_path = store.path().display().to_string();
     let manager = Arc::new(Manager::start(file, store, options.devices)?);
@@ -108,7 +108,7 @@ pub fn run(options: Options) -> Result<(), String> {
     }
     spawn("reclaim", move || {
         while !stop.load(Ordering::Acquire) {
-            reclaim_dead(file.region(), None, None);
+            reclaim_dead(file.region());
             std::thread::sleep(Duration::from_secs(1));
         }
     })?;

@@ -2,7 +2,7 @@
 //!
 //! A kernel's events span its stream's time: on a time-sliced GPU that includes waiting behind other
 //! vGPUs' kernels. But the engine runs one kernel at a time, so once every kernel's absolute start and end
-//! are known (the shims publish them on the device's timeline), the time kernel `k` really had the engine is
+//! are known (the shims publish them on their vGPUs' timelines), the time kernel `k` really had the engine is
 //! exactly `end(k) - max(start(k), end of the kernel that ended just before it)`, or 0 if that is negative.
 //! Summed over a vGPU this is its device time; summed over the device, the time the engine was busy:
 //! nothing is charged twice, and time the device was idle is charged to nobody.
@@ -72,9 +72,9 @@ impl Ledger {
         self.kept.back().map_or(self.floor_ns, |c| c.end_ns)
     }
 
-    /// Charges record `r`, appending the changes to make to `out` (one for `r`, and one for the kernel
-    /// ending after it when `r` arrived late).
-    pub fn charge(&mut self, r: &Record, out: &mut Vec<Change>) {
+    /// Charges record `r` of vGPU `vgpu`, appending the changes to make to `out` (one for `r`, and one for
+    /// the kernel ending after it when `r` arrived late). Returns the device time charged for `r`.
+    pub fn charge(&mut self, vgpu: u32, r: &Record, out: &mut Vec<Change>) -> u64 {
         let limited = r.charged > 0;
         let end = r.end_ns.max(r.start_ns);
         let pos = self.kept.partition_point(|c| c.end_ns <= end);
@@ -94,9 +94,10 @@ impl Ledger {
                 out.push(Change { vgpu: next.vgpu, device_ns: -back, tokens: if next.limited { back } else { 0 } });
             }
         }
-        self.kept.insert(pos, Charged { start_ns: r.start_ns, end_ns: end, vgpu: r.vgpu, limited, ns });
+        self.kept.insert(pos, Charged { start_ns: r.start_ns, end_ns: end, vgpu, limited, ns });
         let tokens = if limited { r.charged - ns as i64 } else { 0 };
-        out.push(Change { vgpu: r.vgpu, device_ns: ns as i64, tokens });
+        out.push(Change { vgpu, device_ns: ns as i64, tokens });
+        ns
     }
 
     /// Forgets kernels that ended more than [`HORIZON_NS`] before `now_ns`, and the oldest beyond
@@ -126,15 +127,15 @@ mod tests {
 
     const US: u64 = 1_000;
 
-    fn rec(vgpu: u32, start_us: u64, end_us: u64, charged_us: i64) -> Record {
-        Record { start_ns: start_us * US, end_ns: end_us * US, charged: charged_us * US as i64, vgpu }
+    fn rec(vgpu: u32, start_us: u64, end_us: u64, charged_us: i64) -> (u32, Record) {
+        (vgpu, Record { start_ns: start_us * US, end_ns: end_us * US, charged: charged_us * US as i64, kind: 0 })
     }
 
     /// Charges `records` in the given order and returns each vGPU's (device_ns, tokens) totals.
-    fn charge_all(l: &mut Ledger, records: &[Record]) -> Vec<(i64, i64)> {
+    fn charge_all(l: &mut Ledger, records: &[(u32, Record)]) -> Vec<(i64, i64)> {
         let mut out = Vec::new();
-        for r in records {
-            l.charge(r, &mut out);
+        for (v, r) in records {
+            l.charge(*v, r, &mut out);
         }
         let mut totals = vec![(0, 0); 4];
         sum(&out, &mut totals);
@@ -143,7 +144,7 @@ mod tests {
 
     /// Two vGPUs' kernels interleaved on a serial engine, each 500 µs of engine time; every start event
     /// is when the kernel was queued, long before it ran.
-    fn interleaved() -> Vec<Record> {
+    fn interleaved() -> Vec<(u32, Record)> {
         let mut v = Vec::new();
         for k in 0..10u64 {
             let end = 1_000 + 500 * (k + 1);
@@ -186,7 +187,7 @@ mod tests {
         let mut l = Ledger::new(0);
         assert_eq!(charge_all(&mut l, &shuffled), in_order);
         // Entirely reversed too.
-        let reversed: Vec<Record> = interleaved().into_iter().rev().collect();
+        let reversed: Vec<(u32, Record)> = interleaved().into_iter().rev().collect();
         assert_eq!(charge_all(&mut Ledger::new(0), &reversed), in_order);
     }
 

@@ -222,10 +222,13 @@ mod tests {
             slots::find(&locked, name).unwrap()
         };
         let (a, b) = (&region.vgpus[slot("a")], &region.vgpus[slot("b")]);
-        assert_eq!((a.limit[0].load(Ordering::Relaxed), a.limit[1].load(Ordering::Relaxed)), (1 << 30, UNLIMITED));
-        assert_eq!(a.sched.flags.load(Ordering::Relaxed), flags::MANAGED | flags::SUSPENDED);
-        assert_eq!((b.sched.share.load(Ordering::Relaxed), b.sched.priority.load(Ordering::Relaxed)), (20, 2));
-        a.used[0].store(4096, Ordering::Relaxed);
+        assert_eq!(
+            (a.config.limit[0].load(Ordering::Relaxed), a.config.limit[1].load(Ordering::Relaxed)),
+            (1 << 30, UNLIMITED)
+        );
+        assert_eq!(a.config.flags.load(Ordering::Relaxed), flags::MANAGED | flags::SUSPENDED);
+        assert_eq!((b.config.share.load(Ordering::Relaxed), b.config.priority.load(Ordering::Relaxed)), (20, 2));
+        a.live.used[0].store(4096, Ordering::Relaxed);
         drop(m);
         let m = f.manager();
         let list = ok(&m, Request::List);
@@ -233,7 +236,7 @@ mod tests {
         assert!(list[0].spec.suspended && list[0].used == 4096, "usage kept: {list:?}");
         assert_eq!((list[1].spec.share, list[1].spec.priority), (20, Priority::High));
         ok(&m, Request::Resume { name: "a".into() });
-        assert_eq!(a.sched.flags.load(Ordering::Relaxed), flags::MANAGED);
+        assert_eq!(a.config.flags.load(Ordering::Relaxed), flags::MANAGED);
     }
 
     #[test]
@@ -250,11 +253,11 @@ mod tests {
         let locked = f.region.lock().unwrap();
         let index = slots::find(&locked, "a").unwrap();
         drop(locked);
-        f.region.region().vgpus[index].used[0].store(512 << 20, Ordering::Relaxed);
+        f.region.region().vgpus[index].live.used[0].store(512 << 20, Ordering::Relaxed);
         let lower = Change { memory: Some(256 << 20), ..Change::default() };
         let e = err(&m, Request::Set { name: "a".into(), change: lower });
         assert!(e.contains("uses 512.0 MiB") && e.contains("cannot be lowered to 256.0 MiB"), "{e}");
-        f.region.region().vgpus[index].used[0].store(0, Ordering::Relaxed);
+        f.region.region().vgpus[index].live.used[0].store(0, Ordering::Relaxed);
         assert_eq!(ok(&m, Request::List), before);
         drop(m);
         assert_eq!(f.manager().specs(), before.iter().map(|s| s.spec.clone()).collect::<Vec<_>>(), "nor on disk");
@@ -266,7 +269,11 @@ mod tests {
         let m = f.manager();
         ok(&m, create("a", 10));
         let attached = tessera_ffi::region_file::attach(f.region.path(), "a", None).unwrap();
-        assert_eq!(attached.vgpu.limit[0].load(Ordering::Relaxed), 1 << 30, "a process adopts the daemon's quota");
+        assert_eq!(
+            attached.vgpu.config.limit[0].load(Ordering::Relaxed),
+            1 << 30,
+            "a process adopts the daemon's quota"
+        );
         let e = err(&m, Request::Rm { name: "a".into() });
         assert!(e.contains(&format!("pid {}", std::process::id())), "{e}");
         assert_eq!(ok(&m, Request::List).len(), 1);

@@ -1,19 +1,21 @@
 //! The refill loop of one device: every millisecond while any vGPU there has demand (at absolute
-//! deadlines, so it does not drift), else every [`IDLE_NS`], and at once when a launch that must wait
-//! wakes it through the device's `demand` futex word (while it ticks every millisecond anyway, such
-//! wake-ups are not waited for: they would only make ticks more frequent, not grant more).
+//! deadlines, so it does not drift), else every [`IDLE_NS`]; and at once when a process rings its vGPU's
+//! `bell` — a launch that must wait while the device is idle, or a `high` vGPU that starts or stops having
+//! work (while the loop ticks every millisecond anyway, only the `high` vGPUs' bells are listened to: other
+//! wake-ups would only make ticks more frequent, not grant more).
 //!
 //! Each tick first has the device's [`Charger`] charge the kernels that finished since the last one (their
 //! device time taken from `tokens`, the launches' estimates given back); then it reads the device's
-//! managed vGPUs from the region, asks [`refill::plan`] for their grants (the whole interval, split by
-//! share), adds them to the buckets and wakes waiting launches.
+//! managed vGPUs from the region, sets the device's `high` hold from what its `high` vGPUs are doing, asks
+//! [`refill::plan`] for their grants (the whole interval, split by share), adds them to the buckets and
+//! wakes waiting launches.
 
-use crate::charger::Charger;
+use crate::charger::{Charger, member};
 use crate::refill::{self, Observed, Vgpu};
 use std::sync::atomic::{AtomicBool, Ordering};
 use tessera_ffi::futex;
 use tessera_ffi::reclaim::CLAIMING;
-use tessera_ffi::region::{MAX_VGPUS, Region, flags, state};
+use tessera_ffi::region::{DeviceSched, MAX_VGPUS, Region, VgpuSlot, flags, priority};
 
 /// Tick period while a vGPU on the device has demand.
 pub const TICK_NS: u64 = 1_000_000;
@@ -21,49 +23,79 @@ pub const TICK_NS: u64 = 1_000_000;
 pub const IDLE_NS: u64 = 100_000_000;
 /// Longest interval one tick grants for (a stalled daemon does not hand out a flood).
 pub const MAX_DT_NS: u64 = 100_000_000;
+/// How long a `high` vGPU's hold on its device lasts past each tick that found it with work: renewed every
+/// tick, it outlives a daemon that died by this much at most.
+pub const HIGH_HOLD_NS: u64 = 3 * TICK_NS;
+/// How long after a `high` vGPU's last launch, with nothing of it queued any more, it still counts as
+/// having work (a program between two launches).
+pub const HIGH_IDLE_NS: u64 = 300_000;
 
-/// Which vGPU slots have at least one process attached.
-fn with_processes(region: &Region) -> [bool; MAX_VGPUS] {
-    let mut found = [false; MAX_VGPUS];
-    for p in &region.procs {
-        let pid = p.pid.load(Ordering::Acquire);
-        let v = p.vgpu.load(Ordering::Relaxed) as usize;
-        if pid != 0 && pid != CLAIMING && v < MAX_VGPUS {
-            found[v] = true;
+/// Whether slot `v` has at least one process attached.
+fn has_processes(v: &VgpuSlot) -> bool {
+    v.live.procs.iter().any(|p| !matches!(p.pid.load(Ordering::Acquire), 0 | CLAIMING))
+}
+
+/// The managed vGPU slots of device `device`.
+pub fn members(region: &Region, device: u32) -> Vec<usize> {
+    (0..MAX_VGPUS).filter(|&i| member(&region.vgpus[i], device)).collect()
+}
+
+/// Sets device `dev`'s hold from its `high` vGPUs `highs` at `now_ns`: held while one has work, released
+/// (and the device's waiting launches woken) once none has. Returns when to look again at the latest:
+/// when an idle `high` vGPU's last launch stops counting.
+fn hold(region: &Region, dev: &DeviceSched, members: &[usize], now_ns: u64) -> Option<u64> {
+    let mut recheck = None;
+    let mut active = false;
+    for &i in members {
+        let v = &region.vgpus[i];
+        if v.config.priority.load(Ordering::Relaxed) < priority::HIGH || v.flags() & flags::SUSPENDED != 0 {
+            continue;
+        }
+        let s = &v.live.sched;
+        let last = s.last_launch_ns.load(Ordering::Acquire);
+        if s.inflight_ns.load(Ordering::Acquire) > 0 || s.waiters.load(Ordering::Acquire) > 0 {
+            active = true;
+        } else if last != 0 && now_ns < last + HIGH_IDLE_NS {
+            active = true;
+            recheck = Some(recheck.map_or(last + HIGH_IDLE_NS, |r: u64| r.min(last + HIGH_IDLE_NS)));
         }
     }
-    found
+    if active {
+        dev.high_until_ns.fetch_max(now_ns + HIGH_HOLD_NS, Ordering::AcqRel);
+    } else if dev.high_until_ns.load(Ordering::Acquire) > now_ns {
+        dev.high_until_ns.store(now_ns, Ordering::Release);
+        for &i in members {
+            crate::slots::notify(&region.vgpus[i].live.sched);
+        }
+    }
+    recheck
 }
 
 /// One tick of device `device` (whose charger is `charger`) for an interval of `dt_ns` ending at
-/// `now_ns`: charges what finished, then refills. Returns true when a vGPU there has demand (the loop then
-/// keeps the 1 ms pace).
-pub fn tick(region: &Region, device: u32, charger: &mut Charger, now_ns: u64, dt_ns: u64) -> bool {
-    charger.charge(region, device, now_ns);
-    let procs = with_processes(region);
-    let members: Vec<usize> = (0..MAX_VGPUS)
-        .filter(|&i| {
-            let v = &region.vgpus[i];
-            v.state.load(Ordering::Acquire) == state::READY
-                && v.sched.flags.load(Ordering::Acquire) & flags::MANAGED != 0
-                && v.sched.device.load(Ordering::Acquire) == device
-        })
-        .collect();
+/// `now_ns`: charges what finished, holds or releases the device for `high` vGPUs, then refills. Returns
+/// whether a vGPU there has demand (the loop then keeps the 1 ms pace) and when to look again at the
+/// latest for the hold.
+pub fn tick(region: &Region, device: u32, charger: &mut Charger, now_ns: u64, dt_ns: u64) -> (bool, Option<u64>) {
+    charger.charge(region, now_ns);
+    let members = members(region, device);
+    let Some(dev) = region.devices.get(device as usize) else { return (false, None) };
+    let recheck = hold(region, dev, &members, now_ns);
     let views: Vec<Vgpu> = members
         .iter()
         .map(|&i| {
-            let s = &region.vgpus[i].sched;
-            let f = s.flags.load(Ordering::Acquire);
-            let burst = refill::burst(s.window_ns.load(Ordering::Relaxed));
+            let v = &region.vgpus[i];
+            let (c, s) = (&v.config, &v.live.sched);
+            let f = v.flags();
+            let burst = refill::burst(c.window_ns.load(Ordering::Relaxed));
             let seen = Observed {
                 waiters: s.waiters.load(Ordering::Acquire),
                 inflight_ns: s.inflight_ns.load(Ordering::Acquire),
                 last_launch_ns: s.last_launch_ns.load(Ordering::Acquire),
-                processes: procs[i],
+                processes: has_processes(v),
             };
             Vgpu {
-                share: s.share.load(Ordering::Relaxed),
-                priority: s.priority.load(Ordering::Relaxed),
+                share: c.share.load(Ordering::Relaxed),
+                priority: c.priority.load(Ordering::Relaxed),
                 cap: f & flags::CAP != 0,
                 suspended: f & flags::SUSPENDED != 0,
                 demand: seen.demand(now_ns),
@@ -72,11 +104,12 @@ pub fn tick(region: &Region, device: u32, charger: &mut Charger, now_ns: u64, dt
             }
         })
         .collect();
-    let hold = region.devices.get(device as usize).is_some_and(|d| d.high_until_ns.load(Ordering::Acquire) > now_ns);
-    let grants = refill::plan(&views, dt_ns, hold);
+    let held = dev.high_until_ns.load(Ordering::Acquire) > now_ns;
+    let grants = refill::plan(&views, dt_ns, held);
     for (&i, grant) in members.iter().zip(grants) {
-        let s = &region.vgpus[i].sched;
-        let burst = refill::burst(s.window_ns.load(Ordering::Relaxed));
+        let v = &region.vgpus[i];
+        let s = &v.live.sched;
+        let burst = refill::burst(v.config.window_ns.load(Ordering::Relaxed));
         let before = s
             .tokens
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |t| {
@@ -89,37 +122,50 @@ pub fn tick(region: &Region, device: u32, charger: &mut Charger, now_ns: u64, dt
             crate::slots::notify(s);
         }
     }
-    views.iter().any(|v| v.demand)
+    (views.iter().any(|v| v.demand), recheck)
+}
+
+/// The bells to listen to on device `device` and the values they hold now: every managed vGPU's, or only
+/// the `high` ones' when `only_high`.
+fn bells(region: &Region, device: u32, only_high: bool) -> Vec<(&std::sync::atomic::AtomicU32, u32)> {
+    members(region, device)
+        .into_iter()
+        .map(|i| &region.vgpus[i])
+        .filter(|v| !only_high || v.config.priority.load(Ordering::Relaxed) >= priority::HIGH)
+        .map(|v| (&v.live.sched.bell, v.live.sched.bell.load(Ordering::Acquire)))
+        .collect()
 }
 
 /// Runs device `device`'s loop until `stop` is set (checked at least every [`IDLE_NS`]).
 pub fn run(region: &Region, device: u32, stop: &AtomicBool) {
-    let Some(dev) = region.devices.get(device as usize) else { return };
     let mut charger = Charger::new(region, device);
     let mut last = futex::monotonic_ns();
     let mut deadline = last;
+    let mut busy = false;
     while !stop.load(Ordering::Acquire) {
-        let seen = dev.demand.load(Ordering::Acquire);
+        // Read before the tick: a bell rung after it changes the value, so the wait returns at once.
+        let listening = bells(region, device, busy);
         let now = futex::monotonic_ns();
-        let busy = tick(region, device, &mut charger, now, (now - last).min(MAX_DT_NS));
+        let (demand, recheck) = tick(region, device, &mut charger, now, (now - last).min(MAX_DT_NS));
+        busy = demand;
         last = now;
         region.daemon.heartbeat_ns.fetch_max(now, Ordering::AcqRel);
-        if busy {
-            // Every tick grants for the time elapsed since the last, so ticking sooner gains nothing: launches
-            // waiting for tokens (which wake the daemon each time they go back to sleep) wait for the tick.
-            deadline = (deadline + TICK_NS).max(now);
-            futex::sleep_until(deadline);
-        } else {
-            deadline = now + IDLE_NS;
-            futex::wait_until(&dev.demand, seen, deadline);
-        }
+        // Every tick grants for the time elapsed since the last, so ticking sooner gains nothing: launches
+        // waiting for tokens (which ring each time they go back to sleep) wait for the tick, and a tick a
+        // bell caused early keeps the next deadline where it was.
+        deadline = match busy {
+            true if deadline > now && deadline <= now + TICK_NS => deadline,
+            true => (deadline + TICK_NS).clamp(now, now + TICK_NS),
+            false => now + IDLE_NS,
+        };
+        let wake = recheck.map_or(deadline, |r| r.min(deadline));
+        futex::wait_any_until(&listening, wake);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tessera_ffi::region::priority;
 
     const MS: u64 = 1_000_000;
 
@@ -131,18 +177,17 @@ mod tests {
     /// Slot `i`: managed, on device 0 with `share`, a process attached, `waiters` waiting.
     fn managed(r: &Region, i: usize, share: u32, waiters: u32) {
         let v = &r.vgpus[i];
-        v.state.store(state::READY, Ordering::Relaxed);
-        v.sched.flags.store(flags::MANAGED, Ordering::Relaxed);
-        v.sched.share.store(share, Ordering::Relaxed);
-        v.sched.priority.store(priority::NORMAL, Ordering::Relaxed);
-        v.sched.window_ns.store(MS, Ordering::Relaxed);
-        v.sched.waiters.store(waiters, Ordering::Relaxed);
-        r.procs[i].vgpu.store(i as u32, Ordering::Relaxed);
-        r.procs[i].pid.store(1000 + i as u32, Ordering::Release);
+        v.config.state.store(tessera_ffi::region::state::READY, Ordering::Relaxed);
+        v.config.flags.store(flags::MANAGED, Ordering::Relaxed);
+        v.config.share.store(share, Ordering::Relaxed);
+        v.config.priority.store(priority::NORMAL, Ordering::Relaxed);
+        v.config.window_ns.store(MS, Ordering::Relaxed);
+        v.live.sched.waiters.store(waiters, Ordering::Relaxed);
+        v.live.procs[3].pid.store(1000 + i as u32, Ordering::Release);
     }
 
     fn tokens(r: &Region, i: usize) -> i64 {
-        r.vgpus[i].sched.tokens.load(Ordering::Relaxed)
+        r.vgpus[i].live.sched.tokens.load(Ordering::Relaxed)
     }
 
     #[test]
@@ -151,23 +196,50 @@ mod tests {
         managed(r, 0, 30, 1);
         managed(r, 1, 70, 1);
         managed(r, 2, 0, 0);
-        r.vgpus[2].sched.device.store(1, Ordering::Relaxed);
-        let epoch = r.vgpus[0].sched.epoch.load(Ordering::Relaxed);
+        r.vgpus[2].config.device.store(1, Ordering::Relaxed);
+        let epoch = r.vgpus[0].live.sched.epoch.load(Ordering::Relaxed);
         let charger = &mut Charger::new(r, 0);
-        assert!(tick(r, 0, charger, 10 * MS, MS));
+        assert!(tick(r, 0, charger, 10 * MS, MS).0);
         assert_eq!((tokens(r, 0), tokens(r, 1), tokens(r, 2)), (300_000, 700_000, 0));
-        assert_eq!(r.vgpus[0].sched.epoch.load(Ordering::Relaxed), epoch + 1, "waiters are woken");
+        assert_eq!(r.vgpus[0].live.sched.epoch.load(Ordering::Relaxed), epoch + 1, "waiters are woken");
         for _ in 0..10 {
             tick(r, 0, charger, 11 * MS, MS);
         }
         assert_eq!((tokens(r, 0), tokens(r, 1)), (2 * MS as i64, 2 * MS as i64), "held to the burst");
         // Debt stays debt; an idle vGPU gets nothing and the tick reports no demand.
-        r.vgpus[0].sched.tokens.store(-5 * MS as i64, Ordering::Relaxed);
-        r.vgpus[1].sched.waiters.store(0, Ordering::Relaxed);
-        assert!(tick(r, 0, charger, 12 * MS, MS));
+        r.vgpus[0].live.sched.tokens.store(-5 * MS as i64, Ordering::Relaxed);
+        r.vgpus[1].live.sched.waiters.store(0, Ordering::Relaxed);
+        assert!(tick(r, 0, charger, 12 * MS, MS).0);
         assert_eq!(tokens(r, 0), -4 * MS as i64);
-        r.vgpus[0].sched.waiters.store(0, Ordering::Relaxed);
-        assert!(!tick(r, 0, charger, 20 * MS, MS));
+        r.vgpus[0].live.sched.waiters.store(0, Ordering::Relaxed);
+        assert!(!tick(r, 0, charger, 20 * MS, MS).0);
         assert_eq!(tokens(r, 0), -4 * MS as i64);
+    }
+
+    #[test]
+    fn a_high_vgpu_with_work_holds_the_device_and_its_release_wakes_the_others() {
+        let r = region();
+        managed(r, 0, 50, 1);
+        managed(r, 1, 50, 0);
+        let h = &r.vgpus[1];
+        h.config.priority.store(priority::HIGH, Ordering::Relaxed);
+        let charger = &mut Charger::new(r, 0);
+        let until = |r: &Region| r.devices[0].high_until_ns.load(Ordering::Relaxed);
+        // Launched just now, nothing queued: held, and looked at again when that launch stops counting.
+        h.live.sched.last_launch_ns.store(10 * MS, Ordering::Relaxed);
+        assert_eq!(tick(r, 0, charger, 10 * MS, MS).1, Some(10 * MS + HIGH_IDLE_NS));
+        assert_eq!(until(r), 10 * MS + HIGH_HOLD_NS);
+        assert_eq!(tokens(r, 0), 0, "the normal vGPU gets nothing while held");
+        // Work queued: the hold is renewed.
+        h.live.sched.inflight_ns.store(1, Ordering::Relaxed);
+        tick(r, 0, charger, 12 * MS, MS);
+        assert_eq!(until(r), 12 * MS + HIGH_HOLD_NS);
+        // Idle: released at once, and the waiting launch of the other is told.
+        h.live.sched.inflight_ns.store(0, Ordering::Relaxed);
+        let epoch = r.vgpus[0].live.sched.epoch.load(Ordering::Relaxed);
+        assert_eq!(tick(r, 0, charger, 13 * MS, MS).1, None);
+        assert_eq!(until(r), 13 * MS);
+        assert!(r.vgpus[0].live.sched.epoch.load(Ordering::Relaxed) > epoch);
+        assert!(tokens(r, 0) > 0);
     }
 }

@@ -1,6 +1,7 @@
 //! The daemon's side of the region: placing each configured vGPU in a slot marked
 //! [`flags::MANAGED`], writing its quota and compute-share settings there (live: running processes read
-//! them on their next allocation or launch), freeing slots, and reading back each vGPU's usage. Every
+//! them on their next allocation or launch) and mapping its live file (created for the vGPU's user, so
+//! that only that user's processes can join it), freeing slots, and reading back each vGPU's usage. Every
 //! function here runs under the region's lock ([`Locked`]).
 
 use crate::config::{VgpuSpec, bytes};
@@ -17,7 +18,7 @@ pub fn find(locked: &Locked, name: &str) -> Option<usize> {
 
 /// Checks that `memory` on `spec`'s device holds what the slot's processes use now.
 fn check_fits(v: &VgpuSlot, spec: &VgpuSpec, memory: u64) -> Result<(), String> {
-    let used = v.used[spec.device as usize].load(Ordering::Acquire);
+    let used = v.live.used[spec.device as usize].load(Ordering::Acquire);
     if used > memory {
         return Err(format!(
             "vGPU {:?} uses {} on device {}; its quota cannot be lowered to {}: free memory or stop its processes first",
@@ -55,8 +56,15 @@ pub fn place(locked: &Locked, spec: &VgpuSpec, force: bool) -> Result<usize, Str
             )
         })?,
     };
+    locked.file().map_live(index, Some(spec.user.unwrap_or_else(own_uid)))?;
     configure(&locked.region().vgpus[index], spec);
     Ok(index)
+}
+
+/// The daemon's own uid: whose a vGPU's file is when no user is named.
+fn own_uid() -> u32 {
+    // SAFETY: getuid cannot fail.
+    unsafe { libc::getuid() }
 }
 
 /// Changes the memory quota of `spec`'s slot to `spec.memory`, unless the vGPU uses more than that now.
@@ -73,13 +81,13 @@ pub fn configure(v: &VgpuSlot, spec: &VgpuSpec) {
     let mut limits = [UNLIMITED; MAX_DEVICES];
     limits[spec.device as usize] = spec.memory;
     set_limits(v, &limits);
-    let s = &v.sched;
-    s.device.store(spec.device, Ordering::Relaxed);
-    s.share.store(spec.share, Ordering::Relaxed);
-    s.priority.store(spec.priority.region_value(), Ordering::Relaxed);
-    s.window_ns.store(spec.window_ns, Ordering::Relaxed);
-    s.flags.store(spec.region_flags(), Ordering::Release);
-    notify(s);
+    let c = &v.config;
+    c.device.store(spec.device, Ordering::Relaxed);
+    c.share.store(spec.share, Ordering::Relaxed);
+    c.priority.store(spec.priority.region_value(), Ordering::Relaxed);
+    c.window_ns.store(spec.window_ns, Ordering::Relaxed);
+    c.flags.store(spec.region_flags(), Ordering::Release);
+    notify(&v.live.sched);
 }
 
 /// Increments the vGPU's epoch and wakes its waiting launches (they re-read the state).
@@ -102,8 +110,8 @@ pub fn remove(locked: &Locked, name: &str) -> Result<(), String> {
         ));
     }
     locked.free_slot(index);
-    notify(&locked.region().vgpus[index].sched);
-    Ok(())
+    notify(&locked.region().vgpus[index].live.sched);
+    locked.file().unmap_live(index)
 }
 
 /// Hands back to processes every managed slot the configuration does not name (a state file removed or
@@ -111,16 +119,19 @@ pub fn remove(locked: &Locked, name: &str) -> Result<(), String> {
 pub fn release_unknown(locked: &Locked, known: &[VgpuSpec]) {
     for index in 0..locked.region().vgpus.len() {
         let v = &locked.region().vgpus[index];
-        if !is_managed(v) || known.iter().any(|s| encode_name(&s.name).is_some_and(|n| n == v.name)) {
+        if !is_managed(v) || known.iter().any(|s| encode_name(&s.name).is_some_and(|n| n == v.config.name)) {
             continue;
         }
         let name = String::from_utf8_lossy(v.name_bytes()).into_owned();
         if locked.attached_pids(index).is_empty() {
             locked.free_slot(index);
+            if let Err(e) = locked.file().unmap_live(index) {
+                eprintln!("tessera daemon: {e}");
+            }
         } else {
-            v.sched.flags.fetch_and(!flags::MANAGED, Ordering::AcqRel);
+            v.config.flags.fetch_and(!flags::MANAGED, Ordering::AcqRel);
         }
-        notify(&v.sched);
+        notify(&v.live.sched);
         eprintln!("tessera daemon: vGPU {name:?} is in the region but not in the configuration; no longer managed");
     }
 }
@@ -131,10 +142,10 @@ pub fn status(locked: &Locked, spec: &VgpuSpec) -> VgpuStatus {
     let Some(index) = find(locked, &spec.name) else { return st };
     let v = &locked.region().vgpus[index];
     let d = spec.device as usize;
-    st.used = v.used[d].load(Ordering::Acquire);
-    st.peak = v.peak[d].load(Ordering::Acquire);
+    st.used = v.live.used[d].load(Ordering::Acquire);
+    st.peak = v.live.peak[d].load(Ordering::Acquire);
     st.processes = locked.attached_pids(index);
-    let s = &v.sched;
+    let s = &v.live.sched;
     st.tokens_ns = s.tokens.load(Ordering::Acquire);
     st.launches = s.launches.load(Ordering::Acquire);
     st.device_ns = s.device_ns.load(Ordering::Acquire);

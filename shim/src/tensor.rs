@@ -15,7 +15,6 @@ use crate::guard::{Res, Status, status};
 use crate::log;
 use crate::real::Lib;
 use std::ffi::{OsStr, c_void};
-use std::sync::atomic::Ordering;
 use tessera_ffi::cublas::{CUBLAS_STATUS_NOT_INITIALIZED, TF32_OVERRIDE, pedantic};
 use tessera_ffi::region::flags::TENSOR_CORES_OFF;
 
@@ -24,7 +23,7 @@ use tessera_ffi::region::flags::TENSOR_CORES_OFF;
 /// (already reported) is `CUBLAS_STATUS_NOT_INITIALIZED`, as `cuInit` refuses the GPU then.
 fn tensor_cores_off() -> Res<bool> {
     let quota = crate::quota::active().map_err(|_| CUBLAS_STATUS_NOT_INITIALIZED)?;
-    Ok(quota.is_some_and(|q| q.sched().0.flags.load(Ordering::Acquire) & TENSOR_CORES_OFF != 0))
+    Ok(quota.is_some_and(|q| q.slot().0.flags() & TENSOR_CORES_OFF != 0))
 }
 
 /// `cublasSetMathMode`: with tensor cores off, a tensor-op `mode` reaches the real function as pedantic

@@ -108,6 +108,10 @@ pub struct CreateArgs {
     /// Most queued-but-unfinished device time (20us, 1ms, 2ms; default 1ms).
     #[arg(long, value_name = "DURATION", value_parser = window_value)]
     window: Option<u64>,
+    /// The user (name or uid) whose processes may join the vGPU (default: the daemon's user). Its state
+    /// file is theirs alone; no other user's process can join it or change it.
+    #[arg(long, value_name = "USER", value_parser = user_value)]
+    user: Option<u32>,
 }
 
 /// Arguments of `tessera vgpu set`.
@@ -163,6 +167,22 @@ fn window_value(text: &str) -> Result<u64, String> {
     }
 }
 
+/// A user: a uid, or a name known to the system.
+fn user_value(text: &str) -> Result<u32, String> {
+    if let Ok(uid) = text.parse::<u32>() {
+        return Ok(uid);
+    }
+    let name = std::ffi::CString::new(text).map_err(|_| format!("{text:?} is not a user name"))?;
+    // SAFETY: getpwnam reads a NUL-terminated name and returns NULL or a pointer to a static record, read
+    // at once (the command is single-threaded).
+    let entry = unsafe { libc::getpwnam(name.as_ptr()) };
+    if entry.is_null() {
+        return Err(format!("there is no user {text:?}; give a user name or a numeric uid"));
+    }
+    // SAFETY: non-null: a valid passwd record.
+    Ok(unsafe { (*entry).pw_uid })
+}
+
 /// `ns` in the largest unit that keeps it whole: `1ms`, `250us`, `1500ns`.
 fn duration(ns: u64) -> String {
     match ns {
@@ -181,6 +201,7 @@ fn request(command: &VgpuCommand) -> Request {
             spec.priority = a.priority.into();
             spec.tensor_cores = matches!(a.tensor_cores, Switch::On);
             spec.window_ns = a.window.unwrap_or(spec.window_ns);
+            spec.user = a.user;
             Request::Create { spec }
         }
         VgpuCommand::List { .. } => Request::List,
@@ -258,6 +279,7 @@ fn details(v: &VgpuStatus) -> String {
         format!("priority:      {}", s.priority.name()),
         format!("tensor cores:  {}", if s.tensor_cores { "on" } else { "off" }),
         format!("window:        {}", duration(s.window_ns)),
+        format!("user:          {}", s.user.map_or("the daemon's".to_string(), |uid| format!("uid {uid}"))),
         format!("state:         {}", if s.suspended { "suspended" } else { "running" }),
         format!(
             "processes:     {}{}",
@@ -317,6 +339,8 @@ mod tests {
         assert_eq!(memory_value("1GiB"), Ok(1 << 30));
         assert!(memory_value("0").is_err() && memory_value("lots").is_err());
         assert_eq!(window_value("2ms"), Ok(2_000_000));
+        assert_eq!((user_value("root"), user_value("4242")), (Ok(0), Ok(4242)));
+        assert!(user_value("no-such-user-here").unwrap_err().contains("no user"));
         assert!(window_value("0").is_err() && window_value("2s").is_err() && window_value("soon").is_err());
         assert_eq!(
             (duration(1_000_000), duration(250_000), duration(1_500)),

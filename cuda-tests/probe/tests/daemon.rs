@@ -10,8 +10,10 @@ mod common;
 use common::tessera::{Machine, mode};
 use common::{GIB, MIB, OUT_OF_MEMORY, at, finish, first_line, go, u64_at};
 use serde_json::Value;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
 use std::process::Child;
-use tessera_ffi::region::{LAYOUT_SIZE, MAGIC};
+use tessera_ffi::region::{LAYOUT_SIZE, MAGIC, VERSION};
 
 /// What a context costs on the `small` profile.
 const CONTEXT: u64 = 128 * MIB;
@@ -175,7 +177,12 @@ fn the_socket_and_files_belong_to_the_owner_only() {
     m.start();
     assert_eq!(mode(&m.socket()), 0o600, "only the owner may connect, so only the owner changes shares");
     m.ok(&["vgpu", "create", "a", "--device", "0", "--memory", "1GiB", "--share", "30"]);
-    assert_eq!(mode(&m.region()), 0o600);
+    // Other users' processes may read the region (read-only), and join only a vGPU made for them.
+    assert_eq!(mode(&m.region()), 0o644);
+    assert_eq!(
+        mode(std::path::Path::new(&tessera_ffi::region_file::live_path(m.region().to_str().unwrap(), 0))),
+        0o600
+    );
     assert_eq!(mode(&m.file("state")), 0o700);
     assert_eq!(mode(&m.file("state/vgpus.json")), 0o600);
     let saved: Value = serde_json::from_slice(&std::fs::read(m.file("state/vgpus.json")).unwrap()).unwrap();
@@ -195,7 +202,7 @@ fn unusable_region_and_state_files_are_clear_errors() {
     for (contents, expect) in [
         (b"not a region".to_vec(), "truncated, foreign or from another Tessera version"),
         (vec![0u8; LAYOUT_SIZE / 2], "truncated"),
-        (vec![0xAB; LAYOUT_SIZE], "is not a version-3 Tessera region"),
+        (vec![0xAB; LAYOUT_SIZE], &format!("is not a version-{VERSION} Tessera region")),
         (header(MAGIC, 1), "(magic 0x314e475253534554, version 1)"),
     ] {
         std::fs::write(&region, &contents).unwrap();
@@ -325,4 +332,85 @@ fn a_high_vgpu_holds_lower_ones_and_suspend_stops_at_a_kernel_boundary() {
     wait_for_launches(&m, "lo", frozen + 50);
     let lo = report(lo);
     assert!(u64_at(&lo, "longest_gap_ns") >= 500_000_000, "held by the high vGPU or suspended: {lo}");
+}
+
+/// The uid tenants of another user run as here (`nobody`): this test runs as root, which permissions do
+/// not bind, so the tenant must be someone else.
+const TENANT_UID: u32 = 65534;
+
+/// What a process of user [`TENANT_UID`] may do to `files` (path, how): `rw` opens read-write, `ro`
+/// read-only, `map-rw` maps a read-only open writable; each reports `ok` or the errno's name.
+fn try_as_tenant(files: &[(&str, &str)]) -> Value {
+    let script = r#"
+import errno, json, mmap, os, sys
+out = []
+for path, how in json.loads(sys.argv[1]):
+    try:
+        fd = os.open(path, os.O_RDWR if how == "rw" else os.O_RDONLY)
+        if how == "map-rw":
+            mmap.mmap(fd, 4096, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        out.append("ok")
+    except OSError as e:
+        out.append(errno.errorcode.get(e.errno, str(e.errno)))
+print(json.dumps(out))
+"#;
+    let arg = serde_json::to_string(files).unwrap();
+    let out = std::process::Command::new("python3")
+        .args(["-c", script, &arg])
+        .uid(TENANT_UID)
+        .gid(TENANT_UID)
+        .output()
+        .expect("python3");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("JSON")
+}
+
+#[test]
+fn a_tenant_can_write_neither_another_vgpus_state_nor_its_own_quota() {
+    assert_eq!(own_uid(), 0, "this test needs root, to run tenants as another user");
+    let mut m = Machine::new("isolation", "small");
+    m.start();
+    m.ok(&["vgpu", "create", "mine", "--device", "0", "--memory", "256MiB", "--share", "40", "--user", "nobody"]);
+    m.ok(&["vgpu", "create", "theirs", "--device", "0", "--memory", "1GiB", "--share", "40"]);
+    let region = m.region().to_str().unwrap().to_string();
+    let live = |i| tessera_ffi::region_file::live_path(&region, i);
+    assert!(m.ok(&["vgpu", "show", "mine"]).contains(&format!("uid {TENANT_UID}")));
+    // The simulated GPU's own state must be the tenant's to write (a real driver needs no such file).
+    let gpu = m.dir.join("tenant-gpu");
+    std::fs::create_dir_all(&gpu).unwrap();
+    std::fs::set_permissions(&gpu, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let state = gpu.join("simgpu.state");
+    let as_tenant = |vgpu: &str| {
+        let mut c = m.tenant(vgpu, &["mem-info"]);
+        c.env("SIMGPU_STATE", &state).uid(TENANT_UID).gid(TENANT_UID);
+        c.output().expect("run a tenant")
+    };
+    // It joins its own vGPU, and sees its quota.
+    let info = common::finished(as_tenant("mine")).json;
+    assert_eq!(u64_at(&info, "total"), 256 * MIB, "{info}");
+    // It cannot join another user's vGPU: that vGPU's file is not its own.
+    let out = as_tenant("theirs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains(&live(1)) && stderr.contains("ermission denied"), "{stderr}");
+    // Files: the region (quotas, shares, priorities, flags of every vGPU) is readable but can be neither
+    // opened nor mapped for writing; its own vGPU's live file is its own; another's cannot even be read.
+    let seen = try_as_tenant(&[
+        (&region, "ro"),
+        (&region, "rw"),
+        (&region, "map-rw"),
+        (&live(0), "rw"),
+        (&live(1), "ro"),
+        (&live(1), "rw"),
+    ]);
+    assert_eq!(seen, serde_json::json!(["ok", "EACCES", "EACCES", "ok", "EACCES", "EACCES"]));
+    // Neither the other vGPU nor its own quota changed.
+    let theirs: Value = serde_json::from_str(&m.ok(&["vgpu", "show", "theirs", "--json"])).unwrap();
+    assert_eq!((u64_at(&theirs, "launches"), u64_at(&theirs, "used")), (0, 0), "{theirs}");
+    assert!(m.ok(&["vgpu", "show", "mine"]).contains("256.0 MiB quota"));
+}
+
+/// This process's uid.
+fn own_uid() -> u32 {
+    // SAFETY: getuid cannot fail.
+    unsafe { libc::getuid() }
 }

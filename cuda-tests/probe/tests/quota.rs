@@ -34,11 +34,11 @@ impl RegionFile {
         (0..MAX_VGPUS)
             .map(|i| offset_of!(Region, vgpus) + i * size_of::<VgpuSlot>())
             .find(|&slot| {
-                let n = &bytes[slot + offset_of!(VgpuSlot, name)..][..NAME_LEN];
+                let n = &bytes[slot + offset_of!(VgpuSlot, config.name)..][..NAME_LEN];
                 n.starts_with(name.as_bytes()) && n[name.len()] == 0
             })
             .map(|slot| {
-                let at = slot + offset_of!(VgpuSlot, used);
+                let at = slot + offset_of!(VgpuSlot, live.used);
                 u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap())
             })
             .unwrap_or_else(|| panic!("no vGPU {name:?} in the region"))

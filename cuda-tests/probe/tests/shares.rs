@@ -104,9 +104,10 @@ fn a_suspended_vgpu_blocks_in_its_next_launch_and_resume_continues_it() {
     let region = TestRegion::new("suspend");
     let sim = Sim::new("suspend").with_shim().with("TESSERA_VGPU", "susp").with("TESSERA_REGION", region.path());
     let child = sim.spawn(&["saturate", "--ns", "1ms", "--seconds", "2"]);
-    let s = &region.vgpu("susp").sched;
+    let v = region.vgpu("susp");
+    let s = &v.live.sched;
     launched(s, 20);
-    s.flags.fetch_or(flags::SUSPENDED, Ordering::SeqCst);
+    v.config.flags.fetch_or(flags::SUSPENDED, Ordering::SeqCst);
     notify(s);
     // In-flight kernels finish; the next launch blocks.
     std::thread::sleep(Duration::from_millis(100));
@@ -116,7 +117,7 @@ fn a_suspended_vgpu_blocks_in_its_next_launch_and_resume_continues_it() {
     assert_eq!(s.device_ns.load(Ordering::Acquire), device, "a suspended vGPU's work ran on");
     assert!(s.waiters.load(Ordering::Acquire) >= 1, "the process is not waiting in a launch");
     let resumed = now_ns();
-    s.flags.fetch_and(!flags::SUSPENDED, Ordering::SeqCst);
+    v.config.flags.fetch_and(!flags::SUSPENDED, Ordering::SeqCst);
     notify(s);
     launched(s, held + 1);
     let wake_us = s.last_launch_ns.load(Ordering::Acquire).saturating_sub(resumed) as f64 / 1e3;
@@ -132,11 +133,11 @@ fn a_high_vgpu_holds_lower_priorities_until_it_goes_idle() {
     let region = TestRegion::new("priority");
     let sim = Sim::new("priority").with_shim().with("TESSERA_REGION", region.path());
     let low = spawn(&sim, &["saturate", "--ns", "500us", "--seconds", "3"], &[("TESSERA_VGPU", "low")]);
-    let l = &region.vgpu("low").sched;
+    let l = &region.vgpu("low").live.sched;
     launched(l, 20);
     let high = spawn(&sim, &["saturate", "--ns", "500us", "--seconds", "1"], &[("TESSERA_VGPU", "hi")]);
-    let h = &region.vgpu("hi").sched;
-    h.priority.store(priority::HIGH, Ordering::SeqCst);
+    let h = &region.vgpu("hi").live.sched;
+    region.vgpu("hi").config.priority.store(priority::HIGH, Ordering::SeqCst);
     std::thread::sleep(Duration::from_millis(100));
     let (held, hi_before) = (launches(l), launches(h));
     std::thread::sleep(Duration::from_millis(500));
@@ -162,11 +163,11 @@ fn a_launch_waiting_for_tokens_wakes_when_they_are_granted() {
     let sim = Sim::new("grant").with_shim().with("TESSERA_VGPU", "granted").with("TESSERA_REGION", region.path());
     let child = sim.spawn(&["saturate", "--ns", "200us", "--seconds", "2"]);
     let v = region.vgpu("granted");
-    let s = &v.sched;
+    let s = &v.live.sched;
     launched(s, 10);
     // Managed from now on, as by the daemon: no tokens until granted.
     s.tokens.store(0, Ordering::SeqCst);
-    s.flags.fetch_or(flags::MANAGED, Ordering::SeqCst);
+    v.config.flags.fetch_or(flags::MANAGED, Ordering::SeqCst);
     let mut latencies = Vec::new();
     for _ in 0..20 {
         wait_for("a launch waiting for tokens", Duration::from_secs(5), || {
@@ -180,8 +181,8 @@ fn a_launch_waiting_for_tokens_wakes_when_they_are_granted() {
         launched(s, before + 1);
         latencies.push(s.last_launch_ns.load(Ordering::Acquire).saturating_sub(granted));
     }
-    let demand = region.region().devices[0].demand.load(Ordering::Acquire);
-    s.flags.fetch_and(!flags::MANAGED, Ordering::SeqCst);
+    let demand = s.bell.load(Ordering::Acquire);
+    v.config.flags.fetch_and(!flags::MANAGED, Ordering::SeqCst);
     notify(s);
     done(child);
     latencies.sort_unstable();
@@ -202,7 +203,7 @@ fn c_programs_launching_on_the_legacy_and_per_thread_default_streams_are_gated_a
             .with("TESSERA_COMPUTE_SHARE", "50");
         let facts = Facts::ok(sim.command_for(direct_program(per_thread), &[]));
         assert_eq!(facts.get("vector_add"), "ok", "per-thread build: {per_thread}");
-        let s = &region.vgpu("c").sched;
+        let s = &region.vgpu("c").live.sched;
         assert_eq!(launches(s), 1, "per-thread build: {per_thread}");
         assert!(s.device_ns.load(Ordering::Acquire) > 0, "the launch was not measured (per-thread: {per_thread})");
         assert_eq!(s.inflight_ns.load(Ordering::Acquire), 0, "per-thread build: {per_thread}");

@@ -1,5 +1,6 @@
-//! The admission test every launch passes on its vGPU's [`Sched`] record: a handful of atomic loads and
-//! read-modify-writes, no lock, system call or allocation.
+//! The admission test every launch passes on its vGPU's slot (settings in its [`VgpuConfig`], the
+//! bucket in its [`Sched`]): a handful of atomic loads and read-modify-writes, no lock, system call or
+//! allocation (but one wake-up of the daemon when a managed `high` vGPU starts having work).
 //!
 //! A launch goes when the vGPU is not suspended, no `high` vGPU has work on the launch's device (unless
 //! the vGPU is `high` itself), the bucket holds tokens (only when it is token-limited: managed by the
@@ -12,7 +13,8 @@
 
 use super::standalone;
 use std::sync::atomic::Ordering;
-use tessera_ffi::region::{DEFAULT_WINDOW_NS, DeviceSched, Sched, flags, priority};
+use tessera_ffi::futex;
+use tessera_ffi::region::{DEFAULT_WINDOW_NS, DeviceSched, Sched, VgpuConfig, VgpuSlot, flags, priority};
 
 /// How long a `high` vGPU holds lower priorities on its device after it last launched or had work
 /// finish with more still queued. Work delayed behind lower-priority work already queued keeps it held;
@@ -48,9 +50,9 @@ pub struct Admission {
 /// timestamp in the region.
 pub use tessera_ffi::futex::monotonic_ns as now_ns;
 
-/// The window of `s`: its `window_ns`, or the default while it is unset.
-pub fn window(s: &Sched) -> i64 {
-    match s.window_ns.load(Ordering::Relaxed) {
+/// The window of `c`: its `window_ns`, or the default while it is unset.
+pub fn window(c: &VgpuConfig) -> i64 {
+    match c.window_ns.load(Ordering::Relaxed) {
         0 => DEFAULT_WINDOW_NS as i64,
         w => w.min(i64::MAX as u64) as i64,
     }
@@ -59,7 +61,7 @@ pub fn window(s: &Sched) -> i64 {
 /// One admission attempt at `now` for a launch estimated at `estimate`, counted in the window when
 /// `measured`. `Err` carries when the launch may be admitted (`None`: when someone wakes it).
 pub fn try_take(
-    s: &Sched,
+    v: &VgpuSlot,
     dev: Option<&DeviceSched>,
     share: Option<u32>,
     now: u64,
@@ -67,13 +69,20 @@ pub fn try_take(
     measured: bool,
     device: usize,
 ) -> Result<Admission, Option<u64>> {
-    let flags = s.flags.load(Ordering::Acquire);
+    let (c, s) = (&v.config, &v.live.sched);
+    let flags = c.flags.load(Ordering::Acquire);
     if flags & flags::SUSPENDED != 0 {
         return Err(None);
     }
-    let high = s.priority.load(Ordering::Relaxed) >= priority::HIGH;
+    let managed = flags & flags::MANAGED != 0;
+    let high = c.priority.load(Ordering::Relaxed) >= priority::HIGH;
     if let Some(d) = dev {
-        if high {
+        if high && managed {
+            // The daemon holds the device for it (the region is read-only here): told once, on arrival.
+            if d.high_until_ns.load(Ordering::Acquire) <= now {
+                ring(s);
+            }
+        } else if high {
             // Waiting or not, it has work: lower priorities on the device stop taking tokens.
             d.high_until_ns.fetch_max(now + HIGH_BUSY_NS, Ordering::AcqRel);
         } else {
@@ -83,19 +92,18 @@ pub fn try_take(
             }
         }
     }
-    let managed = flags & flags::MANAGED != 0;
     let standalone = share.filter(|_| !managed);
     let limited = !high && (managed || standalone.is_some());
     if limited {
         if let Some(pct) = standalone {
-            standalone::refill(s, pct, now, standalone::burst(window(s)));
+            standalone::refill(s, pct, now, standalone::burst(window(c)));
         }
         let tokens = s.tokens.load(Ordering::Acquire);
         if tokens <= 0 {
             return Err(standalone.map(|pct| standalone::ready_at(tokens, pct, now)));
         }
     }
-    if measured && s.inflight_ns.load(Ordering::Acquire) >= window(s) {
+    if measured && s.inflight_ns.load(Ordering::Acquire) >= window(c) {
         return Err(None);
     }
     if limited {
@@ -109,6 +117,12 @@ pub fn try_take(
     Ok(Admission { device, estimate, charged: if limited { estimate } else { 0 }, windowed: measured })
 }
 
+/// Rings `s`'s bell: wakes the daemon, which listens to the bells of its vGPUs.
+pub fn ring(s: &Sched) {
+    s.bell.fetch_add(1, Ordering::SeqCst);
+    futex::wake_all(&s.bell);
+}
+
 /// After this long with the window full and none of the vGPU's work finishing, the window's count is
 /// taken for the leftover of a process that died with work in flight, and dropped.
 pub const STALE_WINDOW_NS: u64 = 1_000_000_000;
@@ -117,7 +131,8 @@ pub const STALE_WINDOW_NS: u64 = 1_000_000_000;
 /// finishing (`progress`: since when `device_ns` has had its value). A live process's work that is
 /// merely long then lets one more launch queue behind it, and its own completions subtract no further
 /// than zero.
-pub fn drop_stale_window(s: &Sched, now: u64, progress: &mut (u64, u64)) {
+pub fn drop_stale_window(v: &VgpuSlot, now: u64, progress: &mut (u64, u64)) {
+    let s = &v.live.sched;
     let done = s.device_ns.load(Ordering::Acquire);
     if done != progress.1 {
         *progress = (now, done);
@@ -125,7 +140,7 @@ pub fn drop_stale_window(s: &Sched, now: u64, progress: &mut (u64, u64)) {
     }
     let inflight = s.inflight_ns.load(Ordering::Acquire);
     if now - progress.0 >= STALE_WINDOW_NS
-        && inflight >= window(s)
+        && inflight >= window(&v.config)
         && s.inflight_ns.compare_exchange(inflight, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok()
     {
         crate::log::warn(format_args!(
@@ -148,84 +163,96 @@ pub(super) mod tests {
 
     const NOW: u64 = 1_000_000_000_000;
 
-    fn take(s: &Sched, d: Option<&DeviceSched>, share: Option<u32>, est: i64) -> Result<Admission, Option<u64>> {
-        try_take(s, d, share, NOW, est, true, 0)
+    fn take(v: &VgpuSlot, d: Option<&DeviceSched>, share: Option<u32>, est: i64) -> Result<Admission, Option<u64>> {
+        try_take(v, d, share, NOW, est, true, 0)
     }
 
     #[test]
     fn an_unlimited_vgpu_is_only_windowed() {
-        let s: &Sched = zeroed();
+        let v: &VgpuSlot = zeroed();
+        let s = &v.live.sched;
         for i in 0..10 {
-            let a = take(s, None, None, 100_000).unwrap();
+            let a = take(v, None, None, 100_000).unwrap();
             assert_eq!((a.charged, a.windowed), (0, true), "launch {i}");
         }
         assert_eq!(s.inflight_ns.load(Ordering::Relaxed), DEFAULT_WINDOW_NS as i64);
-        assert_eq!(take(s, None, None, 100_000), Err(None), "the default 1 ms window is full");
+        assert_eq!(take(v, None, None, 100_000), Err(None), "the default 1 ms window is full");
         assert_eq!(s.tokens.load(Ordering::Relaxed), 0, "no tokens taken");
         assert_eq!(s.launches.load(Ordering::Relaxed), 10);
-        let a = try_take(s, None, None, NOW, 100_000, false, 0).unwrap();
+        let a = try_take(v, None, None, NOW, 100_000, false, 0).unwrap();
         assert!(!a.windowed, "an unmeasured launch is not held by the window");
     }
 
     #[test]
     fn a_managed_vgpu_needs_tokens_and_waits_for_a_grant() {
-        let s: &Sched = zeroed();
-        s.flags.store(flags::MANAGED, Ordering::Relaxed);
-        assert_eq!(take(s, None, Some(50), 100), Err(None), "the daemon's share wins over a standalone one");
+        let v: &VgpuSlot = zeroed();
+        let s = &v.live.sched;
+        v.config.flags.store(flags::MANAGED, Ordering::Relaxed);
+        assert_eq!(take(v, None, Some(50), 100), Err(None), "the daemon's share wins over a standalone one");
         s.tokens.store(150, Ordering::Relaxed);
-        let a = take(s, None, None, 100).unwrap();
+        let a = take(v, None, None, 100).unwrap();
         assert_eq!(a.charged, 100);
-        take(s, None, None, 100).unwrap();
+        take(v, None, None, 100).unwrap();
         assert_eq!(s.tokens.load(Ordering::Relaxed), -50, "the last launch may overdraw");
-        assert_eq!(take(s, None, None, 100), Err(None));
+        assert_eq!(take(v, None, None, 100), Err(None));
     }
 
     #[test]
     fn suspended_and_high_priority_hold_launches() {
-        let (s, d): (&Sched, &DeviceSched) = (zeroed(), zeroed());
-        s.flags.store(flags::SUSPENDED, Ordering::Relaxed);
-        assert_eq!(take(s, Some(d), None, 100), Err(None));
-        s.flags.store(0, Ordering::Relaxed);
+        let (v, d): (&VgpuSlot, &DeviceSched) = (zeroed(), zeroed());
+        v.config.flags.store(flags::SUSPENDED, Ordering::Relaxed);
+        assert_eq!(take(v, Some(d), None, 100), Err(None));
+        v.config.flags.store(0, Ordering::Relaxed);
         d.high_until_ns.store(NOW + 500, Ordering::Relaxed);
-        assert_eq!(take(s, Some(d), None, 100), Err(Some(NOW + 500)), "waits until the high vGPU's hold ends");
+        assert_eq!(take(v, Some(d), None, 100), Err(Some(NOW + 500)), "waits until the high vGPU's hold ends");
         d.high_until_ns.store(NOW, Ordering::Relaxed);
-        assert!(take(s, Some(d), None, 100).is_ok(), "continues once it has passed");
+        assert!(take(v, Some(d), None, 100).is_ok(), "continues once it has passed");
 
-        let high: &Sched = zeroed();
-        high.priority.store(priority::HIGH, Ordering::Relaxed);
-        high.flags.store(flags::MANAGED, Ordering::Relaxed);
+        // A high vGPU of its own holds the device itself; a managed one rings the daemon, which holds it.
+        let high: &VgpuSlot = zeroed();
+        high.config.priority.store(priority::HIGH, Ordering::Relaxed);
         let a = take(high, Some(d), None, 300).unwrap();
         assert_eq!(a.charged, 0, "high is not token-limited");
         assert_eq!(d.high_until_ns.load(Ordering::Relaxed), NOW + HIGH_BUSY_NS);
-        assert!(take(s, Some(d), None, 100).is_err());
+        assert!(take(v, Some(d), None, 100).is_err());
+        d.high_until_ns.store(NOW, Ordering::Relaxed);
+        high.config.flags.store(flags::MANAGED, Ordering::Relaxed);
+        take(high, Some(d), None, 300).unwrap();
+        assert_eq!(d.high_until_ns.load(Ordering::Relaxed), NOW, "left to the daemon");
+        assert_eq!(high.live.sched.bell.load(Ordering::Relaxed), 1, "which is told");
+        d.high_until_ns.store(NOW + 1, Ordering::Relaxed);
+        take(high, Some(d), None, 300).unwrap();
+        assert_eq!(high.live.sched.bell.load(Ordering::Relaxed), 1, "once");
     }
 
     #[test]
     fn standalone_refills_by_share_up_to_the_burst_and_knows_when_to_wake() {
-        let s: &Sched = zeroed();
+        let v: &VgpuSlot = zeroed();
+        let s = &v.live.sched;
         // The first refill (from the epoch) fills the burst: max(2 × 1 ms window, 2 ms).
-        take(s, None, Some(25), 2_000_000).unwrap();
+        take(v, None, Some(25), 2_000_000).unwrap();
         assert_eq!(s.tokens.load(Ordering::Relaxed), 0);
         // 25% of 1 ms later: 250 µs of tokens.
         let later = NOW + 1_000_000;
-        let a = try_take(s, None, Some(25), later, 400_000, false, 0).unwrap();
+        let a = try_take(v, None, Some(25), later, 400_000, false, 0).unwrap();
         assert_eq!(a.charged, 400_000);
         assert_eq!(s.tokens.load(Ordering::Relaxed), -150_000);
         // A deficit of 150 µs (+1 ns) takes 600 µs at 25%.
-        assert_eq!(try_take(s, None, Some(25), later, 1, false, 0), Err(Some(later + 600_004)));
+        assert_eq!(try_take(v, None, Some(25), later, 1, false, 0), Err(Some(later + 600_004)));
     }
 
     #[test]
     fn a_window_left_full_by_a_dead_process_is_dropped_after_a_second() {
-        let s: &Sched = zeroed();
+        let v: &VgpuSlot = zeroed();
+        let s = &v.live.sched;
         s.inflight_ns.store(5_000_000, Ordering::Relaxed);
         let mut progress = (NOW, 0);
-        drop_stale_window(s, NOW + STALE_WINDOW_NS - 1, &mut progress);
+        drop_stale_window(v, NOW + STALE_WINDOW_NS - 1, &mut progress);
         assert_eq!(s.inflight_ns.load(Ordering::Relaxed), 5_000_000, "not yet");
         s.device_ns.store(7, Ordering::Relaxed);
-        drop_stale_window(s, NOW + STALE_WINDOW_NS, &mut progress);
+        drop_stale_window(v, NOW + STALE_WINDOW_NS, &mut progress);
         assert_eq!(progress, (NOW + STALE_WINDOW_NS, 7), "work finished: a live vGPU");
-        drop_stale_window(s, NOW + 2 * STALE_WINDOW_NS, &mut progress);
+        drop_stale_window(v, NOW + 2 * STALE_WINDOW_NS, &mut progress);
         assert_eq!(s.inflight_ns.load(Ordering::Relaxed), 0, "a second with nothing finishing");
     }
 }

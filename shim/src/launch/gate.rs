@@ -1,15 +1,19 @@
 //! The gate of this process: admission ([`admission`](super::admission)) on its vGPU's record, the
 //! sleep on the `epoch` futex word when a launch may not go yet, the running estimates of launches'
 //! device time, and the settling of what an admitted launch was charged once its time is measured:
-//! by the daemon, from the device's timeline, for a managed vGPU ([`Gate::publish`]); by the process
+//! by the daemon, from the vGPU's timeline, for a managed vGPU ([`Gate::publish`]); by the process
 //! itself otherwise ([`Gate::settle`]).
+//!
+//! A managed vGPU's process writes only its vGPU's live area (the rest of the region is mapped
+//! read-only): it rings its `bell` where an unmanaged one would set its device's `high` hold or wake other
+//! vGPUs itself, and the daemon does that.
 
-use super::admission::{Admission, HIGH_BUSY_NS, HIGH_IDLE_NS, Kind, drop_stale_window, now_ns, try_take};
+use super::admission::{Admission, HIGH_BUSY_NS, HIGH_IDLE_NS, Kind, drop_stale_window, now_ns, ring, try_take};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 use tessera_ffi::futex;
-use tessera_ffi::region::{DeviceSched, Region, Sched, flags, priority};
-use tessera_ffi::timeline::{Record, exclusive};
+use tessera_ffi::region::{DeviceSched, Region, Sched, VgpuSlot, flags, priority};
+use tessera_ffi::timeline::Record;
 
 /// Longest single sleep of a waiting launch: whoever grants tokens or changes the state wakes it at
 /// once; this only bounds the wait should a waker die between its update and its wake.
@@ -20,8 +24,6 @@ pub const INITIAL_ESTIMATE_NS: i64 = 100_000;
 pub const MIN_ESTIMATE_NS: i64 = 1_000;
 /// Weight of a new measurement in the running estimate: 1/`EWMA_DIVISOR`.
 pub const EWMA_DIVISOR: i64 = 8;
-/// Records of the timeline a published launch looks back at for the completion before its own.
-pub const LOOKBACK: u64 = 64;
 
 /// The running estimate of one kind of launch: an exponentially weighted moving average of measured
 /// device time. Written by the measurement thread only, read by every launch.
@@ -46,13 +48,11 @@ impl Estimate {
     }
 }
 
-/// The gate of this process: its vGPU's record, the region it is in (none for a bucket of its own) and
+/// The gate of this process: its vGPU's slot, the region it is in (none for a bucket of its own) and
 /// its standalone share.
 pub struct Gate {
-    sched: &'static Sched,
+    vgpu: &'static VgpuSlot,
     region: Option<&'static Region>,
-    /// Index of `sched`'s vGPU slot in `region`.
-    slot: Option<u32>,
     share: Option<u32>,
     estimates: [Estimate; 2],
     /// What this process has in the vGPU's window (given back at exit, see [`Gate::release_all`]).
@@ -60,51 +60,54 @@ pub struct Gate {
 }
 
 impl Gate {
-    /// A gate on `sched`.
-    pub fn new(sched: &'static Sched, region: Option<&'static Region>, share: Option<u32>) -> Gate {
-        let slot = region.and_then(|r| r.vgpus.iter().position(|v| std::ptr::eq(&v.sched, sched)));
-        Gate {
-            sched,
-            region,
-            slot: slot.map(|i| i as u32),
-            share,
-            estimates: [Estimate::new(), Estimate::new()],
-            mine: AtomicI64::new(0),
-        }
+    /// A gate on `vgpu`, a slot of `region` if any.
+    pub fn new(vgpu: &'static VgpuSlot, region: Option<&'static Region>, share: Option<u32>) -> Gate {
+        Gate { vgpu, region, share, estimates: [Estimate::new(), Estimate::new()], mine: AtomicI64::new(0) }
     }
 
-    /// Whether the daemon charges this vGPU's device time from its device's timeline (it manages the
-    /// vGPU), so that finished launches are to be [published](Gate::publish).
+    fn sched(&self) -> &'static Sched {
+        &self.vgpu.live.sched
+    }
+
+    fn managed(&self) -> bool {
+        self.vgpu.flags() & flags::MANAGED != 0
+    }
+
+    /// Whether the daemon charges this vGPU's device time from its timeline (it manages the vGPU), so that
+    /// finished launches are to be [published](Gate::publish).
     pub fn publishes(&self) -> bool {
-        self.slot.is_some() && self.sched.flags.load(Ordering::Acquire) & flags::MANAGED != 0
+        self.region.is_some() && self.managed()
     }
 
     /// Hands admitted launch `a`, which ran from `start_ns` to `end_ns` (monotonic), to the daemon, and
     /// settles it: the tokens it took stay taken until the daemon charges its device time and gives them
-    /// back (both in one addition); it leaves the window, and the estimate of `kind` learns its device
-    /// time as far as the timeline tells yet (from the latest end before its own among the records last
-    /// published: an overestimate while one is missing). False, with nothing settled, when it could not be
-    /// published.
+    /// back (both in one addition), and its launches' estimate follows what the daemon charges; it leaves
+    /// the window. False, with nothing settled, when it could not be published.
     pub fn publish(&self, a: &Admission, kind: Kind, start_ns: u64, end_ns: u64) -> bool {
-        let (Some(region), Some(vgpu)) = (self.region, self.slot) else { return false };
-        let Some(timeline) = region.timelines.get(a.device) else { return false };
-        let before = timeline.end_before(end_ns, LOOKBACK).unwrap_or(0);
-        if !timeline.publish(&Record { start_ns, end_ns, charged: a.charged, vgpu }) {
+        if self.region.is_none() {
             return false;
         }
-        let measured = exclusive(start_ns, end_ns, before).min(i64::MAX as u64) as i64;
+        let record = Record { start_ns, end_ns, charged: a.charged, kind: kind as u32 };
+        if !self.vgpu.live.timeline.publish(&record) {
+            return false;
+        }
         if a.windowed {
             self.unwindow(a.device, a.estimate);
         }
-        self.estimates[kind as usize].update(measured);
         self.notify();
         true
     }
 
+    /// The estimate of a launch of `kind`: what the daemon charges such launches of a managed vGPU, once it
+    /// has charged one; what this process measured otherwise.
+    fn estimate(&self, kind: Kind) -> i64 {
+        let charged = self.sched().charged_ns[kind as usize].load(Ordering::Relaxed);
+        if self.managed() && charged > 0 { charged.max(MIN_ESTIMATE_NS) } else { self.estimates[kind as usize].get() }
+    }
+
     /// Whether launches on `device` pass this gate: a managed vGPU's share is of its own device only.
     pub fn governs(&self, device: usize) -> bool {
-        let s = self.sched;
-        s.flags.load(Ordering::Relaxed) & flags::MANAGED == 0 || s.device.load(Ordering::Relaxed) as usize == device
+        !self.managed() || self.vgpu.config.device.load(Ordering::Relaxed) as usize == device
     }
 
     fn device(&self, device: usize) -> Option<&'static DeviceSched> {
@@ -113,9 +116,8 @@ impl Gate {
 
     /// Admits a launch of `kind` on `device`, waiting as long as it must (see the module documentation).
     pub fn admit(&self, device: usize, kind: Kind, measured: bool) -> Admission {
-        let estimate = self.estimates[kind as usize].get();
-        let (s, dev) = (self.sched, self.device(device));
-        let a = match try_take(s, dev, self.share, now_ns(), estimate, measured, device) {
+        let estimate = self.estimate(kind);
+        let a = match try_take(self.vgpu, self.device(device), self.share, now_ns(), estimate, measured, device) {
             Ok(a) => a,
             Err(_) => self.wait(device, estimate, measured),
         };
@@ -126,17 +128,17 @@ impl Gate {
     }
 
     /// The slow path: sleeps on `epoch` until the launch is admitted, counted in `waiters`, waking the
-    /// daemon (through `demand`) each time it goes to sleep. Adds the time waited to `wait_ns`.
+    /// daemon (through `bell`) each time it goes to sleep. Adds the time waited to `wait_ns`.
     #[cold]
     fn wait(&self, device: usize, estimate: i64, measured: bool) -> Admission {
-        let (s, dev) = (self.sched, self.device(device));
+        let (s, dev) = (self.sched(), self.device(device));
         let start = now_ns();
         let mut progress = (start, s.device_ns.load(Ordering::Acquire));
         loop {
             // Read before the check: a grant after the check changes it, so the sleep returns at once.
             let epoch = s.epoch.load(Ordering::SeqCst);
             let now = now_ns();
-            let until = match try_take(s, dev, self.share, now, estimate, measured, device) {
+            let until = match try_take(self.vgpu, dev, self.share, now, estimate, measured, device) {
                 Ok(a) => {
                     s.wait_ns.fetch_add(now - start, Ordering::Relaxed);
                     return a;
@@ -144,12 +146,12 @@ impl Gate {
                 Err(until) => until,
             };
             if measured {
-                drop_stale_window(s, now, &mut progress);
+                drop_stale_window(self.vgpu, now, &mut progress);
             }
             s.waiters.fetch_add(1, Ordering::SeqCst);
-            if let Some(d) = dev {
-                d.demand.fetch_add(1, Ordering::SeqCst);
-                futex::wake_all(&d.demand);
+            // The daemon grants tokens (a `high` vGPU waits only for its window, which needs nobody).
+            if self.managed() && self.vgpu.config.priority.load(Ordering::Relaxed) < priority::HIGH {
+                ring(s);
             }
             let sleep = until.map_or(LIVENESS_NS, |u| u.saturating_sub(now).min(LIVENESS_NS));
             futex::wait(&s.epoch, epoch, Duration::from_nanos(sleep));
@@ -159,9 +161,10 @@ impl Gate {
 
     /// Takes `estimate` out of the window; a `high` vGPU then renews its hold on `device` if work is
     /// left, or shortens it to [`HIGH_IDLE_NS`] from now if none is, waking the launches waiting in the
-    /// region so that they sleep until the new end of the hold.
+    /// region so that they sleep until the new end of the hold (a managed one tells the daemon instead,
+    /// which holds the device for it).
     fn unwindow(&self, device: usize, estimate: i64) {
-        let s = self.sched;
+        let s = self.sched();
         // Only what this process still holds: at exit it gives back everything at once.
         if self
             .mine
@@ -173,7 +176,13 @@ impl Gate {
         // Never below zero: a count dropped as stale must not leave the window wider for good.
         let before = s.inflight_ns.fetch_update(Ordering::AcqRel, Ordering::Acquire, |x| Some((x - estimate).max(0)));
         let left = before.map_or(0, |x| (x - estimate).max(0));
-        if s.priority.load(Ordering::Relaxed) < priority::HIGH {
+        if self.vgpu.config.priority.load(Ordering::Relaxed) < priority::HIGH {
+            return;
+        }
+        if self.managed() {
+            if left == 0 {
+                ring(s);
+            }
             return;
         }
         if let Some(d) = self.device(device) {
@@ -183,8 +192,8 @@ impl Gate {
             } else {
                 d.high_until_ns.fetch_min(now + HIGH_IDLE_NS, Ordering::AcqRel);
                 for v in self.region.iter().flat_map(|r| &r.vgpus) {
-                    if v.sched.waiters.load(Ordering::SeqCst) > 0 {
-                        notify(&v.sched);
+                    if v.live.sched.waiters.load(Ordering::SeqCst) > 0 {
+                        notify(&v.live.sched);
                     }
                 }
             }
@@ -194,7 +203,7 @@ impl Gate {
     /// Settles an admitted launch whose device time was `charge`: corrects the tokens it took, takes
     /// it out of the window, adds it to `device_ns`, updates the estimate of `kind` and wakes waiters.
     pub fn settle(&self, a: &Admission, kind: Kind, charge: i64) {
-        let s = self.sched;
+        let s = self.sched();
         if a.charged != 0 {
             s.tokens.fetch_add(a.charged - charge, Ordering::AcqRel);
         }
@@ -208,7 +217,7 @@ impl Gate {
 
     /// Settles a launch that will not be measured: it stays charged its estimate.
     pub fn settle_unmeasured(&self, a: &Admission) {
-        let s = self.sched;
+        let s = self.sched();
         if a.windowed {
             self.unwindow(a.device, a.estimate);
             self.notify();
@@ -218,7 +227,7 @@ impl Gate {
 
     /// Gives back everything a launch the driver refused took.
     pub fn refund(&self, a: &Admission) {
-        let s = self.sched;
+        let s = self.sched();
         s.tokens.fetch_add(a.charged, Ordering::AcqRel);
         if a.windowed {
             self.unwindow(a.device, a.estimate);
@@ -233,13 +242,13 @@ impl Gate {
         let mine = self.mine.swap(0, Ordering::AcqRel);
         if mine > 0 {
             let _ =
-                self.sched.inflight_ns.fetch_update(Ordering::AcqRel, Ordering::Acquire, |x| Some((x - mine).max(0)));
+                self.sched().inflight_ns.fetch_update(Ordering::AcqRel, Ordering::Acquire, |x| Some((x - mine).max(0)));
             self.notify();
         }
     }
 
     fn notify(&self) {
-        notify(self.sched);
+        notify(self.sched());
     }
 }
 
@@ -260,10 +269,11 @@ mod tests {
 
     #[test]
     fn settling_corrects_tokens_window_and_usage() {
-        let s: &Sched = zeroed();
-        s.flags.store(flags::MANAGED, Ordering::Relaxed);
+        let v: &VgpuSlot = zeroed();
+        let s = &v.live.sched;
+        v.config.flags.store(flags::MANAGED, Ordering::Relaxed);
         s.tokens.store(1_000_000, Ordering::Relaxed);
-        let gate = Gate::new(s, None, None);
+        let gate = Gate::new(v, None, None);
         let a = gate.admit(0, Kind::Kernel, true);
         assert_eq!(a.estimate, INITIAL_ESTIMATE_NS);
         gate.settle(&a, Kind::Kernel, 300_000);
@@ -281,32 +291,26 @@ mod tests {
     #[test]
     fn a_managed_launch_is_published_and_its_tokens_stay_taken_for_the_daemon() {
         let region: &'static Region = zeroed();
-        let s = &region.vgpus[5].sched;
-        s.flags.store(flags::MANAGED, Ordering::Relaxed);
+        let v = &region.vgpus[5];
+        let s = &v.live.sched;
+        v.config.flags.store(flags::MANAGED, Ordering::Relaxed);
         s.tokens.store(1_000_000, Ordering::Relaxed);
-        let gate = Gate::new(s, Some(region), None);
+        let gate = Gate::new(v, Some(region), None);
         assert!(gate.publishes());
-        // Another vGPU's kernel ended at 1.2 ms; ours was queued at 1 ms and ended at 1.5 ms.
-        let t = &region.timelines[0];
-        assert!(t.publish(&Record { start_ns: 900_000, end_ns: 1_200_000, charged: 0, vgpu: 2 }));
         let a = gate.admit(0, Kind::Kernel, true);
-        assert!(gate.publish(&a, Kind::Kernel, 1_000_000, 1_500_000));
-        assert_eq!(
-            t.read(1),
-            tessera_ffi::timeline::Slot::Ready(Record {
-                start_ns: 1_000_000,
-                end_ns: 1_500_000,
-                charged: INITIAL_ESTIMATE_NS,
-                vgpu: 5
-            })
-        );
+        assert!(gate.publish(&a, Kind::Graph, 1_000_000, 1_500_000));
+        let record = Record { start_ns: 1_000_000, end_ns: 1_500_000, charged: INITIAL_ESTIMATE_NS, kind: 1 };
+        assert_eq!(v.live.timeline.read(0), tessera_ffi::timeline::Slot::Ready(record));
         assert_eq!(s.tokens.load(Ordering::Relaxed), 1_000_000 - INITIAL_ESTIMATE_NS, "until the daemon charges");
         assert_eq!((s.inflight_ns.load(Ordering::Relaxed), s.device_ns.load(Ordering::Relaxed)), (0, 0));
-        // The estimate learns the 300 µs it had the device, not the 500 µs on its stream.
-        assert_eq!(gate.estimates[0].get(), INITIAL_ESTIMATE_NS + (300_000 - INITIAL_ESTIMATE_NS) / 8);
+        // Launches take what the daemon charges as their estimate, once it has charged one.
+        s.charged_ns[0].store(300_000, Ordering::Relaxed);
+        assert_eq!(gate.admit(0, Kind::Kernel, true).estimate, 300_000);
+        assert_eq!(gate.admit(0, Kind::Graph, true).estimate, INITIAL_ESTIMATE_NS);
         // Without the daemon's management, or outside the region, nothing is published.
-        s.flags.store(0, Ordering::Relaxed);
+        v.config.flags.store(0, Ordering::Relaxed);
         assert!(!gate.publishes());
+        assert_eq!(gate.admit(0, Kind::Kernel, true).estimate, INITIAL_ESTIMATE_NS, "its own estimate");
         assert!(!Gate::new(zeroed(), None, Some(30)).publishes());
     }
 
@@ -325,9 +329,10 @@ mod tests {
 
     #[test]
     fn a_waiting_launch_wakes_when_tokens_are_granted() {
-        let s: &'static Sched = zeroed();
-        s.flags.store(flags::MANAGED, Ordering::Relaxed);
-        let waiter = std::thread::spawn(move || Gate::new(s, None, None).admit(0, Kind::Kernel, false));
+        let v: &'static VgpuSlot = zeroed();
+        let s = &v.live.sched;
+        v.config.flags.store(flags::MANAGED, Ordering::Relaxed);
+        let waiter = std::thread::spawn(move || Gate::new(v, None, None).admit(0, Kind::Kernel, false));
         while s.waiters.load(Ordering::SeqCst) == 0 {
             std::thread::yield_now();
         }
@@ -339,15 +344,16 @@ mod tests {
         assert_eq!(a.charged, INITIAL_ESTIMATE_NS);
         assert!(s.last_launch_ns.load(Ordering::Relaxed) >= granted);
         assert!(s.wait_ns.load(Ordering::Relaxed) > 0);
+        assert!(s.bell.load(Ordering::Relaxed) > 0, "the daemon was told");
     }
 
     #[test]
     fn a_high_vgpus_hold_ends_shortly_after_its_last_work() {
-        let high: &Sched = zeroed();
-        high.priority.store(priority::HIGH, Ordering::Relaxed);
+        let high: &VgpuSlot = zeroed();
+        high.config.priority.store(priority::HIGH, Ordering::Relaxed);
         let region: &'static Region = zeroed();
         region.devices[0].high_until_ns.store(u64::MAX, Ordering::Relaxed);
-        region.vgpus[3].sched.waiters.store(1, Ordering::Relaxed);
+        region.vgpus[3].live.sched.waiters.store(1, Ordering::Relaxed);
         let gate = Gate::new(high, Some(region), None);
         let a = gate.admit(0, Kind::Kernel, true);
         let b = gate.admit(0, Kind::Kernel, true);
@@ -357,14 +363,23 @@ mod tests {
         gate.settle(&b, Kind::Kernel, 300);
         let until = region.devices[0].high_until_ns.load(Ordering::Relaxed);
         assert!(until >= before + HIGH_IDLE_NS && until <= now_ns() + HIGH_IDLE_NS, "{until}");
-        assert_eq!(region.vgpus[3].sched.epoch.load(Ordering::Relaxed), 1, "waiting launches are told");
+        assert_eq!(region.vgpus[3].live.sched.epoch.load(Ordering::Relaxed), 1, "waiting launches are told");
+        // A managed one rings the daemon when its last work is done, and leaves the hold to it.
+        high.config.flags.store(flags::MANAGED, Ordering::Relaxed);
+        region.devices[0].high_until_ns.store(u64::MAX, Ordering::Relaxed);
+        let c = gate.admit(0, Kind::Kernel, true);
+        let bell = high.live.sched.bell.load(Ordering::Relaxed);
+        gate.settle(&c, Kind::Kernel, 300);
+        assert_eq!(high.live.sched.bell.load(Ordering::Relaxed), bell + 1);
+        assert_eq!(region.devices[0].high_until_ns.load(Ordering::Relaxed), u64::MAX);
     }
 
     #[test]
     fn at_exit_a_process_gives_back_its_share_of_the_window_once() {
-        let s: &Sched = zeroed();
+        let v: &VgpuSlot = zeroed();
+        let s = &v.live.sched;
         s.inflight_ns.store(1_000, Ordering::Relaxed);
-        let gate = Gate::new(s, None, None);
+        let gate = Gate::new(v, None, None);
         let a = gate.admit(0, Kind::Kernel, true);
         assert_eq!(s.inflight_ns.load(Ordering::Relaxed), 1_000 + INITIAL_ESTIMATE_NS);
         gate.release_all();
@@ -375,8 +390,9 @@ mod tests {
 
     #[test]
     fn the_window_count_never_goes_below_zero() {
-        let s: &Sched = zeroed();
-        let gate = Gate::new(s, None, None);
+        let v: &VgpuSlot = zeroed();
+        let s = &v.live.sched;
+        let gate = Gate::new(v, None, None);
         let a = gate.admit(0, Kind::Kernel, true);
         s.inflight_ns.store(0, Ordering::Relaxed);
         gate.settle(&a, Kind::Kernel, 300);

@@ -32,7 +32,7 @@ use std::sync::OnceLock;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tessera_ffi::cuda::CUDA_SUCCESS;
-use tessera_ffi::region::{Sched, flags};
+use tessera_ffi::region::{VgpuSlot, flags};
 use tessera_ffi::sys::{CUfunction, CUgraphExec, CUlaunchConfig, CUstream};
 
 /// `CU_STREAM_PER_THREAD`: what a NULL stream means to a `_ptsz` entry point, made explicit for the
@@ -55,20 +55,20 @@ fn set_up() -> Option<Gate> {
     if config.vgpu.is_none() && share.is_none() {
         return None;
     }
-    let (sched, region) = match crate::quota::active() {
-        Ok(Some(q)) => q.sched(),
-        Ok(None) => (private_sched(), None),
+    let (vgpu, region) = match crate::quota::active() {
+        Ok(Some(q)) => q.slot(),
+        Ok(None) => (private_slot(), None),
         // The configuration or the region is unusable: cuInit has failed already.
         Err(_) => return None,
     };
-    let managed = sched.flags.load(Ordering::Acquire) & flags::MANAGED != 0;
+    let managed = vgpu.flags() & flags::MANAGED != 0;
     match (share, managed) {
         (Some(pct), true) => log::warn(format_args!(
             "TESSERA_COMPUTE_SHARE={pct} is ignored: the daemon manages this vGPU and its share ({}%) applies",
-            sched.share.load(Ordering::Relaxed)
+            vgpu.config.share.load(Ordering::Relaxed)
         )),
         (Some(pct), false) => {
-            sched.share.store(pct, Ordering::Relaxed);
+            vgpu.config.share.store(pct, Ordering::Relaxed);
             log::info(format_args!("compute share: {pct}% of the device, refilled by this process"));
         }
         (None, _) => log::info(format_args!("compute share: as the vGPU's record says")),
@@ -77,7 +77,7 @@ fn set_up() -> Option<Gate> {
     if unsafe { libc::atexit(at_exit) } != 0 {
         log::warn(format_args!("cannot register the exit handler: unfinished work stays in the window at exit"));
     }
-    Some(Gate::new(sched, region, share))
+    Some(Gate::new(vgpu, region, share))
 }
 
 /// At exit: lets the measurement thread settle what is queued (briefly), then gives back whatever of the
@@ -91,10 +91,10 @@ extern "C" fn at_exit() {
     });
 }
 
-/// A compute-share record of this process's own, for a share without a vGPU or a memory quota.
-fn private_sched() -> &'static Sched {
-    // SAFETY: Sched is integers and atomics, for which all-zero is a valid value.
-    Box::leak(unsafe { Box::<Sched>::new_zeroed().assume_init() })
+/// A vGPU slot of this process's own, for a share without a vGPU or a memory quota.
+fn private_slot() -> &'static VgpuSlot {
+    // SAFETY: VgpuSlot is integers and atomics, for which all-zero is a valid value.
+    Box::leak(unsafe { Box::<VgpuSlot>::new_zeroed().assume_init() })
 }
 
 /// Gates, launches and measures one launch of `kind` on `stream` (`PER_THREAD`: the entry point is a

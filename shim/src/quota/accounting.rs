@@ -18,13 +18,13 @@ pub struct Refused {
 /// the process's mirror. A process killed between the two leaves the bytes counted in the vGPU until the
 /// vGPU is idle again: erring that way can shrink a quota for a while but never lets it overshoot.
 pub fn reserve(vgpu: &VgpuSlot, me: &ProcSlot, dev: usize, bytes: u64) -> Result<(), Refused> {
-    let limit = vgpu.limit[dev].load(Ordering::Acquire);
-    match vgpu.used[dev]
+    let limit = vgpu.config.limit[dev].load(Ordering::Acquire);
+    match vgpu.live.used[dev]
         .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| u.checked_add(bytes).filter(|&n| n <= limit))
     {
         Ok(before) => {
             me.used[dev].fetch_add(bytes, Ordering::AcqRel);
-            vgpu.peak[dev].fetch_max(before + bytes, Ordering::Relaxed);
+            vgpu.live.peak[dev].fetch_max(before + bytes, Ordering::Relaxed);
             Ok(())
         }
         Err(used) => Err(Refused { limit, used }),
@@ -34,7 +34,7 @@ pub fn reserve(vgpu: &VgpuSlot, me: &ProcSlot, dev: usize, bytes: u64) -> Result
 /// Gives back `bytes` taken with [`reserve`]: the process's mirror first, for the same reason.
 pub fn release(vgpu: &VgpuSlot, me: &ProcSlot, dev: usize, bytes: u64) {
     sub(&me.used[dev], bytes);
-    sub(&vgpu.used[dev], bytes);
+    sub(&vgpu.live.used[dev], bytes);
 }
 
 #[cfg(test)]
@@ -50,10 +50,10 @@ pub(crate) mod tests {
 
     fn slots(limit: u64) -> (&'static VgpuSlot, &'static ProcSlot) {
         let v: &VgpuSlot = zeroed();
-        for l in &v.limit {
+        for l in &v.config.limit {
             l.store(UNLIMITED, Ordering::Relaxed);
         }
-        v.limit[0].store(limit, Ordering::Relaxed);
+        v.config.limit[0].store(limit, Ordering::Relaxed);
         (v, zeroed())
     }
 
@@ -65,7 +65,7 @@ pub(crate) mod tests {
         release(v, me, 0, 400);
         assert_eq!(reserve(v, me, 0, 401), Err(Refused { limit: 1000, used: 600 }));
         assert_eq!(reserve(v, me, 0, 400), Ok(()));
-        assert_eq!(v.peak[0].load(Ordering::Relaxed), 1000);
+        assert_eq!(v.live.peak[0].load(Ordering::Relaxed), 1000);
         assert_eq!(me.used[0].load(Ordering::Relaxed), 1000);
         // Other devices are unlimited; overflow is refused, not wrapped.
         assert_eq!(reserve(v, me, 1, u64::MAX), Ok(()));
@@ -77,7 +77,7 @@ pub(crate) mod tests {
         let (v, me) = slots(10);
         reserve(v, me, 0, 5).unwrap();
         release(v, me, 0, 50);
-        assert_eq!((v.used[0].load(Ordering::Relaxed), me.used[0].load(Ordering::Relaxed)), (0, 0));
+        assert_eq!((v.live.used[0].load(Ordering::Relaxed), me.used[0].load(Ordering::Relaxed)), (0, 0));
     }
 
     #[test]
@@ -91,7 +91,7 @@ pub(crate) mod tests {
                     for i in 0..20_000u64 {
                         let bytes = 1 + (i * 7919) % 4096;
                         if reserve(v, me, 0, bytes).is_ok() {
-                            assert!(v.used[0].load(Ordering::Relaxed) <= 1 << 20);
+                            assert!(v.live.used[0].load(Ordering::Relaxed) <= 1 << 20);
                             held.push(bytes);
                         }
                         if i % 3 == 0
@@ -111,7 +111,7 @@ pub(crate) mod tests {
         for t in threads {
             t.join().unwrap();
         }
-        assert_eq!(v.used[0].load(Ordering::Relaxed), 0);
-        assert!(v.peak[0].load(Ordering::Relaxed) <= 1 << 20);
+        assert_eq!(v.live.used[0].load(Ordering::Relaxed), 0);
+        assert!(v.live.peak[0].load(Ordering::Relaxed) <= 1 << 20);
     }
 }

@@ -54,31 +54,31 @@ fn set_up() -> Result<Option<Quota>, String> {
             }
         },
     };
-    let limits: Limits = std::array::from_fn(|d| slots.vgpu.limit[d].load(std::sync::atomic::Ordering::Acquire));
+    let limits: Limits = std::array::from_fn(|d| slots.vgpu.config.limit[d].load(std::sync::atomic::Ordering::Acquire));
     log::info(format_args!("memory quota: {label}, {}", region::describe(&limits)));
     Ok(Some(Quota { slots, label }))
 }
 
 impl Quota {
-    /// The vGPU's compute-share record and, for a vGPU of the shared region, the region (what
-    /// [`crate::launch`] gates launches on).
-    pub fn sched(&self) -> (&'static tessera_ffi::region::Sched, Option<&'static tessera_ffi::region::Region>) {
-        (&self.slots.vgpu.sched, self.slots.region)
+    /// The vGPU's slot and, for a vGPU of the shared region, the region (what [`crate::launch`] gates
+    /// launches on).
+    pub fn slot(&self) -> (&'static tessera_ffi::region::VgpuSlot, Option<&'static tessera_ffi::region::Region>) {
+        (self.slots.vgpu, self.slots.region)
     }
 
     /// The quota of device `dev` ([`UNLIMITED`] when none is set).
     pub fn limit(&self, dev: usize) -> u64 {
-        self.slots.vgpu.limit.get(dev).map_or(UNLIMITED, |l| l.load(std::sync::atomic::Ordering::Acquire))
+        self.slots.vgpu.config.limit.get(dev).map_or(UNLIMITED, |l| l.load(std::sync::atomic::Ordering::Acquire))
     }
 
     /// Bytes in use on device `dev` by every process of the quota.
     pub fn used(&self, dev: usize) -> u64 {
-        self.slots.vgpu.used.get(dev).map_or(0, |u| u.load(std::sync::atomic::Ordering::Acquire))
+        self.slots.vgpu.live.used.get(dev).map_or(0, |u| u.load(std::sync::atomic::Ordering::Acquire))
     }
 
     /// Reclaims dead processes' bytes now; returns how many processes were found dead.
     fn reclaim_now(&self) -> usize {
-        self.slots.region.map_or(0, |r| reclaim::reclaim_dead(r, Some(self.slots.vgpu_index), self.slots.me_index))
+        if self.slots.region.is_some() { reclaim::reclaim_vgpu(self.slots.vgpu, self.slots.me_index) } else { 0 }
     }
 
     /// Reclaims if this vGPU was not scanned in the last second (one clock read otherwise).
@@ -92,7 +92,7 @@ impl Quota {
     /// quota, dead processes are reclaimed and the request retried once; if it still does not fit, one
     /// line naming the quota and the request is logged and `CUDA_ERROR_OUT_OF_MEMORY` returned.
     pub fn reserve(&self, dev: usize, bytes: u64, what: &str) -> Res {
-        let Some(_) = self.slots.vgpu.limit.get(dev) else { return Ok(()) };
+        let Some(_) = self.slots.vgpu.config.limit.get(dev) else { return Ok(()) };
         self.reclaim_if_due();
         let (vgpu, me) = (self.slots.vgpu, self.slots.me);
         let refused = match accounting::reserve(vgpu, me, dev, bytes) {

@@ -13,9 +13,9 @@ pub fn private(limits: &Limits) -> Attached {
     let (vgpu, me) = unsafe {
         (Box::leak(Box::<VgpuSlot>::new_zeroed().assume_init()), Box::leak(Box::<ProcSlot>::new_zeroed().assume_init()))
     };
-    for (slot, &l) in vgpu.limit.iter().zip(limits) {
+    for (slot, &l) in vgpu.config.limit.iter().zip(limits) {
         slot.store(l, Ordering::Relaxed);
     }
-    vgpu.state.store(state::READY, Ordering::Release);
+    vgpu.config.state.store(state::READY, Ordering::Release);
     Attached { region: None, vgpu, vgpu_index: 0, me, me_index: None }
 }

@@ -105,6 +105,10 @@ impl Reader {
             };
             names.iter().map(find).collect::<Result<Vec<_>, _>>()?
         };
+        // Their live state is in their own files: seen where their processes and the daemon see it.
+        for &slot in &slots {
+            region.map_live(slot, None)?;
+        }
         let device = device as usize;
         let engine = match simulated {
             Some((config, pids)) => Some(Engine {
@@ -126,14 +130,14 @@ impl Reader {
             .enumerate()
             .map(|(i, &slot)| {
                 let v = &self.region.region().vgpus[slot];
-                let s = &v.sched;
+                let s = &v.live.sched;
                 VgpuFigures {
                     launches: s.launches.load(Ordering::Acquire),
                     wait_ns: s.wait_ns.load(Ordering::Acquire),
                     device_ns: s.device_ns.load(Ordering::Acquire),
-                    used: v.used[d].load(Ordering::Acquire),
-                    peak: v.peak[d].load(Ordering::Acquire),
-                    limit: v.limit[d].load(Ordering::Acquire),
+                    used: v.live.used[d].load(Ordering::Acquire),
+                    peak: v.live.peak[d].load(Ordering::Acquire),
+                    limit: v.config.limit[d].load(Ordering::Acquire),
                     engine_ns: engine_ns.as_ref().map(|e| e[i]),
                 }
             })

@@ -63,7 +63,7 @@ impl TestRegion {
         let encoded = encode_name(name).expect("a valid vGPU name");
         let region = self.region();
         wait_for(&format!("vGPU {name:?}"), Duration::from_secs(10), || {
-            region.vgpus.iter().find(|v| v.state.load(Ordering::Acquire) == state::READY && v.name == encoded)
+            region.vgpus.iter().find(|v| v.state() == state::READY && v.config.name == encoded)
         })
     }
 }
