@@ -6,7 +6,8 @@
 //!
 //! Each tick first has the device's [`Charger`] charge the kernels that finished since the last one (their
 //! device time taken from `tokens`, the launches' estimates given back); then it reads the device's
-//! managed vGPUs from the region, sets the device's `high` hold from what its `high` vGPUs are doing, asks
+//! managed vGPUs from the region (clearing what processes that died left in a vGPU's window once none is
+//! left), sets the device's `high` hold from what its `high` vGPUs are doing, asks
 //! [`refill::plan`] for their grants (the whole interval, split by share), adds them to the buckets and
 //! wakes waiting launches.
 
@@ -87,11 +88,17 @@ pub fn tick(region: &Region, device: u32, charger: &mut Charger, now_ns: u64, dt
             let (c, s) = (&v.config, &v.live.sched);
             let f = v.flags();
             let burst = refill::burst(c.window_ns.load(Ordering::Relaxed));
+            let processes = has_processes(v);
+            if !processes {
+                // What processes killed mid-launch left counted (their work was never settled) goes with them.
+                s.inflight_ns.store(0, Ordering::Release);
+                s.waiters.store(0, Ordering::Release);
+            }
             let seen = Observed {
                 waiters: s.waiters.load(Ordering::Acquire),
                 inflight_ns: s.inflight_ns.load(Ordering::Acquire),
                 last_launch_ns: s.last_launch_ns.load(Ordering::Acquire),
-                processes: has_processes(v),
+                processes,
             };
             Vgpu {
                 share: c.share.load(Ordering::Relaxed),

@@ -61,6 +61,9 @@ pub struct VgpuStatus {
     pub processes: Vec<u32>,
     /// Tokens in its bucket (ns of device time; negative: debt).
     pub tokens_ns: i64,
+    /// Device time queued and not finished yet (estimated).
+    #[serde(default)]
+    pub inflight_ns: i64,
     /// Kernel launches so far.
     pub launches: u64,
     /// Measured device time its work has taken.
@@ -77,6 +80,7 @@ impl Default for VgpuStatus {
             peak: 0,
             processes: Vec::new(),
             tokens_ns: 0,
+            inflight_ns: 0,
             launches: 0,
             device_ns: 0,
             wait_ns: 0,

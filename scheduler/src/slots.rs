@@ -147,6 +147,7 @@ pub fn status(locked: &Locked, spec: &VgpuSpec) -> VgpuStatus {
     st.processes = locked.attached_pids(index);
     let s = &v.live.sched;
     st.tokens_ns = s.tokens.load(Ordering::Acquire);
+    st.inflight_ns = s.inflight_ns.load(Ordering::Acquire);
     st.launches = s.launches.load(Ordering::Acquire);
     st.device_ns = s.device_ns.load(Ordering::Acquire);
     st.wait_ns = s.wait_ns.load(Ordering::Acquire);

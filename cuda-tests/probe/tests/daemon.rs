@@ -1,8 +1,9 @@
 //! `tessera daemon` and `tessera vgpu`: refused requests change nothing, processes under `tessera run
 //! --vgpu` get the daemon's quota and its live changes, each vGPU is charged exactly the device time its
-//! kernels took, the configuration and running tenants survive a
-//! SIGKILLed daemon, one daemon per region and socket, the socket is its owner's only, and unusable
-//! region or state files are clear errors. Each test has a daemon, region, socket and state directory of
+//! kernels took, the configuration and running tenants survive a SIGKILLed daemon, a SIGKILLed tenant
+//! leaves nothing behind, one daemon per region and socket, the socket is its owner's only, a tenant of
+//! another user can write neither its own quota nor another vGPU's state, and unusable region or state
+//! files are clear errors. Each test has a daemon, region, socket and state directory of
 //! its own on the 4 GiB `small` device (contexts cost 128 MiB).
 
 mod common;
@@ -413,4 +414,34 @@ fn a_tenant_can_write_neither_another_vgpus_state_nor_its_own_quota() {
 fn own_uid() -> u32 {
     // SAFETY: getuid cannot fail.
     unsafe { libc::getuid() }
+}
+
+#[test]
+fn a_tenant_killed_mid_launch_leaves_nothing_behind() {
+    let _turn = TIMING.lock().unwrap_or_else(|e| e.into_inner());
+    let mut m = Machine::new("killed", "small");
+    m.start();
+    m.ok(&["vgpu", "create", "a", "--device", "0", "--memory", "1GiB", "--share", "50"]);
+    m.ok(&["vgpu", "create", "b", "--device", "0", "--memory", "1GiB", "--share", "50"]);
+    let other = saturate(&m, "b", "6");
+    let mut victim = saturate(&m, "a", "6");
+    wait_for_launches(&m, "a", 200);
+    victim.kill().expect("SIGKILL the tenant");
+    victim.wait().expect("reap it");
+    // Its process slot, its share of the window and its waiting count go; its unsettled launches leave at
+    // most a window's worth of debt, which refills.
+    let start = std::time::Instant::now();
+    let shown = loop {
+        let shown: Value = serde_json::from_str(&m.ok(&["vgpu", "show", "a", "--json"])).expect("JSON");
+        if shown["processes"].as_array().is_some_and(Vec::is_empty) && shown["inflight_ns"] == 0 {
+            break shown;
+        }
+        assert!(start.elapsed() < std::time::Duration::from_secs(5), "the killed tenant is still counted: {shown}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    assert!(shown["tokens_ns"].as_i64().unwrap() >= -2_000_000, "more debt than the window: {shown}");
+    // A new process of the vGPU gets its share at once.
+    let next = report(saturate(&m, "a", "1"));
+    assert!(utilization(&next) > 0.35, "the vGPU's next process is held back: {next}");
+    report(other);
 }
