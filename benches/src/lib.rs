@@ -1,6 +1,8 @@
 //! A private simulated machine for benchmarks: the simulated GPU's environment, a Tessera daemon with its
 //! own region, socket and state directory, load processes under the shim, and a sampler of the engine
-//! time each process obtains (read from the simulated GPU's state file, the ground truth).
+//! time each process obtains (read from the simulated GPU's state file, the ground truth), and two gauges
+//! of the host under it: its CPU use and steal ([`CpuTimes`]) and how late a periodic thread runs
+//! ([`HostTimer`]).
 
 use simgpu::meter::EngineMeter;
 use std::path::{Path, PathBuf};
@@ -69,15 +71,24 @@ impl Machine {
 
     /// Starts a process of vGPU `vgpu` keeping the engine busy with `kernel` spins for `seconds`.
     pub fn load(&self, vgpu: &str, kernel: &str, seconds: f64) -> Child {
-        let probe = self.bin.join("simgpu-probe").to_string_lossy().into_owned();
+        self.load_command(vgpu, kernel, seconds).spawn().expect("spawn load")
+    }
+
+    /// The command of [`Machine::load`], to add to before spawning it (e.g. an engine trace).
+    pub fn load_command(&self, vgpu: &str, kernel: &str, seconds: f64) -> Command {
         let secs = format!("{seconds}");
-        self.command(
-            "tessera",
-            &["run", "--vgpu", vgpu, "--", &probe, "saturate", "--ns", kernel, "--seconds", &secs, "--depth", "4"],
-        )
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("spawn load")
+        let mut cmd = self.probe_command(vgpu, &["saturate", "--ns", kernel, "--seconds", &secs, "--depth", "4"]);
+        cmd.stdout(Stdio::null());
+        cmd
+    }
+
+    /// `simgpu-probe ARGS` under the shim in vGPU `vgpu` (through `tessera run`, which `exec`s it: the
+    /// child's pid is the probe's).
+    pub fn probe_command(&self, vgpu: &str, args: &[&str]) -> Command {
+        let probe = self.bin.join("simgpu-probe").to_string_lossy().into_owned();
+        let mut all = vec!["run", "--vgpu", vgpu, "--", &probe];
+        all.extend_from_slice(args);
+        self.command("tessera", &all)
     }
 
     /// The simulated GPU's state, for sampling engine time per process.
@@ -125,14 +136,32 @@ pub fn sample(
         if now < next {
             std::thread::sleep(next - now);
         }
+        at(start.elapsed().as_secs_f64());
+        // Timed after `at`, which may take a while (running a command): the sample's time must be that of
+        // its reading.
         let t = start.elapsed().as_secs_f64();
-        at(t);
         let row = meter.read(state);
         series.t.push(t);
         series.busy.push(row);
         next += step;
     }
     series
+}
+
+impl Series {
+    /// Every `n`th sample (a coarser series over the same span).
+    pub fn every(&self, n: usize) -> Series {
+        let keep = |i: &usize| i.is_multiple_of(n.max(1));
+        Series {
+            t: (0..self.t.len()).filter(keep).map(|i| self.t[i]).collect(),
+            busy: (0..self.busy.len()).filter(keep).map(|i| self.busy[i].clone()).collect(),
+        }
+    }
+
+    /// Index of the first sample at or after `t` seconds (the last sample when none is).
+    pub fn at(&self, t: f64) -> usize {
+        self.t.iter().position(|&x| x >= t).unwrap_or(self.t.len().saturating_sub(1))
+    }
 }
 
 /// Writes a series as CSV (`t,group0,group1,...` with per-step shares in percent of wall time).
@@ -151,4 +180,102 @@ pub fn write_csv(path: &Path, names: &[&str], s: &Series) {
 pub fn shares_between(s: &Series, a: usize, b: usize) -> Vec<f64> {
     let dt = (s.t[b] - s.t[a]) * 1e9;
     (0..s.busy[a].len()).map(|g| (s.busy[b][g] - s.busy[a][g]) as f64 / dt * 100.0).collect()
+}
+
+/// The host's CPU time counters from `/proc/stat` (all CPUs, in clock ticks), to tell how loaded the
+/// machine was during a run and how much time the hypervisor took from it (steal).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CpuTimes {
+    /// Every counter summed.
+    pub total: u64,
+    /// Idle and I/O wait.
+    pub idle: u64,
+    /// Time the hypervisor ran something else while this machine wanted the CPU.
+    pub steal: u64,
+}
+
+impl CpuTimes {
+    /// Reads the counters now (all zero when `/proc/stat` cannot be read).
+    pub fn now() -> CpuTimes {
+        let text = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+        let Some(line) = text.lines().find(|l| l.starts_with("cpu ")) else { return CpuTimes::default() };
+        // user nice system idle iowait irq softirq steal guest guest_nice; guest time is already counted in
+        // user and nice, so it is left out of the total.
+        let v: Vec<u64> = line.split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
+        let get = |i: usize| v.get(i).copied().unwrap_or(0);
+        CpuTimes { total: (0..8).map(get).sum(), idle: get(3) + get(4), steal: get(7) }
+    }
+
+    /// `(busy %, steal %)` of all CPU time since `earlier`: busy is neither idle nor stolen.
+    pub fn since(&self, earlier: &CpuTimes) -> (f64, f64) {
+        let total = self.total.saturating_sub(earlier.total).max(1) as f64;
+        let idle = self.idle.saturating_sub(earlier.idle) as f64;
+        let steal = self.steal.saturating_sub(earlier.steal) as f64;
+        ((total - idle - steal).max(0.0) / total * 100.0, steal / total * 100.0)
+    }
+}
+
+/// A thread that sleeps to absolute deadlines every [`HostTimer::PERIOD_NS`], as the daemon's refill loop
+/// does, and records how late each wake-up was: how long the host (a busy machine, or a hypervisor
+/// stealing the CPU) kept a thread that was due to run from running.
+pub struct HostTimer {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<Vec<u64>>>,
+}
+
+/// What a [`HostTimer`] saw.
+#[derive(Debug, Clone, Copy)]
+pub struct Lateness {
+    /// Median wake-up lateness, µs.
+    pub p50_us: f64,
+    /// 99th percentile, µs.
+    pub p99_us: f64,
+    /// Largest, µs.
+    pub max_us: f64,
+    /// Share of the run (%) spent in wake-ups late by more than 2 ms (counting their whole lateness).
+    pub stalled_percent: f64,
+}
+
+impl HostTimer {
+    /// The period of the refill loop it imitates.
+    pub const PERIOD_NS: u64 = 1_000_000;
+
+    /// Starts the thread.
+    pub fn start() -> HostTimer {
+        use std::sync::atomic::Ordering;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut late = Vec::new();
+            let mut deadline = simgpu::state::now_ns();
+            while !flag.load(Ordering::Relaxed) {
+                deadline += Self::PERIOD_NS;
+                simgpu::kernels::sleep_until(deadline);
+                let now = simgpu::state::now_ns();
+                late.push(now.saturating_sub(deadline));
+                // After a stall, continue from now (as the daemon does) rather than catch up.
+                deadline = deadline.max(now);
+            }
+            late
+        });
+        HostTimer { stop, thread: Some(thread) }
+    }
+
+    /// Stops the thread and summarizes its wake-ups.
+    pub fn finish(mut self) -> Lateness {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let mut late = self.thread.take().and_then(|t| t.join().ok()).unwrap_or_default();
+        late.sort_unstable();
+        let at = |p: f64| {
+            late.get(((p * late.len() as f64).ceil() as usize).clamp(1, late.len().max(1)) - 1).copied().unwrap_or(0)
+        };
+        let total: u64 = late.iter().sum::<u64>() + late.len() as u64 * Self::PERIOD_NS;
+        let stalled: u64 = late.iter().filter(|&&l| l > 2_000_000).sum();
+        Lateness {
+            p50_us: at(0.5) as f64 / 1e3,
+            p99_us: at(0.99) as f64 / 1e3,
+            max_us: late.last().copied().unwrap_or(0) as f64 / 1e3,
+            stalled_percent: stalled as f64 / total.max(1) as f64 * 100.0,
+        }
+    }
 }

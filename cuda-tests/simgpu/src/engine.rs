@@ -61,7 +61,9 @@ pub unsafe fn run(state: &SharedState, ordinal: usize, ready_ns: u64, call: &Cal
         futex::wake_all(&dev.now_serving);
     }
     state.record_busy(ordinal, end_ns - start_ns, end_ns);
-    Span { start_ns, end_ns }
+    let span = Span { start_ns, end_ns };
+    crate::trace::record(ordinal, ready_ns, span);
+    span
 }
 
 fn wait_for_turn(dev: &DeviceState, ticket: u32) {

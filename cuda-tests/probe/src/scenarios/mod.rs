@@ -1,6 +1,7 @@
 //! The scenarios, each in its own module, and the helpers they share.
 
 mod alloc;
+mod arrivals;
 mod attributes;
 mod graph;
 mod kernels;
@@ -54,6 +55,12 @@ const SCENARIOS: &[Scenario] = &[
         options: &["device", "ns", "seconds", "depth"],
         summary: "keeps the engine busy with spin(--ns) kernels for --seconds, at most --depth queued",
         run: timing::saturate,
+    },
+    Scenario {
+        name: "arrivals",
+        options: &["device", "ns", "burst", "count", "gap", "seconds"],
+        summary: "bursts of --burst spin(--ns) kernels after idle gaps of --gap; engine start of each burst's first kernel after its launch call (needs SIMGPU_ENGINE_TRACE)",
+        run: arrivals::arrivals,
     },
     Scenario {
         name: "vmm",
