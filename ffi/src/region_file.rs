@@ -20,6 +20,7 @@ use crate::region::{
 };
 use crate::units::format_size;
 use std::fs::{File, OpenOptions};
+use std::mem::offset_of;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::ptr::NonNull;
@@ -303,9 +304,10 @@ fn prepare_live(file: &File, path: &str, index: usize, create: Option<(u32, &Vgp
             std::slice::from_raw_parts(std::ptr::from_ref(from).cast::<u8>(), std::mem::size_of::<VgpuLive>())
         };
         let mut image = bytes.to_vec();
-        image[..8].copy_from_slice(&LIVE_MAGIC.to_le_bytes());
-        image[8..12].copy_from_slice(&VERSION.to_le_bytes());
-        image[12..16].copy_from_slice(&(index as u32).to_le_bytes());
+        let mut put = |at: usize, bytes: &[u8]| image[at..at + bytes.len()].copy_from_slice(bytes);
+        put(offset_of!(VgpuLive, magic), &LIVE_MAGIC.to_le_bytes());
+        put(offset_of!(VgpuLive, version), &VERSION.to_le_bytes());
+        put(offset_of!(VgpuLive, slot), &(index as u32).to_le_bytes());
         image.resize(AREA, 0);
         let made = std::os::unix::fs::fchown(file, Some(uid), None)
             .map_err(|e| fail(&format!("cannot give it to uid {uid}"), e))
@@ -317,18 +319,18 @@ fn prepare_live(file: &File, path: &str, index: usize, create: Option<(u32, &Vgp
         }
         return made;
     }
-    let mut head = [0u8; 16];
+    let mut head = [0u8; offset_of!(VgpuLive, used)];
     let read = std::os::unix::fs::FileExt::read_exact_at(file, &mut head, 0);
     let field = |at: usize| u32::from_le_bytes(head[at..at + 4].try_into().unwrap_or_default());
-    if len != AREA as u64 || read.is_err() || head[..8] != LIVE_MAGIC.to_le_bytes() {
+    let magic = &head[offset_of!(VgpuLive, magic)..][..8];
+    if len != AREA as u64 || read.is_err() || magic != LIVE_MAGIC.to_le_bytes() {
         return Err(format!("{path} is not a Tessera vGPU file ({len} bytes); remove it and restart the daemon"));
     }
-    if field(8) != VERSION || field(12) != index as u32 {
+    let (version, slot) = (field(offset_of!(VgpuLive, version)), field(offset_of!(VgpuLive, slot)));
+    if version != VERSION || slot != index as u32 {
         return Err(format!(
-            "{path} is a version-{} file of slot {}, not a version-{VERSION} file of slot {index}; remove it and \
-             restart the daemon",
-            field(8),
-            field(12)
+            "{path} is a version-{version} file of slot {slot}, not a version-{VERSION} file of slot {index}; remove \
+             it and restart the daemon"
         ));
     }
     Ok(())
@@ -420,13 +422,7 @@ impl Locked<'_> {
 
     /// Pids of the processes attached to vGPU `index` (dead ones count until [`Locked::reclaim_dead`]).
     pub fn attached_pids(&self, index: usize) -> Vec<u32> {
-        self.region().vgpus[index]
-            .live
-            .procs
-            .iter()
-            .map(|p| p.pid.load(Ordering::Acquire))
-            .filter(|&pid| pid != 0 && pid != CLAIMING)
-            .collect()
+        reclaim::attached_pids(&self.region().vgpus[index]).collect()
     }
 
     /// Gives back what dead processes of every vGPU held; returns how many were found.

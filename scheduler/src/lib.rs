@@ -5,7 +5,7 @@
 //! - [`config`]: vGPU specs and the rules every change keeps; [`store`]: their file, written atomically;
 //! - [`slots`]: writing specs into the region and reading usage back; [`manager`]: carrying out requests;
 //! - [`refill`]: the token algorithm (pure); [`ledger`]: device time from the order of completions
-//!   (pure); [`charger`]: applying it to the vGPUs from the device's timeline; [`pacer`]: the per-device
+//!   (pure); [`charger`]: applying it to the vGPUs from their timelines; [`pacer`]: the per-device
 //!   loop that charges and refills;
 //! - [`protocol`], [`server`], [`client`]: JSON lines over a unix socket;
 //! - [`paths`]: where the files are; [`daemon`]: the daemon's life.

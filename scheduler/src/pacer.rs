@@ -15,7 +15,7 @@ use crate::charger::{Charger, member};
 use crate::refill::{self, Observed, Vgpu};
 use std::sync::atomic::{AtomicBool, Ordering};
 use tessera_ffi::futex;
-use tessera_ffi::reclaim::CLAIMING;
+use tessera_ffi::reclaim::attached_pids;
 use tessera_ffi::region::{DeviceSched, MAX_VGPUS, Region, VgpuSlot, flags, priority};
 
 /// Tick period while a vGPU on the device has demand.
@@ -33,7 +33,7 @@ pub const HIGH_IDLE_NS: u64 = 300_000;
 
 /// Whether slot `v` has at least one process attached.
 fn has_processes(v: &VgpuSlot) -> bool {
-    v.live.procs.iter().any(|p| !matches!(p.pid.load(Ordering::Acquire), 0 | CLAIMING))
+    attached_pids(v).next().is_some()
 }
 
 /// The managed vGPU slots of device `device`.

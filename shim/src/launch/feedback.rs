@@ -3,7 +3,7 @@
 //! waits for the end event and reads the time between the pair's events.
 //!
 //! For a vGPU the daemon manages, the launch's absolute start and end (see [`clock`](super::clock)) go
-//! to its device's timeline, from which the daemon charges exactly the device time the kernel took: on a
+//! to its vGPU's timeline, from which the daemon charges exactly the device time the kernel took: on a
 //! time-sliced GPU, a kernel's events also span the time it waited behind other vGPUs' kernels, which
 //! only the device-wide order of completions tells apart. The launch's tokens stay taken until then.
 //!
@@ -13,7 +13,7 @@
 //! covered (work of the process's other streams ahead of it). Queueing behind other processes' work is
 //! charged too — a standalone share's limitation: it is a ceiling that waiting on a busy device makes
 //! stricter — bounded by their windows. That time is also what the estimate of the next launches learns
-//! from (a published launch's estimate learns from the timeline instead).
+//! from (a published launch's estimate is what the daemon charges such launches).
 //!
 //! The thread sleeps on a futex when the queue is empty; the first launch after that wakes it (one
 //! system call, only when nothing of the process was in flight).

@@ -2,7 +2,7 @@
 //! `cuGraphLaunch` and their `_ptsz` variants) first passes its vGPU's [`gate`], and its device time is
 //! measured with CUDA [`events`] and fed back ([`feedback`]) so that tokens are charged by the time the
 //! work actually took: for a vGPU the daemon manages, by the daemon, from the absolute times ([`clock`])
-//! of every kernel on the device's timeline; otherwise by the process itself.
+//! of every kernel on its vGPU's timeline; otherwise by the process itself.
 //!
 //! The bucket is the vGPU's `Sched` record in the region (with `TESSERA_VGPU`), or the private quota
 //! slot's (without it). Tokens are granted by the daemon when it manages the vGPU, or by the process
