@@ -2,7 +2,7 @@
 //! terminal), the line a second printed instead when stdout is not a terminal, and the closing summary.
 
 use super::Tenant;
-use super::figures::Snapshot;
+use super::figures::{Snapshot, VgpuFigures};
 use crate::grid::{Align, render};
 use tessera_ffi::units::format_size;
 
@@ -50,28 +50,44 @@ fn utilization(value: Option<f64>, decimals: usize) -> String {
     value.map_or("n/a".into(), |u| format!("{u:.decimals$}%"))
 }
 
+/// One row per vGPU from `row`, given the tenant, its figures at `now`, its share (of `shares`) and its
+/// launches and time waited for tokens since `start`, formatted.
+fn per_vgpu(
+    tenants: &[Tenant],
+    start: &Snapshot,
+    now: &Snapshot,
+    shares: &[f64],
+    row: impl Fn(&Tenant, &VgpuFigures, f64, [String; 2]) -> Vec<String>,
+) -> Vec<Vec<String>> {
+    let figures = now.vgpus.iter().zip(&start.vgpus).zip(shares);
+    tenants
+        .iter()
+        .zip(figures)
+        .map(|(t, ((v, first), &share))| {
+            let since = [
+                thousands(v.launches.saturating_sub(first.launches)),
+                seconds(v.wait_ns.saturating_sub(first.wait_ns)),
+            ];
+            row(t, v, share, since)
+        })
+        .collect()
+}
+
 /// The live table: elapsed time and engine utilization, then per vGPU its configured share, the share it
 /// achieved over the last second (since `recent`), memory used and quota, and launches and time waited
 /// for tokens since `start`.
 pub fn live(tenants: &[Tenant], start: &Snapshot, recent: &Snapshot, now: &Snapshot, total_seconds: u64) -> String {
-    let shares = now.shares_since(recent);
-    let rows: Vec<Vec<String>> = tenants
-        .iter()
-        .zip(&now.vgpus)
-        .zip(&start.vgpus)
-        .zip(&shares)
-        .map(|(((t, v), first), share)| {
-            vec![
-                t.name.to_string(),
-                configured(t),
-                format!("{share:.0}%"),
-                bar(*share),
-                format!("{} / {}", format_size(v.used), format_size(v.limit)),
-                thousands(v.launches.saturating_sub(first.launches)),
-                seconds(v.wait_ns.saturating_sub(first.wait_ns)),
-            ]
-        })
-        .collect();
+    let rows = per_vgpu(tenants, start, now, &now.shares_since(recent), |t, v, share, [launches, waited]| {
+        vec![
+            t.name.to_string(),
+            configured(t),
+            format!("{share:.0}%"),
+            bar(share),
+            format!("{} / {}", format_size(v.used), format_size(v.limit)),
+            launches,
+            waited,
+        ]
+    });
     let header = ["VGPU", "SHARE", "NOW", "", "MEMORY USED / QUOTA", "LAUNCHES", "WAITED"];
     let align = [Align::Left, Align::Left, Align::Right, Align::Left, Align::Left, Align::Right, Align::Right];
     format!(
@@ -107,24 +123,17 @@ fn role(t: &Tenant) -> String {
 /// and peak use, launches and time waited for tokens; then engine utilization and what each vGPU's
 /// settings mean.
 pub fn summary(tenants: &[Tenant], start: &Snapshot, end: &Snapshot) -> String {
-    let shares = end.shares_since(start);
-    let rows: Vec<Vec<String>> = tenants
-        .iter()
-        .zip(&end.vgpus)
-        .zip(&start.vgpus)
-        .zip(&shares)
-        .map(|(((t, v), first), share)| {
-            vec![
-                t.name.to_string(),
-                configured(t),
-                format!("{share:.1}%"),
-                format_size(v.limit),
-                format_size(v.peak),
-                thousands(v.launches.saturating_sub(first.launches)),
-                seconds(v.wait_ns.saturating_sub(first.wait_ns)),
-            ]
-        })
-        .collect();
+    let rows = per_vgpu(tenants, start, end, &end.shares_since(start), |t, v, share, [launches, waited]| {
+        vec![
+            t.name.to_string(),
+            configured(t),
+            format!("{share:.1}%"),
+            format_size(v.limit),
+            format_size(v.peak),
+            launches,
+            waited,
+        ]
+    });
     let header = ["VGPU", "SHARE", "ACHIEVED", "MEMORY QUOTA", "PEAK USE", "LAUNCHES", "WAITED FOR TOKENS"];
     let align = [Align::Left, Align::Left, Align::Right, Align::Right, Align::Right, Align::Right, Align::Right];
     let measured = match end.engine_busy_ns {
@@ -143,7 +152,6 @@ pub fn summary(tenants: &[Tenant], start: &Snapshot, end: &Snapshot) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::super::figures::VgpuFigures;
     use super::*;
     use std::time::{Duration, Instant};
 
