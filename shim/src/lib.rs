@@ -33,5 +33,6 @@ mod nvml_real;
 mod proc_address;
 mod quota;
 mod real;
+mod soft;
 mod table;
 mod tensor;

@@ -1,0 +1,201 @@
+//! The driver calls soft mode is built on, behind a trait so that the page-table and pool logic can be
+//! tested against an in-memory device. [`Driver`] makes them on the real driver's functions directly,
+//! never through the shim's own hooks: the chunks Tessera creates for a vGPU are not the program's
+//! allocations and must not be charged as such.
+
+use crate::guard::{Res, status};
+use crate::real::{Lib, RealFn};
+use std::ffi::{c_ulonglong, c_void};
+use tessera_ffi::sys::{
+    CUcontext, CUdeviceptr, CUmemAccessDesc, CUmemAllocationGranularity_flags, CUmemAllocationProp,
+    CUmemGenericAllocationHandle,
+};
+
+/// What soft mode needs from a device.
+pub trait Backend: Send + Sync {
+    /// The device's allocation granularity (the page size of a soft space).
+    fn granularity(&self) -> Res<u64>;
+    /// Reserves `size` bytes of device address space.
+    fn reserve(&self, size: u64) -> Res<u64>;
+    /// Creates `size` bytes of physical memory on the device; the handle.
+    fn create(&self, size: u64) -> Res<u64>;
+    /// Releases physical memory created with [`Backend::create`].
+    fn release(&self, handle: u64);
+    /// Maps `size` bytes of `handle` from `offset` at `va`, readable and writable by the device.
+    fn map(&self, va: u64, size: u64, handle: u64, offset: u64) -> Res;
+    /// Unmaps `[va, va + size)`.
+    fn unmap(&self, va: u64, size: u64);
+    /// Copies device memory to host memory.
+    fn to_host(&self, dst: *mut u8, src: u64, len: u64) -> Res;
+    /// Copies host memory to device memory.
+    fn to_device(&self, dst: u64, src: *const u8, len: u64) -> Res;
+    /// Copies device memory to device memory.
+    fn within_device(&self, dst: u64, src: u64, len: u64) -> Res;
+    /// Waits for every piece of work the process queued on the device.
+    fn synchronize(&self) -> Res;
+    /// Host memory suited to copies (pinned where the driver offers it), or `None` when there is none.
+    fn host_alloc(&self, len: u64) -> Option<*mut u8>;
+    /// Frees memory from [`Backend::host_alloc`].
+    fn host_free(&self, p: *mut u8, len: u64);
+}
+
+type Fn0 = unsafe extern "C" fn() -> u32;
+static GRANULARITY: RealFn<
+    unsafe extern "C" fn(*mut usize, *const CUmemAllocationProp, CUmemAllocationGranularity_flags) -> u32,
+> = RealFn::new(Lib::Cuda, c"cuMemGetAllocationGranularity");
+static RESERVE: RealFn<unsafe extern "C" fn(*mut CUdeviceptr, usize, usize, CUdeviceptr, c_ulonglong) -> u32> =
+    RealFn::new(Lib::Cuda, c"cuMemAddressReserve");
+static CREATE: RealFn<
+    unsafe extern "C" fn(*mut CUmemGenericAllocationHandle, usize, *const CUmemAllocationProp, c_ulonglong) -> u32,
+> = RealFn::new(Lib::Cuda, c"cuMemCreate");
+static RELEASE: RealFn<unsafe extern "C" fn(CUmemGenericAllocationHandle) -> u32> =
+    RealFn::new(Lib::Cuda, c"cuMemRelease");
+static MAP: RealFn<unsafe extern "C" fn(CUdeviceptr, usize, usize, CUmemGenericAllocationHandle, c_ulonglong) -> u32> =
+    RealFn::new(Lib::Cuda, c"cuMemMap");
+static SET_ACCESS: RealFn<unsafe extern "C" fn(CUdeviceptr, usize, *const CUmemAccessDesc, usize) -> u32> =
+    RealFn::new(Lib::Cuda, c"cuMemSetAccess");
+static UNMAP: RealFn<unsafe extern "C" fn(CUdeviceptr, usize) -> u32> = RealFn::new(Lib::Cuda, c"cuMemUnmap");
+static DTOH: RealFn<unsafe extern "C" fn(*mut c_void, CUdeviceptr, usize) -> u32> =
+    RealFn::new(Lib::Cuda, c"cuMemcpyDtoH_v2");
+static HTOD: RealFn<unsafe extern "C" fn(CUdeviceptr, *const c_void, usize) -> u32> =
+    RealFn::new(Lib::Cuda, c"cuMemcpyHtoD_v2");
+static DTOD: RealFn<unsafe extern "C" fn(CUdeviceptr, CUdeviceptr, usize) -> u32> =
+    RealFn::new(Lib::Cuda, c"cuMemcpyDtoD_v2");
+static SYNCHRONIZE: RealFn<Fn0> = RealFn::new(Lib::Cuda, c"cuCtxSynchronize");
+static PUSH: RealFn<unsafe extern "C" fn(CUcontext) -> u32> = RealFn::new(Lib::Cuda, c"cuCtxPushCurrent_v2");
+static POP: RealFn<unsafe extern "C" fn(*mut CUcontext) -> u32> = RealFn::new(Lib::Cuda, c"cuCtxPopCurrent_v2");
+static HOST_ALLOC: RealFn<unsafe extern "C" fn(*mut *mut c_void, usize) -> u32> =
+    RealFn::new(Lib::Cuda, c"cuMemAllocHost_v2");
+static HOST_FREE: RealFn<unsafe extern "C" fn(*mut c_void) -> u32> = RealFn::new(Lib::Cuda, c"cuMemFreeHost");
+
+/// `CUDA_ERROR_NOT_SUPPORTED`, for a driver without the VMM entry points.
+const NOT_SUPPORTED: u32 = tessera_ffi::cuda::CUDA_ERROR_NOT_SUPPORTED;
+/// `CU_MEM_ALLOCATION_TYPE_PINNED`.
+const ALLOCATION_PINNED: u32 = 1;
+/// `CU_MEM_LOCATION_TYPE_DEVICE`.
+const LOCATION_DEVICE: u32 = 1;
+/// `CU_MEM_ACCESS_FLAGS_PROT_READWRITE`.
+const PROT_READWRITE: u32 = 3;
+
+/// One device of the real driver, with the context soft mode's own copies and waits run in.
+pub struct Driver {
+    device: i32,
+    ctx: u64,
+}
+
+impl Driver {
+    /// Device ordinal `device`, with `ctx` (the context of the process's first soft allocation there) for
+    /// the copies and waits that run outside any of the program's calls.
+    pub fn new(device: usize, ctx: u64) -> Driver {
+        Driver { device: device as i32, ctx }
+    }
+
+    fn prop(&self) -> CUmemAllocationProp {
+        // SAFETY: CUmemAllocationProp is plain C data, for which all-zero is valid (and means "defaults").
+        let mut p: CUmemAllocationProp = unsafe { std::mem::zeroed() };
+        // SAFETY: the enum fields are 32-bit C enums; the values are the documented ones.
+        unsafe {
+            p.type_ = std::mem::transmute::<u32, _>(ALLOCATION_PINNED);
+            p.location.type_ = std::mem::transmute::<u32, _>(LOCATION_DEVICE);
+        }
+        p.location.id = self.device;
+        p
+    }
+
+    /// Runs `f` with this device's context current on the calling thread (restoring the previous one).
+    fn in_context(&self, f: impl FnOnce() -> Res) -> Res {
+        let (push, pop) = (PUSH.get().ok_or(NOT_SUPPORTED)?, POP.get().ok_or(NOT_SUPPORTED)?);
+        // SAFETY: cuCtxPushCurrent's C signature; the context is one the program created and uses.
+        status(unsafe { push(self.ctx as CUcontext) })?;
+        let r = f();
+        let mut old: CUcontext = std::ptr::null_mut();
+        // SAFETY: pops exactly the context pushed above.
+        unsafe { pop(&mut old) };
+        r
+    }
+}
+
+/// Calls a real function, or fails with not-supported when the driver lacks it.
+macro_rules! call {
+    ($f:ident($($a:expr),*)) => {{
+        let f = $f.get().ok_or(NOT_SUPPORTED)?;
+        // SAFETY: the function has the C signature its RealFn declares; every pointer argument is valid
+        // for the call (the callers' contracts).
+        status(unsafe { f($($a),*) })
+    }};
+}
+
+impl Backend for Driver {
+    fn granularity(&self) -> Res<u64> {
+        let mut g = 0usize;
+        let p = self.prop();
+        // SAFETY: the flag is the C enum's MINIMUM value (0).
+        let minimum = unsafe { std::mem::transmute::<u32, CUmemAllocationGranularity_flags>(0) };
+        call!(GRANULARITY(&mut g, &p, minimum))?;
+        Ok((g as u64).max(1))
+    }
+
+    fn reserve(&self, size: u64) -> Res<u64> {
+        let mut va: CUdeviceptr = 0;
+        call!(RESERVE(&mut va, size as usize, 0, 0, 0))?;
+        Ok(va)
+    }
+
+    fn create(&self, size: u64) -> Res<u64> {
+        let mut h: CUmemGenericAllocationHandle = 0;
+        let p = self.prop();
+        call!(CREATE(&mut h, size as usize, &p, 0))?;
+        Ok(h)
+    }
+
+    fn release(&self, handle: u64) {
+        let _ = (|| call!(RELEASE(handle)))();
+    }
+
+    fn map(&self, va: u64, size: u64, handle: u64, offset: u64) -> Res {
+        call!(MAP(va, size as usize, offset as usize, handle, 0))?;
+        // SAFETY: CUmemAccessDesc is plain C data; all-zero is valid and overwritten below.
+        let mut access: CUmemAccessDesc = unsafe { std::mem::zeroed() };
+        // SAFETY: 32-bit C enums set to their documented values.
+        unsafe {
+            access.location.type_ = std::mem::transmute::<u32, _>(LOCATION_DEVICE);
+            access.flags = std::mem::transmute::<u32, _>(PROT_READWRITE);
+        }
+        access.location.id = self.device;
+        let r = call!(SET_ACCESS(va, size as usize, &access, 1));
+        if r.is_err() {
+            self.unmap(va, size);
+        }
+        r
+    }
+
+    fn unmap(&self, va: u64, size: u64) {
+        let _ = (|| call!(UNMAP(va, size as usize)))();
+    }
+
+    fn to_host(&self, dst: *mut u8, src: u64, len: u64) -> Res {
+        self.in_context(|| call!(DTOH(dst.cast(), src, len as usize)))
+    }
+
+    fn to_device(&self, dst: u64, src: *const u8, len: u64) -> Res {
+        self.in_context(|| call!(HTOD(dst, src.cast(), len as usize)))
+    }
+
+    fn within_device(&self, dst: u64, src: u64, len: u64) -> Res {
+        self.in_context(|| call!(DTOD(dst, src, len as usize)))
+    }
+
+    fn synchronize(&self) -> Res {
+        self.in_context(|| call!(SYNCHRONIZE()))
+    }
+
+    fn host_alloc(&self, len: u64) -> Option<*mut u8> {
+        let mut p: *mut c_void = std::ptr::null_mut();
+        self.in_context(|| call!(HOST_ALLOC(&mut p, len as usize))).ok()?;
+        (!p.is_null()).then_some(p.cast())
+    }
+
+    fn host_free(&self, p: *mut u8, _len: u64) {
+        let _ = self.in_context(|| call!(HOST_FREE(p.cast())));
+    }
+}
