@@ -18,7 +18,20 @@ pub const KNOWN: &[&str] = &[
     "TESSERA_SOCKET",
     "TESSERA_STATE_DIR",
     "TESSERA_COMPUTE_SHARE",
+    "TESSERA_MODE",
 ];
+
+/// Memory mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Native allocations, exact accounting.
+    Hard,
+    /// Virtualized allocations: pooled, movable, swappable.
+    Soft,
+}
+
+/// The accepted forms of `TESSERA_MODE`.
+pub const MODE_FORM: &str = "use hard or soft";
 
 /// The shim's configuration.
 #[derive(Debug, Clone, PartialEq)]
@@ -31,6 +44,8 @@ pub struct Config {
     pub region: String,
     /// Log threshold.
     pub log: Level,
+    /// Memory mode asked for with `TESSERA_MODE` (`None`: not set; a managed vGPU's own mode wins).
+    pub mode: Option<Mode>,
     /// Standalone compute share in percent (1-100), refilled by the process itself when no daemon
     /// manages its vGPU; `None` for none.
     pub compute_share: Option<u32>,
@@ -91,7 +106,13 @@ impl Config {
                     .ok_or_else(|| err("TESSERA_COMPUTE_SHARE")(format!("{v:?} is not a share; {SHARE_FORM}")))
             })
             .transpose()?;
-        Ok(Config { memory_limit, vgpu, region, log, compute_share })
+        let mode = match get("TESSERA_MODE").map(|v| (v.trim().to_ascii_lowercase(), v)) {
+            None => None,
+            Some((m, _)) if m == "hard" => Some(Mode::Hard),
+            Some((m, _)) if m == "soft" => Some(Mode::Soft),
+            Some((_, v)) => return Err(err("TESSERA_MODE")(format!("{v:?} is not a memory mode; {MODE_FORM}"))),
+        };
+        Ok(Config { memory_limit, vgpu, region, log, mode, compute_share })
     }
 }
 
@@ -128,6 +149,9 @@ mod tests {
         assert_eq!(cfg(&[("TESSERA_VGPU", "team-a_1")]).unwrap().vgpu.as_deref(), Some("team-a_1"));
         assert_eq!(cfg(&[("TESSERA_LOG", "debug")]).unwrap().log, Level::Debug);
         assert_eq!(cfg(&[]).unwrap().compute_share, None);
+        assert_eq!(cfg(&[]).unwrap().mode, None);
+        assert_eq!(cfg(&[("TESSERA_MODE", "soft")]).unwrap().mode, Some(Mode::Soft));
+        assert_eq!(cfg(&[("TESSERA_MODE", " Hard ")]).unwrap().mode, Some(Mode::Hard));
         for (text, pct) in [("30", 30), ("30%", 30), (" 1 ", 1), ("100%", 100)] {
             assert_eq!(cfg(&[("TESSERA_COMPUTE_SHARE", text)]).unwrap().compute_share, Some(pct), "{text:?}");
         }
@@ -150,6 +174,8 @@ mod tests {
             ("TESSERA_COMPUTE_SHARE", "30.5"),
             ("TESSERA_COMPUTE_SHARE", "half"),
             ("TESSERA_COMPUTE_SHARE", ""),
+            ("TESSERA_MODE", "virtual"),
+            ("TESSERA_MODE", ""),
         ] {
             let e = cfg(&[(var, value)]).unwrap_err();
             assert_eq!(e.var, var, "{var}={value:?}");

@@ -7,7 +7,8 @@
 //! `dlsym`, `dlvsym` and `cuGetProcAddress` consult. Adding a hook is one line.
 //!
 //! A handler receives the call's arguments and a closure that calls the real function with them
-//! unchanged, so it can check before, call, and adjust after.
+//! unchanged, so it can check before, call, and adjust after. A line ending `=> @around handler` gives the
+//! handler only that closure: for calls that need something done around them whatever their arguments.
 
 use crate::real::{self, Lib};
 use std::ffi::{CString, c_void};
@@ -45,7 +46,7 @@ pub fn missing(lib: Lib) -> u32 {
 /// Declares intercepted functions (see the module documentation).
 macro_rules! hooks {
     ($(
-        $lib:ident fn $name:ident $args:tt $(/ $pt:ident)? => $handler:path;
+        $lib:ident fn $name:ident $args:tt $(/ $pt:ident)? => $(@$wrap:ident)? $handler:path;
     )*) => {
         /// Pointers to the real functions, resolved on first use.
         #[allow(non_upper_case_globals)]
@@ -58,8 +59,7 @@ macro_rules! hooks {
         }
 
         $(
-            hooks!(@entry $lib $name $args => $handler);
-            $(hooks!(@entry $lib $pt $args => $handler);)?
+            hooks!(@entries $lib $name [$($pt)?] $args [$(@$wrap)?] $handler);
         )*
 
         /// Every intercepted symbol.
@@ -80,7 +80,20 @@ macro_rules! hooks {
                 NAME
             });
     };
-    (@entry $lib:ident $name:ident ($($arg:ident : $ty:ty),* $(,)?) => $handler:path) => {
+    (@entries $lib:ident $name:ident [$($pt:ident)?] $args:tt $wrap:tt $handler:path) => {
+        hooks!(@entry $lib $name $args => $wrap $handler);
+        $(hooks!(@entry $lib $pt $args => $wrap $handler);)?
+    };
+    (@entry $lib:ident $name:ident $args:tt => [@around] $handler:path) => {
+        hooks!(@entry $lib $name $args => |real| $handler(real));
+    };
+    (@entry $lib:ident $name:ident $args:tt => [] $handler:path) => {
+        hooks!(@entry $lib $name $args => |real| hooks!(@pass real $args $handler));
+    };
+    (@pass $real:ident ($($arg:ident : $ty:ty),* $(,)?) $handler:path) => {
+        $handler($($arg,)* $real)
+    };
+    (@entry $lib:ident $name:ident ($($arg:ident : $ty:ty),* $(,)?) => |$r:ident| $call:expr) => {
         #[doc = concat!("Intercepted `", stringify!($name), "`.")]
         ///
         /// # Safety
@@ -90,12 +103,12 @@ macro_rules! hooks {
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> u32 {
             crate::guard::call(stringify!($name), || {
                 crate::log::trace(format_args!("call {}", stringify!($name)));
-                let real = || match real_fns::$name.get() {
+                let $r = || match real_fns::$name.get() {
                     // SAFETY: the real function has this exact C signature.
                     Some(f) => unsafe { f($($arg),*) },
                     None => crate::hooks::missing(crate::real::Lib::$lib),
                 };
-                $handler($($arg,)* real)
+                $call
             })
         }
     };

@@ -15,9 +15,9 @@ use crate::alloc_table::{Entry, Kind, TABLE};
 use crate::footprint::{self, Extent};
 use crate::guard::{Res, Status, status};
 use crate::quota::{self, Quota};
-use crate::{contexts, driver};
+use crate::{contexts, driver, soft};
 use std::ffi::{c_int, c_uint, c_ulonglong, c_void};
-use tessera_ffi::cuda::CUDA_ERROR_INVALID_VALUE;
+use tessera_ffi::cuda::{CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_OUT_OF_MEMORY};
 use tessera_ffi::sys::{
     CUDA_ARRAY_DESCRIPTOR, CUDA_ARRAY3D_DESCRIPTOR, CUarray, CUcontext, CUctxCreateParams, CUdevice, CUdeviceptr,
     CUexecAffinityParam, CUmemAllocationProp, CUmemGenericAllocationHandle, CUmemoryPool, CUmipmappedArray, CUstream,
@@ -94,8 +94,22 @@ unsafe fn written<T: Copy>(p: *const T) -> T {
     unsafe { *p }
 }
 
+/// A soft-mode allocation of `size` bytes, written to `dptr`.
+fn soft_alloc(s: &'static soft::Soft, dptr: *mut CUdeviceptr, size: u64, what: &'static str) -> Res {
+    if dptr.is_null() {
+        return Err(CUDA_ERROR_INVALID_VALUE);
+    }
+    let va = s.alloc(size, what)?;
+    // SAFETY: non-NULL: the program's output variable.
+    unsafe { dptr.write(va) };
+    Ok(())
+}
+
 /// `cuMemAlloc_v2`.
 pub fn alloc(dptr: *mut CUdeviceptr, size: usize, real: impl FnOnce() -> Status) -> Res {
+    if let Some(s) = soft::active() {
+        return soft_alloc(s, dptr, size as u64, "cuMemAlloc");
+    }
     let Some(q) = quota::active()? else { return status(real()) };
     // SAFETY: the key is read only after the driver succeeded, having written it.
     let key = || unsafe { written(dptr) };
@@ -109,9 +123,20 @@ pub fn alloc_pitch(
     pitch: *mut usize,
     width: usize,
     height: usize,
-    _elem: c_uint,
+    elem: c_uint,
     real: impl FnOnce() -> Status,
 ) -> Res {
+    if let Some(s) = soft::active() {
+        if pitch.is_null() || width == 0 || height == 0 || !matches!(elem, 4 | 8 | 16) {
+            return Err(CUDA_ERROR_INVALID_VALUE);
+        }
+        let row = (width as u64).checked_next_multiple_of(footprint::PITCH_ALIGN).ok_or(CUDA_ERROR_OUT_OF_MEMORY)?;
+        let bytes = footprint::pitched(width, height).ok_or(CUDA_ERROR_OUT_OF_MEMORY)?;
+        soft_alloc(s, dptr, bytes, "cuMemAllocPitch")?;
+        // SAFETY: non-NULL: the program's output variable.
+        unsafe { pitch.write(row as usize) };
+        return Ok(());
+    }
     let Some(q) = quota::active()? else { return status(real()) };
     let Some(site) = driver::current() else { return status(real()) };
     let (what, d) = ("cuMemAllocPitch", site.device);
@@ -146,11 +171,23 @@ pub fn alloc_managed(dptr: *mut CUdeviceptr, size: usize, _flags: c_uint, real: 
 
 /// `cuMemFree_v2`.
 pub fn free(dptr: CUdeviceptr, real: impl FnOnce() -> Status) -> Res {
+    if let Some(r) = soft::active().and_then(|s| s.free(dptr)) {
+        return r;
+    }
     free_of(Kind::Linear, dptr, real)
 }
 
+/// The soft space serves a stream-ordered allocation at once, unless the stream is being captured into
+/// a graph (the graph then owns a native allocation).
+fn soft_for_stream(stream: CUstream) -> Option<&'static soft::Soft> {
+    soft::active().filter(|_| crate::launch::capturing(stream) == Some(false))
+}
+
 /// `cuMemAllocAsync` and `_ptsz`.
-pub fn alloc_async(dptr: *mut CUdeviceptr, size: usize, _stream: CUstream, real: impl FnOnce() -> Status) -> Res {
+pub fn alloc_async(dptr: *mut CUdeviceptr, size: usize, stream: CUstream, real: impl FnOnce() -> Status) -> Res {
+    if let Some(s) = soft_for_stream(stream) {
+        return soft_alloc(s, dptr, size as u64, "cuMemAllocAsync");
+    }
     let Some(q) = quota::active()? else { return status(real()) };
     // SAFETY: the key is read only after the driver succeeded, having written it.
     let key = || unsafe { written(dptr) };
@@ -162,17 +199,25 @@ pub fn alloc_from_pool(
     dptr: *mut CUdeviceptr,
     size: usize,
     _pool: CUmemoryPool,
-    _stream: CUstream,
+    stream: CUstream,
     real: impl FnOnce() -> Status,
 ) -> Res {
+    if let Some(s) = soft_for_stream(stream) {
+        return soft_alloc(s, dptr, size as u64, "cuMemAllocFromPoolAsync");
+    }
     let Some(q) = quota::active()? else { return status(real()) };
     // SAFETY: the key is read only after the driver succeeded, having written it.
     let key = || unsafe { written(dptr) };
     on_current(q, "cuMemAllocFromPoolAsync", Kind::Linear, Some(size as u64), real, key)
 }
 
-/// `cuMemFreeAsync` and `_ptsz`: the bytes go back when the free is queued.
-pub fn free_async(dptr: CUdeviceptr, _stream: CUstream, real: impl FnOnce() -> Status) -> Res {
+/// `cuMemFreeAsync` and `_ptsz`: the bytes go back when the free is queued. A soft allocation is freed
+/// once the stream's work queued before has finished (it could still use the memory).
+pub fn free_async(dptr: CUdeviceptr, stream: CUstream, real: impl FnOnce() -> Status) -> Res {
+    if let Some(s) = soft::active().filter(|s| s.owns(dptr)) {
+        soft::calls::synchronize_stream(stream)?;
+        return s.free(dptr).unwrap_or(Err(CUDA_ERROR_INVALID_VALUE));
+    }
     free_of(Kind::Linear, dptr, real)
 }
 
@@ -259,9 +304,12 @@ pub fn unmap(ptr: CUdeviceptr, size: usize, real: impl FnOnce() -> Status) -> Re
 /// `cuMemRetainAllocationHandle`: one more reference to the handle.
 pub fn retain_handle(
     handle: *mut CUmemGenericAllocationHandle,
-    _addr: *mut c_void,
+    addr: *mut c_void,
     real: impl FnOnce() -> Status,
 ) -> Res {
+    if soft::active().is_some_and(|s| s.owns(addr as CUdeviceptr)) {
+        return soft::calls::retain_allocation_handle(addr, real);
+    }
     let Some(_) = quota::active()? else { return status(real()) };
     status(real())?;
     // SAFETY: the driver succeeded, so it wrote the handle.

@@ -1,14 +1,17 @@
 //! Every function the shim intercepts, declared once (see [`crate::hooks`]).
 
 use crate::hooks::hooks;
-use crate::{init, memory, nvml, proc_address, tensor};
-use std::ffi::{c_char, c_int, c_uint, c_ulonglong, c_void};
+use crate::{init, memory, nvml, proc_address, soft, tensor};
+use std::ffi::{c_char, c_int, c_uchar, c_uint, c_ulonglong, c_ushort, c_void};
 use tessera_ffi::nvml::{NvmlDevice, NvmlMemory, NvmlMemoryV2};
 use tessera_ffi::sys::{
     CUDA_ARRAY_DESCRIPTOR, CUDA_ARRAY3D_DESCRIPTOR, CUarray, CUcontext, CUctxCreateParams, CUdevice, CUdeviceptr,
     CUexecAffinityParam, CUmemAllocationProp, CUmemGenericAllocationHandle, CUmemoryPool, CUmipmappedArray, CUstream,
 };
-use tessera_ffi::sys::{CUfunction, CUgraphExec, CUlaunchConfig};
+use tessera_ffi::sys::{
+    CUDA_MEMCPY2D, CUDA_MEMCPY3D, CUDA_MEMCPY3D_BATCH_OP, CUDA_MEMCPY3D_PEER, CUfunction, CUgraphExec, CUlaunchConfig,
+    CUmemcpyAttributes,
+};
 
 hooks! {
     Cuda fn cuInit(flags: c_uint) => init::cu_init;
@@ -46,6 +49,50 @@ hooks! {
     Cuda fn cuDevicePrimaryCtxReset_v2(dev: CUdevice) => memory::primary_reset;
     Cuda fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) => memory::get_info;
     Cuda fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: CUdevice) => memory::total_mem;
+
+    // Soft memory: queries that must describe the program's allocation, calls that cannot work on it.
+    Cuda fn cuMemGetAddressRange_v2(base: *mut CUdeviceptr, size: *mut usize, dptr: CUdeviceptr) => soft::calls::address_range;
+    Cuda fn cuPointerGetAttribute(data: *mut c_void, attr: c_uint, ptr: CUdeviceptr) => soft::calls::pointer_attribute;
+    Cuda fn cuPointerGetAttributes(num: c_uint, attrs: *mut c_uint, data: *mut *mut c_void, ptr: CUdeviceptr) => soft::calls::pointer_attributes;
+    Cuda fn cuIpcGetMemHandle(handle: *mut c_void, dptr: CUdeviceptr) => soft::calls::ipc_get_mem_handle;
+    Cuda fn cuMemGetHandleForAddressRange(handle: *mut c_void, dptr: CUdeviceptr, size: usize, kind: c_uint, flags: c_ulonglong) => soft::calls::handle_for_address_range;
+
+    // Copies and memsets: soft memory swapped out comes back first.
+    Cuda fn cuMemcpy(dst: CUdeviceptr, src: CUdeviceptr, byte_count: usize) / cuMemcpy_ptds => @around crate::soft::around;
+    Cuda fn cuMemcpy2DAsync_v2(p_copy: *const CUDA_MEMCPY2D, h_stream: CUstream) / cuMemcpy2DAsync_v2_ptsz => @around crate::soft::around;
+    Cuda fn cuMemcpy2DUnaligned_v2(p_copy: *const CUDA_MEMCPY2D) / cuMemcpy2DUnaligned_v2_ptds => @around crate::soft::around;
+    Cuda fn cuMemcpy2D_v2(p_copy: *const CUDA_MEMCPY2D) / cuMemcpy2D_v2_ptds => @around crate::soft::around;
+    Cuda fn cuMemcpy3DAsync_v2(p_copy: *const CUDA_MEMCPY3D, h_stream: CUstream) / cuMemcpy3DAsync_v2_ptsz => @around crate::soft::around;
+    Cuda fn cuMemcpy3DBatchAsync(num_ops: usize, op_list: *mut CUDA_MEMCPY3D_BATCH_OP, fail_idx: *mut usize, flags: c_ulonglong, h_stream: CUstream) / cuMemcpy3DBatchAsync_ptsz => @around crate::soft::around;
+    Cuda fn cuMemcpy3DBatchAsync_v2(num_ops: usize, op_list: *mut CUDA_MEMCPY3D_BATCH_OP, flags: c_ulonglong, h_stream: CUstream) / cuMemcpy3DBatchAsync_v2_ptsz => @around crate::soft::around;
+    Cuda fn cuMemcpy3DPeer(p_copy: *const CUDA_MEMCPY3D_PEER) / cuMemcpy3DPeer_ptds => @around crate::soft::around;
+    Cuda fn cuMemcpy3DPeerAsync(p_copy: *const CUDA_MEMCPY3D_PEER, h_stream: CUstream) / cuMemcpy3DPeerAsync_ptsz => @around crate::soft::around;
+    Cuda fn cuMemcpy3D_v2(p_copy: *const CUDA_MEMCPY3D) / cuMemcpy3D_v2_ptds => @around crate::soft::around;
+    Cuda fn cuMemcpyAsync(dst: CUdeviceptr, src: CUdeviceptr, byte_count: usize, h_stream: CUstream) / cuMemcpyAsync_ptsz => @around crate::soft::around;
+    Cuda fn cuMemcpyAtoD_v2(dst_device: CUdeviceptr, src_array: CUarray, src_offset: usize, byte_count: usize) / cuMemcpyAtoD_v2_ptds => @around crate::soft::around;
+    Cuda fn cuMemcpyBatchAsync(dsts: *mut CUdeviceptr, srcs: *mut CUdeviceptr, sizes: *mut usize, count: usize, attrs: *mut CUmemcpyAttributes, attrs_idxs: *mut usize, num_attrs: usize, fail_idx: *mut usize, h_stream: CUstream) / cuMemcpyBatchAsync_ptsz => @around crate::soft::around;
+    Cuda fn cuMemcpyBatchAsync_v2(dsts: *mut CUdeviceptr, srcs: *mut CUdeviceptr, sizes: *mut usize, count: usize, attrs: *mut CUmemcpyAttributes, attrs_idxs: *mut usize, num_attrs: usize, h_stream: CUstream) / cuMemcpyBatchAsync_v2_ptsz => @around crate::soft::around;
+    Cuda fn cuMemcpyDtoA_v2(dst_array: CUarray, dst_offset: usize, src_device: CUdeviceptr, byte_count: usize) / cuMemcpyDtoA_v2_ptds => @around crate::soft::around;
+    Cuda fn cuMemcpyDtoDAsync_v2(dst_device: CUdeviceptr, src_device: CUdeviceptr, byte_count: usize, h_stream: CUstream) / cuMemcpyDtoDAsync_v2_ptsz => @around crate::soft::around;
+    Cuda fn cuMemcpyDtoD_v2(dst_device: CUdeviceptr, src_device: CUdeviceptr, byte_count: usize) / cuMemcpyDtoD_v2_ptds => @around crate::soft::around;
+    Cuda fn cuMemcpyDtoHAsync_v2(dst_host: *mut c_void, src_device: CUdeviceptr, byte_count: usize, h_stream: CUstream) / cuMemcpyDtoHAsync_v2_ptsz => @around crate::soft::around;
+    Cuda fn cuMemcpyDtoH_v2(dst_host: *mut c_void, src_device: CUdeviceptr, byte_count: usize) / cuMemcpyDtoH_v2_ptds => @around crate::soft::around;
+    Cuda fn cuMemcpyHtoDAsync_v2(dst_device: CUdeviceptr, src_host: *const c_void, byte_count: usize, h_stream: CUstream) / cuMemcpyHtoDAsync_v2_ptsz => @around crate::soft::around;
+    Cuda fn cuMemcpyHtoD_v2(dst_device: CUdeviceptr, src_host: *const c_void, byte_count: usize) / cuMemcpyHtoD_v2_ptds => @around crate::soft::around;
+    Cuda fn cuMemcpyPeer(dst_device: CUdeviceptr, dst_context: CUcontext, src_device: CUdeviceptr, src_context: CUcontext, byte_count: usize) / cuMemcpyPeer_ptds => @around crate::soft::around;
+    Cuda fn cuMemcpyPeerAsync(dst_device: CUdeviceptr, dst_context: CUcontext, src_device: CUdeviceptr, src_context: CUcontext, byte_count: usize, h_stream: CUstream) / cuMemcpyPeerAsync_ptsz => @around crate::soft::around;
+    Cuda fn cuMemsetD16Async(dst_device: CUdeviceptr, us: c_ushort, n: usize, h_stream: CUstream) / cuMemsetD16Async_ptsz => @around crate::soft::around;
+    Cuda fn cuMemsetD16_v2(dst_device: CUdeviceptr, us: c_ushort, n: usize) / cuMemsetD16_v2_ptds => @around crate::soft::around;
+    Cuda fn cuMemsetD2D16Async(dst_device: CUdeviceptr, dst_pitch: usize, us: c_ushort, width: usize, height: usize, h_stream: CUstream) / cuMemsetD2D16Async_ptsz => @around crate::soft::around;
+    Cuda fn cuMemsetD2D16_v2(dst_device: CUdeviceptr, dst_pitch: usize, us: c_ushort, width: usize, height: usize) / cuMemsetD2D16_v2_ptds => @around crate::soft::around;
+    Cuda fn cuMemsetD2D32Async(dst_device: CUdeviceptr, dst_pitch: usize, ui: c_uint, width: usize, height: usize, h_stream: CUstream) / cuMemsetD2D32Async_ptsz => @around crate::soft::around;
+    Cuda fn cuMemsetD2D32_v2(dst_device: CUdeviceptr, dst_pitch: usize, ui: c_uint, width: usize, height: usize) / cuMemsetD2D32_v2_ptds => @around crate::soft::around;
+    Cuda fn cuMemsetD2D8Async(dst_device: CUdeviceptr, dst_pitch: usize, uc: c_uchar, width: usize, height: usize, h_stream: CUstream) / cuMemsetD2D8Async_ptsz => @around crate::soft::around;
+    Cuda fn cuMemsetD2D8_v2(dst_device: CUdeviceptr, dst_pitch: usize, uc: c_uchar, width: usize, height: usize) / cuMemsetD2D8_v2_ptds => @around crate::soft::around;
+    Cuda fn cuMemsetD32Async(dst_device: CUdeviceptr, ui: c_uint, n: usize, h_stream: CUstream) / cuMemsetD32Async_ptsz => @around crate::soft::around;
+    Cuda fn cuMemsetD32_v2(dst_device: CUdeviceptr, ui: c_uint, n: usize) / cuMemsetD32_v2_ptds => @around crate::soft::around;
+    Cuda fn cuMemsetD8Async(dst_device: CUdeviceptr, uc: c_uchar, n: usize, h_stream: CUstream) / cuMemsetD8Async_ptsz => @around crate::soft::around;
+    Cuda fn cuMemsetD8_v2(dst_device: CUdeviceptr, uc: c_uchar, n: usize) / cuMemsetD8_v2_ptds => @around crate::soft::around;
 
     Nvml fn nvmlDeviceGetMemoryInfo(device: NvmlDevice, memory: *mut NvmlMemory) => nvml::memory_info;
     Nvml fn nvmlDeviceGetMemoryInfo_v2(device: NvmlDevice, memory: *mut NvmlMemoryV2) => nvml::memory_info_v2;

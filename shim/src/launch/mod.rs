@@ -27,6 +27,9 @@ use crate::{driver, log};
 use admission::Kind;
 use feedback::Item;
 use gate::Gate;
+
+pub use admission::ring;
+pub use events::capturing;
 use std::ffi::{c_uint, c_void};
 use std::sync::OnceLock;
 use std::sync::atomic::Ordering;
@@ -100,7 +103,7 @@ fn private_slot() -> &'static VgpuSlot {
 /// Gates, launches and measures one launch of `kind` on `stream` (`PER_THREAD`: the entry point is a
 /// `_ptsz` one, for which NULL is the calling thread's default stream).
 fn gated<const PER_THREAD: bool>(stream: CUstream, kind: Kind, real: impl FnOnce() -> Status) -> Res {
-    let Some(gate) = active() else { return status(real()) };
+    let Some(gate) = active() else { return crate::soft::around(real) };
     let stream = if PER_THREAD && stream.is_null() { STREAM_PER_THREAD as CUstream } else { stream };
     if events::capturing(stream) != Some(false) {
         return status(real());
@@ -111,7 +114,7 @@ fn gated<const PER_THREAD: bool>(stream: CUstream, kind: Kind, real: impl FnOnce
         return status(real());
     };
     if !gate.governs(device) {
-        return status(real());
+        return crate::soft::around(real);
     }
     let pair = pool.and_then(|p| Some((p, p.acquire()?)));
     let admission = gate.admit(device, kind, pair.is_some());
@@ -125,7 +128,13 @@ fn gated<const PER_THREAD: bool>(stream: CUstream, kind: Kind, real: impl FnOnce
     // The kernel cannot start before this (a vDSO clock read): on an idle stream the start event is
     // timestamped before the launch is even submitted.
     let launched_ns = admission::now_ns();
-    let code = real();
+    // Taken after the tokens: a launch waiting for them leaves its memory free to be swapped out.
+    let hold = crate::soft::hold();
+    let code = match &hold {
+        Ok(_) => real(),
+        Err(e) => *e,
+    };
+    drop(hold);
     if code != CUDA_SUCCESS {
         if let Some((p, i)) = pair {
             p.release(i);

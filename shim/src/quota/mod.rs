@@ -66,6 +66,11 @@ impl Quota {
         (self.slots.vgpu, self.slots.region)
     }
 
+    /// This process's slot (where soft mode publishes what it holds).
+    pub fn me(&self) -> &'static tessera_ffi::region::ProcSlot {
+        self.slots.me
+    }
+
     /// The quota of device `dev` ([`UNLIMITED`] when none is set).
     pub fn limit(&self, dev: usize) -> u64 {
         self.slots.vgpu.config.limit.get(dev).map_or(UNLIMITED, |l| l.load(std::sync::atomic::Ordering::Acquire))

@@ -90,6 +90,11 @@ impl Driver {
         Driver { device: device as i32, ctx }
     }
 
+    /// The context the space's own copies run in.
+    pub fn context(&self) -> u64 {
+        self.ctx
+    }
+
     fn prop(&self) -> CUmemAllocationProp {
         // SAFETY: CUmemAllocationProp is plain C data, for which all-zero is valid (and means "defaults").
         let mut p: CUmemAllocationProp = unsafe { std::mem::zeroed() };

@@ -158,9 +158,9 @@ impl<B: Backend> Space<B> {
         self.page
     }
 
-    /// Pages per physical chunk.
-    pub fn chunk_pages(&self) -> usize {
-        self.chunk_pages
+    /// Bytes of one physical chunk.
+    pub fn chunk_bytes(&self) -> u64 {
+        self.chunk_pages as u64 * self.page
     }
 
     /// The backend.
@@ -448,7 +448,7 @@ impl<B: Backend> Space<B> {
     /// chunk left empty back to the device. Every address stays valid: a page's data is copied to its new
     /// slot through a scratch mapping, then the page is remapped onto that slot. Run between kernels.
     pub fn compact(&self) -> Res<Compacted> {
-        drop(self.retire_empty_slabs());
+        self.retire_empty_slabs();
         let mut inner = self.lock();
         let mut done = Compacted { moved: 0, released: self.trim(&mut inner, 0) };
         loop {
@@ -510,7 +510,7 @@ impl<B: Backend> Space<B> {
     /// Copies every resident page to host memory and gives all device memory back; the bytes copied.
     /// Run between kernels. On a failure the pages not yet copied stay resident.
     pub fn evict(&self) -> Res<u64> {
-        drop(self.retire_empty_slabs());
+        self.retire_empty_slabs();
         let mut inner = self.lock();
         let resident: Vec<usize> =
             (0..self.pages).filter(|&p| matches!(inner.table[p].place, Place::Device { .. })).collect();

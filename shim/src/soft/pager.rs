@@ -1,0 +1,88 @@
+//! The pager thread of a soft-mode process: it carries out the daemon's requests to its vGPU (swap
+//! everything out; defragment), compacts on its own when too much of the device memory it holds is
+//! stuck in half-empty chunks, gives empty slab pages back, and keeps the process's byte counts in its
+//! region slot current.
+
+use super::Soft;
+use std::sync::atomic::{AtomicU32, Ordering};
+use tessera_ffi::futex;
+
+/// How often the pager looks around without being asked.
+const PERIOD_NS: u64 = 100_000_000;
+/// Compaction starts on its own when this share (percent) of the device memory held is fragmented...
+pub const AUTO_DEFRAG_PERCENT: u64 = 25;
+/// ...and at least this many chunks' worth would come back.
+const AUTO_DEFRAG_CHUNKS: u64 = 2;
+
+/// Starts the pager of `soft`.
+pub fn start(soft: &'static Soft) {
+    if let Some(p) = soft.slot
+        && let Some(v) = soft.vgpu
+    {
+        // Requests made before this process joined are not for it.
+        p.soft.evicted_seq.store(v.live.pager.evict_seq.load(Ordering::Acquire), Ordering::Release);
+        p.soft.defragged_seq.store(v.live.pager.defrag_seq.load(Ordering::Acquire), Ordering::Release);
+    }
+    let spawned = std::thread::Builder::new().name("tessera-pager".into()).spawn(move || run(soft));
+    if let Err(e) = spawned {
+        crate::log::error(format_args!("soft mode: cannot start the pager thread ({e}): no swapping or defragmentation"));
+    }
+}
+
+fn run(soft: &'static Soft) {
+    let idle = AtomicU32::new(0);
+    loop {
+        let _ = std::panic::catch_unwind(|| round(soft));
+        let wake = soft.wake.load(Ordering::SeqCst);
+        let deadline = futex::monotonic_ns() + PERIOD_NS;
+        match soft.vgpu {
+            Some(v) => {
+                let seq = v.live.pager.seq.load(Ordering::SeqCst);
+                if !requested(soft) {
+                    futex::wait_any_until(&[(&v.live.pager.seq, seq), (&soft.wake, wake)], deadline);
+                }
+            }
+            None => futex::wait_any_until(&[(&idle, 0), (&soft.wake, wake)], deadline),
+        }
+    }
+}
+
+/// Whether a request of the daemon is still to be carried out.
+fn requested(soft: &Soft) -> bool {
+    let (Some(p), Some(v)) = (soft.slot, soft.vgpu) else { return false };
+    let pager = &v.live.pager;
+    pager.evict_seq.load(Ordering::Acquire) != p.soft.evicted_seq.load(Ordering::Acquire)
+        || pager.defrag_seq.load(Ordering::Acquire) != p.soft.defragged_seq.load(Ordering::Acquire)
+}
+
+/// One look: requests first, then housekeeping.
+fn round(soft: &Soft) {
+    if let (Some(p), Some(v)) = (soft.slot, soft.vgpu) {
+        let evict = v.live.pager.evict_seq.load(Ordering::Acquire);
+        if evict != p.soft.evicted_seq.load(Ordering::Acquire) {
+            soft.evict();
+            p.soft.evicted_seq.store(evict, Ordering::Release);
+        }
+        let defrag = v.live.pager.defrag_seq.load(Ordering::Acquire);
+        if defrag != p.soft.defragged_seq.load(Ordering::Acquire) {
+            soft.compact();
+            p.soft.defragged_seq.store(defrag, Ordering::Release);
+        }
+    }
+    let mut retired = 0;
+    for (_, space) in soft.spaces() {
+        retired += space.retire_empty_slabs();
+    }
+    let t = soft.totals();
+    let chunk = soft.spaces().map(|(_, s)| s.chunk_bytes()).max().unwrap_or(u64::MAX);
+    let held = t.resident + t.pooled;
+    if t.fragmented * 100 > held * AUTO_DEFRAG_PERCENT && t.fragmented >= AUTO_DEFRAG_CHUNKS * chunk {
+        crate::log::info(format_args!(
+            "soft mode: {} of {held} bytes held are fragmented; compacting",
+            t.fragmented
+        ));
+        soft.compact();
+    } else if retired > 0 || soft.slot.is_some() {
+        soft.publish();
+    }
+}
