@@ -51,7 +51,7 @@ pub fn due(vgpu: &VgpuSlot, now: u64) -> bool {
 
 /// Pids of the processes attached to `vgpu` (dead ones count until reclaimed).
 pub fn attached_pids(vgpu: &VgpuSlot) -> impl Iterator<Item = u32> + '_ {
-    vgpu.live.procs.iter().map(|p| p.pid.load(Ordering::Acquire)).filter(|&pid| pid != 0 && pid != CLAIMING)
+    vgpu.attached().map(|(_, pid, _)| pid)
 }
 
 /// Subtracts `v`, stopping at zero instead of wrapping.
@@ -59,12 +59,15 @@ pub fn sub(a: &AtomicU64, v: u64) {
     let _ = a.fetch_update(Ordering::AcqRel, Ordering::Acquire, |x| Some(x.saturating_sub(v)));
 }
 
-/// Frees a slot the caller owns (its `pid` is [`CLAIMING`]): its bytes go back to `vgpu`.
+/// Frees a slot the caller owns (its `pid` is [`CLAIMING`]): its bytes go back to `vgpu`, and its
+/// soft-mode figures are zeroed, so that a killed process leaves nothing counted in its vGPU's totals.
 pub fn clear(p: &ProcSlot, vgpu: &VgpuSlot) {
     for d in 0..MAX_DEVICES {
         let bytes = p.used[d].swap(0, Ordering::AcqRel);
         sub(&vgpu.live.used[d], bytes);
     }
+    p.soft.reset(0, 0);
+    p.flags.store(0, Ordering::Relaxed);
     p.start_time.store(0, Ordering::Relaxed);
     p.pid.store(0, Ordering::Release);
 }
@@ -132,14 +135,27 @@ mod tests {
             let p = &v.live.procs[slot];
             p.start_time.store(start, Ordering::Relaxed);
             p.used[3].store(bytes, Ordering::Relaxed);
+            p.flags.store(crate::region::flags::SOFT, Ordering::Relaxed);
+            p.soft.resident.store(bytes, Ordering::Relaxed);
+            p.soft.swap_out_ns.store(7, Ordering::Relaxed);
+            p.soft.evicted_seq.store(3, Ordering::Relaxed);
             p.pid.store(pid, Ordering::Release);
         }
+        assert_eq!(v.soft_totals().resident, 400);
         v.live.used[3].store(400, Ordering::Relaxed);
         assert_eq!(reclaim_vgpu(&r.vgpus[1], None), 0, "another vGPU's processes are left alone");
         assert_eq!(reclaim_vgpu(v, Some(1)), 0, "the caller's own slot is skipped");
         assert_eq!(reclaim_dead(r), 1);
         assert_eq!(v.live.used[3].load(Ordering::Relaxed), 100);
         assert_eq!(v.live.procs[1].pid.load(Ordering::Relaxed), 0);
+        let gone = &v.live.procs[1];
+        assert_eq!(
+            (gone.soft.resident.load(Ordering::Relaxed), gone.soft.swap_out_ns.load(Ordering::Relaxed)),
+            (0, 0),
+            "a killed process leaves no soft-mode figures behind"
+        );
+        assert!(!gone.is_soft() && gone.soft.evicted_seq.load(Ordering::Relaxed) == 0);
+        assert_eq!((v.soft_totals().resident, v.soft_totals().swap_out_ns), (100, 7));
         assert_eq!(reclaim_dead(r), 0, "nothing left to reclaim");
         assert_eq!(v.live.procs[0].pid.load(Ordering::Relaxed), me);
     }

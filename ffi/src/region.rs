@@ -2,11 +2,11 @@
 //! scheduler, its compute share). A binary protocol between processes that may run different Tessera
 //! versions: the header's magic, version and layout size are checked on every open.
 //!
-//! Layout version 4: a header, the daemon's record and one scheduling record per device, then
+//! Layout version 5: a header, the daemon's record and one scheduling record per device, then
 //! [`MAX_VGPUS`] vGPU slots, each two [`AREA`]s: its [`VgpuConfig`] (name, quota, share, priority, flags)
-//! and its [`VgpuLive`] state (usage, the compute-share token bucket, its processes' slots and the
-//! [`Timeline`] of its finished kernels). All `#[repr(C)]` atomics, so that every access after opening is a
-//! lock-free atomic operation.
+//! and its [`VgpuLive`] state (usage, the compute-share token bucket, the [`Pager`] requests of soft
+//! memory mode, its processes' slots with their [`SoftStats`], and the [`Timeline`] of its finished
+//! kernels). All `#[repr(C)]` atomics, so that every access after opening is a lock-free atomic operation.
 //!
 //! Who may write what: for a vGPU the daemon manages, the live area is a separate file (owned by the
 //! vGPU's user, mode 0600) that the daemon and that vGPU's processes map over the slot's live area; the
@@ -35,6 +35,21 @@
 //!   the slots it configures [`flags::MANAGED`]: their limits and shares are its own (a joining process
 //!   adopts them), their tokens and their `high` hold come from it alone, and their slots are never reused
 //!   for another name.
+//! - soft memory mode ([`flags::SOFT`], managed vGPUs only): a process takes the mode once, when it claims
+//!   its slot ([`crate::region_file::attach`] records the vGPU's mode of that moment in the slot's `flags`,
+//!   which is what the daemon goes by), and keeps it for its life. A soft process
+//!   serves its device allocations from pooled physical chunks it may defragment and swap to host memory,
+//!   and publishes what it holds in its slot's [`SoftStats`] (written by it alone). It runs a pager thread
+//!   sleeping on [`Pager::seq`]: the daemon bumps `evict_seq` (swap every page out) or `defrag_seq`
+//!   (defragment), then `seq`, and wakes the futex; the process carries the request out, then stores the
+//!   number it carried out in its `evicted_seq` or `defragged_seq` (after updating its other stats, with
+//!   `Release`), numbers compared with [`seq_reached`] since they wrap. A new process's slot starts with
+//!   those at the vGPU's current requests (it has nothing to swap out or defragment yet).
+//! - memory broker: a soft process whose device allocation fails for lack of device memory adds the bytes
+//!   to its vGPU's [`Pager::want`] for the device, rings `sched.bell`, retries for a while and subtracts
+//!   them again once it got the memory or gave up. The daemon then asks soft vGPUs of the device that are
+//!   not running (suspended, idle, or waiting for tokens) to swap out, and charges the requester the
+//!   swap-out time they spend for it (`sched.tokens` and [`Pager::swap_charged_ns`]).
 
 pub use crate::timeline::Timeline;
 use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
@@ -42,7 +57,7 @@ use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
 /// `TESSRGN1` in little-endian byte order.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"TESSRGN1");
 /// Layout version; bump on any change to the structures below.
-pub const VERSION: u32 = 4;
+pub const VERSION: u32 = 5;
 /// Devices per vGPU slot.
 pub const MAX_DEVICES: usize = 16;
 /// vGPU slots in a region.
@@ -100,6 +115,10 @@ pub mod flags {
     /// Configured by the daemon (tokens are granted by it, not by the processes, device time is charged by
     /// it from the vGPUs' timelines, and the live area is a file of its own).
     pub const MANAGED: u32 = 8;
+    /// Soft memory mode: device memory is virtualized (pooled, defragmented, swapped to host memory by the
+    /// processes, see [`super::Pager`]). Processes read it when they join; in a [`super::ProcSlot`]'s
+    /// `flags`, the mode the process took.
+    pub const SOFT: u32 = 16;
 }
 
 /// Default queued-but-unfinished device work a vGPU may have: 1 ms.
@@ -109,8 +128,9 @@ pub const DEFAULT_WINDOW_NS: u64 = 1_000_000;
 /// each: a multiple of every page size Linux uses (4, 16 and 64 KiB), so that an area can be mapped on
 /// its own, from its own file, with its own permissions.
 pub const AREA: usize = 64 * 1024;
-/// Process slots per vGPU.
-pub const PROCS_PER_VGPU: usize = 128;
+/// Process slots per vGPU: as many as [`VgpuLive`] holds within its [`AREA`] (each slot carries
+/// [`SoftStats`] since layout version 5).
+pub const PROCS_PER_VGPU: usize = 112;
 
 /// A vGPU's configuration: written by whoever configures the vGPU (the daemon for a managed one), only
 /// read by its processes — a managed vGPU's processes map it read-only.
@@ -214,10 +234,150 @@ pub struct VgpuLive {
     pub last_reclaim_ns: AtomicU64,
     /// Compute share.
     pub sched: Sched,
+    /// Requests to the processes of a soft vGPU, and the memory they wait for.
+    pub pager: Pager,
     /// The vGPU's processes.
     pub procs: [ProcSlot; PROCS_PER_VGPU],
     /// Kernels of the vGPU that finished, for the daemon to charge.
     pub timeline: Timeline,
+}
+
+/// Requests to a soft vGPU's processes (each runs a pager thread waiting on `seq`), and what the memory
+/// broker needs to know of them.
+#[repr(C)]
+pub struct Pager {
+    /// Futex word: bumped and woken by the daemon with every request below.
+    pub seq: AtomicU32,
+    /// Bumped by the daemon: every process of the vGPU swaps all its pages out.
+    pub evict_seq: AtomicU32,
+    /// Bumped by the daemon (`tessera vgpu defrag`): every process defragments.
+    pub defrag_seq: AtomicU32,
+    /// Reserved, zero.
+    pub reserved: u32,
+    /// Device memory this vGPU's processes wait for, per device: added by a process before it rings
+    /// `sched.bell`, subtracted when it got the memory or gave up.
+    pub want: [AtomicU64; MAX_DEVICES],
+    /// Swap-out time of other vGPUs the daemon charged to this one (it asked for the memory).
+    pub swap_charged_ns: AtomicU64,
+}
+
+/// A request of the [`Pager`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PagerRequest {
+    /// Swap every page out (`evict_seq`, carried out in `evicted_seq`).
+    Evict,
+    /// Defragment (`defrag_seq`, carried out in `defragged_seq`).
+    Defrag,
+}
+
+impl Pager {
+    /// The counter of `request`'s numbers.
+    pub fn counter(&self, request: PagerRequest) -> &AtomicU32 {
+        match request {
+            PagerRequest::Evict => &self.evict_seq,
+            PagerRequest::Defrag => &self.defrag_seq,
+        }
+    }
+
+    /// Makes a new `request` of every process of the vGPU and wakes their pager threads; returns its
+    /// number, which each process stores in its [`SoftStats`] once it has carried it out.
+    pub fn request(&self, request: PagerRequest) -> u32 {
+        let number = self.counter(request).fetch_add(1, Ordering::AcqRel).wrapping_add(1);
+        self.seq.fetch_add(1, Ordering::Release);
+        crate::futex::wake_all(&self.seq);
+        number
+    }
+}
+
+/// True when `done` (a process's `evicted_seq` or `defragged_seq`) is request `target` or a later one.
+/// Request numbers wrap, so "later" means less than 2³¹ requests ahead.
+pub fn seq_reached(done: u32, target: u32) -> bool {
+    done.wrapping_sub(target) as i32 >= 0
+}
+
+/// Soft-mode memory of one process, written by that process only (all bytes are physical device memory
+/// unless said otherwise).
+#[repr(C)]
+pub struct SoftStats {
+    /// Bytes of device memory holding the process's live pages.
+    pub resident: AtomicU64,
+    /// Bytes of device memory the process holds but no live page uses (free page slots).
+    pub pooled: AtomicU64,
+    /// The part of `pooled` stuck in chunks that also hold live pages (returned only by defragmentation).
+    pub fragmented: AtomicU64,
+    /// Bytes of live pages currently in host memory.
+    pub swapped: AtomicU64,
+    /// Total time spent copying pages out.
+    pub swap_out_ns: AtomicU64,
+    /// Total time spent copying pages in.
+    pub swap_in_ns: AtomicU64,
+    /// Total bytes ever copied out.
+    pub swapped_out_bytes: AtomicU64,
+    /// Last [`Pager::evict_seq`] the process has carried out.
+    pub evicted_seq: AtomicU32,
+    /// Last [`Pager::defrag_seq`] the process has carried out.
+    pub defragged_seq: AtomicU32,
+}
+
+impl SoftStats {
+    /// The number of the last `request` the process has carried out.
+    pub fn done(&self, request: PagerRequest) -> &AtomicU32 {
+        match request {
+            PagerRequest::Evict => &self.evicted_seq,
+            PagerRequest::Defrag => &self.defragged_seq,
+        }
+    }
+
+    /// Zeroes every figure and sets the request numbers to `evicted` and `defragged`: a slot freed or
+    /// claimed keeps nothing of the process that had it before.
+    pub fn reset(&self, evicted: u32, defragged: u32) {
+        for figure in [
+            &self.resident,
+            &self.pooled,
+            &self.fragmented,
+            &self.swapped,
+            &self.swap_out_ns,
+            &self.swap_in_ns,
+            &self.swapped_out_bytes,
+        ] {
+            figure.store(0, Ordering::Relaxed);
+        }
+        self.evicted_seq.store(evicted, Ordering::Relaxed);
+        self.defragged_seq.store(defragged, Ordering::Release);
+    }
+}
+
+/// A vGPU's soft-mode memory: its attached processes' [`SoftStats`] summed ([`VgpuSlot::soft_totals`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SoftTotals {
+    /// Device memory holding live pages.
+    pub resident: u64,
+    /// Device memory held but unused.
+    pub pooled: u64,
+    /// The part of `pooled` only defragmentation returns.
+    pub fragmented: u64,
+    /// Live pages in host memory.
+    pub swapped: u64,
+    /// Time spent copying pages out.
+    pub swap_out_ns: u64,
+    /// Time spent copying pages in.
+    pub swap_in_ns: u64,
+}
+
+impl SoftTotals {
+    /// Device memory the processes hold: `resident + pooled`.
+    pub fn held(&self) -> u64 {
+        self.resident.saturating_add(self.pooled)
+    }
+
+    /// Fragmentation in percent, rounded: `fragmented / held`, 0 when nothing is held (at most 100, even
+    /// from figures read while a process was updating them).
+    pub fn fragmentation_pct(&self) -> u32 {
+        match self.held() {
+            0 => 0,
+            held => ((self.fragmented.min(held) as u128 * 100 + held as u128 / 2) / held as u128) as u32,
+        }
+    }
 }
 
 /// One vGPU slot: its configuration and its live state, each in an [`AREA`] of its own.
@@ -252,6 +412,35 @@ impl VgpuSlot {
     pub fn sched(&self) -> &Sched {
         &self.live.sched
     }
+
+    /// The processes attached now, with their slot index and pid (dead ones count until reclaimed).
+    pub fn attached(&self) -> impl Iterator<Item = (usize, u32, &ProcSlot)> + '_ {
+        self.live.procs.iter().enumerate().filter_map(|(i, p)| p.attached_pid().map(|pid| (i, pid, p)))
+    }
+
+    /// The soft-mode memory of the processes attached now, summed (hard-mode processes add nothing).
+    pub fn soft_totals(&self) -> SoftTotals {
+        let mut t = SoftTotals::default();
+        for (_, _, p) in self.attached() {
+            let s = &p.soft;
+            t.resident = t.resident.saturating_add(s.resident.load(Ordering::Acquire));
+            t.pooled = t.pooled.saturating_add(s.pooled.load(Ordering::Acquire));
+            t.fragmented = t.fragmented.saturating_add(s.fragmented.load(Ordering::Acquire));
+            t.swapped = t.swapped.saturating_add(s.swapped.load(Ordering::Acquire));
+            t.swap_out_ns = t.swap_out_ns.saturating_add(s.swap_out_ns.load(Ordering::Acquire));
+            t.swap_in_ns = t.swap_in_ns.saturating_add(s.swap_in_ns.load(Ordering::Acquire));
+        }
+        t
+    }
+
+    /// The attached soft-mode processes (slot index, pid) that have not carried out `request` number
+    /// `target` yet.
+    pub fn lagging(&self, request: PagerRequest, target: u32) -> Vec<(usize, u32)> {
+        self.attached()
+            .filter(|(_, _, p)| p.is_soft() && !seq_reached(p.soft.done(request).load(Ordering::Acquire), target))
+            .map(|(i, pid, _)| (i, pid))
+            .collect()
+    }
 }
 
 /// `name` NUL-padded to [`NAME_LEN`] bytes; `None` when it is empty, holds a NUL or leaves no room for
@@ -271,12 +460,30 @@ pub fn encode_name(name: &str) -> Option<[u8; NAME_LEN]> {
 pub struct ProcSlot {
     /// Owner pid; 0 when free, `u32::MAX` while being reclaimed.
     pub pid: AtomicU32,
-    /// Reserved, zero.
-    pub reserved: u32,
+    /// [`flags::SOFT`] when the process took soft memory mode as it joined (written when the slot is
+    /// claimed, before the pid is published; the process keeps that mode for its life).
+    pub flags: AtomicU32,
     /// Owner's start time (from `/proc/PID/stat`), against pid reuse.
     pub start_time: AtomicU64,
     /// Bytes the process holds per device.
     pub used: [AtomicU64; MAX_DEVICES],
+    /// Its soft-mode memory (zero in hard mode).
+    pub soft: SoftStats,
+}
+
+impl ProcSlot {
+    /// The owner's pid while a process is attached (not while the slot is free, claimed or reclaimed).
+    pub fn attached_pid(&self) -> Option<u32> {
+        match self.pid.load(Ordering::Acquire) {
+            0 | crate::reclaim::CLAIMING => None,
+            pid => Some(pid),
+        }
+    }
+
+    /// Whether the process took soft memory mode when it joined.
+    pub fn is_soft(&self) -> bool {
+        self.flags.load(Ordering::Acquire) & flags::SOFT != 0
+    }
 }
 
 /// The fixed records before the vGPU slots.
@@ -307,8 +514,13 @@ impl std::ops::Deref for Region {
     }
 }
 
-/// Size of a version-4 region file.
+/// Size of a version-5 region file.
 pub const LAYOUT_SIZE: usize = std::mem::size_of::<Region>();
+
+// Each area must hold its structure: a live area is mapped on its own, AREA bytes of its own file.
+const _: () = assert!(std::mem::size_of::<VgpuLive>() <= AREA, "VgpuLive outgrew its AREA");
+const _: () = assert!(std::mem::size_of::<VgpuConfig>() <= AREA, "VgpuConfig outgrew its AREA");
+const _: () = assert!(std::mem::size_of::<Head>() <= AREA, "Head outgrew its AREA");
 
 /// Offset in the region file of slot `index`'s [`VgpuLive`] area.
 pub const fn live_offset(index: usize) -> usize {
@@ -329,12 +541,77 @@ mod tests {
         assert!(encode_name(&"x".repeat(NAME_LEN - 1)).is_some());
     }
 
+    /// A zeroed vGPU slot, leaked (all-zero is a valid value of every region structure).
+    fn slot() -> &'static VgpuSlot {
+        // SAFETY: VgpuSlot is integers and atomics, valid when zero.
+        Box::leak(unsafe { Box::<VgpuSlot>::new_zeroed().assume_init() })
+    }
+
+    /// Attaches pid `pid` in process slot `i` of `v`, soft or not, holding `resident` and `pooled` bytes.
+    fn proc(v: &VgpuSlot, i: usize, pid: u32, soft: bool, resident: u64, pooled: u64) -> &ProcSlot {
+        let p = &v.live.procs[i];
+        p.flags.store(if soft { flags::SOFT } else { 0 }, Ordering::Relaxed);
+        p.soft.resident.store(resident, Ordering::Relaxed);
+        p.soft.pooled.store(pooled, Ordering::Relaxed);
+        p.pid.store(pid, Ordering::Release);
+        p
+    }
+
+    #[test]
+    fn soft_totals_sum_the_attached_processes_only() {
+        let v = slot();
+        let a = proc(v, 0, 10, true, 600, 300);
+        a.soft.fragmented.store(100, Ordering::Relaxed);
+        a.soft.swap_out_ns.store(5, Ordering::Relaxed);
+        proc(v, 7, 11, true, 100, 0).soft.swapped.store(50, Ordering::Relaxed);
+        proc(v, 8, u32::MAX, true, 1 << 40, 0);
+        proc(v, 9, 0, true, 1 << 40, 0);
+        let t = v.soft_totals();
+        assert_eq!(
+            t,
+            SoftTotals { resident: 700, pooled: 300, fragmented: 100, swapped: 50, swap_out_ns: 5, swap_in_ns: 0 },
+            "free and claimed slots count for nothing"
+        );
+        assert_eq!((t.held(), t.fragmentation_pct()), (1000, 10));
+        assert_eq!(SoftTotals::default().fragmentation_pct(), 0, "nothing held");
+        let odd = SoftTotals { resident: 1, pooled: 2, fragmented: 9, ..SoftTotals::default() };
+        assert_eq!(odd.fragmentation_pct(), 100, "a torn read never exceeds 100%");
+        assert_eq!(SoftTotals { pooled: 3, fragmented: 2, ..SoftTotals::default() }.fragmentation_pct(), 67);
+    }
+
+    #[test]
+    fn requests_are_numbered_and_laggards_named() {
+        let v = slot();
+        let pager = &v.live.pager;
+        let seq = pager.seq.load(Ordering::Relaxed);
+        let n = pager.request(PagerRequest::Defrag);
+        assert_eq!((n, pager.seq.load(Ordering::Relaxed)), (1, seq + 1));
+        assert_eq!(pager.evict_seq.load(Ordering::Relaxed), 0, "only the request asked for");
+        proc(v, 0, 10, true, 0, 0).soft.defragged_seq.store(1, Ordering::Release);
+        proc(v, 1, 11, true, 0, 0);
+        proc(v, 2, 12, false, 0, 0);
+        assert_eq!(v.lagging(PagerRequest::Defrag, n), [(1, 11)], "hard-mode processes are never waited for");
+        assert_eq!(v.lagging(PagerRequest::Evict, 0), [], "request 0 was never made");
+        pager.evict_seq.store(u32::MAX, Ordering::Relaxed);
+        assert_eq!(pager.request(PagerRequest::Evict), 0, "numbers wrap");
+        assert!(seq_reached(0, u32::MAX) && seq_reached(5, 5) && !seq_reached(u32::MAX, 0) && !seq_reached(4, 5));
+    }
+
     #[test]
     fn layout_is_stable() {
         assert_eq!(std::mem::size_of::<Header>(), 32);
         assert_eq!(std::mem::size_of::<Sched>(), 4 * 4 + 9 * 8);
         assert_eq!(std::mem::size_of::<VgpuConfig>(), 8 + NAME_LEN + 8 * MAX_DEVICES + 24);
-        assert_eq!(std::mem::size_of::<ProcSlot>(), 16 + 8 * MAX_DEVICES);
+        assert_eq!(std::mem::size_of::<SoftStats>(), 7 * 8 + 2 * 4);
+        assert_eq!(std::mem::size_of::<ProcSlot>(), 16 + 8 * MAX_DEVICES + 64);
+        assert_eq!(std::mem::size_of::<Pager>(), 4 * 4 + 8 * MAX_DEVICES + 8);
+        assert_eq!(
+            std::mem::size_of::<VgpuLive>(),
+            16 + 2 * 8 * MAX_DEVICES + 8 + 88 + 152 + PROCS_PER_VGPU * 208 + 32 + crate::timeline::RING * 40
+        );
+        assert!(std::mem::size_of::<VgpuLive>() <= AREA, "fits its area");
+        assert_eq!(std::mem::offset_of!(VgpuLive, pager), std::mem::offset_of!(VgpuLive, sched) + 88);
+        assert_eq!(std::mem::offset_of!(ProcSlot, soft), 16 + 8 * MAX_DEVICES);
         assert_eq!(std::mem::size_of::<DeviceSched>(), 16);
         assert_eq!(std::mem::size_of::<crate::timeline::Entry>(), 40);
         assert_eq!(std::mem::size_of::<Timeline>(), 32 + crate::timeline::RING * 40);

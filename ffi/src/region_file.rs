@@ -79,8 +79,8 @@ pub fn reset_usage(v: &VgpuSlot) {
 }
 
 /// Puts a slot's compute-share settings and state back to their defaults (device 0, share 0, normal
-/// priority, no flags, no tokens, the default window), keeping `epoch` (a futex word only ever
-/// incremented).
+/// priority, no flags, no tokens, the default window, no memory wanted or swap time charged), keeping
+/// `epoch` and the pager's request numbers (futex words and counters only ever incremented).
 pub fn reset_sched(v: &VgpuSlot) {
     let c = &v.config;
     c.device.store(0, Ordering::Relaxed);
@@ -98,6 +98,11 @@ pub fn reset_sched(v: &VgpuSlot) {
     for c in &s.charged_ns {
         c.store(0, Ordering::Relaxed);
     }
+    let pager = &v.live.pager;
+    for w in &pager.want {
+        w.store(0, Ordering::Relaxed);
+    }
+    pager.swap_charged_ns.store(0, Ordering::Relaxed);
 }
 
 /// True when the daemon manages the slot.
@@ -466,16 +471,21 @@ impl Locked<'_> {
     }
 }
 
-/// Claims a process slot of `vgpu` for this process: pid CAS 0 → claiming, fill, publish the pid.
+/// Claims a process slot of `vgpu` for this process: pid CAS 0 → claiming, fill, publish the pid. The slot
+/// records the vGPU's memory mode now ([`flags::SOFT`]), which the process keeps for its life, and starts
+/// at the vGPU's current pager requests (a new process has nothing to swap out or defragment).
 fn claim_process(vgpu: &VgpuSlot, name: &str) -> Result<usize, String> {
     let pid = std::process::id();
     let start = reclaim::start_time(pid).ok_or_else(|| format!("cannot read /proc/{pid}/stat (is /proc mounted?)"))?;
+    let pager = &vgpu.live.pager;
     for (i, p) in vgpu.live.procs.iter().enumerate() {
         if p.pid.compare_exchange(0, CLAIMING, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
             p.start_time.store(start, Ordering::Relaxed);
             for u in &p.used {
                 u.store(0, Ordering::Relaxed);
             }
+            p.soft.reset(pager.evict_seq.load(Ordering::Acquire), pager.defrag_seq.load(Ordering::Acquire));
+            p.flags.store(vgpu.flags() & flags::SOFT, Ordering::Release);
             p.pid.store(pid, Ordering::Release);
             return Ok(i);
         }
@@ -796,6 +806,27 @@ mod tests {
         drop(file);
         std::fs::write(&path, b"not a region").unwrap();
         assert!(vgpu_flags(&path, "svc").unwrap_err().contains("bytes"));
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn a_joining_process_takes_the_mode_of_the_moment_and_the_current_requests() {
+        let path = temp("soft");
+        let file = RegionFile::open(&path).unwrap();
+        let index = file.lock().unwrap().claim_slot(&encode_name("svc").unwrap()).unwrap();
+        let v = &file.region().vgpus[index];
+        let hard = attach(&path, "svc", None).unwrap();
+        v.config.flags.store(flags::SOFT, Ordering::Release);
+        v.live.pager.request(crate::region::PagerRequest::Evict);
+        v.live.pager.request(crate::region::PagerRequest::Defrag);
+        v.live.pager.request(crate::region::PagerRequest::Defrag);
+        let soft = attach(&path, "svc", None).unwrap();
+        assert!(!hard.me.is_soft() && soft.me.is_soft(), "the mode is read once, when joining");
+        assert_eq!(
+            (soft.me.soft.evicted_seq.load(Ordering::Relaxed), soft.me.soft.defragged_seq.load(Ordering::Relaxed)),
+            (1, 2)
+        );
+        assert_eq!(v.lagging(crate::region::PagerRequest::Defrag, 2), []);
         std::fs::remove_file(&path).unwrap();
     }
 

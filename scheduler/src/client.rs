@@ -8,7 +8,8 @@ use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-/// How long the daemon may take to answer.
+/// How long the daemon may take to answer (a request that waits for processes gets longer, see
+/// [`Request::answer_within`]).
 const TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Sends `request` to the daemon at `socket` and returns its response (which may report a failure).
@@ -37,7 +38,7 @@ pub fn send(socket: &Path, request: &Request) -> Result<Response, String> {
         _ => format!("cannot connect to {shown}: {e}"),
     })?;
     let io = |e: std::io::Error| format!("talking to the daemon on {shown}: {e}");
-    stream.set_read_timeout(Some(TIMEOUT)).map_err(io)?;
+    stream.set_read_timeout(Some(request.answer_within(TIMEOUT))).map_err(io)?;
     stream.set_write_timeout(Some(TIMEOUT)).map_err(io)?;
     let mut line = serde_json::to_string(request).map_err(|e| format!("cannot encode the request: {e}"))?;
     line.push('\n');

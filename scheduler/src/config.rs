@@ -45,6 +45,28 @@ impl Priority {
     }
 }
 
+/// How a vGPU's device memory is served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Every allocation is the driver's own memory, refused when the device has none left (the default).
+    #[default]
+    Hard,
+    /// Memory is virtualized by the shim: pooled, defragmented and swapped to host memory, so quotas of
+    /// soft vGPUs may add up to more than the device has. Processes read the mode when they join.
+    Soft,
+}
+
+impl Mode {
+    /// The name the CLI and the JSON use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Hard => "hard",
+            Mode::Soft => "soft",
+        }
+    }
+}
+
 fn default_true() -> bool {
     true
 }
@@ -82,6 +104,9 @@ pub struct VgpuSpec {
     /// The user (uid) whose processes may join it (`None`: the daemon's own user).
     #[serde(default)]
     pub user: Option<u32>,
+    /// Memory mode (state files written before modes existed hold none: hard).
+    #[serde(default)]
+    pub mode: Mode,
 }
 
 impl VgpuSpec {
@@ -98,6 +123,7 @@ impl VgpuSpec {
             window_ns: DEFAULT_WINDOW_NS,
             suspended: false,
             user: None,
+            mode: Mode::Hard,
         }
     }
 
@@ -112,6 +138,9 @@ impl VgpuSpec {
         }
         if self.suspended {
             f |= region::flags::SUSPENDED;
+        }
+        if self.mode == Mode::Soft {
+            f |= region::flags::SOFT;
         }
         f
     }
@@ -164,6 +193,9 @@ pub struct Change {
     /// New window, in nanoseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub window_ns: Option<u64>,
+    /// New memory mode (processes that join afterwards take it; running ones keep theirs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<Mode>,
 }
 
 impl Change {
@@ -180,6 +212,7 @@ impl Change {
             priority: self.priority.unwrap_or(spec.priority),
             tensor_cores: self.tensor_cores.unwrap_or(spec.tensor_cores),
             window_ns: self.window_ns.unwrap_or(spec.window_ns),
+            mode: self.mode.unwrap_or(spec.mode),
             ..spec.clone()
         }
     }
@@ -242,7 +275,9 @@ impl Config {
     /// The configuration with vGPU `name` changed; an empty change is an error.
     pub fn set(&self, name: &str, change: &Change, devices: u32) -> Result<Config, String> {
         if change.is_empty() {
-            return Err("nothing to change: give --share, --memory, --priority, --tensor-cores or --window".into());
+            return Err(
+                "nothing to change: give --share, --memory, --priority, --tensor-cores, --window or --mode".into()
+            );
         }
         self.replace(name, devices, |spec| change.apply(spec))
     }
@@ -332,11 +367,24 @@ mod tests {
             f,
             region::flags::MANAGED | region::flags::CAP | region::flags::TENSOR_CORES_OFF | region::flags::SUSPENDED
         );
+        let soft = c.set("a", &Change { mode: Some(Mode::Soft), ..Change::default() }, 1).unwrap();
+        assert_eq!(soft.get("a").unwrap().mode, Mode::Soft);
+        assert_eq!(soft.get("a").unwrap().region_flags() & region::flags::SOFT, region::flags::SOFT);
+        let text = serde_json::to_string(&soft).unwrap();
+        assert!(text.contains(r#""mode":"soft""#), "{text}");
+        assert_eq!(serde_json::from_str::<Config>(&text).unwrap(), soft);
         let text = serde_json::to_string(&c).unwrap();
         assert_eq!(serde_json::from_str::<Config>(&text).unwrap(), c);
         // Fields added later default when absent.
         let old: VgpuSpec = serde_json::from_str(r#"{"name":"o","device":0,"memory":1,"share":5}"#).unwrap();
         assert_eq!(old, VgpuSpec::new("o", 0, 1, 5));
+        assert_eq!(old.mode, Mode::Hard, "a vGPU saved before modes existed is hard");
+        assert!(
+            serde_json::from_str::<VgpuSpec>(r#"{"name":"o","device":0,"memory":1,"share":5,"mode":"firm"}"#)
+                .unwrap_err()
+                .to_string()
+                .contains("firm")
+        );
         assert!(c.remove("a").unwrap().vgpus.is_empty());
     }
 }

@@ -5,11 +5,13 @@
 //! - [`config`]: vGPU specs and the rules every change keeps; [`store`]: their file, written atomically;
 //! - [`slots`]: writing specs into the region and reading usage back; [`manager`]: carrying out requests;
 //! - [`refill`]: the token algorithm (pure); [`ledger`]: device time from the order of completions
-//!   (pure); [`charger`]: applying it to the vGPUs from their timelines; [`pacer`]: the per-device
-//!   loop that charges and refills;
+//!   (pure); [`charger`]: applying it to the vGPUs from their timelines; [`broker`]: finding device
+//!   memory for soft-mode vGPUs by asking idle ones to swap out; [`pacer`]: the per-device loop that
+//!   charges, brokers and refills;
 //! - [`protocol`], [`server`], [`client`]: JSON lines over a unix socket;
 //! - [`paths`]: where the files are; [`daemon`]: the daemon's life.
 
+pub mod broker;
 pub mod charger;
 pub mod client;
 pub mod config;

@@ -1,13 +1,22 @@
 //! Carrying out requests: each change is checked against the configuration's rules, made in the region
 //! (under its lock), then saved; if saving fails the region is put back. A failed request changes
-//! nothing.
+//! nothing. `defrag` changes no configuration: it asks a soft vGPU's processes to defragment and waits
+//! for them without holding any lock, so other requests go on meanwhile.
 
-use crate::config::{Config, VgpuSpec};
-use crate::protocol::{Request, Response, VgpuStatus};
+use crate::config::{Config, Mode, VgpuSpec};
+use crate::protocol::{DEFRAG_TIMEOUT, PagerReport, Request, Response, VgpuStatus};
 use crate::slots;
 use crate::store::Store;
+use std::sync::atomic::Ordering;
 use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+use tessera_ffi::reclaim::is_alive;
+use tessera_ffi::region::{PagerRequest, seq_reached};
 use tessera_ffi::region_file::{Locked, RegionFile};
+
+/// How often a `defrag` request looks whether the processes are done: they defragment in milliseconds to
+/// seconds, and each look is a few atomic loads.
+const DEFRAG_POLL: Duration = Duration::from_millis(5);
 
 /// The daemon's configuration, region and state file.
 pub struct Manager {
@@ -41,26 +50,32 @@ impl Manager {
 
     /// Carries out one request.
     pub fn handle(&self, request: Request) -> Response {
-        match self.carry_out(request) {
-            Ok(vgpus) => Response::ok(vgpus),
-            Err(e) => Response::error(e),
-        }
+        self.carry_out(request).unwrap_or_else(Response::error)
     }
 
-    fn carry_out(&self, request: Request) -> Result<Vec<VgpuStatus>, String> {
+    fn carry_out(&self, request: Request) -> Result<Response, String> {
         let mut config = self.config();
         let devices = self.devices;
-        match request {
+        let vgpus = match request {
             Request::List => {
                 let locked = self.region.lock()?;
                 locked.reclaim_dead();
-                Ok(config.vgpus.iter().map(|s| slots::status(&locked, s)).collect())
+                config.vgpus.iter().map(|s| slots::status(&locked, s)).collect()
             }
             Request::Show { name } => {
                 let spec = config.get(&name)?;
                 let locked = self.region.lock()?;
                 locked.reclaim_dead();
-                Ok(vec![slots::status(&locked, spec)])
+                vec![slots::status(&locked, spec)]
+            }
+            Request::Defrag { name } => {
+                // It waits for processes: other requests go on meanwhile.
+                drop(config);
+                return self.ask_pagers(&name, PagerRequest::Defrag, DEFRAG_TIMEOUT, DEFRAG_POLL);
+            }
+            Request::SwapOut { name } => {
+                drop(config);
+                return self.ask_pagers(&name, PagerRequest::Evict, DEFRAG_TIMEOUT, DEFRAG_POLL);
             }
             Request::Create { spec } => {
                 let next = config.create(spec.clone(), devices)?;
@@ -71,19 +86,19 @@ impl Manager {
                     &name,
                     |l| slots::place(l, &spec, false).map(drop),
                     |l| slots::remove(l, &spec.name),
-                )
+                )?
             }
             Request::Set { name, change } => {
                 let next = config.set(&name, &change, devices)?;
-                self.reconfigure(&mut config, next, &name, change.memory.is_some())
+                self.reconfigure(&mut config, next, &name, change.memory.is_some())?
             }
             Request::Suspend { name } => {
                 let next = config.suspend(&name, true, devices)?;
-                self.reconfigure(&mut config, next, &name, false)
+                self.reconfigure(&mut config, next, &name, false)?
             }
             Request::Resume { name } => {
                 let next = config.suspend(&name, false, devices)?;
-                self.reconfigure(&mut config, next, &name, false)
+                self.reconfigure(&mut config, next, &name, false)?
             }
             Request::Rm { name } => {
                 let old = config.get(&name)?.clone();
@@ -94,9 +109,92 @@ impl Manager {
                     &name,
                     |l| slots::remove(l, &name),
                     |l| slots::place(l, &old, true).map(drop),
-                )
+                )?
+            }
+        };
+        Ok(Response::ok(vgpus))
+    }
+
+    /// Has every soft-mode process of soft vGPU `name` carry out `kind` (defragment, or swap out), waiting
+    /// (polling every `poll`, neither the configuration nor the region locked meanwhile) until each has or
+    /// died, at most `timeout`. Reports the memory the processes held before and after. Nothing attached
+    /// is nothing to do, not an error; a hard vGPU, an unknown one or a timeout is.
+    fn ask_pagers(
+        &self,
+        name: &str,
+        kind: PagerRequest,
+        timeout: Duration,
+        poll: Duration,
+    ) -> Result<Response, String> {
+        let (doing, nothing_to) = match kind {
+            PagerRequest::Defrag => ("defragmenting", "defragment"),
+            PagerRequest::Evict => ("swapping out", "swap out"),
+        };
+        let (index, asked, target, mut report) = {
+            let config = self.config();
+            let spec = config.get(name)?;
+            if spec.mode == Mode::Hard {
+                return Err(format!(
+                    "vGPU {name} is in hard mode: its memory is not virtualized, nothing to {nothing_to}"
+                ));
+            }
+            let locked = self.region.lock()?;
+            locked.reclaim_dead();
+            let index = slots::find(&locked, name)
+                .ok_or_else(|| format!("vGPU {name:?} has no slot in region file {}", locked.path()))?;
+            let v = &locked.region().vgpus[index];
+            let mut asked = Vec::new();
+            let mut report = PagerReport::default();
+            for (i, pid, p) in v.attached() {
+                if p.is_soft() {
+                    asked.push((i, pid, p.start_time.load(Ordering::Acquire)));
+                    report.processes.push(pid);
+                } else {
+                    report.hard_processes.push(pid);
+                }
+            }
+            let before = v.soft_totals();
+            (report.held_before, report.fragmentation_pct_before) = (before.held(), before.fragmentation_pct());
+            let target = if asked.is_empty() { None } else { Some(v.live.pager.request(kind)) };
+            (index, asked, target, report)
+        };
+        if let Some(target) = target {
+            let v = &self.region.region().vgpus[index];
+            let deadline = Instant::now() + timeout;
+            loop {
+                // A process that died, or whose slot went to another, is not waited for.
+                let lagging: Vec<u32> = asked
+                    .iter()
+                    .filter(|&&(i, pid, start)| {
+                        let p = &v.live.procs[i];
+                        p.attached_pid() == Some(pid)
+                            && is_alive(pid, start)
+                            && !seq_reached(p.soft.done(kind).load(Ordering::Acquire), target)
+                    })
+                    .map(|&(_, pid, _)| pid)
+                    .collect();
+                if lagging.is_empty() {
+                    break;
+                }
+                if Instant::now() >= deadline {
+                    let list: Vec<String> = lagging.iter().map(u32::to_string).collect();
+                    return Err(format!(
+                        "vGPU {name}: {} process(es) did not finish {doing} within {} s (pid {}); the \
+                         request stands and they may still carry it out",
+                        lagging.len(),
+                        timeout.as_secs(),
+                        list.join(", ")
+                    ));
+                }
+                std::thread::sleep(poll);
             }
         }
+        let config = self.config();
+        let locked = self.region.lock()?;
+        let after = locked.region().vgpus[index].soft_totals();
+        (report.held_after, report.fragmentation_pct_after) = (after.held(), after.fragmentation_pct());
+        let vgpus = config.get(name).map(|s| vec![slots::status(&locked, s)]).unwrap_or_default();
+        Ok(Response { pager: Some(report), ..Response::ok(vgpus) })
     }
 
     /// Writes vGPU `name`'s new spec from `next` into its slot (checking the quota against its usage when
@@ -161,7 +259,7 @@ impl Manager {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{Change, Priority};
+    use crate::config::{Change, Mode, Priority};
     use std::sync::atomic::Ordering;
     use tessera_ffi::region::{UNLIMITED, flags};
 
@@ -261,6 +359,102 @@ mod tests {
         assert_eq!(ok(&m, Request::List), before);
         drop(m);
         assert_eq!(f.manager().specs(), before.iter().map(|s| s.spec.clone()).collect::<Vec<_>>(), "nor on disk");
+    }
+
+    #[test]
+    fn the_memory_mode_reaches_the_region_and_survives_a_restart() {
+        let f = Fixture::new("mode");
+        let m = f.manager();
+        let soft = VgpuSpec { mode: Mode::Soft, ..VgpuSpec::new("s", 0, 1 << 30, 10) };
+        let st = ok(&m, Request::Create { spec: soft });
+        assert_eq!(st[0].spec.mode, Mode::Soft);
+        ok(&m, create("h", 10));
+        let flags_of = |name: &str| {
+            let locked = f.region.lock().unwrap();
+            let i = slots::find(&locked, name).unwrap();
+            locked.region().vgpus[i].flags()
+        };
+        assert_eq!((flags_of("s"), flags_of("h")), (flags::MANAGED | flags::SOFT, flags::MANAGED));
+        // Quotas of soft vGPUs may add up to more than the device has.
+        let big = VgpuSpec { mode: Mode::Soft, ..VgpuSpec::new("big", 0, 1 << 50, 10) };
+        ok(&m, Request::Create { spec: big });
+        let to = |mode| Request::Set { name: "s".into(), change: Change { mode: Some(mode), ..Change::default() } };
+        ok(&m, to(Mode::Hard));
+        assert_eq!(flags_of("s"), flags::MANAGED);
+        ok(&m, to(Mode::Soft));
+        ok(&m, Request::Set { name: "h".into(), change: Change { share: Some(20), ..Change::default() } });
+        drop(m);
+        let m = f.manager();
+        let list = ok(&m, Request::List);
+        let modes: Vec<Mode> = list.iter().map(|v| v.spec.mode).collect();
+        assert_eq!(modes, [Mode::Soft, Mode::Hard, Mode::Soft]);
+        assert_eq!(flags_of("s"), flags::MANAGED | flags::SOFT, "written to the region again at start");
+        drop(m);
+        // A state file written before modes existed loads every vGPU as hard.
+        std::fs::write(
+            f.dir.join("state").join(crate::store::FILE),
+            r#"{"version":1,"vgpus":[{"name":"old","device":0,"memory":4096,"share":5}]}"#,
+        )
+        .unwrap();
+        let m = f.manager();
+        assert_eq!(ok(&m, Request::List)[0].spec.mode, Mode::Hard);
+    }
+
+    #[test]
+    fn soft_usage_is_reported_and_defrag_waits_for_the_processes() {
+        let f = Fixture::new("defrag");
+        let m = f.manager();
+        ok(&m, create("h", 10));
+        ok(&m, Request::Create { spec: VgpuSpec { mode: Mode::Soft, ..VgpuSpec::new("s", 0, 1 << 30, 10) } });
+        let defrag = |name: &str| Request::Defrag { name: name.into() };
+        assert!(err(&m, defrag("zz")).contains("no vGPU named \"zz\""));
+        assert_eq!(
+            err(&m, defrag("h")),
+            "vGPU h is in hard mode: its memory is not virtualized, nothing to defragment"
+        );
+        // Nobody attached: nothing to do.
+        let resp = m.handle(defrag("s"));
+        assert!(resp.ok && resp.pager.as_ref().is_some_and(|r| r.processes.is_empty()), "{resp:?}");
+        let me = tessera_ffi::region_file::attach(f.region.path(), "s", None).unwrap();
+        assert!(me.me.is_soft());
+        let stats = &me.me.soft;
+        stats.resident.store(600, Ordering::Release);
+        stats.pooled.store(400, Ordering::Release);
+        stats.fragmented.store(300, Ordering::Release);
+        let st = &ok(&m, Request::Show { name: "s".into() })[0];
+        assert_eq!(
+            (st.soft_processes, st.resident, st.pooled, st.fragmented, st.fragmentation_pct),
+            (1, 600, 400, 300, 30)
+        );
+        // A pager thread: defragments when asked, giving back what was stuck.
+        let pager = &me.vgpu.live.pager;
+        let seen = pager.seq.load(Ordering::Acquire);
+        let worker = std::thread::spawn(move || {
+            while pager.seq.load(Ordering::Acquire) == seen {
+                tessera_ffi::futex::wait(&pager.seq, seen, Duration::from_secs(5));
+            }
+            std::thread::sleep(Duration::from_millis(30));
+            stats.pooled.store(100, Ordering::Release);
+            stats.fragmented.store(0, Ordering::Release);
+            stats.defragged_seq.store(pager.defrag_seq.load(Ordering::Acquire), Ordering::Release);
+        });
+        let resp = m.handle(defrag("s"));
+        worker.join().unwrap();
+        let report = resp.pager.unwrap();
+        assert_eq!(report.processes, [std::process::id()]);
+        assert_eq!(
+            (report.held_before, report.fragmentation_pct_before, report.held_after, report.fragmentation_pct_after),
+            (1000, 30, 700, 0)
+        );
+        assert_eq!(resp.vgpus[0].pooled, 100);
+        // Nobody answers: a timeout naming the process.
+        let e =
+            m.ask_pagers("s", PagerRequest::Defrag, Duration::from_millis(50), Duration::from_millis(5)).unwrap_err();
+        assert!(e.contains(&format!("pid {}", std::process::id())) && e.contains("did not finish"), "{e}");
+        // A process that joined in hard mode is not asked.
+        me.me.flags.store(0, Ordering::Release);
+        let report = m.handle(defrag("s")).pager.unwrap();
+        assert_eq!((report.processes, report.hard_processes), (vec![], vec![std::process::id()]));
     }
 
     #[test]

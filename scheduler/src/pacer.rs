@@ -9,8 +9,11 @@
 //! managed vGPUs from the region (clearing what processes that died left in a vGPU's window once none is
 //! left), sets the device's `high` hold from what its `high` vGPUs are doing, asks
 //! [`refill::plan`] for their grants (the whole interval, split by share), adds them to the buckets and
-//! wakes waiting launches.
+//! wakes waiting launches. Between the charge and the refill, the device's [`Broker`] finds memory for
+//! soft vGPUs whose processes wait for it (a process rings its vGPU's bell when it starts waiting), and
+//! charges them the swap-out time it costs others; while it is at work the loop keeps the 1 ms pace.
 
+use crate::broker::Broker;
 use crate::charger::{Charger, member};
 use crate::refill::{self, Observed, Vgpu};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -72,14 +75,30 @@ fn hold(region: &Region, dev: &DeviceSched, members: &[usize], now_ns: u64) -> O
     recheck
 }
 
-/// One tick of device `device` (whose charger is `charger`) for an interval of `dt_ns` ending at
-/// `now_ns`: charges what finished, holds or releases the device for `high` vGPUs, then refills. Returns
-/// whether a vGPU there has demand (the loop then keeps the 1 ms pace) and when to look again at the
-/// latest for the hold.
-pub fn tick(region: &Region, device: u32, charger: &mut Charger, now_ns: u64, dt_ns: u64) -> (bool, Option<u64>) {
-    charger.charge(region, now_ns);
+/// The per-device state the loop keeps from tick to tick.
+pub struct Device {
+    /// Charges finished kernels.
+    pub charger: Charger,
+    /// Finds memory for soft vGPUs.
+    pub broker: Broker,
+}
+
+impl Device {
+    /// The state of device `device`, continuing where a previous daemon stopped.
+    pub fn new(region: &Region, device: u32) -> Device {
+        Device { charger: Charger::new(region, device), broker: Broker::new(device) }
+    }
+}
+
+/// One tick of device `device` (whose state is `state`) for an interval of `dt_ns` ending at `now_ns`:
+/// charges what finished, finds memory for soft vGPUs waiting for it, holds or releases the device for
+/// `high` vGPUs, then refills. Returns whether a vGPU there has demand or the broker is at work (the loop
+/// then keeps the 1 ms pace) and when to look again at the latest for the hold.
+pub fn tick(region: &Region, device: u32, state: &mut Device, now_ns: u64, dt_ns: u64) -> (bool, Option<u64>) {
+    state.charger.charge(region, now_ns);
     let members = members(region, device);
     let Some(dev) = region.devices.get(device as usize) else { return (false, None) };
+    let brokering = state.broker.tick(region, &members, now_ns);
     let recheck = hold(region, dev, &members, now_ns);
     let views: Vec<Vgpu> = members
         .iter()
@@ -129,7 +148,7 @@ pub fn tick(region: &Region, device: u32, charger: &mut Charger, now_ns: u64, dt
             crate::slots::notify(s);
         }
     }
-    (views.iter().any(|v| v.demand), recheck)
+    (brokering || views.iter().any(|v| v.demand), recheck)
 }
 
 /// The bells to listen to on device `device` and the values they hold now: every managed vGPU's, or only
@@ -145,7 +164,7 @@ fn bells(region: &Region, device: u32, only_high: bool) -> Vec<(&std::sync::atom
 
 /// Runs device `device`'s loop until `stop` is set (checked at least every [`IDLE_NS`]).
 pub fn run(region: &Region, device: u32, stop: &AtomicBool) {
-    let mut charger = Charger::new(region, device);
+    let mut state = Device::new(region, device);
     let mut last = futex::monotonic_ns();
     let mut deadline = last;
     let mut busy = false;
@@ -153,7 +172,7 @@ pub fn run(region: &Region, device: u32, stop: &AtomicBool) {
         // Read before the tick: a bell rung after it changes the value, so the wait returns at once.
         let listening = bells(region, device, busy);
         let now = futex::monotonic_ns();
-        let (demand, recheck) = tick(region, device, &mut charger, now, (now - last).min(MAX_DT_NS));
+        let (demand, recheck) = tick(region, device, &mut state, now, (now - last).min(MAX_DT_NS));
         busy = demand;
         last = now;
         region.daemon.heartbeat_ns.fetch_max(now, Ordering::AcqRel);
@@ -181,7 +200,8 @@ mod tests {
         Box::leak(unsafe { Box::<Region>::new_zeroed().assume_init() })
     }
 
-    /// Slot `i`: managed, on device 0 with `share`, a process attached, `waiters` waiting.
+    /// Slot `i`: managed, on device 0 with `share`, a process attached (in process slot 3), `waiters`
+    /// waiting.
     fn managed(r: &Region, i: usize, share: u32, waiters: u32) {
         let v = &r.vgpus[i];
         v.config.state.store(tessera_ffi::region::state::READY, Ordering::Relaxed);
@@ -205,22 +225,40 @@ mod tests {
         managed(r, 2, 0, 0);
         r.vgpus[2].config.device.store(1, Ordering::Relaxed);
         let epoch = r.vgpus[0].live.sched.epoch.load(Ordering::Relaxed);
-        let charger = &mut Charger::new(r, 0);
-        assert!(tick(r, 0, charger, 10 * MS, MS).0);
+        let state = &mut Device::new(r, 0);
+        assert!(tick(r, 0, state, 10 * MS, MS).0);
         assert_eq!((tokens(r, 0), tokens(r, 1), tokens(r, 2)), (300_000, 700_000, 0));
         assert_eq!(r.vgpus[0].live.sched.epoch.load(Ordering::Relaxed), epoch + 1, "waiters are woken");
         for _ in 0..10 {
-            tick(r, 0, charger, 11 * MS, MS);
+            tick(r, 0, state, 11 * MS, MS);
         }
         assert_eq!((tokens(r, 0), tokens(r, 1)), (2 * MS as i64, 2 * MS as i64), "held to the burst");
         // Debt stays debt; an idle vGPU gets nothing and the tick reports no demand.
         r.vgpus[0].live.sched.tokens.store(-5 * MS as i64, Ordering::Relaxed);
         r.vgpus[1].live.sched.waiters.store(0, Ordering::Relaxed);
-        assert!(tick(r, 0, charger, 12 * MS, MS).0);
+        assert!(tick(r, 0, state, 12 * MS, MS).0);
         assert_eq!(tokens(r, 0), -4 * MS as i64);
         r.vgpus[0].live.sched.waiters.store(0, Ordering::Relaxed);
-        assert!(!tick(r, 0, charger, 20 * MS, MS).0);
+        assert!(!tick(r, 0, state, 20 * MS, MS).0);
         assert_eq!(tokens(r, 0), -4 * MS as i64);
+    }
+
+    #[test]
+    fn a_soft_vgpu_short_of_memory_keeps_the_pace_and_gets_an_idle_ones() {
+        let r = region();
+        managed(r, 0, 50, 0);
+        managed(r, 1, 50, 0);
+        for v in &r.vgpus[..2] {
+            v.config.flags.store(flags::MANAGED | flags::SOFT, Ordering::Relaxed);
+            v.config.limit[0].store(u64::MAX, Ordering::Relaxed);
+            v.live.procs[3].flags.store(flags::SOFT, Ordering::Relaxed);
+        }
+        r.vgpus[1].live.procs[3].soft.resident.store(1 << 20, Ordering::Relaxed);
+        let state = &mut Device::new(r, 0);
+        assert!(!tick(r, 0, state, 100 * MS, MS).0, "nobody wants anything: the idle pace");
+        r.vgpus[0].live.pager.want[0].store(4096, Ordering::Relaxed);
+        assert!(tick(r, 0, state, 101 * MS, MS).0, "the broker is at work: the fast pace");
+        assert_eq!(r.vgpus[1].live.pager.evict_seq.load(Ordering::Relaxed), 1, "the idle vGPU is asked");
     }
 
     #[test]
@@ -230,21 +268,21 @@ mod tests {
         managed(r, 1, 50, 0);
         let h = &r.vgpus[1];
         h.config.priority.store(priority::HIGH, Ordering::Relaxed);
-        let charger = &mut Charger::new(r, 0);
+        let state = &mut Device::new(r, 0);
         let until = |r: &Region| r.devices[0].high_until_ns.load(Ordering::Relaxed);
         // Launched just now, nothing queued: held, and looked at again when that launch stops counting.
         h.live.sched.last_launch_ns.store(10 * MS, Ordering::Relaxed);
-        assert_eq!(tick(r, 0, charger, 10 * MS, MS).1, Some(10 * MS + HIGH_IDLE_NS));
+        assert_eq!(tick(r, 0, state, 10 * MS, MS).1, Some(10 * MS + HIGH_IDLE_NS));
         assert_eq!(until(r), 10 * MS + HIGH_HOLD_NS);
         assert_eq!(tokens(r, 0), 0, "the normal vGPU gets nothing while held");
         // Work queued: the hold is renewed.
         h.live.sched.inflight_ns.store(1, Ordering::Relaxed);
-        tick(r, 0, charger, 12 * MS, MS);
+        tick(r, 0, state, 12 * MS, MS);
         assert_eq!(until(r), 12 * MS + HIGH_HOLD_NS);
         // Idle: released at once, and the waiting launch of the other is told.
         h.live.sched.inflight_ns.store(0, Ordering::Relaxed);
         let epoch = r.vgpus[0].live.sched.epoch.load(Ordering::Relaxed);
-        assert_eq!(tick(r, 0, charger, 13 * MS, MS).1, None);
+        assert_eq!(tick(r, 0, state, 13 * MS, MS).1, None);
         assert_eq!(until(r), 13 * MS);
         assert!(r.vgpus[0].live.sched.epoch.load(Ordering::Relaxed) > epoch);
         assert!(tokens(r, 0) > 0);

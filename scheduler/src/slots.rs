@@ -151,5 +151,17 @@ pub fn status(locked: &Locked, spec: &VgpuSpec) -> VgpuStatus {
     st.launches = s.launches.load(Ordering::Acquire);
     st.device_ns = s.device_ns.load(Ordering::Acquire);
     st.wait_ns = s.wait_ns.load(Ordering::Acquire);
+    st.soft_processes = v.attached().filter(|(_, _, p)| p.is_soft()).count() as u32;
+    let soft = v.soft_totals();
+    st.resident = soft.resident;
+    st.pooled = soft.pooled;
+    st.fragmented = soft.fragmented;
+    st.fragmentation_pct = soft.fragmentation_pct();
+    st.swapped = soft.swapped;
+    st.swap_out_ns = soft.swap_out_ns;
+    st.swap_in_ns = soft.swap_in_ns;
+    let pager = &v.live.pager;
+    st.swap_charged_ns = pager.swap_charged_ns.load(Ordering::Acquire);
+    st.wanted = pager.want[d].load(Ordering::Acquire);
     st
 }

@@ -19,7 +19,11 @@ pub const KNOWN: &[&str] = &[
     "TESSERA_STATE_DIR",
     "TESSERA_COMPUTE_SHARE",
     "TESSERA_MODE",
+    "TESSERA_MEMORY_WAIT",
 ];
+
+/// Default of `TESSERA_MEMORY_WAIT`.
+pub const DEFAULT_MEMORY_WAIT_NS: u64 = 30_000_000_000;
 
 /// Memory mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,6 +50,9 @@ pub struct Config {
     pub log: Level,
     /// Memory mode asked for with `TESSERA_MODE` (`None`: not set; a managed vGPU's own mode wins).
     pub mode: Option<Mode>,
+    /// Soft mode: longest a call waits for device memory other vGPUs are asked to free
+    /// (`TESSERA_MEMORY_WAIT`, default 30 s), before it fails with out-of-memory.
+    pub memory_wait_ns: u64,
     /// Standalone compute share in percent (1-100), refilled by the process itself when no daemon
     /// manages its vGPU; `None` for none.
     pub compute_share: Option<u32>,
@@ -112,7 +119,11 @@ impl Config {
             Some((m, _)) if m == "soft" => Some(Mode::Soft),
             Some((_, v)) => return Err(err("TESSERA_MODE")(format!("{v:?} is not a memory mode; {MODE_FORM}"))),
         };
-        Ok(Config { memory_limit, vgpu, region, log, mode, compute_share })
+        let memory_wait_ns = match get("TESSERA_MEMORY_WAIT") {
+            None => DEFAULT_MEMORY_WAIT_NS,
+            Some(v) => tessera_ffi::units::parse_duration_ns(&v).map_err(err("TESSERA_MEMORY_WAIT"))?,
+        };
+        Ok(Config { memory_limit, vgpu, region, log, mode, memory_wait_ns, compute_share })
     }
 }
 
@@ -150,6 +161,8 @@ mod tests {
         assert_eq!(cfg(&[("TESSERA_LOG", "debug")]).unwrap().log, Level::Debug);
         assert_eq!(cfg(&[]).unwrap().compute_share, None);
         assert_eq!(cfg(&[]).unwrap().mode, None);
+        assert_eq!(cfg(&[]).unwrap().memory_wait_ns, DEFAULT_MEMORY_WAIT_NS);
+        assert_eq!(cfg(&[("TESSERA_MEMORY_WAIT", "2s")]).unwrap().memory_wait_ns, 2_000_000_000);
         assert_eq!(cfg(&[("TESSERA_MODE", "soft")]).unwrap().mode, Some(Mode::Soft));
         assert_eq!(cfg(&[("TESSERA_MODE", " Hard ")]).unwrap().mode, Some(Mode::Hard));
         for (text, pct) in [("30", 30), ("30%", 30), (" 1 ", 1), ("100%", 100)] {
@@ -176,6 +189,7 @@ mod tests {
             ("TESSERA_COMPUTE_SHARE", ""),
             ("TESSERA_MODE", "virtual"),
             ("TESSERA_MODE", ""),
+            ("TESSERA_MEMORY_WAIT", "soon"),
         ] {
             let e = cfg(&[(var, value)]).unwrap_err();
             assert_eq!(e.var, var, "{var}={value:?}");

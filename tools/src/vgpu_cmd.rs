@@ -1,12 +1,12 @@
-//! `tessera vgpu ...`: creating, listing, changing, suspending and removing vGPUs through the daemon's
-//! socket (`TESSERA_SOCKET`). Values are checked here first (a malformed one is a usage error, status 2);
+//! `tessera vgpu ...`: creating, listing, changing, suspending, defragmenting and removing vGPUs through
+//! the daemon's socket (`TESSERA_SOCKET`). Values are checked here first (a malformed one is a usage error, status 2);
 //! the daemon checks the rest (shares of a device summing to at most 100, existing devices and names, a
 //! quota not below what is in use) and a refused request changes nothing (status 1).
 
 use clap::{Args, Subcommand, ValueEnum};
 use tessera_ffi::units::{format_size, parse_duration_ns, parse_size};
-use tessera_scheduler::config::{Change, MAX_WINDOW_NS, MIN_WINDOW_NS, Priority, VgpuSpec};
-use tessera_scheduler::protocol::{Request, VgpuStatus};
+use tessera_scheduler::config::{Change, MAX_WINDOW_NS, MIN_WINDOW_NS, Mode, Priority, VgpuSpec};
+use tessera_scheduler::protocol::{PagerReport, Request, VgpuStatus};
 use tessera_scheduler::{client, paths};
 
 /// Subcommands of `tessera vgpu`.
@@ -29,7 +29,8 @@ pub enum VgpuCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Change a vGPU; running processes see the change at once.
+    /// Change a vGPU; running processes see the change at once (but for the memory mode, which processes
+    /// read when they join).
     Set(SetArgs),
     /// Stop a vGPU's kernel launches at the next kernel boundary.
     Suspend {
@@ -49,6 +50,39 @@ pub enum VgpuCommand {
         #[arg(value_parser = crate::run::vgpu_value)]
         name: String,
     },
+    /// Have the processes of a soft-mode vGPU defragment their device memory (waits up to 30 s for them),
+    /// and show what they held before and after.
+    Defrag {
+        /// The vGPU.
+        #[arg(value_parser = crate::run::vgpu_value)]
+        name: String,
+    },
+    /// Have the processes of a soft-mode vGPU swap their device memory out to host memory now (waits up
+    /// to 30 s for them); it comes back before each process's next launch or copy.
+    SwapOut {
+        /// The vGPU.
+        #[arg(value_parser = crate::run::vgpu_value)]
+        name: String,
+    },
+}
+
+/// Memory mode as the command line spells it.
+#[derive(Clone, Copy, ValueEnum)]
+pub enum ModeArg {
+    /// Allocations are the driver's own memory (the default).
+    Hard,
+    /// Memory virtualized by the shim: pooled, defragmented, swapped to host memory when the device is
+    /// short; quotas may add up to more than the device has.
+    Soft,
+}
+
+impl From<ModeArg> for Mode {
+    fn from(m: ModeArg) -> Mode {
+        match m {
+            ModeArg::Hard => Mode::Hard,
+            ModeArg::Soft => Mode::Soft,
+        }
+    }
 }
 
 /// Priority as the command line spells it.
@@ -112,6 +146,11 @@ pub struct CreateArgs {
     /// file is theirs alone; no other user's process can join it or change it.
     #[arg(long, value_name = "USER", value_parser = user_value)]
     user: Option<u32>,
+    /// Memory mode: hard (the driver's memory) or soft (virtualized: pooled, defragmented and swapped to
+    /// host memory, so soft vGPUs' quotas may add up to more than the device has). Processes read it when
+    /// they join.
+    #[arg(long, value_enum, default_value = "hard", value_name = "hard|soft")]
+    mode: ModeArg,
 }
 
 /// Arguments of `tessera vgpu set`.
@@ -135,6 +174,10 @@ pub struct SetArgs {
     /// New window.
     #[arg(long, value_name = "DURATION", value_parser = window_value)]
     window: Option<u64>,
+    /// New memory mode. Processes read it when they join: it reaches processes started after the change,
+    /// running ones keep the mode they started with.
+    #[arg(long, value_enum, value_name = "hard|soft")]
+    mode: Option<ModeArg>,
 }
 
 /// A memory quota: a size above zero.
@@ -202,6 +245,7 @@ fn request(command: &VgpuCommand) -> Request {
             spec.tensor_cores = matches!(a.tensor_cores, Switch::On);
             spec.window_ns = a.window.unwrap_or(spec.window_ns);
             spec.user = a.user;
+            spec.mode = a.mode.into();
             Request::Create { spec }
         }
         VgpuCommand::List { .. } => Request::List,
@@ -214,20 +258,24 @@ fn request(command: &VgpuCommand) -> Request {
                 priority: a.priority.map(Priority::from),
                 tensor_cores: a.tensor_cores.map(|s| matches!(s, Switch::On)),
                 window_ns: a.window,
+                mode: a.mode.map(Mode::from),
             },
         },
         VgpuCommand::Suspend { name } => Request::Suspend { name: name.clone() },
         VgpuCommand::Resume { name } => Request::Resume { name: name.clone() },
         VgpuCommand::Rm { name } => Request::Rm { name: name.clone() },
+        VgpuCommand::Defrag { name } => Request::Defrag { name: name.clone() },
+        VgpuCommand::SwapOut { name } => Request::SwapOut { name: name.clone() },
     }
 }
 
 /// One line describing a vGPU's settings.
 fn summary(s: &VgpuSpec) -> String {
     format!(
-        "device {}, {} of memory, {}% share{}, {} priority, tensor cores {}, window {}{}",
+        "device {}, {} of memory ({} mode), {}% share{}, {} priority, tensor cores {}, window {}{}",
         s.device,
         format_size(s.memory),
+        s.mode.name(),
         s.share,
         if s.cap { " (capped)" } else { "" },
         s.priority.name(),
@@ -237,18 +285,33 @@ fn summary(s: &VgpuSpec) -> String {
     )
 }
 
+/// Whether a vGPU's soft-mode memory figures mean anything: it is in soft mode, or processes that joined
+/// while it was still run in soft mode.
+fn has_soft_memory(v: &VgpuStatus) -> bool {
+    v.spec.mode == Mode::Soft || v.soft_processes > 0
+}
+
 /// The `list` table.
 fn table(vgpus: &[VgpuStatus]) -> String {
-    let header = ["NAME", "DEVICE", "MEMORY", "USED", "SHARE", "PRIORITY", "TENSOR", "WINDOW", "STATE", "PROCS"];
+    let header = [
+        "NAME", "DEVICE", "MEMORY", "USED", "MODE", "RESIDENT", "SWAPPED", "POOLED", "FRAG", "SHARE", "PRIORITY",
+        "TENSOR", "WINDOW", "STATE", "PROCS",
+    ];
     let rows: Vec<Vec<String>> = vgpus
         .iter()
         .map(|v| {
             let s = &v.spec;
+            let soft = |text: String| if has_soft_memory(v) { text } else { "-".to_string() };
             vec![
                 s.name.clone(),
                 s.device.to_string(),
                 format_size(s.memory),
                 format_size(v.used),
+                s.mode.name().to_string(),
+                soft(format_size(v.resident)),
+                soft(format_size(v.swapped)),
+                soft(format_size(v.pooled)),
+                soft(format!("{}%", v.fragmentation_pct)),
                 format!("{}%{}", s.share, if s.cap { " cap" } else { "" }),
                 s.priority.name().to_string(),
                 (if s.tensor_cores { "on" } else { "off" }).to_string(),
@@ -275,6 +338,8 @@ fn details(v: &VgpuStatus) -> String {
             format_size(v.used),
             format_size(v.peak)
         ),
+        format!("mode:          {}{}", s.mode.name(), mode_note(v)),
+        soft_memory(v),
         format!("share:         {}%{}", s.share, if s.cap { ", capped" } else { "" }),
         format!("priority:      {}", s.priority.name()),
         format!("tensor cores:  {}", if s.tensor_cores { "on" } else { "off" }),
@@ -289,8 +354,73 @@ fn details(v: &VgpuStatus) -> String {
         format!("tokens:        {:.3} ms", v.tokens_ns as f64 / 1e6),
         format!("launches:      {}, device time {}, waited {}", v.launches, ms(v.device_ns), ms(v.wait_ns)),
     ]
+    .into_iter()
+    .filter(|line| !line.is_empty())
+    .collect::<Vec<_>>()
     .join("\n")
         + "\n"
+}
+
+/// Attached processes that run in the other mode than the vGPU's (they joined before it changed), said
+/// after the mode; empty when there are none.
+fn mode_note(v: &VgpuStatus) -> String {
+    let total = v.processes.len() as u32;
+    let (other, mode) = match v.spec.mode {
+        Mode::Soft => (total.saturating_sub(v.soft_processes), Mode::Hard),
+        Mode::Hard => (v.soft_processes.min(total), Mode::Soft),
+    };
+    match other {
+        0 => String::new(),
+        n => format!(" ({n} running process(es) started before the change keep {} mode)", mode.name()),
+    }
+}
+
+/// The `show` lines of soft-mode memory (none for a vGPU without any).
+fn soft_memory(v: &VgpuStatus) -> String {
+    if !has_soft_memory(v) {
+        return String::new();
+    }
+    let ms = |ns: u64| format!("{:.1} ms", ns as f64 / 1e6);
+    let mut lines = vec![
+        format!(
+            "device memory: {} resident, {} pooled, fragmentation {}% ({} only defragmenting returns)",
+            format_size(v.resident),
+            format_size(v.pooled),
+            v.fragmentation_pct,
+            format_size(v.fragmented)
+        ),
+        format!(
+            "swap:          {} in host memory; {} spent swapping out, {} swapping in",
+            format_size(v.swapped),
+            ms(v.swap_out_ns),
+            ms(v.swap_in_ns)
+        ),
+        format!("swap charged:  {} of other vGPUs' swapping out, for memory it needed", ms(v.swap_charged_ns)),
+    ];
+    if v.wanted > 0 {
+        lines.push(format!("waiting for:   {} of device memory", format_size(v.wanted)));
+    }
+    lines.join("\n")
+}
+
+/// The reply to `defrag`.
+fn defragged(name: &str, r: &PagerReport) -> String {
+    let hard = match r.hard_processes.len() {
+        0 => String::new(),
+        n => format!("; {n} process(es) started before the vGPU was set to soft run in hard mode and were not asked"),
+    };
+    if r.processes.is_empty() {
+        return format!("vGPU {name}: no soft-mode process is attached, nothing to defragment{hard}\n");
+    }
+    format!(
+        "vGPU {name}: {} process(es) defragmented; device memory held {} before, {} after; fragmentation {}% \
+         before, {}% after{hard}\n",
+        r.processes.len(),
+        format_size(r.held_before),
+        format_size(r.held_after),
+        r.fragmentation_pct_before,
+        r.fragmentation_pct_after
+    )
 }
 
 /// Runs one `tessera vgpu` subcommand.
@@ -314,7 +444,30 @@ pub fn run(command: VgpuCommand) -> Result<(), String> {
         }
         (VgpuCommand::Show { .. }, Some(v)) => details(v),
         (VgpuCommand::Create(a), Some(v)) => format!("created vGPU {}: {}\n", a.name, summary(&v.spec)),
+        (VgpuCommand::Set(a), Some(v)) if a.mode.is_some() => format!(
+            "vGPU {}: {}\nthe memory mode applies to processes started from now on{}\n",
+            a.name,
+            summary(&v.spec),
+            mode_note(v)
+        ),
         (VgpuCommand::Set(a), Some(v)) => format!("vGPU {}: {}\n", a.name, summary(&v.spec)),
+        (VgpuCommand::Defrag { name }, _) => match &response.pager {
+            Some(report) => defragged(name, report),
+            None => format!("vGPU {name}: the daemon did not say what it defragmented\n"),
+        },
+        (VgpuCommand::SwapOut { name }, v) => match (&response.pager, v) {
+            (Some(r), _) if r.processes.is_empty() => {
+                format!("vGPU {name}: no soft-mode process is attached, nothing to swap out\n")
+            }
+            (Some(r), Some(v)) => format!(
+                "vGPU {name}: {} process(es) swapped out; device memory held {} before, {} after; {} in host memory\n",
+                r.processes.len(),
+                format_size(r.held_before),
+                format_size(r.held_after),
+                format_size(v.swapped)
+            ),
+            _ => format!("vGPU {name}: the daemon did not say what it swapped out\n"),
+        },
         (VgpuCommand::Suspend { name }, _) => format!("vGPU {name} suspended\n"),
         (VgpuCommand::Resume { name }, _) => format!("vGPU {name} resumed\n"),
         (VgpuCommand::Rm { name }, _) => format!("vGPU {name} removed\n"),
@@ -327,6 +480,84 @@ pub fn run(command: VgpuCommand) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(subcommand)]
+        command: VgpuCommand,
+    }
+
+    fn parse(args: &[&str]) -> Result<Request, String> {
+        let args = std::iter::once("vgpu").chain(args.iter().copied());
+        Cli::try_parse_from(args).map(|c| request(&c.command)).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn the_mode_is_given_at_creation_or_later_and_defrag_names_a_vgpu() {
+        let create = ["create", "a", "--device", "0", "--memory", "1GiB", "--share", "10"];
+        let Ok(Request::Create { spec }) = parse(&create) else { panic!() };
+        assert_eq!(spec.mode, Mode::Hard, "hard by default");
+        let Ok(Request::Create { spec }) = parse(&[&create[..], &["--mode", "soft"]].concat()) else { panic!() };
+        assert_eq!(spec.mode, Mode::Soft);
+        let e = parse(&[&create[..], &["--mode", "firm"]].concat()).unwrap_err();
+        assert!(e.contains("firm") && e.contains("hard") && e.contains("soft"), "{e}");
+        let Ok(Request::Set { change, .. }) = parse(&["set", "a", "--mode", "hard"]) else { panic!() };
+        assert_eq!(change, Change { mode: Some(Mode::Hard), ..Change::default() });
+        assert_eq!(parse(&["defrag", "a"]), Ok(Request::Defrag { name: "a".into() }));
+        assert!(parse(&["defrag", "a/b"]).is_err());
+    }
+
+    fn soft_status() -> VgpuStatus {
+        let spec = VgpuSpec { mode: Mode::Soft, ..VgpuSpec::new("s", 0, 1 << 30, 10) };
+        VgpuStatus {
+            spec,
+            processes: vec![10, 11],
+            soft_processes: 1,
+            resident: 600 << 20,
+            pooled: 400 << 20,
+            fragmented: 300 << 20,
+            fragmentation_pct: 30,
+            swapped: 2 << 30,
+            swap_charged_ns: 3_000_000,
+            ..VgpuStatus::default()
+        }
+    }
+
+    #[test]
+    fn soft_memory_is_reported_and_hard_vgpus_show_none() {
+        let hard = VgpuStatus { spec: VgpuSpec::new("h", 0, 1 << 30, 10), ..VgpuStatus::default() };
+        let out = table(&[soft_status(), hard.clone()]);
+        let lines: Vec<&str> = out.lines().collect();
+        assert!(lines[0].contains("MODE") && lines[0].contains("RESIDENT") && lines[0].contains("FRAG"), "{out}");
+        assert!(lines[1].contains("soft") && lines[1].contains("600.0 MiB") && lines[1].contains("30%"), "{out}");
+        assert!(lines[2].contains("hard") && lines[2].contains(" -"), "{out}");
+        let shown = details(&soft_status());
+        assert!(shown.contains("mode:          soft (1 running process(es)"), "{shown}");
+        assert!(shown.contains("2.0 GiB in host memory") && shown.contains("3.0 ms of other vGPUs'"), "{shown}");
+        let shown = details(&hard);
+        assert!(shown.contains("mode:          hard\n") && !shown.contains("swap"), "{shown}");
+    }
+
+    #[test]
+    fn defrag_says_what_it_did() {
+        let nothing = PagerReport { hard_processes: vec![7], ..PagerReport::default() };
+        let text = defragged("s", &nothing);
+        assert!(text.contains("nothing to defragment") && text.contains("1 process(es) started before"), "{text}");
+        let done = PagerReport {
+            processes: vec![1, 2],
+            held_before: 1 << 30,
+            held_after: 512 << 20,
+            fragmentation_pct_before: 40,
+            fragmentation_pct_after: 2,
+            ..PagerReport::default()
+        };
+        assert_eq!(
+            defragged("s", &done),
+            "vGPU s: 2 process(es) defragmented; device memory held 1.0 GiB before, 512.0 MiB after; \
+             fragmentation 40% before, 2% after\n"
+        );
+    }
 
     #[test]
     fn values_are_checked_before_the_daemon_sees_them() {

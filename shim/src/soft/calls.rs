@@ -11,7 +11,12 @@ use tessera_ffi::cuda::{CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_FOUND, CUDA_ERR
 use tessera_ffi::sys::{CUdeviceptr, CUpointer_attribute as A, CUstream};
 
 /// `cuMemGetAddressRange_v2`.
-pub fn address_range(base: *mut CUdeviceptr, size: *mut usize, dptr: CUdeviceptr, real: impl FnOnce() -> Status) -> Res {
+pub fn address_range(
+    base: *mut CUdeviceptr,
+    size: *mut usize,
+    dptr: CUdeviceptr,
+    real: impl FnOnce() -> Status,
+) -> Res {
     let Some(s) = active().filter(|s| s.owns(dptr)) else { return status(real()) };
     let (b, n, _) = s.range(dptr).ok_or(CUDA_ERROR_NOT_FOUND)?;
     // SAFETY: each output is NULL (not wanted) or the program's writable variable.

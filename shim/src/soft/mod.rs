@@ -38,8 +38,6 @@ use tessera_ffi::region::{MAX_DEVICES, ProcSlot, VgpuSlot, flags};
 const SPACE_BYTES: u64 = 256 << 30;
 /// Pages per physical chunk: the unit of device memory created, pooled and given back.
 const CHUNK_PAGES: usize = 8;
-/// Longest an allocation, launch or copy waits for device memory that other vGPUs are asked to free.
-const MEMORY_WAIT: Duration = Duration::from_secs(30);
 /// How often a caller waiting for device memory tries again.
 const RETRY: Duration = Duration::from_millis(2);
 
@@ -56,6 +54,8 @@ pub struct Soft {
     /// Wakes the pager (for work of its own, such as compaction after frees).
     wake: AtomicU32,
     pager: OnceLock<()>,
+    /// Longest an allocation, launch or copy waits for device memory other vGPUs are asked to free.
+    memory_wait: Duration,
 }
 
 static SOFT: OnceLock<Option<Soft>> = OnceLock::new();
@@ -70,8 +70,9 @@ fn set_up() -> Option<Soft> {
     let quota = quota::active().ok().flatten();
     let managed = quota.map(|q| q.slot().0).filter(|v| v.flags() & flags::MANAGED != 0);
     let soft = match (config.mode, managed) {
-        (asked, Some(v)) => {
-            let soft = v.flags() & flags::SOFT != 0;
+        (asked, Some(_)) => {
+            // The mode recorded in this process's slot when it joined: what the daemon counts it as.
+            let soft = quota.is_some_and(|q| q.me().is_soft());
             if asked.is_some_and(|m| (m == Mode::Soft) != soft) {
                 log::warn(format_args!(
                     "TESSERA_MODE is ignored: the daemon manages this vGPU and its mode ({}) applies",
@@ -94,6 +95,7 @@ fn set_up() -> Option<Soft> {
         vgpu: managed,
         wake: AtomicU32::new(0),
         pager: OnceLock::new(),
+        memory_wait: Duration::from_nanos(config.memory_wait_ns),
     })
 }
 
@@ -209,13 +211,13 @@ impl Soft {
 
     /// Runs `f` until it succeeds or fails with something other than out-of-memory; while it runs out of
     /// memory, and the daemon manages the vGPU, asks for `bytes` on `device` and retries for up to
-    /// [`MEMORY_WAIT`].
+    /// `TESSERA_MEMORY_WAIT`.
     fn with_memory<T>(&self, device: usize, bytes: u64, mut f: impl FnMut() -> Res<T>) -> Res<T> {
         let mut asked = Asked::new(self.vgpu, device);
         let started = Instant::now();
         loop {
             match f() {
-                Err(CUDA_ERROR_OUT_OF_MEMORY) if asked.can_wait() && started.elapsed() < MEMORY_WAIT => {
+                Err(CUDA_ERROR_OUT_OF_MEMORY) if asked.can_wait() && started.elapsed() < self.memory_wait => {
                     asked.ask(bytes);
                     std::thread::sleep(RETRY);
                 }
@@ -227,7 +229,8 @@ impl Soft {
     /// Brings swapped pages back (with [`Soft::with_memory`]'s waiting), then marks the memory resident.
     fn bring_back(&self) -> Res {
         let started = Instant::now();
-        let mut asked = Asked::new(self.vgpu, self.vgpu.map_or(0, |v| v.config.device.load(Ordering::Relaxed) as usize));
+        let mut asked =
+            Asked::new(self.vgpu, self.vgpu.map_or(0, |v| v.config.device.load(Ordering::Relaxed) as usize));
         loop {
             let guard = self.lock_moving();
             if self.residency.state() == RESIDENT {
@@ -253,7 +256,7 @@ impl Soft {
                     self.publish();
                     return Ok(());
                 }
-                Err(CUDA_ERROR_OUT_OF_MEMORY) if asked.can_wait() && started.elapsed() < MEMORY_WAIT => {
+                Err(CUDA_ERROR_OUT_OF_MEMORY) if asked.can_wait() && started.elapsed() < self.memory_wait => {
                     let missing: u64 = self.spaces().map(|(_, s)| s.totals().swapped).sum();
                     // Released while waiting: the pager may be asked to swap this process out meanwhile.
                     drop(guard);

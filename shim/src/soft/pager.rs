@@ -25,7 +25,9 @@ pub fn start(soft: &'static Soft) {
     }
     let spawned = std::thread::Builder::new().name("tessera-pager".into()).spawn(move || run(soft));
     if let Err(e) = spawned {
-        crate::log::error(format_args!("soft mode: cannot start the pager thread ({e}): no swapping or defragmentation"));
+        crate::log::error(format_args!(
+            "soft mode: cannot start the pager thread ({e}): no swapping or defragmentation"
+        ));
     }
 }
 
@@ -77,10 +79,7 @@ fn round(soft: &Soft) {
     let chunk = soft.spaces().map(|(_, s)| s.chunk_bytes()).max().unwrap_or(u64::MAX);
     let held = t.resident + t.pooled;
     if t.fragmented * 100 > held * AUTO_DEFRAG_PERCENT && t.fragmented >= AUTO_DEFRAG_CHUNKS * chunk {
-        crate::log::info(format_args!(
-            "soft mode: {} of {held} bytes held are fragmented; compacting",
-            t.fragmented
-        ));
+        crate::log::info(format_args!("soft mode: {} of {held} bytes held are fragmented; compacting", t.fragmented));
         soft.compact();
     } else if retired > 0 || soft.slot.is_some() {
         soft.publish();

@@ -452,19 +452,17 @@ impl<B: Backend> Space<B> {
         let mut inner = self.lock();
         let mut done = Compacted { moved: 0, released: self.trim(&mut inner, 0) };
         loop {
-            let mut live: Vec<(usize, usize)> = inner
-                .chunks
-                .iter()
-                .enumerate()
-                .filter_map(|(i, c)| c.as_ref().map(|c| (c.used(), i)))
-                .collect();
+            let mut live: Vec<(usize, usize)> =
+                inner.chunks.iter().enumerate().filter_map(|(i, c)| c.as_ref().map(|c| (c.used(), i))).collect();
             live.sort_unstable();
             let Some(&(used, source)) = live.first() else { break };
-            let room: usize = live[1..].iter().map(|&(u, i)| inner.chunks[i].as_ref().map_or(0, |c| c.owner.len() - u)).sum();
+            let room: usize =
+                live[1..].iter().map(|&(u, i)| inner.chunks[i].as_ref().map_or(0, |c| c.owner.len() - u)).sum();
             if used == 0 || room < used {
                 break;
             }
-            let pages: Vec<usize> = inner.chunks[source].as_ref().map_or(vec![], |c| c.owner.iter().flatten().copied().collect());
+            let pages: Vec<usize> =
+                inner.chunks[source].as_ref().map_or(vec![], |c| c.owner.iter().flatten().copied().collect());
             for page in pages {
                 let target = live[1..]
                     .iter()
