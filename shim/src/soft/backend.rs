@@ -7,8 +7,8 @@ use crate::guard::{Res, status};
 use crate::real::{Lib, RealFn};
 use std::ffi::{c_ulonglong, c_void};
 use tessera_ffi::sys::{
-    CUcontext, CUdeviceptr, CUmemAccessDesc, CUmemAllocationGranularity_flags, CUmemAllocationProp,
-    CUmemGenericAllocationHandle,
+    CUcontext, CUdeviceptr, CUmemAccess_flags, CUmemAccessDesc, CUmemAllocationGranularity_flags, CUmemAllocationProp,
+    CUmemAllocationType, CUmemGenericAllocationHandle, CUmemLocationType,
 };
 
 /// What soft mode needs from a device.
@@ -70,12 +70,6 @@ static HOST_FREE: RealFn<unsafe extern "C" fn(*mut c_void) -> u32> = RealFn::new
 
 /// `CUDA_ERROR_NOT_SUPPORTED`, for a driver without the VMM entry points.
 const NOT_SUPPORTED: u32 = tessera_ffi::cuda::CUDA_ERROR_NOT_SUPPORTED;
-/// `CU_MEM_ALLOCATION_TYPE_PINNED`.
-const ALLOCATION_PINNED: u32 = 1;
-/// `CU_MEM_LOCATION_TYPE_DEVICE`.
-const LOCATION_DEVICE: u32 = 1;
-/// `CU_MEM_ACCESS_FLAGS_PROT_READWRITE`.
-const PROT_READWRITE: u32 = 3;
 
 /// One device of the real driver, with the context soft mode's own copies and waits run in.
 pub struct Driver {
@@ -98,11 +92,8 @@ impl Driver {
     fn prop(&self) -> CUmemAllocationProp {
         // SAFETY: CUmemAllocationProp is plain C data, for which all-zero is valid (and means "defaults").
         let mut p: CUmemAllocationProp = unsafe { std::mem::zeroed() };
-        // SAFETY: the enum fields are 32-bit C enums; the values are the documented ones.
-        unsafe {
-            p.type_ = std::mem::transmute::<u32, _>(ALLOCATION_PINNED);
-            p.location.type_ = std::mem::transmute::<u32, _>(LOCATION_DEVICE);
-        }
+        p.type_ = CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
+        p.location.type_ = CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
         p.location.id = self.device;
         p
     }
@@ -134,8 +125,7 @@ impl Backend for Driver {
     fn granularity(&self) -> Res<u64> {
         let mut g = 0usize;
         let p = self.prop();
-        // SAFETY: the flag is the C enum's MINIMUM value (0).
-        let minimum = unsafe { std::mem::transmute::<u32, CUmemAllocationGranularity_flags>(0) };
+        let minimum = CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_MINIMUM;
         call!(GRANULARITY(&mut g, &p, minimum))?;
         Ok((g as u64).max(1))
     }
@@ -161,11 +151,8 @@ impl Backend for Driver {
         call!(MAP(va, size as usize, offset as usize, handle, 0))?;
         // SAFETY: CUmemAccessDesc is plain C data; all-zero is valid and overwritten below.
         let mut access: CUmemAccessDesc = unsafe { std::mem::zeroed() };
-        // SAFETY: 32-bit C enums set to their documented values.
-        unsafe {
-            access.location.type_ = std::mem::transmute::<u32, _>(LOCATION_DEVICE);
-            access.flags = std::mem::transmute::<u32, _>(PROT_READWRITE);
-        }
+        access.location.type_ = CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
+        access.flags = CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
         access.location.id = self.device;
         let r = call!(SET_ACCESS(va, size as usize, &access, 1));
         if r.is_err() {

@@ -78,7 +78,9 @@ fn round(soft: &Soft) {
     let t = soft.totals();
     let chunk = soft.spaces().map(|(_, s)| s.chunk_bytes()).max().unwrap_or(u64::MAX);
     let held = t.resident + t.pooled;
-    if t.fragmented * 100 > held * AUTO_DEFRAG_PERCENT && t.fragmented >= AUTO_DEFRAG_CHUNKS * chunk {
+    // Compaction stops the program's launches for a moment: only when it would give chunks back.
+    let gain: u64 = soft.spaces().map(|(_, s)| s.compactable()).sum();
+    if t.fragmented * 100 > held * AUTO_DEFRAG_PERCENT && gain >= AUTO_DEFRAG_CHUNKS * chunk {
         crate::log::info(format_args!("soft mode: {} of {held} bytes held are fragmented; compacting", t.fragmented));
         soft.compact();
     } else if retired > 0 || soft.slot.is_some() {

@@ -67,7 +67,7 @@ impl Slab {
         for w in self.taken.iter() {
             w.store(0, SeqCst);
         }
-        if self.blocks % 64 != 0 {
+        if !self.blocks.is_multiple_of(64) {
             self.taken[self.blocks / 64].store(!0u64 << (self.blocks % 64), SeqCst);
         }
     }

@@ -365,7 +365,7 @@ impl<B: Backend> Space<B> {
             let block = block_size(slab.class());
             let offset = va - self.va(page);
             let index = (offset / block) as usize;
-            if offset % block != 0 {
+            if !offset.is_multiple_of(block) {
                 return Err(CUDA_ERROR_INVALID_VALUE);
             }
             let size = slab.size_of(index).ok_or(CUDA_ERROR_INVALID_VALUE)?;
@@ -442,6 +442,26 @@ impl<B: Backend> Space<B> {
         }
         t.swapped = inner.table.iter().filter(|p| matches!(p.place, Place::Host { .. })).count() as u64 * self.page;
         t
+    }
+
+    /// Device memory [`Space::compact`] would give back now (without moving anything): the chunks it
+    /// could empty, sparsest first, into the free slots of the others, and the empty chunks.
+    pub fn compactable(&self) -> u64 {
+        let inner = self.lock();
+        let mut chunks: Vec<(usize, usize)> =
+            inner.chunks.iter().flatten().map(|c| (c.used(), c.owner.len())).collect();
+        chunks.sort_unstable();
+        let mut room: usize = chunks.iter().map(|&(u, n)| n - u).sum();
+        let mut released = 0;
+        for &(_, slots) in &chunks {
+            // Emptying it takes `used` free slots of the others, and its own `slots - used` go with it.
+            if room < slots {
+                break;
+            }
+            room -= slots;
+            released += slots as u64 * self.page;
+        }
+        released
     }
 
     /// Moves live pages out of the sparsest chunks into the free slots of denser ones, and gives every

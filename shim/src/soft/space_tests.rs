@@ -109,9 +109,13 @@ fn compaction_keeps_every_byte_at_its_address_and_returns_chunks() {
     }
     let before = s.totals();
     assert!(before.fragmented >= 16 * PAGE, "{before:?}");
+    let expected = s.compactable();
+    assert!(expected >= 16 * PAGE, "{expected}");
     let done = s.compact().unwrap();
     assert!(done.moved >= 8 && done.released >= 16 * PAGE, "{done:?}");
     let after = s.totals();
+    assert_eq!(done.released, expected, "compactable() foretold it");
+    assert_eq!(s.compactable(), 0, "nothing more to gain");
     assert_eq!(after.resident, before.resident);
     assert!(after.fragmented < PAGE * 8, "{after:?}");
     assert_eq!(dev.physical(), after.resident + after.pooled);
