@@ -28,7 +28,7 @@ use crate::{driver, log, quota};
 use backend::{Backend, Driver};
 use residency::{Hold, RESIDENT, Residency};
 use space::{Space, Totals};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 use tessera_ffi::cuda::{CUDA_ERROR_INVALID_CONTEXT, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_OUT_OF_MEMORY};
@@ -51,8 +51,6 @@ pub struct Soft {
     slot: Option<&'static ProcSlot>,
     /// The managed vGPU the daemon's requests come from (`None` standalone).
     vgpu: Option<&'static VgpuSlot>,
-    /// Wakes the pager (for work of its own, such as compaction after frees).
-    wake: AtomicU32,
     pager: OnceLock<()>,
     /// Longest an allocation, launch or copy waits for device memory other vGPUs are asked to free.
     memory_wait: Duration,
@@ -93,7 +91,6 @@ fn set_up() -> Option<Soft> {
         moving: Mutex::new(()),
         slot: quota.map(|q| q.me()),
         vgpu: managed,
-        wake: AtomicU32::new(0),
         pager: OnceLock::new(),
         memory_wait: Duration::from_nanos(config.memory_wait_ns),
     })
@@ -188,7 +185,6 @@ impl Soft {
             }
             if bytes > space.page_size() / 2 {
                 self.publish();
-                self.wake_pager();
             }
         }))
     }
@@ -352,11 +348,6 @@ impl Soft {
         p.soft.pooled.store(t.pooled, Ordering::Relaxed);
         p.soft.fragmented.store(t.fragmented, Ordering::Relaxed);
         p.soft.swapped.store(t.swapped, Ordering::Relaxed);
-    }
-
-    fn wake_pager(&self) {
-        self.wake.fetch_add(1, Ordering::SeqCst);
-        tessera_ffi::futex::wake_all(&self.wake);
     }
 }
 

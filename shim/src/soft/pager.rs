@@ -4,7 +4,7 @@
 //! region slot current.
 
 use super::Soft;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::Ordering;
 use tessera_ffi::futex;
 
 /// How often the pager looks around without being asked.
@@ -32,19 +32,17 @@ pub fn start(soft: &'static Soft) {
 }
 
 fn run(soft: &'static Soft) {
-    let idle = AtomicU32::new(0);
     loop {
         let _ = std::panic::catch_unwind(|| round(soft));
-        let wake = soft.wake.load(Ordering::SeqCst);
         let deadline = futex::monotonic_ns() + PERIOD_NS;
         match soft.vgpu {
             Some(v) => {
                 let seq = v.live.pager.seq.load(Ordering::SeqCst);
                 if !requested(soft) {
-                    futex::wait_any_until(&[(&v.live.pager.seq, seq), (&soft.wake, wake)], deadline);
+                    futex::wait_until(&v.live.pager.seq, seq, deadline);
                 }
             }
-            None => futex::wait_any_until(&[(&idle, 0), (&soft.wake, wake)], deadline),
+            None => futex::sleep_until(deadline),
         }
     }
 }

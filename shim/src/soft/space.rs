@@ -61,11 +61,19 @@ impl Chunk {
     }
 }
 
-/// Host memory holding swapped-out pages.
+/// Host memory holding swapped-out pages (`pages` of them still).
 struct HostBuf {
     ptr: usize,
     len: u64,
     pages: usize,
+}
+
+/// Host memory kept for the next swap-out once its pages are back: copying into memory already touched
+/// runs at the copy engine's speed, first-touching a new buffer at a fraction of it.
+#[derive(Clone, Copy)]
+struct Spare {
+    ptr: usize,
+    len: u64,
 }
 
 /// A large allocation: whole pages from its head page.
@@ -95,11 +103,12 @@ struct Inner {
     large: BTreeMap<usize, Large>,
     chunks: Vec<Option<Chunk>>,
     hosts: Vec<Option<HostBuf>>,
+    spare: Option<Spare>,
     /// Active slabs of each class.
     slabs: Vec<Vec<&'static Slab>>,
     /// Retired slabs of each class, for reuse (slab records are never freed: lock-free readers may still
     /// hold one).
-    spare: Vec<Vec<&'static Slab>>,
+    spare_slabs: Vec<Vec<&'static Slab>>,
 }
 
 /// One device's soft address space.
@@ -138,8 +147,9 @@ impl<B: Backend> Space<B> {
             large: BTreeMap::new(),
             chunks: Vec::new(),
             hosts: Vec::new(),
+            spare: None,
             slabs: vec![Vec::new(); MAX_CLASSES],
-            spare: vec![Vec::new(); MAX_CLASSES],
+            spare_slabs: vec![Vec::new(); MAX_CLASSES],
         };
         Ok(Space {
             backend,
@@ -215,7 +225,7 @@ impl<B: Backend> Space<B> {
         }
         let page = self.new_pages(&mut inner, 1, Use::Slab)?;
         let slab: &'static Slab =
-            inner.spare[class].pop().unwrap_or_else(|| Box::leak(Box::new(Slab::new(class, self.page))));
+            inner.spare_slabs[class].pop().unwrap_or_else(|| Box::leak(Box::new(Slab::new(class, self.page))));
         slab.activate(page);
         self.slab_of[page].store(slab as *const Slab as *mut Slab, SeqCst);
         inner.slabs[class].push(slab);
@@ -332,7 +342,19 @@ impl<B: Backend> Space<B> {
             h.pages == 0
         });
         if done && let Some(h) = inner.hosts[buf].take() {
-            self.backend.host_free(h.ptr as *mut u8, h.len);
+            self.keep_spare(inner, Spare { ptr: h.ptr, len: h.len });
+        }
+    }
+
+    /// Keeps the larger of `spare` and the current spare buffer, freeing the other.
+    fn keep_spare(&self, inner: &mut Inner, spare: Spare) {
+        let (keep, free) = match inner.spare {
+            Some(old) if old.len >= spare.len => (old, Some(spare)),
+            old => (spare, old),
+        };
+        inner.spare = Some(keep);
+        if let Some(f) = free {
+            self.backend.host_free(f.ptr as *mut u8, f.len);
         }
     }
 
@@ -416,7 +438,7 @@ impl<B: Backend> Space<B> {
                     let _ = self.current[class].compare_exchange(ptr, std::ptr::null_mut(), SeqCst, SeqCst);
                     self.slab_of[page].store(std::ptr::null_mut(), SeqCst);
                     inner.slabs[class].swap_remove(i);
-                    inner.spare[class].push(slab);
+                    inner.spare_slabs[class].push(slab);
                     self.drop_page(&mut inner, page);
                     retired += 1;
                 } else {
@@ -440,7 +462,7 @@ impl<B: Backend> Space<B> {
                 t.fragmented += free;
             }
         }
-        t.swapped = inner.table.iter().filter(|p| matches!(p.place, Place::Host { .. })).count() as u64 * self.page;
+        t.swapped = inner.hosts.iter().flatten().map(|h| h.pages as u64).sum::<u64>() * self.page;
         t
     }
 
@@ -536,8 +558,17 @@ impl<B: Backend> Space<B> {
             self.trim(&mut inner, 0);
             return Ok(0);
         }
-        let len = resident.len() as u64 * self.page;
-        let ptr = self.backend.host_alloc(len).ok_or(CUDA_ERROR_OUT_OF_MEMORY)?;
+        let needed = resident.len() as u64 * self.page;
+        let (ptr, len) = match inner.spare.take() {
+            Some(s) if s.len >= needed => (s.ptr as *mut u8, s.len),
+            other => {
+                // Too small: freed before a larger one is taken.
+                if let Some(s) = other {
+                    self.backend.host_free(s.ptr as *mut u8, s.len);
+                }
+                (self.backend.host_alloc(needed).ok_or(CUDA_ERROR_OUT_OF_MEMORY)?, needed)
+            }
+        };
         let buf = match inner.hosts.iter().position(Option::is_none) {
             Some(i) => i,
             None => {
@@ -568,7 +599,7 @@ impl<B: Backend> Space<B> {
         }
         if copied == 0 {
             inner.hosts[buf] = None;
-            self.backend.host_free(ptr, len);
+            self.keep_spare(&mut inner, Spare { ptr: ptr as usize, len });
         }
         self.trim(&mut inner, 0);
         result.map(|()| copied)
@@ -605,7 +636,7 @@ impl<B: Backend> Space<B> {
 
     /// Whether any page is in host memory.
     pub fn has_swapped(&self) -> bool {
-        self.lock().table.iter().any(|p| matches!(p.place, Place::Host { .. }))
+        self.lock().hosts.iter().flatten().any(|h| h.pages > 0)
     }
 }
 
@@ -620,8 +651,10 @@ impl<B: Backend> Drop for Space<B> {
         for c in inner.chunks.iter().flatten() {
             self.backend.release(c.handle);
         }
-        for h in inner.hosts.iter().flatten() {
-            self.backend.host_free(h.ptr as *mut u8, h.len);
+        for (ptr, len) in
+            inner.hosts.iter().flatten().map(|h| (h.ptr, h.len)).chain(inner.spare.map(|s| (s.ptr, s.len)))
+        {
+            self.backend.host_free(ptr as *mut u8, len);
         }
     }
 }

@@ -148,7 +148,10 @@ fn eviction_and_restore_keep_every_byte_and_free_the_device() {
     dev.write(extra, &pattern(7, PAGE as usize));
     assert_eq!(s.restore().unwrap(), 7 * PAGE);
     assert!(!s.has_swapped());
-    assert_eq!(dev.host_buffers(), 0, "host memory freed once restored");
+    assert_eq!(dev.host_buffers(), 1, "the host buffer is kept for the next swap-out");
+    s.evict().unwrap();
+    assert_eq!(dev.host_buffers(), 1, "and reused by it");
+    s.restore().unwrap();
     assert_eq!(dev.read(large, (5 * PAGE + 100) as usize), pattern(99, (5 * PAGE + 100) as usize));
     for (i, &p) in small.iter().enumerate().skip(1) {
         assert_eq!(dev.read(p, 700), pattern(i as u64, 700));
