@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs the compute-share benchmarks (a)-(e) with their default durations (25 + 25 + 20 + 25 + 15 s, plus
 # start-up: about two and a half minutes), one after the other so they never compete for the engine or the
-# CPUs, then plots docs/shares.png. The host's load is printed before and after: the benchmarks measure a
-# simulated engine whose timing depends on the host scheduling its threads promptly.
+# CPUs, then the soft-memory benchmarks (`softmem`: allocation latency, swap throughput, defragmentation;
+# about a minute), then plots docs/shares.png. The host's load is printed before and after: the benchmarks
+# measure a simulated engine and device whose timing depends on the host scheduling its threads promptly.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,5 +12,6 @@ echo "== host: $(nproc) CPUs; uptime before: $(uptime)"
 for scenario in a b c d e; do
     ./target/release/shares "$scenario"
 done
+./target/release/softmem
 echo "== uptime after: $(uptime)"
 python3 benches/plot.py

@@ -71,22 +71,43 @@ static HOST_FREE: RealFn<unsafe extern "C" fn(*mut c_void) -> u32> = RealFn::new
 /// `CUDA_ERROR_NOT_SUPPORTED`, for a driver without the VMM entry points.
 const NOT_SUPPORTED: u32 = tessera_ffi::cuda::CUDA_ERROR_NOT_SUPPORTED;
 
+/// Calls a real function, or fails with not-supported when the driver lacks it.
+macro_rules! call {
+    ($f:ident($($a:expr),*)) => {{
+        let f = $f.get().ok_or(NOT_SUPPORTED)?;
+        // SAFETY: the function has the C signature its RealFn declares; every pointer argument is valid
+        // for the call (the callers' contracts).
+        status(unsafe { f($($a),*) })
+    }};
+}
+
 /// One device of the real driver, with the context soft mode's own copies and waits run in.
 pub struct Driver {
     device: i32,
+    /// Where soft mode's own work runs.
     ctx: u64,
+    /// The context of the process's first soft allocation on the device.
+    owner: u64,
 }
 
+static PRIMARY_RETAIN: RealFn<unsafe extern "C" fn(*mut CUcontext, i32) -> u32> =
+    RealFn::new(Lib::Cuda, c"cuDevicePrimaryCtxRetain");
+
 impl Driver {
-    /// Device ordinal `device`, with `ctx` (the context of the process's first soft allocation there) for
-    /// the copies and waits that run outside any of the program's calls.
-    pub fn new(device: usize, ctx: u64) -> Driver {
-        Driver { device: device as i32, ctx }
+    /// Device ordinal `device`. Soft mode's own copies and waits run in the device's primary context,
+    /// retained for the life of the process: the program may destroy any context of its own, and mapped
+    /// memory is reachable from every context of its device. Without it, `fallback` (the context of the
+    /// process's first soft allocation there).
+    pub fn new(device: usize, fallback: u64) -> Driver {
+        let mut primary: CUcontext = std::ptr::null_mut();
+        let retained = (|| call!(PRIMARY_RETAIN(&mut primary, device as i32)))().is_ok() && !primary.is_null();
+        Driver { device: device as i32, ctx: if retained { primary as u64 } else { fallback }, owner: fallback }
     }
 
-    /// The context the space's own copies run in.
+    /// The context the process's soft memory on the device answers as its own: that of its first
+    /// soft allocation there.
     pub fn context(&self) -> u64 {
-        self.ctx
+        self.owner
     }
 
     fn prop(&self) -> CUmemAllocationProp {
@@ -109,16 +130,6 @@ impl Driver {
         unsafe { pop(&mut old) };
         r
     }
-}
-
-/// Calls a real function, or fails with not-supported when the driver lacks it.
-macro_rules! call {
-    ($f:ident($($a:expr),*)) => {{
-        let f = $f.get().ok_or(NOT_SUPPORTED)?;
-        // SAFETY: the function has the C signature its RealFn declares; every pointer argument is valid
-        // for the call (the callers' contracts).
-        status(unsafe { f($($a),*) })
-    }};
 }
 
 impl Backend for Driver {

@@ -252,7 +252,8 @@ impl<B: Backend> Space<B> {
         for i in 0..n {
             inner.table[start + i].use_ = use_;
             if let Err(e) = self.back(inner, start + i) {
-                for j in 0..=i {
+                // Every page of the run goes back, backed or not yet.
+                for j in 0..n {
                     self.drop_page(inner, start + j);
                 }
                 return Err(e);
@@ -632,6 +633,12 @@ impl<B: Backend> Space<B> {
             copied += self.page;
         }
         Ok(copied)
+    }
+
+    /// Pages of address space not in use.
+    #[cfg(test)]
+    pub fn free_pages(&self) -> usize {
+        self.lock().runs.values().sum()
     }
 
     /// Whether any page is in host memory.

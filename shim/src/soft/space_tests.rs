@@ -196,3 +196,17 @@ fn empty_slabs_give_their_pages_back() {
     let again = s.alloc(512).unwrap();
     assert_eq!(s.range(again), Some((again, 512)));
 }
+
+#[test]
+fn failed_allocations_give_back_all_their_address_space() {
+    let dev = Shared(Arc::new(Fake::new(3 * PAGE)));
+    let s = Space::new(dev.clone(), 256 * PAGE, 8).unwrap();
+    // More attempts than the space has pages: a page lost per attempt would exhaust it.
+    for _ in 0..300 {
+        assert_eq!(s.alloc(5 * PAGE), Err(CUDA_ERROR_OUT_OF_MEMORY));
+    }
+    assert_eq!(s.free_pages(), 256);
+    let p = s.alloc(3 * PAGE).expect("the address space is intact");
+    dev.write(p, &pattern(1, 3 * PAGE as usize));
+    assert_eq!(dev.read(p, 3 * PAGE as usize), pattern(1, 3 * PAGE as usize));
+}

@@ -8,6 +8,8 @@ mod kernels;
 mod procaddress;
 mod quota;
 mod roundtrip;
+mod softbench;
+mod softmem;
 mod stubs;
 mod timing;
 mod vmm;
@@ -123,10 +125,22 @@ const SCENARIOS: &[Scenario] = &[
         run: quota::mem_info_scenario,
     },
     Scenario {
+        name: "softbench",
+        options: softbench::OPTIONS,
+        summary: "soft-memory benchmark workloads (--part alloc|swap|defrag), driven by benches/src/bin/softmem.rs",
+        run: softbench::run,
+    },
+    Scenario {
         name: "quota-vmm",
         options: &["device"],
         summary: "cuMemCreate, map, release the handle, retain it back, unmap, release: free memory at each step",
         run: quota::vmm_lifetime,
+    },
+    Scenario {
+        name: "softmem",
+        options: &["device", "mib", "free-large", "free-small", "rounds", "wait-file", "wait-timeout"],
+        summary: "large and small buffers (--mib in all) with distinct contents, every --free-large/--free-small-th freed and allocated again; ready, then per --rounds trigger (--wait-file appears) every byte checked and vector_add_f32 run",
+        run: softmem::run,
     },
 ];
 

@@ -113,6 +113,18 @@ impl Sim {
         self
     }
 
+    /// The value of one of the machine's environment variables.
+    pub fn var(&self, key: &str) -> Option<&str> {
+        self.env.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+    }
+
+    /// The machine's simulated-driver state (device memory in use, per device and per process), mapped
+    /// as an observer: the test reads what the simulated driver counts.
+    pub fn driver_state(&self) -> simgpu::SharedState {
+        let config = simgpu::Config::from_lookup(|k| self.var(k).map(str::to_string)).expect("SIMGPU_* settings");
+        simgpu::SharedState::open(&config, false).expect("open the simulated driver's state file")
+    }
+
     /// The probe command with this machine's environment.
     pub fn command(&self, args: &[&str]) -> Command {
         self.command_for(env!("CARGO_BIN_EXE_simgpu-probe"), args)
