@@ -229,7 +229,7 @@ const QUERIES: &[(&str, &str)] = &[
     ("cuMemGetInfo:12000:0", "libtessera.so:cuMemGetInfo_v2"),
     ("cuLaunchKernel:12000:2", "libtessera.so:cuLaunchKernel_ptsz"),
     ("cuStreamSynchronize:12000:2", "libsimcuda.so:cuStreamSynchronize_ptsz"),
-    ("cuMemcpyHtoD:12000:2", "libsimcuda.so:cuMemcpyHtoD_v2_ptds"),
+    ("cuMemcpyHtoD:12000:2", "libtessera.so:cuMemcpyHtoD_v2_ptds"),
     ("cuMemAlloc:2000:0", "libsimcuda.so:cuMemAlloc"),
 ];
 
