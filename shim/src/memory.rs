@@ -307,9 +307,7 @@ pub fn retain_handle(
     addr: *mut c_void,
     real: impl FnOnce() -> Status,
 ) -> Res {
-    if soft::active().is_some_and(|s| s.owns(addr as CUdeviceptr)) {
-        return soft::calls::retain_allocation_handle(addr, real);
-    }
+    soft::calls::refuse_soft("cuMemRetainAllocationHandle", addr as CUdeviceptr)?;
     let Some(_) = quota::active()? else { return status(real()) };
     status(real())?;
     // SAFETY: the driver succeeded, so it wrote the handle.

@@ -75,10 +75,8 @@ pub fn v2_ptsz(
     _status: *mut c_int,
     real: impl FnOnce() -> Status,
 ) -> Res {
-    status(real())?;
     let flags = if flags == FLAG_DEFAULT { FLAG_PER_THREAD_DEFAULT_STREAM } else { flags };
-    substitute(symbol, pfn, version, flags);
-    Ok(())
+    v1(symbol, pfn, version, flags, real)
 }
 
 #[cfg(test)]

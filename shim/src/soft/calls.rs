@@ -109,8 +109,8 @@ pub fn pointer_attributes(
     Ok(())
 }
 
-/// Refuses `what` on soft memory (it would hand out Tessera's mappings, which move); passes others on.
-fn refuse_soft(what: &str, ptr: CUdeviceptr, real: impl FnOnce() -> Status) -> Res {
+/// Refuses `what` on soft memory (it would hand out Tessera's mappings, which move): an error, logged.
+pub fn refuse_soft(what: &str, ptr: CUdeviceptr) -> Res {
     if active().is_some_and(|s| s.owns(ptr)) {
         log::warn(format_args!(
             "{what} on {ptr:#x}: soft-mode memory is virtualized and may move, so it cannot be shared or \
@@ -118,12 +118,13 @@ fn refuse_soft(what: &str, ptr: CUdeviceptr, real: impl FnOnce() -> Status) -> R
         ));
         return Err(CUDA_ERROR_NOT_SUPPORTED);
     }
-    status(real())
+    Ok(())
 }
 
 /// `cuIpcGetMemHandle`.
 pub fn ipc_get_mem_handle(_handle: *mut c_void, dptr: CUdeviceptr, real: impl FnOnce() -> Status) -> Res {
-    refuse_soft("cuIpcGetMemHandle", dptr, real)
+    refuse_soft("cuIpcGetMemHandle", dptr)?;
+    status(real())
 }
 
 /// `cuMemGetHandleForAddressRange`.
@@ -135,12 +136,8 @@ pub fn handle_for_address_range(
     _flags: c_ulonglong,
     real: impl FnOnce() -> Status,
 ) -> Res {
-    refuse_soft("cuMemGetHandleForAddressRange", dptr, real)
-}
-
-/// `cuMemRetainAllocationHandle` on an address.
-pub fn retain_allocation_handle(addr: *mut c_void, real: impl FnOnce() -> Status) -> Res {
-    refuse_soft("cuMemRetainAllocationHandle", addr as CUdeviceptr, real)
+    refuse_soft("cuMemGetHandleForAddressRange", dptr)?;
+    status(real())
 }
 
 /// Waits for the work queued on `stream` (before a soft allocation it may use is freed).

@@ -6,6 +6,7 @@
 use super::Soft;
 use std::sync::atomic::Ordering;
 use tessera_ffi::futex;
+use tessera_ffi::region::PagerRequest;
 
 /// How often the pager looks around without being asked.
 const PERIOD_NS: u64 = 100_000_000;
@@ -14,15 +15,9 @@ pub const AUTO_DEFRAG_PERCENT: u64 = 25;
 /// ...and at least this many chunks' worth would come back.
 const AUTO_DEFRAG_CHUNKS: u64 = 2;
 
-/// Starts the pager of `soft`.
+/// Starts the pager of `soft`. (Joining the vGPU set the process's request numbers to the vGPU's: requests
+/// made before it joined are not for it.)
 pub fn start(soft: &'static Soft) {
-    if let Some(p) = soft.slot
-        && let Some(v) = soft.vgpu
-    {
-        // Requests made before this process joined are not for it.
-        p.soft.evicted_seq.store(v.live.pager.evict_seq.load(Ordering::Acquire), Ordering::Release);
-        p.soft.defragged_seq.store(v.live.pager.defrag_seq.load(Ordering::Acquire), Ordering::Release);
-    }
     let spawned = std::thread::Builder::new().name("tessera-pager".into()).spawn(move || run(soft));
     if let Err(e) = spawned {
         crate::log::error(format_args!(
@@ -47,26 +42,32 @@ fn run(soft: &'static Soft) {
     }
 }
 
+/// The number of the daemon's latest `kind` request, if this process has not carried it out yet.
+fn pending(soft: &Soft, kind: PagerRequest) -> Option<u32> {
+    let (Some(p), Some(v)) = (soft.slot, soft.vgpu) else { return None };
+    let target = v.live.pager.counter(kind).load(Ordering::Acquire);
+    (p.soft.done(kind).load(Ordering::Acquire) != target).then_some(target)
+}
+
 /// Whether a request of the daemon is still to be carried out.
 fn requested(soft: &Soft) -> bool {
-    let (Some(p), Some(v)) = (soft.slot, soft.vgpu) else { return false };
-    let pager = &v.live.pager;
-    pager.evict_seq.load(Ordering::Acquire) != p.soft.evicted_seq.load(Ordering::Acquire)
-        || pager.defrag_seq.load(Ordering::Acquire) != p.soft.defragged_seq.load(Ordering::Acquire)
+    pending(soft, PagerRequest::Evict).is_some() || pending(soft, PagerRequest::Defrag).is_some()
 }
 
 /// One look: requests first, then housekeeping.
 fn round(soft: &Soft) {
-    if let (Some(p), Some(v)) = (soft.slot, soft.vgpu) {
-        let evict = v.live.pager.evict_seq.load(Ordering::Acquire);
-        if evict != p.soft.evicted_seq.load(Ordering::Acquire) {
-            soft.evict();
-            p.soft.evicted_seq.store(evict, Ordering::Release);
-        }
-        let defrag = v.live.pager.defrag_seq.load(Ordering::Acquire);
-        if defrag != p.soft.defragged_seq.load(Ordering::Acquire) {
-            soft.compact();
-            p.soft.defragged_seq.store(defrag, Ordering::Release);
+    for kind in [PagerRequest::Evict, PagerRequest::Defrag] {
+        if let (Some(target), Some(p)) = (pending(soft, kind), soft.slot) {
+            match kind {
+                PagerRequest::Evict => {
+                    soft.evict();
+                }
+                PagerRequest::Defrag => {
+                    soft.compact();
+                }
+            }
+            // After the figures: the daemon reads them once it sees the number.
+            p.soft.done(kind).store(target, Ordering::Release);
         }
     }
     let mut retired = 0;
