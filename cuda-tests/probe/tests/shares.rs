@@ -147,13 +147,18 @@ fn a_high_vgpu_holds_lower_priorities_until_it_goes_idle() {
     assert!(slipped <= 5, "a normal vGPU launched {slipped} kernels in 500 ms while a high one had work");
     assert!(launches(h) > hi_before + 100, "the high vGPU did not run alone: {} launches", launches(h) - hi_before);
     let hr = done(high);
+    let after_high = launches(l);
     let lr = done(low);
+    assert!(launches(l) > after_high + 100, "low barely ran after high exited: {} launches", launches(l) - after_high);
     // The low vGPU went on once the high one was idle: its longest wait ended soon after the high
-    // process's last work finished (`end_ns`: after its final synchronize returned).
+    // process's last work finished (`end_ns`: after its final synchronize returned). A kernel that
+    // slipped in splits that wait in two, so the probe's longest gap then says nothing about the hold.
     let late_us = (u64_at(&lr, "longest_gap_end_ns") as f64 - u64_at(&hr, "end_ns") as f64) / 1e3;
     eprintln!("low priority continued {late_us:.0} µs after the high vGPU's work finished ({slipped} slipped in)");
-    assert!(late_us < 5_000.0, "low continued {late_us} µs after high went idle: {lr}");
-    assert!(u64_at(&lr, "longest_gap_ns") >= 500_000_000, "low was not held: {lr}");
+    if slipped == 0 {
+        assert!(late_us < 5_000.0, "low continued {late_us} µs after high went idle: {lr}");
+        assert!(u64_at(&lr, "longest_gap_ns") >= 500_000_000, "low was not held: {lr}");
+    }
 }
 
 #[test]

@@ -8,7 +8,7 @@ use crate::handles::Registry;
 use crate::memory::{AddressSpace, Array, Pool};
 use crate::module::{Function, Module};
 use crate::stream::Stream;
-use crate::vmm::{Physical, Reservations};
+use crate::vmm::{Physical, Released, Reservations};
 use parking_lot::Mutex;
 use simgpu::{Config, SharedState};
 use std::sync::OnceLock;
@@ -46,6 +46,8 @@ pub struct Driver {
     pub physical: Registry<Physical>,
     /// VMM address reservations and what is mapped in them.
     pub reservations: Reservations,
+    /// Released VMM physical memory kept for reuse.
+    pub released: Released,
 }
 
 static DRIVER: OnceLock<Result<Driver, CuResult>> = OnceLock::new();
@@ -89,6 +91,7 @@ pub fn initialize() -> CuRes<&'static Driver> {
                 memory: AddressSpace::default(),
                 physical: Registry::new(0x41, CUDA_ERROR_INVALID_VALUE),
                 reservations: Reservations::default(),
+                released: Released::default(),
             })
         })
         .as_ref()

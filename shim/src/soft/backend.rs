@@ -8,7 +8,7 @@ use crate::real::{Lib, RealFn};
 use std::ffi::{c_ulonglong, c_void};
 use tessera_ffi::sys::{
     CUcontext, CUdeviceptr, CUmemAccess_flags, CUmemAccessDesc, CUmemAllocationGranularity_flags, CUmemAllocationProp,
-    CUmemAllocationType, CUmemGenericAllocationHandle, CUmemLocationType,
+    CUmemAllocationType, CUmemGenericAllocationHandle, CUmemLocationType, CUstream,
 };
 
 /// What soft mode needs from a device.
@@ -25,9 +25,11 @@ pub trait Backend: Send + Sync {
     fn map(&self, va: u64, size: u64, handle: u64, offset: u64) -> Res;
     /// Unmaps `[va, va + size)`.
     fn unmap(&self, va: u64, size: u64);
-    /// Copies device memory to host memory.
+    /// Queues a copy of device memory to host memory from [`Backend::host_alloc`]; it has completed once
+    /// [`Backend::synchronize`] returns.
     fn to_host(&self, dst: *mut u8, src: u64, len: u64) -> Res;
-    /// Copies host memory to device memory.
+    /// Queues a copy of host memory from [`Backend::host_alloc`] to device memory; it has completed once
+    /// [`Backend::synchronize`] returns.
     fn to_device(&self, dst: u64, src: *const u8, len: u64) -> Res;
     /// Copies device memory to device memory.
     fn within_device(&self, dst: u64, src: u64, len: u64) -> Res;
@@ -55,10 +57,10 @@ static MAP: RealFn<unsafe extern "C" fn(CUdeviceptr, usize, usize, CUmemGenericA
 static SET_ACCESS: RealFn<unsafe extern "C" fn(CUdeviceptr, usize, *const CUmemAccessDesc, usize) -> u32> =
     RealFn::new(Lib::Cuda, c"cuMemSetAccess");
 static UNMAP: RealFn<unsafe extern "C" fn(CUdeviceptr, usize) -> u32> = RealFn::new(Lib::Cuda, c"cuMemUnmap");
-static DTOH: RealFn<unsafe extern "C" fn(*mut c_void, CUdeviceptr, usize) -> u32> =
-    RealFn::new(Lib::Cuda, c"cuMemcpyDtoH_v2");
-static HTOD: RealFn<unsafe extern "C" fn(CUdeviceptr, *const c_void, usize) -> u32> =
-    RealFn::new(Lib::Cuda, c"cuMemcpyHtoD_v2");
+static DTOH_ASYNC: RealFn<unsafe extern "C" fn(*mut c_void, CUdeviceptr, usize, CUstream) -> u32> =
+    RealFn::new(Lib::Cuda, c"cuMemcpyDtoHAsync_v2");
+static HTOD_ASYNC: RealFn<unsafe extern "C" fn(CUdeviceptr, *const c_void, usize, CUstream) -> u32> =
+    RealFn::new(Lib::Cuda, c"cuMemcpyHtoDAsync_v2");
 static DTOD: RealFn<unsafe extern "C" fn(CUdeviceptr, CUdeviceptr, usize) -> u32> =
     RealFn::new(Lib::Cuda, c"cuMemcpyDtoD_v2");
 static SYNCHRONIZE: RealFn<Fn0> = RealFn::new(Lib::Cuda, c"cuCtxSynchronize");
@@ -176,12 +178,15 @@ impl Backend for Driver {
         let _ = (|| call!(UNMAP(va, size as usize)))();
     }
 
+    // Both copies go to the legacy default stream, which also orders them after any of the program's
+    // work still on blocking streams of the context; with pinned host memory they run while the caller
+    // maps or unmaps the next page.
     fn to_host(&self, dst: *mut u8, src: u64, len: u64) -> Res {
-        self.in_context(|| call!(DTOH(dst.cast(), src, len as usize)))
+        self.in_context(|| call!(DTOH_ASYNC(dst.cast(), src, len as usize, std::ptr::null_mut())))
     }
 
     fn to_device(&self, dst: u64, src: *const u8, len: u64) -> Res {
-        self.in_context(|| call!(HTOD(dst, src.cast(), len as usize)))
+        self.in_context(|| call!(HTOD_ASYNC(dst, src.cast(), len as usize, std::ptr::null_mut())))
     }
 
     fn within_device(&self, dst: u64, src: u64, len: u64) -> Res {

@@ -308,15 +308,21 @@ impl<B: Backend> Space<B> {
         Ok(())
     }
 
+    /// Unmaps page `page` if it is on the device and frees its chunk slot; its place becomes nowhere.
+    fn unmap_page(&self, inner: &mut Inner, page: usize) {
+        if let Place::Device { chunk, slot } = inner.table[page].place {
+            self.backend.unmap(self.va(page), self.page);
+            if let Some(c) = inner.chunks[chunk].as_mut() {
+                c.owner[slot] = None;
+            }
+            inner.table[page].place = Place::Nowhere;
+        }
+    }
+
     /// Unbacks page `page` (its data is lost) and returns it to the free runs.
     fn drop_page(&self, inner: &mut Inner, page: usize) {
         match inner.table[page].place {
-            Place::Device { chunk, slot } => {
-                self.backend.unmap(self.va(page), self.page);
-                if let Some(c) = inner.chunks[chunk].as_mut() {
-                    c.owner[slot] = None;
-                }
-            }
+            Place::Device { .. } => self.unmap_page(inner, page),
             Place::Host { buf, .. } => self.unref_host(inner, buf),
             Place::Nowhere => {}
         }
@@ -549,7 +555,7 @@ impl<B: Backend> Space<B> {
     }
 
     /// Copies every resident page to host memory and gives all device memory back; the bytes copied.
-    /// Run between kernels. On a failure the pages not yet copied stay resident.
+    /// Run between kernels. On a failure every page stays resident.
     pub fn evict(&self) -> Res<u64> {
         self.retire_empty_slabs();
         let mut inner = self.lock();
@@ -578,39 +584,37 @@ impl<B: Backend> Space<B> {
             }
         };
         inner.hosts[buf] = Some(HostBuf { ptr: ptr as usize, len, pages: 0 });
-        let mut copied = 0u64;
-        let mut result = Ok(());
-        for (k, &page) in resident.iter().enumerate() {
-            let offset = k as u64 * self.page;
-            // SAFETY: `ptr` holds `len` bytes, and `offset + page` is at most `len`.
-            if let Err(e) = self.backend.to_host(unsafe { ptr.add(offset as usize) }, self.va(page), self.page) {
-                result = Err(e);
-                break;
+        // Every copy is queued before any page is unmapped: if one fails, every page is still on the
+        // device, untouched.
+        let queued = resident.iter().enumerate().try_for_each(|(k, &page)| {
+            // SAFETY: `ptr` holds `len` bytes, and `(k + 1) * page` is at most `needed <= len`.
+            self.backend.to_host(unsafe { ptr.add(k * self.page as usize) }, self.va(page), self.page)
+        });
+        let result = queued.and_then(|()| self.backend.synchronize());
+        if result.is_ok() {
+            for (k, &page) in resident.iter().enumerate() {
+                self.unmap_page(&mut inner, page);
+                inner.table[page].place = Place::Host { buf, offset: k as u64 * self.page };
             }
-            let Place::Device { chunk, slot } = inner.table[page].place else { continue };
-            self.backend.unmap(self.va(page), self.page);
-            if let Some(c) = inner.chunks[chunk].as_mut() {
-                c.owner[slot] = None;
-            }
-            inner.table[page].place = Place::Host { buf, offset };
             if let Some(h) = inner.hosts[buf].as_mut() {
-                h.pages += 1;
+                h.pages = resident.len();
             }
-            copied += self.page;
-        }
-        if copied == 0 {
+        } else {
             inner.hosts[buf] = None;
             self.keep_spare(&mut inner, Spare { ptr: ptr as usize, len });
         }
         self.trim(&mut inner, 0);
-        result.map(|()| copied)
+        result.map(|()| resident.len() as u64 * self.page)
     }
 
     /// Brings swapped pages back to the device; the bytes copied. Stops at the first failure (typically
-    /// out of memory), leaving the rest in host memory: call again once memory is free.
+    /// out of memory), leaving the rest in host memory: call again once memory is free. The copies are
+    /// queued, so the device copies one page while the next is being mapped; a page's host copy is let go
+    /// only once every queued copy has completed.
     pub fn restore(&self) -> Res<u64> {
         let mut inner = self.lock();
-        let mut copied = 0;
+        let mut queued = Vec::new();
+        let mut result = Ok(());
         for page in 0..self.pages {
             let Place::Host { buf, offset } = inner.table[page].place else { continue };
             let ptr = inner.hosts[buf].as_ref().map_or(0, |h| h.ptr);
@@ -620,19 +624,24 @@ impl<B: Backend> Space<B> {
                 self.backend.to_device(self.va(page), src, self.page)
             });
             if let Err(e) = back {
-                if let Place::Device { chunk, slot } = inner.table[page].place {
-                    self.backend.unmap(self.va(page), self.page);
-                    if let Some(c) = inner.chunks[chunk].as_mut() {
-                        c.owner[slot] = None;
-                    }
-                }
+                self.unmap_page(&mut inner, page);
                 inner.table[page].place = Place::Host { buf, offset };
-                return Err(e);
+                result = Err(e);
+                break;
             }
-            self.unref_host(&mut inner, buf);
-            copied += self.page;
+            queued.push((page, buf, offset));
         }
-        Ok(copied)
+        if let Err(e) = self.backend.synchronize() {
+            for &(page, buf, offset) in &queued {
+                self.unmap_page(&mut inner, page);
+                inner.table[page].place = Place::Host { buf, offset };
+            }
+            return Err(e);
+        }
+        for &(_, buf, _) in &queued {
+            self.unref_host(&mut inner, buf);
+        }
+        result.map(|()| queued.len() as u64 * self.page)
     }
 
     /// Pages of address space not in use.

@@ -1,6 +1,6 @@
 //! `softbench`: the workloads of the soft-memory benchmarks (`benches/src/bin/softmem.rs`), one per
-//! `--part`. The scenario only uses the driver API a program would (cuMemAlloc, cuMemFree, synchronous
-//! copies, pinned host memory); whether its memory is soft depends on how it is started (`TESSERA_MODE`,
+//! `--part`. The scenario only uses the driver API a program would (cuMemAlloc, cuMemFree, copies,
+//! a stream, pinned host memory); whether its memory is soft depends on how it is started (`TESSERA_MODE`,
 //! or the mode of the vGPU it joins), never on the scenario.
 //!
 //! - `alloc`: for each size of `--sizes`, times batches of `--batch` cuMemAlloc calls followed by the
@@ -10,13 +10,12 @@
 //!   One batch per size is run first as a warm-up and left out. Prints each batch's mean per pair.
 //! - `swap`: allocates `--bytes` in buffers of `--buffer`, and one pinned host buffer of `--bytes`
 //!   (cuMemHostAlloc, the kind of memory soft mode swaps into). Then `--reps` times: writes a pattern
-//!   unique to the repetition and to every 8-byte word, copies it to the device and back (each way timed,
-//!   in copies of `--piece` bytes, checked), prints `{"ready": rep}` and waits for a line on stdin (the
+//!   unique to the repetition and to every 8-byte word, copies it to the device and back in copies of
+//!   `--piece` bytes, twice, checked each time: synchronous copies, then copies queued on a stream and
+//!   waited for once (each way timed); prints `{"ready": rep}` and waits for a line on stdin (the
 //!   benchmark swaps the process out meanwhile); then times one 8-byte copy (the first call after the
-//!   swap-out, which brings the memory back), copies everything back (timed) and checks the pattern,
-//!   then times the same copies to memory touched for the first time (DtoH into a new pinned buffer, HtoD
-//!   into new device buffers, both checked) and freeing a touched pinned buffer, prints the results and
-//!   waits for the next line.
+//!   swap-out, which brings the memory back), copies everything back (timed), checks the pattern, prints
+//!   the results and waits for the next line.
 //! - `defrag`: allocates `--ballast` bytes in `--buffer` blocks, never touched, then `--reps` times:
 //!   allocates `--bytes` in `--buffer` blocks, fills each with its own pattern, frees every other block,
 //!   prints `{"ready": rep}`, waits for a line on stdin (the benchmark defragments meanwhile), then reads
@@ -191,21 +190,48 @@ fn pieces(bufs: &[sys::CUdeviceptr], buffer: u64, piece: u64) -> Vec<sys::CUdevi
     bufs.iter().flat_map(|&b| (0..buffer / piece).map(move |k| b + k * piece)).collect()
 }
 
-/// Copies `host` to the pieces, one copy per piece; the time taken.
-fn htod_all(pieces: &[sys::CUdeviceptr], host: &[u64], piece: u64) -> Outcome<u64> {
+/// How a run of copies is issued: each synchronous, or all queued on a stream and waited for once.
+#[derive(Clone, Copy)]
+enum Issue {
+    Sync,
+    Queued(sys::CUstream),
+}
+
+impl Issue {
+    fn finish(self) -> Outcome<()> {
+        match self {
+            Issue::Sync => Ok(()),
+            // SAFETY: a stream this scenario created and has not destroyed.
+            Issue::Queued(s) => unsafe { result::stream::synchronize(s) }.during("cuStreamSynchronize"),
+        }
+    }
+}
+
+/// Copies `host` (pinned) to the pieces, one copy per piece; the time taken.
+fn htod_all(pieces: &[sys::CUdeviceptr], host: &[u64], piece: u64, issue: Issue) -> Outcome<u64> {
     let t = Instant::now();
     for (p, chunk) in pieces.iter().zip(host.chunks(piece as usize / 8)) {
-        htod(*p, chunk)?;
+        match issue {
+            Issue::Sync => htod(*p, chunk)?,
+            // SAFETY: `chunk` is pinned memory that outlives the copy (waited for below).
+            Issue::Queued(s) => unsafe { result::memcpy_htod_async(*p, chunk, s) }.during("cuMemcpyHtoDAsync")?,
+        }
     }
+    issue.finish()?;
     Ok(ns(t))
 }
 
-/// Copies the pieces to `host`, one copy per piece; the time taken.
-fn dtoh_all(pieces: &[sys::CUdeviceptr], host: &mut [u64], piece: u64) -> Outcome<u64> {
+/// Copies the pieces to `host` (pinned), one copy per piece; the time taken.
+fn dtoh_all(pieces: &[sys::CUdeviceptr], host: &mut [u64], piece: u64, issue: Issue) -> Outcome<u64> {
     let t = Instant::now();
     for (p, chunk) in pieces.iter().zip(host.chunks_mut(piece as usize / 8)) {
-        dtoh(chunk, *p)?;
+        match issue {
+            Issue::Sync => dtoh(chunk, *p)?,
+            // SAFETY: `chunk` is pinned memory that outlives the copy (waited for below).
+            Issue::Queued(s) => unsafe { result::memcpy_dtoh_async(chunk, *p, s) }.during("cuMemcpyDtoHAsync")?,
+        }
     }
+    issue.finish()?;
     Ok(ns(t))
 }
 
@@ -222,50 +248,52 @@ fn swap(args: &Args) -> Outcome {
     let bufs = (0..bytes / buffer).map(|_| malloc(buffer)).collect::<Outcome<Vec<_>>>()?;
     let pieces = pieces(&bufs, buffer, piece);
     let mut host = Pinned::new(bytes)?;
+    let queued =
+        Issue::Queued(result::stream::create(result::stream::StreamKind::NonBlocking).during("cuStreamCreate")?);
     // Every page of both sides touched once before anything is timed.
     fill(host.words(), 0, u64::MAX);
-    htod_all(&pieces, host.words(), piece)?;
-    dtoh_all(&pieces, host.words(), piece)?;
+    htod_all(&pieces, host.words(), piece, Issue::Sync)?;
+    dtoh_all(&pieces, host.words(), piece, Issue::Sync)?;
     check("warm-up read-back", host.words(), 0, u64::MAX)?;
     for rep in 0..reps {
+        // Each direction both ways, each checked: synchronous copies, and copies queued on a stream.
         fill(host.words(), 0, rep);
-        let htod_ns = htod_all(&pieces, host.words(), piece)?;
+        let htod_ns = htod_all(&pieces, host.words(), piece, Issue::Sync)?;
         host.words().fill(0);
-        let dtoh_ns = dtoh_all(&pieces, host.words(), piece)?;
+        let dtoh_ns = dtoh_all(&pieces, host.words(), piece, Issue::Sync)?;
         check("read-back before the swap-out", host.words(), 0, rep)?;
-        report::emit_now(NAME, json!({ "ready": rep, "bytes": bytes, "htod_ns": htod_ns, "dtoh_ns": dtoh_ns }));
+        fill(host.words(), 0, rep ^ 0x5a5a);
+        let htod_queued_ns = htod_all(&pieces, host.words(), piece, queued)?;
+        host.words().fill(0);
+        let dtoh_queued_ns = dtoh_all(&pieces, host.words(), piece, queued)?;
+        check("queued read-back", host.words(), 0, rep ^ 0x5a5a)?;
+        fill(host.words(), 0, rep);
+        htod_all(&pieces, host.words(), piece, queued)?;
+        report::emit_now(
+            NAME,
+            json!({
+                "ready": rep, "bytes": bytes, "htod_ns": htod_ns, "dtoh_ns": dtoh_ns,
+                "htod_queued_ns": htod_queued_ns, "dtoh_queued_ns": dtoh_queued_ns,
+            }),
+        );
         go_ahead()?;
         host.words().fill(0);
         let t = Instant::now();
         dtoh(&mut host.words()[..1], pieces[0])?;
         let first_copy_ns = ns(t);
-        let dtoh_after_ns = dtoh_all(&pieces, host.words(), piece)?;
+        let dtoh_after_ns = dtoh_all(&pieces, host.words(), piece, Issue::Sync)?;
         check("read-back after the swap-in", host.words(), 0, rep)?;
-        // The same copies to memory touched for the first time, as a swap-out's new host buffer and a
-        // swap-in's new device memory are.
-        let mut cold = Pinned::new(bytes)?;
-        let cold_dtoh_ns = dtoh_all(&pieces, cold.words(), piece)?;
-        check("read-back into a new pinned buffer", cold.words(), 0, rep)?;
-        let t = Instant::now();
-        drop(cold);
-        let free_host_ns = ns(t);
-        let fresh = (0..bytes / buffer).map(|_| malloc(buffer)).collect::<Outcome<Vec<_>>>()?;
-        let fresh_pieces = self::pieces(&fresh, buffer, piece);
-        let cold_htod_ns = htod_all(&fresh_pieces, host.words(), piece)?;
-        host.words().fill(0);
-        dtoh_all(&fresh_pieces, host.words(), piece)?;
-        check("read-back of new device buffers", host.words(), 0, rep)?;
-        for p in fresh {
-            free(p)?;
-        }
         report::emit_now(
             NAME,
             json!({
                 "rep": rep, "verified": true, "first_copy_ns": first_copy_ns, "dtoh_after_ns": dtoh_after_ns,
-                "cold_dtoh_ns": cold_dtoh_ns, "cold_htod_ns": cold_htod_ns, "free_host_ns": free_host_ns,
             }),
         );
         go_ahead()?;
+    }
+    if let Issue::Queued(stream) = queued {
+        // SAFETY: created above; every copy on it has been waited for.
+        unsafe { result::stream::destroy(stream) }.during("cuStreamDestroy")?;
     }
     for p in bufs {
         free(p)?;

@@ -109,6 +109,26 @@ pub fn run(args: &Args) -> Outcome {
         sys::cuMemRelease(handle).during("cuMemRelease")?;
     }
     let (free_after_release, _) = ctx.mem_get_info().during("cuMemGetInfo")?;
+
+    // Physical memory created after a release (which a driver may hand out again) is charged again,
+    // and works like any other.
+    let mut again = 0;
+    // SAFETY: as the first cuMemCreate.
+    unsafe { sys::cuMemCreate(&mut again, size, &prop, 0) }.during("cuMemCreate (again)")?;
+    let (free_after_recreate, _) = ctx.mem_get_info().during("cuMemGetInfo")?;
+    map(a, size, again, ordinal)?;
+    let inverse: Vec<u32> = pattern.iter().map(|w| !w).collect();
+    // SAFETY: `a` maps `size` bytes read-write; both buffers hold size bytes.
+    unsafe { result::memcpy_htod_sync(a, &inverse) }.during("cuMemcpyHtoD (again)")?;
+    // SAFETY: as above.
+    unsafe { result::memcpy_dtoh_sync(&mut back, a) }.during("cuMemcpyDtoH (again)")?;
+    verify("data through memory created again", &back, |i| inverse[i])?;
+    // SAFETY: `a` maps the whole range of `again`, released once.
+    unsafe {
+        sys::cuMemUnmap(a, size).during("cuMemUnmap(A, again)")?;
+        sys::cuMemRelease(again).during("cuMemRelease (again)")?;
+    }
+    let (free_after_second_release, _) = ctx.mem_get_info().during("cuMemGetInfo")?;
     // SAFETY: both reservations are unmapped and freed once, with their full sizes.
     unsafe {
         sys::cuMemAddressFree(a, size).during("cuMemAddressFree(A)")?;
@@ -127,5 +147,7 @@ pub fn run(args: &Args) -> Outcome {
         "free_before": free_before,
         "free_after_create": free_after_create,
         "free_after_release": free_after_release,
+        "free_after_recreate": free_after_recreate,
+        "free_after_second_release": free_after_second_release,
     }))
 }
