@@ -11,26 +11,23 @@
 //!    counts published in the vGPU's live file). The figure is the median over the batches of a batch's
 //!    time per pair (p90 beside it); ratios are soft over hard (same setting) and soft over native.
 //! 2. Swap-out and swap-in throughput against the copy bandwidth: a process of a soft vGPU holds 1 GiB
-//!    in 64 MiB buffers. In each of five repetitions it writes a new pattern, times copying it to the
-//!    device and back (cuMemcpyHtoD / cuMemcpyDtoH in 2 MiB copies, the size of the pager's copies,
-//!    between those buffers and a pinned host buffer from cuMemHostAlloc, the kind of host memory the
-//!    pager swaps into; both sides touched before), checks it and idles; the benchmark runs `tessera vgpu
-//!    swap-out swap` and reads `swapped` and `swap_out_ns` from `tessera vgpu show swap --json`, then lets
-//!    the process copy 8 bytes (the first call after a swap-out brings everything back) and reads
-//!    `swap_in_ns`; the process reads the whole gigabyte back and checks every word. Throughput is the
-//!    bytes swapped over the time the shim counted (`swap_out_ns`, `swap_in_ns`), over the copy bandwidth
-//!    the same process measured in the same repetition (out against DtoH, in against HtoD): the target is
-//!    80%. The baseline is measured on the process's own soft memory on purpose: it is the very memory
-//!    (memfd-backed chunks mapped with cuMemMap) and the very kind of host memory the pager copies
-//!    between, in the same process and the same minute, so the ratio isolates what swapping adds; a
-//!    hard-mode process would copy between other kinds of host mappings of the simulator (anonymous
-//!    memory). In each repetition the process also times the same copies to memory touched for the first
-//!    time, as a swap-out's new host buffer and a swap-in's new chunks are (DtoH into a new pinned buffer,
-//!    HtoD into new device buffers), and freeing a touched 1 GiB pinned buffer, which the end of a swap-in
-//!    does: on the simulated device, first touches are host page faults, and these tell how much of the
-//!    gap they explain.
+//!    in 64 MiB buffers. In each of seven repetitions it writes a new pattern and times copying it to the
+//!    device and back in 2 MiB copies (the size of the pager's copies) between those buffers and a pinned
+//!    host buffer from cuMemHostAlloc (the kind of host memory the pager swaps into; both sides touched
+//!    before), twice, checking each: synchronous cuMemcpyHtoD / cuMemcpyDtoH, and the async forms queued
+//!    on a stream and waited for once (the pager queues its copies). Then it idles; the benchmark runs
+//!    `tessera vgpu swap-out swap` and reads `swapped` and `swap_out_ns` from `tessera vgpu show swap
+//!    --json`, lets the process copy 8 bytes (the first call after a swap-out brings everything back) and
+//!    reads `swap_in_ns`; the process reads the whole gigabyte back and checks every word. Throughput is
+//!    the bytes swapped over the time the shim counted (`swap_out_ns`, `swap_in_ns`), over the copy
+//!    bandwidth the same process measured in the same repetition (out against DtoH, in against HtoD, the
+//!    faster of the two ways of issuing them): the target is 80%. The baseline is measured on the
+//!    process's own soft memory on purpose: it is the very memory (memfd-backed chunks mapped with
+//!    cuMemMap) and the very kind of host memory the pager copies between, in the same process and the
+//!    same minute, so the ratio isolates what swapping adds. A process's first swap-out also allocates
+//!    its host buffer (1 GiB of pinned memory, populated when allocated), later ones reuse it.
 //! 3. Defragmentation: a process of a soft vGPU allocates 1.5 GiB of ballast (2 MiB blocks, never
-//!    touched), then in each of five repetitions 512 × 2 MiB blocks (1 GiB, 64 chunks of 8 pages), fills
+//!    touched), then in each of seven repetitions 512 × 2 MiB blocks (1 GiB, 64 chunks of 8 pages), fills
 //!    them, frees every other one (every chunk half full: 512 MiB fragmented) and idles; the benchmark
 //!    runs `tessera vgpu defrag defrag`, then the process reads every remaining block back and checks it.
 //!    The ballast is there because the pager compacts on its own once more than 25% of the memory held is
@@ -55,7 +52,7 @@ use tessera_ffi::region_file::{Access, RegionFile};
 const GIB: f64 = (1u64 << 30) as f64;
 const MIB: u64 = 1 << 20;
 /// Repetitions of the swap and defragmentation cycles.
-const REPS: usize = 5;
+const REPS: usize = 7;
 /// Target of part 2: swap throughput as a fraction of the copy bandwidth.
 const SWAP_TARGET: f64 = 0.80;
 /// How often the live file is polled for the pager's progress.

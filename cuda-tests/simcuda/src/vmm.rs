@@ -31,8 +31,6 @@ pub struct Physical {
     /// `cuMemRetainAllocationHandle` calls made while the handle was registered; each takes one
     /// `cuMemRelease` before the handle goes away.
     retains: AtomicU32,
-    /// Made of released memory whose pages exist already (see [`Released`]).
-    reused: bool,
 }
 
 impl Drop for Physical {
@@ -82,14 +80,29 @@ impl Released {
     }
 }
 
-/// Maps every page of `[start, end)` at once, as a device's page tables are written when access is
-/// granted: for memory whose pages exist, one call instead of a host page fault per 4 KiB on first use.
-/// Read-populating a shared writable mapping maps the pages writable, a batch at a time, which costs
-/// less than half of write-populating them.
-fn populate(start: u64, end: u64) {
-    // SAFETY: the range is one of our MAP_SHARED read-write mappings; populating changes no data.
-    // Failure only means the pages fault in on first use instead.
-    unsafe { libc::madvise(start as *mut c_void, (end - start) as usize, libc::MADV_POPULATE_READ) };
+/// Maps the pages of `[start, end)` that hold data (`fd` from `offset` on) all at once, as a device's
+/// page tables are written when access is granted: one call instead of a host page fault per 4 KiB on
+/// first use, which made copying into memory used before several times slower than a copy. Pages
+/// never written stay unbacked until written, so mapping memory that is never used costs nothing.
+/// Read-populating a shared writable mapping maps the pages writable, a batch at a time.
+fn populate_written(fd: c_int, start: u64, end: u64, offset: u64) {
+    let file_end = offset + (end - start);
+    let mut at = offset;
+    while at < file_end {
+        // SAFETY: lseek on a memfd we own; failure (no data further on) ends the walk.
+        let data = unsafe { libc::lseek(fd, at as libc::off_t, libc::SEEK_DATA) };
+        if data < 0 || data as u64 >= file_end {
+            return;
+        }
+        // SAFETY: as above; a memfd ends in a hole, so this finds one.
+        let hole = unsafe { libc::lseek(fd, data, libc::SEEK_HOLE) };
+        let hole = if hole < 0 { file_end } else { (hole as u64).min(file_end) };
+        let va = start + (data as u64 - offset);
+        // SAFETY: the range lies in one of our MAP_SHARED mappings with access granted; populating
+        // changes no data. Failure only means the pages fault in on first use instead.
+        unsafe { libc::madvise(va as *mut c_void, (hole - data as u64) as usize, libc::MADV_POPULATE_READ) };
+        at = hole;
+    }
 }
 
 /// A new memfd of `size` bytes, or `None` if the host has no room.
@@ -107,6 +120,8 @@ fn new_memfd(size: u64) -> Option<OwnedFd> {
 
 struct Mapping {
     len: u64,
+    /// Where in the physical allocation it starts.
+    offset: u64,
     physical: Arc<Physical>,
     access: u32,
 }
@@ -297,14 +312,12 @@ pub extern "C" fn cuMemCreate(
         let size = size as u64;
         ensure(!handle.is_null() && size > 0 && aligned(size) && flags == 0)?;
         d.charge(device, size)?;
-        let kept = d.released.take(device, size);
-        let reused = kept.is_some();
-        let Some(fd) = kept.or_else(|| new_memfd(size)) else {
+        let Some(fd) = d.released.take(device, size).or_else(|| new_memfd(size)) else {
             d.uncharge(device, size);
             return Err(CUDA_ERROR_OUT_OF_MEMORY);
         };
         let h = d.physical.insert_with(|handle| {
-            Arc::new(Physical { handle, device, size, fd: Some(fd), retains: AtomicU32::new(0), reused })
+            Arc::new(Physical { handle, device, size, fd: Some(fd), retains: AtomicU32::new(0) })
         });
         out(handle, h)
     })
@@ -362,7 +375,7 @@ pub extern "C" fn cuMemMap(
             return Err(CUDA_ERROR_MAP_FAILED);
         }
         let r = map.get_mut(&base).expect("found above");
-        r.maps.insert(ptr, Mapping { len: size, physical, access: 0 });
+        r.maps.insert(ptr, Mapping { len: size, offset, physical, access: 0 });
         Ok(())
     })
 }
@@ -424,8 +437,9 @@ pub extern "C" fn cuMemSetAccess(
         let r = map.get_mut(&base).expect("found above");
         for (&start, m) in r.maps.range_mut(..end).filter(|(s, m)| **s + m.len > ptr) {
             m.access = access;
-            if m.physical.reused && access == 3 {
-                populate(start.max(ptr), (start + m.len).min(end));
+            if access != 0 {
+                let (from, to) = (start.max(ptr), (start + m.len).min(end));
+                populate_written(m.physical.raw_fd(), from, to, m.offset + (from - start));
             }
         }
         Ok(())
