@@ -7,8 +7,8 @@ use crate::guard::{Res, status};
 use crate::real::{Lib, RealFn};
 use std::ffi::{c_ulonglong, c_void};
 use tessera_ffi::sys::{
-    CUcontext, CUdeviceptr, CUmemAccess_flags, CUmemAccessDesc, CUmemAllocationGranularity_flags, CUmemAllocationProp,
-    CUmemAllocationType, CUmemGenericAllocationHandle, CUmemLocationType, CUstream,
+    CUcontext, CUdeviceptr, CUevent, CUmemAccess_flags, CUmemAccessDesc, CUmemAllocationGranularity_flags,
+    CUmemAllocationProp, CUmemAllocationType, CUmemGenericAllocationHandle, CUmemLocationType, CUstream,
 };
 
 /// What soft mode needs from a device.
@@ -35,6 +35,10 @@ pub trait Backend: Send + Sync {
     fn within_device(&self, dst: u64, src: u64, len: u64) -> Res;
     /// Waits for every piece of work the process queued on the device.
     fn synchronize(&self) -> Res;
+    /// Marks the copies queued so far: [`Backend::wait`] on the mark returns once they have completed.
+    fn mark(&self) -> Res<u64>;
+    /// Waits for a mark from [`Backend::mark`] and lets go of it; call once for every mark.
+    fn wait(&self, mark: u64) -> Res;
     /// Host memory suited to copies (pinned where the driver offers it), or `None` when there is none.
     fn host_alloc(&self, len: u64) -> Option<*mut u8>;
     /// Frees memory from [`Backend::host_alloc`].
@@ -42,6 +46,8 @@ pub trait Backend: Send + Sync {
 }
 
 type Fn0 = unsafe extern "C" fn() -> u32;
+/// `CU_EVENT_DISABLE_TIMING`: a mark needs no timestamp.
+const CU_EVENT_DISABLE_TIMING: u32 = 2;
 static GRANULARITY: RealFn<
     unsafe extern "C" fn(*mut usize, *const CUmemAllocationProp, CUmemAllocationGranularity_flags) -> u32,
 > = RealFn::new(Lib::Cuda, c"cuMemGetAllocationGranularity");
@@ -64,6 +70,10 @@ static HTOD_ASYNC: RealFn<unsafe extern "C" fn(CUdeviceptr, *const c_void, usize
 static DTOD: RealFn<unsafe extern "C" fn(CUdeviceptr, CUdeviceptr, usize) -> u32> =
     RealFn::new(Lib::Cuda, c"cuMemcpyDtoD_v2");
 static SYNCHRONIZE: RealFn<Fn0> = RealFn::new(Lib::Cuda, c"cuCtxSynchronize");
+static EVENT_CREATE: RealFn<unsafe extern "C" fn(*mut CUevent, u32) -> u32> = RealFn::new(Lib::Cuda, c"cuEventCreate");
+static EVENT_RECORD: RealFn<unsafe extern "C" fn(CUevent, CUstream) -> u32> = RealFn::new(Lib::Cuda, c"cuEventRecord");
+static EVENT_SYNCHRONIZE: RealFn<unsafe extern "C" fn(CUevent) -> u32> = RealFn::new(Lib::Cuda, c"cuEventSynchronize");
+static EVENT_DESTROY: RealFn<unsafe extern "C" fn(CUevent) -> u32> = RealFn::new(Lib::Cuda, c"cuEventDestroy_v2");
 static PUSH: RealFn<unsafe extern "C" fn(CUcontext) -> u32> = RealFn::new(Lib::Cuda, c"cuCtxPushCurrent_v2");
 static POP: RealFn<unsafe extern "C" fn(*mut CUcontext) -> u32> = RealFn::new(Lib::Cuda, c"cuCtxPopCurrent_v2");
 static HOST_ALLOC: RealFn<unsafe extern "C" fn(*mut *mut c_void, usize) -> u32> =
@@ -195,6 +205,29 @@ impl Backend for Driver {
 
     fn synchronize(&self) -> Res {
         self.in_context(|| call!(SYNCHRONIZE()))
+    }
+
+    fn mark(&self) -> Res<u64> {
+        let mut event: CUevent = std::ptr::null_mut();
+        self.in_context(|| {
+            call!(EVENT_CREATE(&mut event, CU_EVENT_DISABLE_TIMING))?;
+            // On the legacy default stream, where the copies are queued.
+            let recorded = call!(EVENT_RECORD(event, std::ptr::null_mut()));
+            if recorded.is_err() {
+                let _ = call!(EVENT_DESTROY(event));
+            }
+            recorded
+        })?;
+        Ok(event as u64)
+    }
+
+    fn wait(&self, mark: u64) -> Res {
+        let event = mark as CUevent;
+        self.in_context(|| {
+            let reached = call!(EVENT_SYNCHRONIZE(event));
+            let _ = call!(EVENT_DESTROY(event));
+            reached
+        })
     }
 
     fn host_alloc(&self, len: u64) -> Option<*mut u8> {

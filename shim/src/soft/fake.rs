@@ -5,7 +5,7 @@ use super::backend::Backend;
 use crate::guard::Res;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
-use tessera_ffi::cuda::{CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_OUT_OF_MEMORY};
+use tessera_ffi::cuda::{CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_OUT_OF_MEMORY, CUDA_ERROR_UNKNOWN};
 
 /// Page size of the fake device.
 pub const PAGE: u64 = 64 << 10;
@@ -18,6 +18,10 @@ struct State {
     /// Mapped page → (handle, offset).
     maps: BTreeMap<u64, (u64, u64)>,
     hosts: usize,
+    /// Marks handed out.
+    marks: u64,
+    /// The mark whose wait fails, if any.
+    failing_mark: Option<u64>,
 }
 
 /// The fake device, with a capacity.
@@ -30,6 +34,12 @@ impl Fake {
     /// A device of `capacity` bytes.
     pub fn new(capacity: u64) -> Fake {
         Fake { capacity, state: Mutex::new(State { next_va: 1 << 40, ..State::default() }) }
+    }
+
+    /// Makes the wait for mark number `n` (from 0, counting every mark handed out) fail, as a copy
+    /// that failed on the device would.
+    pub fn fail_mark(&self, n: u64) {
+        self.state.lock().unwrap().failing_mark = Some(n);
     }
 
     /// Physical bytes created and not released.
@@ -139,6 +149,16 @@ impl Backend for Fake {
 
     fn synchronize(&self) -> Res {
         Ok(())
+    }
+
+    fn mark(&self) -> Res<u64> {
+        let mut st = self.state.lock().unwrap();
+        st.marks += 1;
+        Ok(st.marks - 1)
+    }
+
+    fn wait(&self, mark: u64) -> Res {
+        if self.state.lock().unwrap().failing_mark == Some(mark) { Err(CUDA_ERROR_UNKNOWN) } else { Ok(()) }
     }
 
     fn host_alloc(&self, len: u64) -> Option<*mut u8> {

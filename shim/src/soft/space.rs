@@ -19,6 +19,9 @@ use tessera_ffi::cuda::{CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_OUT_OF_MEMORY};
 
 /// Empty chunks kept for reuse; more are given back to the device at once.
 pub const POOL_KEEP: usize = 2;
+/// Pages a swap-out copies between two marks: the device copies one batch while the pager unmaps the
+/// batch before it.
+const EVICT_BATCH: usize = 8;
 
 /// What a page serves.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -555,7 +558,7 @@ impl<B: Backend> Space<B> {
     }
 
     /// Copies every resident page to host memory and gives all device memory back; the bytes copied.
-    /// Run between kernels. On a failure every page stays resident.
+    /// Run between kernels. On a failure, pages whose copy had not completed stay resident.
     pub fn evict(&self) -> Res<u64> {
         self.retire_empty_slabs();
         let mut inner = self.lock();
@@ -584,27 +587,54 @@ impl<B: Backend> Space<B> {
             }
         };
         inner.hosts[buf] = Some(HostBuf { ptr: ptr as usize, len, pages: 0 });
-        // Every copy is queued before any page is unmapped: if one fails, every page is still on the
-        // device, untouched.
-        let queued = resident.iter().enumerate().try_for_each(|(k, &page)| {
-            // SAFETY: `ptr` holds `len` bytes, and `(k + 1) * page` is at most `needed <= len`.
-            self.backend.to_host(unsafe { ptr.add(k * self.page as usize) }, self.va(page), self.page)
-        });
-        let result = queued.and_then(|()| self.backend.synchronize());
-        if result.is_ok() {
-            for (k, &page) in resident.iter().enumerate() {
+        // Copies are queued in batches, each followed by a mark. A batch's pages are unmapped once its
+        // mark is reached, while the device copies the next batches. From the first failure on, pages
+        // stay resident, untouched.
+        let batches: Vec<&[usize]> = resident.chunks(EVICT_BATCH).collect();
+        let mut marks = Vec::with_capacity(batches.len());
+        let mut result = Ok(());
+        for (b, pages) in batches.iter().enumerate() {
+            let queued = pages.iter().enumerate().try_for_each(|(i, &page)| {
+                let at = (b * EVICT_BATCH + i) * self.page as usize;
+                // SAFETY: `ptr` holds `len >= needed` bytes, and `at + page` is at most `needed`.
+                self.backend.to_host(unsafe { ptr.add(at) }, self.va(page), self.page)
+            });
+            match queued.and_then(|()| self.backend.mark()) {
+                Ok(m) => marks.push(m),
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
+        }
+        let mut moved = 0;
+        for (b, mark) in marks.into_iter().enumerate() {
+            // Every mark is waited for, also after a failure: each must be let go of.
+            let reached = self.backend.wait(mark);
+            if result.is_err() || reached.is_err() {
+                result = result.and(reached);
+                continue;
+            }
+            for (i, &page) in batches[b].iter().enumerate() {
                 self.unmap_page(&mut inner, page);
-                inner.table[page].place = Place::Host { buf, offset: k as u64 * self.page };
+                inner.table[page].place = Place::Host { buf, offset: ((b * EVICT_BATCH + i) as u64) * self.page };
             }
-            if let Some(h) = inner.hosts[buf].as_mut() {
-                h.pages = resident.len();
-            }
-        } else {
+            moved += batches[b].len();
+            self.trim(&mut inner, 0);
+        }
+        if result.is_err() {
+            // Copies queued after the last mark may still be writing into the buffer.
+            let _ = self.backend.synchronize();
+        }
+        if let Some(h) = inner.hosts[buf].as_mut() {
+            h.pages = moved;
+        }
+        if moved == 0 {
             inner.hosts[buf] = None;
             self.keep_spare(&mut inner, Spare { ptr: ptr as usize, len });
         }
         self.trim(&mut inner, 0);
-        result.map(|()| resident.len() as u64 * self.page)
+        result.map(|()| moved as u64 * self.page)
     }
 
     /// Brings swapped pages back to the device; the bytes copied. Stops at the first failure (typically

@@ -4,7 +4,7 @@
 use super::fake::{Fake, PAGE};
 use super::space::Space;
 use std::sync::Arc;
-use tessera_ffi::cuda::{CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_OUT_OF_MEMORY};
+use tessera_ffi::cuda::{CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_OUT_OF_MEMORY, CUDA_ERROR_UNKNOWN};
 
 /// A backend shared between the space and the test, to look at the device from outside.
 #[derive(Clone)]
@@ -36,6 +36,8 @@ delegate! {
     to_device(dst: u64, src: *const u8, len: u64) -> crate::guard::Res;
     within_device(dst: u64, src: u64, len: u64) -> crate::guard::Res;
     synchronize() -> crate::guard::Res;
+    mark() -> crate::guard::Res<u64>;
+    wait(mark: u64) -> crate::guard::Res;
     host_alloc(len: u64) -> Option<*mut u8>;
     host_free(p: *mut u8, len: u64) -> ();
 }
@@ -157,6 +159,27 @@ fn eviction_and_restore_keep_every_byte_and_free_the_device() {
         assert_eq!(dev.read(p, 700), pattern(i as u64, 700));
     }
     assert_eq!(dev.read(extra, PAGE as usize), pattern(7, PAGE as usize));
+}
+
+#[test]
+fn a_failed_swap_out_copy_leaves_its_pages_and_later_ones_resident() {
+    let (s, dev) = space(64 * PAGE);
+    // 20 pages: batches of 8, 8 and 4; the second batch's copies fail.
+    let blocks: Vec<u64> = (0..20).map(|_| s.alloc(PAGE).unwrap()).collect();
+    for (i, &b) in blocks.iter().enumerate() {
+        dev.write(b, &pattern(i as u64, PAGE as usize));
+    }
+    dev.fail_mark(1);
+    assert_eq!(s.evict(), Err(CUDA_ERROR_UNKNOWN));
+    assert_eq!(s.totals().swapped, 8 * PAGE, "only the first batch left the device");
+    assert_eq!(dev.physical(), 16 * PAGE, "the emptied chunk was given back, the other two kept");
+    assert_eq!(s.restore().unwrap(), 8 * PAGE);
+    assert_eq!(s.evict().unwrap(), 20 * PAGE, "a later swap-out moves everything");
+    assert_eq!(dev.physical(), 0);
+    s.restore().unwrap();
+    for (i, &b) in blocks.iter().enumerate() {
+        assert_eq!(dev.read(b, PAGE as usize), pattern(i as u64, PAGE as usize), "block {i}");
+    }
 }
 
 #[test]
