@@ -4,7 +4,8 @@
 //!
 //! - [`config`]: vGPU specs and the rules every change keeps; [`store`]: their file, written atomically;
 //! - [`slots`]: writing specs into the region and reading usage back; [`manager`]: carrying out requests;
-//! - [`refill`]: the token algorithm (pure); [`ledger`]: device time from the order of completions
+//! - [`refill`]: the token algorithm (pure); [`fairness`]: keeping the split over the long run (pure);
+//!   [`ledger`]: device time from the order of completions
 //!   (pure); [`charger`]: applying it to the vGPUs from their timelines; [`broker`]: finding device
 //!   memory for soft-mode vGPUs by asking idle ones to swap out; [`pacer`]: the per-device loop that
 //!   charges, brokers and refills;
@@ -16,6 +17,7 @@ pub mod charger;
 pub mod client;
 pub mod config;
 pub mod daemon;
+pub mod fairness;
 pub mod ledger;
 pub mod manager;
 pub mod pacer;

@@ -15,6 +15,7 @@
 
 use crate::broker::Broker;
 use crate::charger::{Charger, member};
+use crate::fairness::{self, Member};
 use crate::refill::{self, Observed, Vgpu};
 use std::sync::atomic::{AtomicBool, Ordering};
 use tessera_ffi::futex;
@@ -81,12 +82,44 @@ pub struct Device {
     pub charger: Charger,
     /// Finds memory for soft vGPUs.
     pub broker: Broker,
+    /// Each slot's [`fairness`] lag.
+    lags: Vec<i64>,
+    /// Each slot's `device_ns` at the last tick.
+    device_ns: Vec<u64>,
 }
 
 impl Device {
     /// The state of device `device`, continuing where a previous daemon stopped.
     pub fn new(region: &Region, device: u32) -> Device {
-        Device { charger: Charger::new(region, device), broker: Broker::new(device) }
+        Device {
+            charger: Charger::new(region, device),
+            broker: Broker::new(device),
+            lags: vec![0; MAX_VGPUS],
+            device_ns: region.vgpus.iter().map(|v| v.live.sched.device_ns.load(Ordering::Relaxed)).collect(),
+        }
+    }
+
+    /// The token adjustment of each of `members` (whose views are `views`) for this tick, from the device
+    /// time each was charged since the last (see [`fairness`]).
+    fn settle(&mut self, region: &Region, members: &[usize], views: &[Vgpu], recent: &[bool], held: bool) -> Vec<i64> {
+        let part = refill::takes_part(views, held);
+        let tick: Vec<Member> = members
+            .iter()
+            .enumerate()
+            .map(|(k, &i)| {
+                let total = region.vgpus[i].live.sched.device_ns.load(Ordering::Relaxed);
+                let used = total.saturating_sub(std::mem::replace(&mut self.device_ns[i], total));
+                let v = &views[k];
+                Member { share: v.share, competes: part[k] && !v.cap && recent[k], demand: v.demand, used_ns: used }
+            })
+            .collect();
+        let mut lags: Vec<i64> = members.iter().map(|&i| self.lags[i]).collect();
+        let adjust = fairness::settle(&mut lags, &tick);
+        self.lags.iter_mut().for_each(|l| *l = 0);
+        for (&i, lag) in members.iter().zip(lags) {
+            self.lags[i] = lag;
+        }
+        adjust
     }
 }
 
@@ -100,7 +133,7 @@ pub fn tick(region: &Region, device: u32, state: &mut Device, now_ns: u64, dt_ns
     let Some(dev) = region.devices.get(device as usize) else { return (false, None) };
     let brokering = state.broker.tick(region, &members, now_ns);
     let recheck = hold(region, dev, &members, now_ns);
-    let views: Vec<Vgpu> = members
+    let (views, recent): (Vec<Vgpu>, Vec<bool>) = members
         .iter()
         .map(|&i| {
             let v = &region.vgpus[i];
@@ -119,7 +152,10 @@ pub fn tick(region: &Region, device: u32, state: &mut Device, now_ns: u64, dt_ns
                 last_launch_ns: s.last_launch_ns.load(Ordering::Acquire),
                 processes,
             };
-            Vgpu {
+            let recent = processes
+                && (seen.busy() || now_ns.saturating_sub(seen.last_launch_ns) < fairness::ACTIVE_NS)
+                && seen.last_launch_ns != 0;
+            let view = Vgpu {
                 share: c.share.load(Ordering::Relaxed),
                 priority: c.priority.load(Ordering::Relaxed),
                 cap: f & flags::CAP != 0,
@@ -127,12 +163,15 @@ pub fn tick(region: &Region, device: u32, state: &mut Device, now_ns: u64, dt_ns
                 demand: seen.demand(now_ns),
                 busy: seen.busy(),
                 room: refill::room(s.tokens.load(Ordering::Acquire), burst),
-            }
+            };
+            (view, recent)
         })
-        .collect();
+        .unzip();
     let held = dev.high_until_ns.load(Ordering::Acquire) > now_ns;
     let grants = refill::plan(&views, dt_ns, held);
-    for (&i, grant) in members.iter().zip(grants) {
+    let adjust = state.settle(region, &members, &views, &recent, held);
+    for ((&i, grant), adjust) in members.iter().zip(grants).zip(adjust) {
+        let grant = (grant.min(i64::MAX as u64) as i64).saturating_add(adjust);
         let v = &region.vgpus[i];
         let s = &v.live.sched;
         let burst = refill::burst(v.config.window_ns.load(Ordering::Relaxed));

@@ -76,10 +76,8 @@ pub struct Vgpu {
 /// `high_hold` is true while the device's `high_until_ns` lies ahead.
 pub fn plan(vgpus: &[Vgpu], dt_ns: u64, high_hold: bool) -> Vec<u64> {
     let mut grants = vec![0u64; vgpus.len()];
-    let high = |v: &Vgpu| v.priority >= priority::HIGH;
-    let high_active = high_hold || vgpus.iter().any(|v| high(v) && !v.suspended && v.busy);
-    let group: Vec<usize> =
-        (0..vgpus.len()).filter(|&i| !vgpus[i].suspended && (!high_active || high(&vgpus[i]))).collect();
+    let part = takes_part(vgpus, high_hold);
+    let group: Vec<usize> = (0..vgpus.len()).filter(|&i| part[i]).collect();
     let demanding: Vec<usize> = group.iter().copied().filter(|&i| vgpus[i].demand).collect();
     let (mut given, mut untaken) = (0u64, 0u64);
     for &i in &demanding {
@@ -103,6 +101,14 @@ pub fn plan(vgpus: &[Vgpu], dt_ns: u64, high_hold: bool) -> Vec<u64> {
         spare = fill(&mut grants, vgpus, &takers, spare);
     }
     grants
+}
+
+/// Which of `vgpus` take part in an interval: those not suspended, and only the `high` ones while one of
+/// them is busy or `high_hold` is set.
+pub fn takes_part(vgpus: &[Vgpu], high_hold: bool) -> Vec<bool> {
+    let high = |v: &Vgpu| v.priority >= priority::HIGH;
+    let high_active = high_hold || vgpus.iter().any(|v| high(v) && !v.suspended && v.busy);
+    vgpus.iter().map(|v| !v.suspended && (!high_active || high(v))).collect()
 }
 
 /// Shares `amount` among `takers` in proportion to their shares (evenly when those are all 0), none
@@ -145,9 +151,10 @@ pub fn burst(window_ns: u64) -> i64 {
     (window_ns.saturating_mul(2).min(i64::MAX as u64) as i64).max(MIN_BURST_NS)
 }
 
-/// A bucket of `tokens` after a grant of `grant`, held to at most `burst` (it may stay negative: debt).
-pub fn refill(tokens: i64, grant: u64, burst: i64) -> i64 {
-    tokens.saturating_add(grant.min(i64::MAX as u64) as i64).min(burst)
+/// A bucket of `tokens` after a grant of `grant` (negative: tokens taken), held to at most `burst` (it
+/// may stay negative: debt).
+pub fn refill(tokens: i64, grant: i64, burst: i64) -> i64 {
+    tokens.saturating_add(grant).min(burst)
 }
 
 /// Whether waiters must be woken after a bucket went from `before` to `after`.
