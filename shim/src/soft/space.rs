@@ -558,7 +558,7 @@ impl<B: Backend> Space<B> {
     }
 
     /// Copies every resident page to host memory and gives all device memory back; the bytes copied.
-    /// Run between kernels. On a failure, pages whose copy had not completed stay resident.
+    /// Run between kernels. On a failure, the pages not moved before it stay resident, untouched.
     pub fn evict(&self) -> Res<u64> {
         self.retire_empty_slabs();
         let mut inner = self.lock();
