@@ -1,9 +1,11 @@
 //! Driver calls the shim makes for itself, none of them intercepted: where the calling thread's memory
-//! goes (current device and context), whether a primary context exists, and device UUIDs.
+//! goes (current device and context), whether a primary context exists, device UUIDs, and running the
+//! shim's own work in a given context.
 //!
 //! A `CUdevice` is its ordinal: the real driver hands out `cuDeviceGet(&d, i)` as `d == i`, and the quota
 //! is per ordinal.
 
+use crate::guard::{Res, status};
 use crate::real::{Lib, RealFn};
 use std::ffi::{c_int, c_uint};
 use tessera_ffi::region::MAX_DEVICES;
@@ -19,6 +21,23 @@ static DEVICE_UUID_V2: RealFn<unsafe extern "C" fn(*mut CUuuid, CUdevice) -> u32
 static DEVICE_UUID: RealFn<unsafe extern "C" fn(*mut CUuuid, CUdevice) -> u32> =
     RealFn::new(Lib::Cuda, c"cuDeviceGetUuid");
 static DEVICE_COUNT: RealFn<unsafe extern "C" fn(*mut c_int) -> u32> = RealFn::new(Lib::Cuda, c"cuDeviceGetCount");
+static CTX_PUSH: RealFn<unsafe extern "C" fn(CUcontext) -> u32> = RealFn::new(Lib::Cuda, c"cuCtxPushCurrent_v2");
+static CTX_POP: RealFn<unsafe extern "C" fn(*mut CUcontext) -> u32> = RealFn::new(Lib::Cuda, c"cuCtxPopCurrent_v2");
+
+/// Runs `f` with context `ctx` pushed current on the calling thread, then pops it (the thread's own
+/// current context is back); the push's error if `ctx` cannot be pushed, not-supported if the driver
+/// lacks the calls.
+pub fn in_context<T>(ctx: u64, f: impl FnOnce() -> T) -> Res<T> {
+    let not_supported = tessera_ffi::cuda::CUDA_ERROR_NOT_SUPPORTED;
+    let (push, pop) = (CTX_PUSH.get().ok_or(not_supported)?, CTX_POP.get().ok_or(not_supported)?);
+    // SAFETY: cuCtxPushCurrent's C signature; `ctx` is the handle of a context of this process.
+    status(unsafe { push(ctx as CUcontext) })?;
+    let out = f();
+    let mut popped: CUcontext = std::ptr::null_mut();
+    // SAFETY: cuCtxPopCurrent's C signature; `popped` is a valid output; it pops what was pushed above.
+    unsafe { pop(&mut popped) };
+    Ok(out)
+}
 
 /// Where the calling thread's allocations go: its current context and that context's device.
 #[derive(Clone, Copy, Debug)]

@@ -20,7 +20,7 @@ use crate::real::{Lib, RealFn};
 use std::ffi::c_uint;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use tessera_ffi::futex::monotonic_ns;
-use tessera_ffi::sys::{CUcontext, CUstream};
+use tessera_ffi::sys::CUstream;
 
 /// How often the reference is recorded again.
 pub const REBASE_NS: u64 = 2_000_000_000;
@@ -35,8 +35,6 @@ const STREAM_NON_BLOCKING: c_uint = 1;
 
 static STREAM_CREATE: RealFn<unsafe extern "C" fn(*mut CUstream, c_uint) -> u32> =
     RealFn::new(Lib::Cuda, c"cuStreamCreate");
-static CTX_PUSH: RealFn<unsafe extern "C" fn(CUcontext) -> u32> = RealFn::new(Lib::Cuda, c"cuCtxPushCurrent_v2");
-static CTX_POP: RealFn<unsafe extern "C" fn(*mut CUcontext) -> u32> = RealFn::new(Lib::Cuda, c"cuCtxPopCurrent_v2");
 
 /// The references of one context.
 pub struct Clock {
@@ -56,16 +54,7 @@ pub struct Clock {
 
 /// Runs `f` with context `ctx` pushed current on the calling thread; `None` when it cannot be pushed.
 fn in_context<T>(ctx: u64, f: impl FnOnce() -> Option<T>) -> Option<T> {
-    let (push, pop) = (CTX_PUSH.get()?, CTX_POP.get()?);
-    // SAFETY: cuCtxPushCurrent's C signature; `ctx` is the handle of a context this process created.
-    if unsafe { push(ctx as CUcontext) } != 0 {
-        return None;
-    }
-    let out = f();
-    let mut popped: CUcontext = std::ptr::null_mut();
-    // SAFETY: cuCtxPopCurrent's C signature; `popped` is a valid output; it pops what was pushed above.
-    unsafe { pop(&mut popped) };
-    out
+    crate::driver::in_context(ctx, f).ok().flatten()
 }
 
 impl Clock {

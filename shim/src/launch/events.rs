@@ -29,10 +29,18 @@ const CAPTURE_NONE: c_int = 0;
 /// `CU_STREAM_CAPTURE_MODE_RELAXED`.
 const CAPTURE_MODE_RELAXED: c_int = 2;
 
-static EVENT_CREATE: RealFn<unsafe extern "C" fn(*mut CUevent, c_uint) -> u32> =
+/// `cuEventCreate`, not intercepted (also soft mode's swap marks).
+pub(crate) static EVENT_CREATE: RealFn<unsafe extern "C" fn(*mut CUevent, c_uint) -> u32> =
     RealFn::new(Lib::Cuda, c"cuEventCreate");
-static EVENT_RECORD: RealFn<unsafe extern "C" fn(CUevent, CUstream) -> u32> = RealFn::new(Lib::Cuda, c"cuEventRecord");
-static EVENT_SYNCHRONIZE: RealFn<unsafe extern "C" fn(CUevent) -> u32> = RealFn::new(Lib::Cuda, c"cuEventSynchronize");
+/// `cuEventRecord`.
+pub(crate) static EVENT_RECORD: RealFn<unsafe extern "C" fn(CUevent, CUstream) -> u32> =
+    RealFn::new(Lib::Cuda, c"cuEventRecord");
+/// `cuEventSynchronize`.
+pub(crate) static EVENT_SYNCHRONIZE: RealFn<unsafe extern "C" fn(CUevent) -> u32> =
+    RealFn::new(Lib::Cuda, c"cuEventSynchronize");
+/// `cuEventDestroy_v2`.
+pub(crate) static EVENT_DESTROY: RealFn<unsafe extern "C" fn(CUevent) -> u32> =
+    RealFn::new(Lib::Cuda, c"cuEventDestroy_v2");
 static EVENT_QUERY: RealFn<unsafe extern "C" fn(CUevent) -> u32> = RealFn::new(Lib::Cuda, c"cuEventQuery");
 static EVENT_ELAPSED: RealFn<unsafe extern "C" fn(*mut f32, CUevent, CUevent) -> u32> =
     RealFn::new(Lib::Cuda, c"cuEventElapsedTime");

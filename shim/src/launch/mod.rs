@@ -17,7 +17,7 @@
 
 mod admission;
 mod clock;
-mod events;
+pub(crate) mod events;
 mod feedback;
 mod gate;
 mod standalone;

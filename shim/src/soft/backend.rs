@@ -4,6 +4,7 @@
 //! allocations and must not be charged as such.
 
 use crate::guard::{Res, status};
+use crate::launch::events::{EVENT_CREATE, EVENT_DESTROY, EVENT_RECORD, EVENT_SYNCHRONIZE};
 use crate::real::{Lib, RealFn};
 use std::ffi::{c_ulonglong, c_void};
 use tessera_ffi::sys::{
@@ -70,12 +71,6 @@ static HTOD_ASYNC: RealFn<unsafe extern "C" fn(CUdeviceptr, *const c_void, usize
 static DTOD: RealFn<unsafe extern "C" fn(CUdeviceptr, CUdeviceptr, usize) -> u32> =
     RealFn::new(Lib::Cuda, c"cuMemcpyDtoD_v2");
 static SYNCHRONIZE: RealFn<Fn0> = RealFn::new(Lib::Cuda, c"cuCtxSynchronize");
-static EVENT_CREATE: RealFn<unsafe extern "C" fn(*mut CUevent, u32) -> u32> = RealFn::new(Lib::Cuda, c"cuEventCreate");
-static EVENT_RECORD: RealFn<unsafe extern "C" fn(CUevent, CUstream) -> u32> = RealFn::new(Lib::Cuda, c"cuEventRecord");
-static EVENT_SYNCHRONIZE: RealFn<unsafe extern "C" fn(CUevent) -> u32> = RealFn::new(Lib::Cuda, c"cuEventSynchronize");
-static EVENT_DESTROY: RealFn<unsafe extern "C" fn(CUevent) -> u32> = RealFn::new(Lib::Cuda, c"cuEventDestroy_v2");
-static PUSH: RealFn<unsafe extern "C" fn(CUcontext) -> u32> = RealFn::new(Lib::Cuda, c"cuCtxPushCurrent_v2");
-static POP: RealFn<unsafe extern "C" fn(*mut CUcontext) -> u32> = RealFn::new(Lib::Cuda, c"cuCtxPopCurrent_v2");
 static HOST_ALLOC: RealFn<unsafe extern "C" fn(*mut *mut c_void, usize) -> u32> =
     RealFn::new(Lib::Cuda, c"cuMemAllocHost_v2");
 static HOST_FREE: RealFn<unsafe extern "C" fn(*mut c_void) -> u32> = RealFn::new(Lib::Cuda, c"cuMemFreeHost");
@@ -132,15 +127,8 @@ impl Driver {
     }
 
     /// Runs `f` with this device's context current on the calling thread (restoring the previous one).
-    fn in_context(&self, f: impl FnOnce() -> Res) -> Res {
-        let (push, pop) = (PUSH.get().ok_or(NOT_SUPPORTED)?, POP.get().ok_or(NOT_SUPPORTED)?);
-        // SAFETY: cuCtxPushCurrent's C signature; the context is one the program created and uses.
-        status(unsafe { push(self.ctx as CUcontext) })?;
-        let r = f();
-        let mut old: CUcontext = std::ptr::null_mut();
-        // SAFETY: pops exactly the context pushed above.
-        unsafe { pop(&mut old) };
-        r
+    fn in_context<T>(&self, f: impl FnOnce() -> Res<T>) -> Res<T> {
+        crate::driver::in_context(self.ctx, f).flatten()
     }
 }
 
