@@ -44,8 +44,9 @@ pub struct Entry {
     pub charged: AtomicI64,
     /// What was launched (0: a kernel, 1: a graph).
     pub kind: AtomicU32,
-    /// Reserved, zero.
-    pub reserved: u32,
+    /// 0 when the span is the kernel's (see [`Record::bound_ns`]); otherwise the most it may be charged.
+    /// Written as zero by shims before this field had a meaning (same layout version).
+    pub bound_ns: AtomicU32,
 }
 
 /// The ring of one vGPU.
@@ -72,6 +73,11 @@ pub struct Record {
     pub charged: i64,
     /// What was launched (0: a kernel, 1: a graph).
     pub kind: u32,
+    /// 0: the span holds only the kernel and its wait for the engine. Otherwise the launching thread was
+    /// held up between submitting the launch and recording its end event (preempted, say), so the span
+    /// may run on after the kernel ended (or start before it was submitted) by host time the kernel did
+    /// not use: it is charged at most this many ns, from the earliest instant it can have started.
+    pub bound_ns: u32,
 }
 
 /// What the reader finds at one index.
@@ -106,6 +112,7 @@ impl Timeline {
             e.end_ns.store(r.end_ns, Ordering::Relaxed);
             e.charged.store(r.charged, Ordering::Relaxed);
             e.kind.store(r.kind, Ordering::Relaxed);
+            e.bound_ns.store(r.bound_ns, Ordering::Relaxed);
             e.seq.store(claim + 1, Ordering::Release);
             true
         })
@@ -127,6 +134,7 @@ impl Timeline {
             end_ns: e.end_ns.load(Ordering::Relaxed),
             charged: e.charged.load(Ordering::Relaxed),
             kind: e.kind.load(Ordering::Relaxed),
+            bound_ns: e.bound_ns.load(Ordering::Relaxed),
         };
         // Orders the field loads before the second look at `seq`: a field a later writer wrote means `seq`
         // has changed by then.
@@ -205,7 +213,7 @@ mod tests {
     }
 
     fn rec(n: u64, kind: u32) -> Record {
-        Record { start_ns: n, end_ns: n * 3 + 1, charged: -(n as i64), kind }
+        Record { start_ns: n, end_ns: n * 3 + 1, charged: -(n as i64), kind, bound_ns: n as u32 }
     }
 
     /// Whether `r` is a record [`rec`] could have made (fields consistent with each other).

@@ -109,7 +109,7 @@ mod tests {
         // event) and charged a 300 µs estimate at launch.
         let kernel = |k: u64| {
             let end = MS + (k + 1) * MS / 2;
-            Record { start_ns: end - 3 * MS / 2, end_ns: end, charged: 300_000, kind: 0 }
+            Record { start_ns: end - 3 * MS / 2, end_ns: end, charged: 300_000, kind: 0, bound_ns: 0 }
         };
         for k in 0..8 {
             assert!(ring((k % 2) as usize).publish(&kernel(k)));
@@ -124,14 +124,14 @@ mod tests {
         assert_eq!(ring(1).tail.load(Ordering::Relaxed), 4);
         assert_eq!(r.devices[0].charged_end_ns.load(Ordering::Relaxed), 5 * MS);
         // A daemon restarted on the region continues after what was charged.
-        assert!(ring(1).publish(&Record { start_ns: 4 * MS, end_ns: 6 * MS, charged: 0, kind: 1 }));
+        assert!(ring(1).publish(&Record { start_ns: 4 * MS, end_ns: 6 * MS, charged: 0, kind: 1, bound_ns: 0 }));
         Charger::new(r, 0).charge(r, 11 * MS);
         assert_eq!(device(1), 3 * MS);
         assert_eq!(tokens(1), 4 * (300_000 - 500_000), "not token-limited: tokens untouched");
         assert_eq!(r.vgpus[1].live.sched.charged_ns[1].load(Ordering::Relaxed), MS as i64, "graphs apart");
         // A slot that is no longer a vGPU of the device is not charged.
         r.vgpus[1].config.state.store(state::FREE, Ordering::Relaxed);
-        assert!(ring(1).publish(&Record { start_ns: 6 * MS, end_ns: 7 * MS, charged: 5, kind: 0 }));
+        assert!(ring(1).publish(&Record { start_ns: 6 * MS, end_ns: 7 * MS, charged: 5, kind: 0, bound_ns: 0 }));
         Charger::new(r, 0).charge(r, 12 * MS);
         assert_eq!(device(1), 3 * MS);
     }

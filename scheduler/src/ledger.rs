@@ -15,6 +15,12 @@
 //! record that ended before everything remembered is charged its own span (its neighbours are
 //! forgotten), which never undercharges.
 //!
+//! A record whose launching thread was held up around the launch (`Record::bound_ns`) may span host
+//! time besides its kernel's: before its submission, or after its kernel ended, which an idle stream's end
+//! event then timestamps late. It is charged as any other but never more than its bound (its launch's
+//! estimate), so a preempted tenant is not charged the idle engine; what its kernel really displaced is
+//! then charged to the kernel that ended next, at most one kernel's time per such record.
+//!
 //! Limits: on a GPU that runs kernels of several contexts at once the rule is an approximation (a kernel
 //! ending inside another's span is charged from the completion before it). Kernels of processes that
 //! publish nothing (not managed by the daemon) are invisible: time a managed kernel spent waiting behind
@@ -78,13 +84,20 @@ impl Ledger {
         let limited = r.charged > 0;
         let end = r.end_ns.max(r.start_ns);
         let pos = self.kept.partition_point(|c| c.end_ns <= end);
-        let ns = if pos == 0 && end <= self.floor_ns {
+        let from = if pos == 0 && end <= self.floor_ns {
             // Older than anything remembered: its neighbours are gone.
             self.stale += 1;
-            end - r.start_ns
+            r.start_ns
         } else {
             let prev = if pos == 0 { self.floor_ns } else { self.kept[pos - 1].end_ns };
-            exclusive(r.start_ns, end, prev)
+            r.start_ns.max(prev).min(end)
+        };
+        // A bounded record's span may hold host time besides the kernel (see `Record::bound_ns`): it is
+        // charged its bound at most, and keeps its place by end. A later record ending inside its span
+        // re-charges it below, as any other: the minimum is kept.
+        let ns = match u64::from(r.bound_ns) {
+            0 => end - from,
+            bound => (end - from).min(bound),
         };
         if let Some(next) = self.kept.get_mut(pos) {
             let fixed = exclusive(next.start_ns, next.end_ns, end).min(next.ns);
@@ -128,7 +141,16 @@ mod tests {
     const US: u64 = 1_000;
 
     fn rec(vgpu: u32, start_us: u64, end_us: u64, charged_us: i64) -> (u32, Record) {
-        (vgpu, Record { start_ns: start_us * US, end_ns: end_us * US, charged: charged_us * US as i64, kind: 0 })
+        (
+            vgpu,
+            Record {
+                start_ns: start_us * US,
+                end_ns: end_us * US,
+                charged: charged_us * US as i64,
+                kind: 0,
+                bound_ns: 0,
+            },
+        )
     }
 
     /// Charges `records` in the given order and returns each vGPU's (device_ns, tokens) totals.
@@ -188,6 +210,27 @@ mod tests {
         assert_eq!(charge_all(&mut l, &shuffled), in_order);
         // Entirely reversed too.
         let reversed: Vec<(u32, Record)> = interleaved().into_iter().rev().collect();
+        assert_eq!(charge_all(&mut Ledger::new(0), &reversed), in_order);
+    }
+
+    #[test]
+    fn a_bounded_record_is_charged_its_bound_at_most_in_any_arrival_order() {
+        // vGPU 0's thread was held up: its events span 0-2000 µs, its kernel ran 0-300 (bound 300). vGPU 1's
+        // kernel queued at 100 ran 300-800; the engine idled until vGPU 1's next kernel, 1900-2600.
+        let mut bounded = rec(0, 0, 2_000, 300);
+        bounded.1.bound_ns = 300_000;
+        let records = [rec(1, 100, 800, 500), bounded, rec(1, 1_900, 2_600, 500)];
+        let in_order = charge_all(&mut Ledger::new(0), &records);
+        // Unbounded, vGPU 0 would be charged the idle engine (800-2000).
+        assert_eq!(in_order[0].0, 300 * US as i64);
+        let mut unbounded = records;
+        unbounded[1].1.bound_ns = 0;
+        assert_eq!(charge_all(&mut Ledger::new(0), &unbounded)[0].0, 1_200 * US as i64);
+        // What vGPU 0's kernel displaced goes to the kernel ending next (700 for 500), and the one
+        // straddling its late end loses what preceded that end (600 for 700): one kernel's time at most.
+        assert_eq!(in_order[1].0, (700 + 600) as i64 * US as i64);
+        let mut reversed = records;
+        reversed.reverse();
         assert_eq!(charge_all(&mut Ledger::new(0), &reversed), in_order);
     }
 

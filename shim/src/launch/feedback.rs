@@ -15,6 +15,9 @@
 //! stricter — bounded by their windows. That time is also what the estimate of the next launches learns
 //! from (a published launch's estimate is what the daemon charges such launches).
 //!
+//! Either way, a launch whose thread was held up between submitting it and recording its end event (see
+//! [`Item::held_up`]) is charged at most its estimate: its span may hold host time the kernel never used.
+//!
 //! The thread sleeps on a futex when the queue is empty; the first launch after that wakes it (one
 //! system call, only when nothing of the process was in flight).
 
@@ -42,6 +45,9 @@ pub struct Item {
     pub kind: Kind,
     /// Host time (monotonic ns) just before it was submitted: when it may have started at the earliest.
     pub launched_ns: u64,
+    /// The launching thread was held up around the launch (see `HELD_UP_NS`): the span between the
+    /// events may hold host time besides the kernel's, so it is charged at most its estimate.
+    pub held_up: bool,
 }
 
 static QUEUE: OnceLock<ArrayQueue<Item>> = OnceLock::new();
@@ -152,9 +158,11 @@ fn run(gate: &'static Gate) {
             .then(|| item.pool.span(item.pair))
             .flatten()
             .map(|(start, end)| (start.max(item.launched_ns).min(end), end));
+        let bound = item.held_up.then_some(item.admission.estimate.max(1));
         let charge = latest.charge(&item, own.max(0));
+        let charge = bound.map_or(charge, |b| charge.min(b));
         latest.forget_retired();
-        let published = span.is_some_and(|(start, end)| gate.publish(&item.admission, item.kind, start, end));
+        let published = span.is_some_and(|(start, end)| gate.publish(&item.admission, item.kind, start, end, bound));
         if !published {
             gate.settle(&item.admission, item.kind, charge);
         }

@@ -82,12 +82,14 @@ impl Gate {
     /// Hands admitted launch `a`, which ran from `start_ns` to `end_ns` (monotonic), to the daemon, and
     /// settles it: the tokens it took stay taken until the daemon charges its device time and gives them
     /// back (both in one addition), and its launches' estimate follows what the daemon charges; it leaves
-    /// the window. False, with nothing settled, when it could not be published.
-    pub fn publish(&self, a: &Admission, kind: Kind, start_ns: u64, end_ns: u64) -> bool {
+    /// the window. `bound`: the most it may be charged, when its span may hold host time besides the
+    /// kernel's. False, with nothing settled, when it could not be published.
+    pub fn publish(&self, a: &Admission, kind: Kind, start_ns: u64, end_ns: u64, bound: Option<i64>) -> bool {
         if self.region.is_none() {
             return false;
         }
-        let record = Record { start_ns, end_ns, charged: a.charged, kind: kind as u32 };
+        let bound_ns = bound.map_or(0, |b| b.clamp(1, u32::MAX.into()) as u32);
+        let record = Record { start_ns, end_ns, charged: a.charged, kind: kind as u32, bound_ns };
         if !self.vgpu.live.timeline.publish(&record) {
             return false;
         }
@@ -298,8 +300,9 @@ mod tests {
         let gate = Gate::new(v, Some(region), None);
         assert!(gate.publishes());
         let a = gate.admit(0, Kind::Kernel, true);
-        assert!(gate.publish(&a, Kind::Graph, 1_000_000, 1_500_000));
-        let record = Record { start_ns: 1_000_000, end_ns: 1_500_000, charged: INITIAL_ESTIMATE_NS, kind: 1 };
+        assert!(gate.publish(&a, Kind::Graph, 1_000_000, 1_500_000, Some(200_000)));
+        let record =
+            Record { start_ns: 1_000_000, end_ns: 1_500_000, charged: INITIAL_ESTIMATE_NS, kind: 1, bound_ns: 200_000 };
         assert_eq!(v.live.timeline.read(0), tessera_ffi::timeline::Slot::Ready(record));
         assert_eq!(s.tokens.load(Ordering::Relaxed), 1_000_000 - INITIAL_ESTIMATE_NS, "until the daemon charges");
         assert_eq!((s.inflight_ns.load(Ordering::Relaxed), s.device_ns.load(Ordering::Relaxed)), (0, 0));

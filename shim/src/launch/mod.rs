@@ -42,6 +42,12 @@ use tessera_ffi::sys::{CUfunction, CUgraphExec, CUlaunchConfig, CUstream};
 /// event calls (which go through the legacy-default-stream entry points).
 const STREAM_PER_THREAD: usize = 2;
 
+/// Longest a launch may take from its clock read before submitting to the return of its end event's
+/// record for the span between its events to count as the kernel's own: a thread held up longer
+/// (preempted, say) may have let the kernel finish long before the end event was recorded, which an
+/// idle stream then timestamps late, or submitted it long after the start was read.
+const HELD_UP_NS: u64 = 50_000;
+
 /// Longest the exit handler waits for queued measurements.
 const EXIT_DRAIN: Duration = Duration::from_millis(100);
 
@@ -125,11 +131,11 @@ fn gated<const PER_THREAD: bool>(stream: CUstream, kind: Kind, real: impl FnOnce
         }
         started
     });
+    // Taken after the tokens: a launch waiting for them leaves its memory free to be swapped out.
+    let hold = crate::soft::hold();
     // The kernel cannot start before this (a vDSO clock read): on an idle stream the start event is
     // timestamped before the launch is even submitted.
     let launched_ns = admission::now_ns();
-    // Taken after the tokens: a launch waiting for them leaves its memory free to be swapped out.
-    let hold = crate::soft::hold();
     let code = match &hold {
         Ok(_) => real(),
         Err(e) => *e,
@@ -143,8 +149,10 @@ fn gated<const PER_THREAD: bool>(stream: CUstream, kind: Kind, real: impl FnOnce
         return Err(code);
     }
     let measured = pair.is_some_and(|(pool, i)| {
-        let queued = pool.record(i, true, stream)
-            && feedback::push(gate, Item { pool, pair: i, admission, kind, launched_ns }).is_ok();
+        let queued = pool.record(i, true, stream) && {
+            let held_up = admission::now_ns() - launched_ns > HELD_UP_NS;
+            feedback::push(gate, Item { pool, pair: i, admission, kind, launched_ns, held_up }).is_ok()
+        };
         if !queued {
             pool.release(i);
         }
