@@ -527,6 +527,23 @@ fn high_arrives(seconds: f64) {
         })
         .collect();
     row("engine idle in the 5 ms after a burst's last kernel:", us(after));
+    // Where that goes: the normal vGPUs' first kernel after the burst, from the burst's end to its launch
+    // (the hold's release and the wake-ups before it), then to its start on the engine.
+    let resumed: Vec<(u64, Entry)> = end_ns
+        .iter()
+        .filter_map(|&t| {
+            let first = |e: &[Entry]| e.get(e.partition_point(|k| k.start_ns < t)).copied();
+            Some((t, [first(&n40), first(&n30)].into_iter().flatten().min_by_key(|k| k.start_ns)?))
+        })
+        .collect();
+    row(
+        "  of which until a normal vGPU's next kernel was launched:",
+        us(resumed.iter().map(|(t, k)| k.ready_ns.saturating_sub(*t)).collect()),
+    );
+    row(
+        "  of which from that launch to its start:",
+        us(resumed.iter().map(|(t, k)| k.start_ns - k.ready_ns.max(*t).min(k.start_ns)).collect()),
+    );
 
     // While a burst is in flight (from the first launch call to the last kernel's end) and while hi is idle.
     let spans: Vec<(u64, u64)> = (0..n).map(|i| (call[i], end_ns[i])).collect();
