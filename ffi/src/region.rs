@@ -391,6 +391,16 @@ pub struct VgpuSlot {
     live_pad: [u8; AREA - std::mem::size_of::<VgpuLive>()],
 }
 
+impl VgpuConfig {
+    /// The window in force: `window_ns`, or [`DEFAULT_WINDOW_NS`] while it is unset.
+    pub fn window(&self) -> i64 {
+        match self.window_ns.load(Ordering::Relaxed) {
+            0 => DEFAULT_WINDOW_NS as i64,
+            w => w.min(i64::MAX as u64) as i64,
+        }
+    }
+}
+
 impl VgpuSlot {
     /// The slot's name, without its NUL padding.
     pub fn name_bytes(&self) -> &[u8] {

@@ -76,7 +76,7 @@ pub struct Record {
     /// 0: the span holds only the kernel and its wait for the engine. Otherwise the launching thread was
     /// held up between submitting the launch and recording its end event (preempted, say), so the span
     /// may run on after the kernel ended (or start before it was submitted) by host time the kernel did
-    /// not use: it is charged at most this many ns, from the earliest instant it can have started.
+    /// not use: it is charged at most this many ns (its launch's estimate).
     pub bound_ns: u32,
 }
 

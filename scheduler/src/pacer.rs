@@ -70,10 +70,29 @@ fn hold(region: &Region, dev: &DeviceSched, members: &[usize], now_ns: u64) -> O
     } else if dev.high_until_ns.load(Ordering::Acquire) > now_ns {
         dev.high_until_ns.store(now_ns, Ordering::Release);
         for &i in members {
+            restart(&region.vgpus[i]);
             crate::slots::notify(&region.vgpus[i].live.sched);
         }
     }
     recheck
+}
+
+/// At the end of a hold, lets a lower-priority vGPU whose launches wait go at once with a window's worth
+/// of work at its share: its bucket is raised to `share% × window` if below. A launch takes its whole
+/// estimate from whatever the bucket holds, so a vGPU held to its share by tokens usually entered the hold
+/// in debt; left so, it would wait for refills while the device, just emptied by the `high` vGPU, idles.
+/// What this gives is at most one window's worth per hold; capped vGPUs are left to their share.
+fn restart(v: &VgpuSlot) {
+    let (c, s) = (&v.config, &v.live.sched);
+    let f = v.flags();
+    if c.priority.load(Ordering::Relaxed) >= priority::HIGH
+        || f & (flags::CAP | flags::SUSPENDED) != 0
+        || s.waiters.load(Ordering::Acquire) == 0
+    {
+        return;
+    }
+    let level = c.window().saturating_mul(c.share.load(Ordering::Relaxed).min(100) as i64) / 100;
+    s.tokens.fetch_max(level, Ordering::AcqRel);
 }
 
 /// The per-device state the loop keeps from tick to tick.
@@ -325,5 +344,30 @@ mod tests {
         assert_eq!(until(r), 13 * MS);
         assert!(r.vgpus[0].live.sched.epoch.load(Ordering::Relaxed) > epoch);
         assert!(tokens(r, 0) > 0);
+    }
+
+    #[test]
+    fn a_vgpu_waiting_at_the_end_of_a_hold_restarts_with_its_share_of_a_window() {
+        let r = region();
+        managed(r, 0, 40, 1);
+        managed(r, 1, 30, 1);
+        managed(r, 2, 30, 0);
+        r.vgpus[1].config.flags.fetch_or(flags::CAP, Ordering::Relaxed);
+        let h = &r.vgpus[3];
+        managed(r, 3, 0, 0);
+        h.config.priority.store(priority::HIGH, Ordering::Relaxed);
+        let state = &mut Device::new(r, 0);
+        h.live.sched.inflight_ns.store(1, Ordering::Relaxed);
+        tick(r, 0, state, 10 * MS, MS);
+        // Entered the hold in debt, as a launch leaves a bucket held to its share.
+        for i in 0..3 {
+            r.vgpus[i].live.sched.tokens.store(-400_000, Ordering::Relaxed);
+        }
+        h.live.sched.inflight_ns.store(0, Ordering::Relaxed);
+        tick(r, 0, state, 11 * MS, 0);
+        assert_eq!(r.devices[0].high_until_ns.load(Ordering::Relaxed), 11 * MS, "released");
+        assert_eq!(tokens(r, 0), 400_000, "40% of its 1 ms window, to go at once");
+        assert_eq!(tokens(r, 1), -400_000, "a capped vGPU keeps to its share");
+        assert_eq!(tokens(r, 2), -400_000, "nothing waits: nothing given");
     }
 }

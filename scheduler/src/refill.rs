@@ -16,7 +16,8 @@
 //!
 //! A suspended vGPU takes no part and gets nothing. While a `high` vGPU on the device is busy (or the
 //! device's `high_until_ns` lies ahead), only the `high` vGPUs take part: they get the whole device, lower
-//! priorities nothing.
+//! priorities nothing (when the hold ends, the pacer lets those that wait go at once: see
+//! `pacer::restart`).
 
 use tessera_ffi::region::priority;
 

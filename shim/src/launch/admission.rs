@@ -1,6 +1,7 @@
-//! The admission test every launch passes on its vGPU's slot (settings in its [`VgpuConfig`], the
-//! bucket in its [`Sched`]): a handful of atomic loads and read-modify-writes, no lock, system call or
-//! allocation (but one wake-up of the daemon when a managed `high` vGPU starts having work).
+//! The admission test every launch passes on its vGPU's slot (settings in its
+//! [`VgpuConfig`](tessera_ffi::region::VgpuConfig), the bucket in its [`Sched`]): a handful of atomic loads
+//! and read-modify-writes, no lock, system call or allocation (but one wake-up of the daemon when a managed
+//! `high` vGPU starts having work).
 //!
 //! A launch goes when the vGPU is not suspended, no `high` vGPU has work on the launch's device (unless
 //! the vGPU is `high` itself), the bucket holds tokens (only when it is token-limited: managed by the
@@ -14,7 +15,7 @@
 use super::standalone;
 use std::sync::atomic::Ordering;
 use tessera_ffi::futex;
-use tessera_ffi::region::{DEFAULT_WINDOW_NS, DeviceSched, Sched, VgpuConfig, VgpuSlot, flags, priority};
+use tessera_ffi::region::{DeviceSched, Sched, VgpuSlot, flags, priority};
 
 /// How long a `high` vGPU holds lower priorities on its device after it last launched or had work
 /// finish with more still queued. Work delayed behind lower-priority work already queued keeps it held;
@@ -49,14 +50,6 @@ pub struct Admission {
 /// Monotonic nanoseconds (`CLOCK_MONOTONIC`, read through the vDSO: no system call), the clock of every
 /// timestamp in the region.
 pub use tessera_ffi::futex::monotonic_ns as now_ns;
-
-/// The window of `c`: its `window_ns`, or the default while it is unset.
-pub fn window(c: &VgpuConfig) -> i64 {
-    match c.window_ns.load(Ordering::Relaxed) {
-        0 => DEFAULT_WINDOW_NS as i64,
-        w => w.min(i64::MAX as u64) as i64,
-    }
-}
 
 /// One admission attempt at `now` for a launch estimated at `estimate`, counted in the window when
 /// `measured`. `Err` carries when the launch may be admitted (`None`: when someone wakes it).
@@ -96,14 +89,14 @@ pub fn try_take(
     let limited = !high && (managed || standalone.is_some());
     if limited {
         if let Some(pct) = standalone {
-            standalone::refill(s, pct, now, standalone::burst(window(c)));
+            standalone::refill(s, pct, now, standalone::burst(c.window()));
         }
         let tokens = s.tokens.load(Ordering::Acquire);
         if tokens <= 0 {
             return Err(standalone.map(|pct| standalone::ready_at(tokens, pct, now)));
         }
     }
-    if measured && s.inflight_ns.load(Ordering::Acquire) >= window(c) {
+    if measured && s.inflight_ns.load(Ordering::Acquire) >= c.window() {
         return Err(None);
     }
     if limited {
@@ -140,7 +133,7 @@ pub fn drop_stale_window(v: &VgpuSlot, now: u64, progress: &mut (u64, u64)) {
     }
     let inflight = s.inflight_ns.load(Ordering::Acquire);
     if now - progress.0 >= STALE_WINDOW_NS
-        && inflight >= window(&v.config)
+        && inflight >= v.config.window()
         && s.inflight_ns.compare_exchange(inflight, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok()
     {
         crate::log::warn(format_args!(
@@ -154,6 +147,7 @@ pub fn drop_stale_window(v: &VgpuSlot, now: u64, progress: &mut (u64, u64)) {
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
+    use tessera_ffi::region::DEFAULT_WINDOW_NS;
 
     /// A zeroed record (all-zero is a valid value of every region structure), leaked.
     pub fn zeroed<T>() -> &'static T {
