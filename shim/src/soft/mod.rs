@@ -159,7 +159,7 @@ impl Soft {
             q.reserve(site.device, size, what)?;
         }
         let space = self.space(site.device, site.ctx);
-        let result = space.and_then(|s| self.with_memory(site.device, s.chunk_bytes(), || s.alloc(size)));
+        let result = space.and_then(|s| self.with_memory(site.device, || s.chunk_bytes(), || s.alloc(size)));
         match result {
             Ok(va) => {
                 if space.is_ok_and(|s| size > s.page_size() / 2) {
@@ -206,15 +206,15 @@ impl Soft {
     }
 
     /// Runs `f` until it succeeds or fails with something other than out-of-memory; while it runs out of
-    /// memory, and the daemon manages the vGPU, asks for `bytes` on `device` and retries for up to
+    /// memory, and the daemon manages the vGPU, asks for `bytes()` on `device` and retries for up to
     /// `TESSERA_MEMORY_WAIT`.
-    fn with_memory<T>(&self, device: usize, bytes: u64, mut f: impl FnMut() -> Res<T>) -> Res<T> {
+    fn with_memory<T>(&self, device: usize, bytes: impl Fn() -> u64, mut f: impl FnMut() -> Res<T>) -> Res<T> {
         let mut asked = Asked::new(self.vgpu, device);
         let started = Instant::now();
         loop {
             match f() {
                 Err(CUDA_ERROR_OUT_OF_MEMORY) if asked.can_wait() && started.elapsed() < self.memory_wait => {
-                    asked.ask(bytes);
+                    asked.ask(bytes());
                     std::thread::sleep(RETRY);
                 }
                 other => return other,
@@ -222,49 +222,41 @@ impl Soft {
         }
     }
 
-    /// Brings swapped pages back (with [`Soft::with_memory`]'s waiting), then marks the memory resident.
+    /// Brings swapped pages back (with [`Soft::with_memory`]'s waiting for what is missing), then marks
+    /// the memory resident.
     fn bring_back(&self) -> Res {
-        let started = Instant::now();
-        let mut asked =
-            Asked::new(self.vgpu, self.vgpu.map_or(0, |v| v.config.device.load(Ordering::Relaxed) as usize));
-        loop {
-            let guard = self.lock_moving();
-            if self.residency.state() == RESIDENT {
-                return Ok(());
-            }
-            let t = Instant::now();
-            let mut copied = 0;
-            let mut result = Ok(());
-            for (_, space) in self.spaces() {
-                match space.restore() {
-                    Ok(b) => copied += b,
-                    Err(e) => {
-                        result = Err(e);
-                        break;
-                    }
-                }
-            }
-            self.charge_swap_in(ns_since(t), copied);
-            match result {
-                Ok(()) => {
-                    self.residency.set(RESIDENT);
-                    drop(guard);
-                    self.publish();
-                    return Ok(());
-                }
-                Err(CUDA_ERROR_OUT_OF_MEMORY) if asked.can_wait() && started.elapsed() < self.memory_wait => {
-                    let missing: u64 = self.spaces().map(|(_, s)| s.totals().swapped).sum();
-                    // Released while waiting: the pager may be asked to swap this process out meanwhile.
-                    drop(guard);
-                    asked.ask(missing);
-                    std::thread::sleep(RETRY);
-                }
+        let device = self.vgpu.map_or(0, |v| v.config.device.load(Ordering::Relaxed) as usize);
+        let missing = || self.spaces().map(|(_, s)| s.totals().swapped).sum();
+        self.with_memory(device, missing, || self.restore_all()).inspect_err(|e| {
+            log::error(format_args!("soft mode: cannot bring swapped memory back: error {e}"));
+        })
+    }
+
+    /// One attempt of [`Soft::bring_back`]. The data lock is released on return, so that the pager may
+    /// be asked to swap this process out while it waits for memory.
+    fn restore_all(&self) -> Res {
+        let guard = self.lock_moving();
+        if self.residency.state() == RESIDENT {
+            return Ok(());
+        }
+        let t = Instant::now();
+        let mut copied = 0;
+        let mut result = Ok(());
+        for (_, space) in self.spaces() {
+            match space.restore() {
+                Ok(b) => copied += b,
                 Err(e) => {
-                    log::error(format_args!("soft mode: cannot bring swapped memory back: error {e}"));
-                    return Err(e);
+                    result = Err(e);
+                    break;
                 }
             }
         }
+        self.charge_swap_in(ns_since(t), copied);
+        result?;
+        self.residency.set(RESIDENT);
+        drop(guard);
+        self.publish();
+        Ok(())
     }
 
     /// Charges swap-in time to the vGPU's bucket (the time is device time spent for it) and counts it.
