@@ -6,10 +6,16 @@
 use crate::guard::{Res, status};
 use crate::launch::events::{EVENT_CREATE, EVENT_DESTROY, EVENT_RECORD, EVENT_SYNCHRONIZE};
 use crate::real::{Lib, RealFn};
+// The real functions of intercepted calls, declared once by the hook table.
+use crate::table::real_fns::{
+    cuDevicePrimaryCtxRetain as PRIMARY_RETAIN, cuMemCreate as CREATE, cuMemMap as MAP, cuMemRelease as RELEASE,
+    cuMemUnmap as UNMAP, cuMemcpyDtoD_v2 as DTOD, cuMemcpyDtoHAsync_v2 as DTOH_ASYNC,
+    cuMemcpyHtoDAsync_v2 as HTOD_ASYNC,
+};
 use std::ffi::{c_ulonglong, c_void};
 use tessera_ffi::sys::{
     CUcontext, CUdeviceptr, CUevent, CUmemAccess_flags, CUmemAccessDesc, CUmemAllocationGranularity_flags,
-    CUmemAllocationProp, CUmemAllocationType, CUmemGenericAllocationHandle, CUmemLocationType, CUstream,
+    CUmemAllocationProp, CUmemAllocationType, CUmemGenericAllocationHandle, CUmemLocationType,
 };
 
 /// What soft mode needs from a device.
@@ -54,22 +60,8 @@ static GRANULARITY: RealFn<
 > = RealFn::new(Lib::Cuda, c"cuMemGetAllocationGranularity");
 static RESERVE: RealFn<unsafe extern "C" fn(*mut CUdeviceptr, usize, usize, CUdeviceptr, c_ulonglong) -> u32> =
     RealFn::new(Lib::Cuda, c"cuMemAddressReserve");
-static CREATE: RealFn<
-    unsafe extern "C" fn(*mut CUmemGenericAllocationHandle, usize, *const CUmemAllocationProp, c_ulonglong) -> u32,
-> = RealFn::new(Lib::Cuda, c"cuMemCreate");
-static RELEASE: RealFn<unsafe extern "C" fn(CUmemGenericAllocationHandle) -> u32> =
-    RealFn::new(Lib::Cuda, c"cuMemRelease");
-static MAP: RealFn<unsafe extern "C" fn(CUdeviceptr, usize, usize, CUmemGenericAllocationHandle, c_ulonglong) -> u32> =
-    RealFn::new(Lib::Cuda, c"cuMemMap");
 static SET_ACCESS: RealFn<unsafe extern "C" fn(CUdeviceptr, usize, *const CUmemAccessDesc, usize) -> u32> =
     RealFn::new(Lib::Cuda, c"cuMemSetAccess");
-static UNMAP: RealFn<unsafe extern "C" fn(CUdeviceptr, usize) -> u32> = RealFn::new(Lib::Cuda, c"cuMemUnmap");
-static DTOH_ASYNC: RealFn<unsafe extern "C" fn(*mut c_void, CUdeviceptr, usize, CUstream) -> u32> =
-    RealFn::new(Lib::Cuda, c"cuMemcpyDtoHAsync_v2");
-static HTOD_ASYNC: RealFn<unsafe extern "C" fn(CUdeviceptr, *const c_void, usize, CUstream) -> u32> =
-    RealFn::new(Lib::Cuda, c"cuMemcpyHtoDAsync_v2");
-static DTOD: RealFn<unsafe extern "C" fn(CUdeviceptr, CUdeviceptr, usize) -> u32> =
-    RealFn::new(Lib::Cuda, c"cuMemcpyDtoD_v2");
 static SYNCHRONIZE: RealFn<Fn0> = RealFn::new(Lib::Cuda, c"cuCtxSynchronize");
 static HOST_ALLOC: RealFn<unsafe extern "C" fn(*mut *mut c_void, usize) -> u32> =
     RealFn::new(Lib::Cuda, c"cuMemAllocHost_v2");
@@ -96,9 +88,6 @@ pub struct Driver {
     /// The context of the process's first soft allocation on the device.
     owner: u64,
 }
-
-static PRIMARY_RETAIN: RealFn<unsafe extern "C" fn(*mut CUcontext, i32) -> u32> =
-    RealFn::new(Lib::Cuda, c"cuDevicePrimaryCtxRetain");
 
 impl Driver {
     /// Device ordinal `device`. Soft mode's own copies and waits run in the device's primary context,
