@@ -76,9 +76,8 @@ pub fn clear(p: &ProcSlot, vgpu: &VgpuSlot) {
 /// were found. Two scanners never subtract the same bytes twice: each dead slot is claimed by a CAS first.
 pub fn reclaim_vgpu(vgpu: &VgpuSlot, skip: Option<usize>) -> usize {
     let mut found = 0;
-    for (i, p) in vgpu.live.procs.iter().enumerate() {
-        let pid = p.pid.load(Ordering::Acquire);
-        if pid == 0 || pid == CLAIMING || Some(i) == skip || is_alive(pid, p.start_time.load(Ordering::Relaxed)) {
+    for (i, pid, p) in vgpu.attached() {
+        if Some(i) == skip || is_alive(pid, p.start_time.load(Ordering::Relaxed)) {
             continue;
         }
         if p.pid.compare_exchange(pid, CLAIMING, Ordering::AcqRel, Ordering::Relaxed).is_ok() {

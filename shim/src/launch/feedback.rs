@@ -158,7 +158,7 @@ fn run(gate: &'static Gate) {
             .then(|| item.pool.span(item.pair))
             .flatten()
             .map(|(start, end)| (start.max(item.launched_ns).min(end), end));
-        let bound = item.held_up.then_some(item.admission.estimate.max(1));
+        let bound = item.held_up.then_some(item.admission.estimate);
         let charge = latest.charge(&item, own.max(0));
         let charge = bound.map_or(charge, |b| charge.min(b));
         latest.forget_retired();

@@ -34,7 +34,6 @@ use std::ffi::{c_uint, c_void};
 use std::sync::OnceLock;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
-use tessera_ffi::cuda::CUDA_SUCCESS;
 use tessera_ffi::region::{VgpuSlot, flags};
 use tessera_ffi::sys::{CUfunction, CUgraphExec, CUlaunchConfig, CUstream};
 
@@ -131,17 +130,15 @@ fn gated<const PER_THREAD: bool>(stream: CUstream, kind: Kind, real: impl FnOnce
         }
         started
     });
-    // Taken after the tokens: a launch waiting for them leaves its memory free to be swapped out.
-    let hold = crate::soft::hold();
-    // The kernel cannot start before this (a vDSO clock read): on an idle stream the start event is
-    // timestamped before the launch is even submitted.
-    let launched_ns = admission::now_ns();
-    let code = match &hold {
-        Ok(_) => real(),
-        Err(e) => *e,
-    };
-    drop(hold);
-    if code != CUDA_SUCCESS {
+    // The soft-mode hold is taken after the tokens: a launch waiting for them leaves its memory free to
+    // be swapped out. The kernel cannot start before `launched_ns` (a vDSO clock read): on an idle stream
+    // the start event is timestamped before the launch is even submitted.
+    let mut launched_ns = 0;
+    let submitted = crate::soft::around(|| {
+        launched_ns = admission::now_ns();
+        real()
+    });
+    if let Err(code) = submitted {
         if let Some((p, i)) = pair {
             p.release(i);
         }
