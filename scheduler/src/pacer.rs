@@ -118,10 +118,17 @@ impl Device {
         }
     }
 
-    /// The token adjustment of each of `members` (whose views are `views`) for this tick, from the device
-    /// time each was charged since the last (see [`fairness`]).
-    fn settle(&mut self, region: &Region, members: &[usize], views: &[Vgpu], recent: &[bool], held: bool) -> Vec<i64> {
-        let part = refill::takes_part(views, held);
+    /// The token adjustment of each of `members` (whose views are `views`, and which take part in the
+    /// tick where `part` says so) for this tick, from the device time each was charged since the last
+    /// (see [`fairness`]).
+    fn settle(
+        &mut self,
+        region: &Region,
+        members: &[usize],
+        views: &[Vgpu],
+        recent: &[bool],
+        part: &[bool],
+    ) -> Vec<i64> {
         let tick: Vec<Member> = members
             .iter()
             .enumerate()
@@ -171,9 +178,7 @@ pub fn tick(region: &Region, device: u32, state: &mut Device, now_ns: u64, dt_ns
                 last_launch_ns: s.last_launch_ns.load(Ordering::Acquire),
                 processes,
             };
-            let recent = processes
-                && (seen.busy() || now_ns.saturating_sub(seen.last_launch_ns) < fairness::ACTIVE_NS)
-                && seen.last_launch_ns != 0;
+            let recent = seen.last_launch_ns != 0 && seen.active_within(now_ns, fairness::ACTIVE_NS);
             let view = Vgpu {
                 share: c.share.load(Ordering::Relaxed),
                 priority: c.priority.load(Ordering::Relaxed),
@@ -188,7 +193,7 @@ pub fn tick(region: &Region, device: u32, state: &mut Device, now_ns: u64, dt_ns
         .unzip();
     let held = dev.high_until_ns.load(Ordering::Acquire) > now_ns;
     let grants = refill::plan(&views, dt_ns, held);
-    let adjust = state.settle(region, &members, &views, &recent, held);
+    let adjust = state.settle(region, &members, &views, &recent, &refill::takes_part(&views, held));
     for ((&i, grant), adjust) in members.iter().zip(grants).zip(adjust) {
         let grant = (grant.min(i64::MAX as u64) as i64).saturating_add(adjust);
         let v = &region.vgpus[i];

@@ -47,10 +47,13 @@ impl Observed {
 
     /// Has demand at `now_ns`: busy, or launched within [`RECENT_LAUNCH_NS`].
     pub fn demand(&self, now_ns: u64) -> bool {
+        self.active_within(now_ns, RECENT_LAUNCH_NS)
+    }
+
+    /// Busy at `now_ns`, or launched within `window_ns` before it.
+    pub fn active_within(&self, now_ns: u64, window_ns: u64) -> bool {
         self.busy()
-            || (self.processes
-                && self.last_launch_ns != 0
-                && now_ns.saturating_sub(self.last_launch_ns) < RECENT_LAUNCH_NS)
+            || (self.processes && self.last_launch_ns != 0 && now_ns.saturating_sub(self.last_launch_ns) < window_ns)
     }
 }
 
