@@ -403,24 +403,29 @@ fn soft_memory(v: &VgpuStatus) -> String {
     lines.join("\n")
 }
 
-/// The reply to `defrag`.
-fn defragged(name: &str, r: &PagerReport) -> String {
+/// The reply to a request carried out by the vGPU's pagers: `done` is what each did ("defragmented"),
+/// `nothing` what there was nothing to do ("defragment"), `figures` what else changed ("; ...").
+fn paged(name: &str, r: &PagerReport, done: &str, nothing: &str, figures: &str) -> String {
     let hard = match r.hard_processes.len() {
         0 => String::new(),
         n => format!("; {n} process(es) started before the vGPU was set to soft run in hard mode and were not asked"),
     };
     if r.processes.is_empty() {
-        return format!("vGPU {name}: no soft-mode process is attached, nothing to defragment{hard}\n");
+        return format!("vGPU {name}: no soft-mode process is attached, nothing to {nothing}{hard}\n");
     }
     format!(
-        "vGPU {name}: {} process(es) defragmented; device memory held {} before, {} after; fragmentation {}% \
-         before, {}% after{hard}\n",
+        "vGPU {name}: {} process(es) {done}; device memory held {} before, {} after{figures}{hard}\n",
         r.processes.len(),
         format_size(r.held_before),
         format_size(r.held_after),
-        r.fragmentation_pct_before,
-        r.fragmentation_pct_after
     )
+}
+
+/// The reply to `defrag`.
+fn defragged(name: &str, r: &PagerReport) -> String {
+    let fragmentation =
+        format!("; fragmentation {}% before, {}% after", r.fragmentation_pct_before, r.fragmentation_pct_after);
+    paged(name, r, "defragmented", "defragment", &fragmentation)
 }
 
 /// Runs one `tessera vgpu` subcommand.
@@ -452,20 +457,14 @@ pub fn run(command: VgpuCommand) -> Result<(), String> {
         ),
         (VgpuCommand::Set(a), Some(v)) => format!("vGPU {}: {}\n", a.name, summary(&v.spec)),
         (VgpuCommand::Defrag { name }, _) => match &response.pager {
-            Some(report) => defragged(name, report),
+            Some(r) => defragged(name, r),
             None => format!("vGPU {name}: the daemon did not say what it defragmented\n"),
         },
         (VgpuCommand::SwapOut { name }, v) => match (&response.pager, v) {
-            (Some(r), _) if r.processes.is_empty() => {
-                format!("vGPU {name}: no soft-mode process is attached, nothing to swap out\n")
+            (Some(r), v) if r.processes.is_empty() || v.is_some() => {
+                let host = v.map_or(String::new(), |v| format!("; {} in host memory", format_size(v.swapped)));
+                paged(name, r, "swapped out", "swap out", &host)
             }
-            (Some(r), Some(v)) => format!(
-                "vGPU {name}: {} process(es) swapped out; device memory held {} before, {} after; {} in host memory\n",
-                r.processes.len(),
-                format_size(r.held_before),
-                format_size(r.held_after),
-                format_size(v.swapped)
-            ),
             _ => format!("vGPU {name}: the daemon did not say what it swapped out\n"),
         },
         (VgpuCommand::Suspend { name }, _) => format!("vGPU {name} suspended\n"),
