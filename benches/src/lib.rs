@@ -266,9 +266,7 @@ impl HostTimer {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
         let mut late = self.thread.take().and_then(|t| t.join().ok()).unwrap_or_default();
         late.sort_unstable();
-        let at = |p: f64| {
-            late.get(((p * late.len() as f64).ceil() as usize).clamp(1, late.len().max(1)) - 1).copied().unwrap_or(0)
-        };
+        let at = |p: f64| if late.is_empty() { 0 } else { nearest_rank(&late, p) };
         let total: u64 = late.iter().sum::<u64>() + late.len() as u64 * Self::PERIOD_NS;
         let stalled: u64 = late.iter().filter(|&&l| l > 2_000_000).sum();
         Lateness {
@@ -278,4 +276,14 @@ impl HostTimer {
             stalled_percent: stalled as f64 / total.max(1) as f64 * 100.0,
         }
     }
+}
+
+/// The nearest-rank `p` quantile (0 < p <= 1) of `sorted`, which is sorted ascending and not empty.
+pub fn nearest_rank<T: Copy>(sorted: &[T], p: f64) -> T {
+    sorted[((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len()) - 1]
+}
+
+/// How a benchmark line reports a target: `PASS` or `FAIL`.
+pub fn verdict(ok: bool) -> &'static str {
+    if ok { "PASS" } else { "FAIL" }
 }

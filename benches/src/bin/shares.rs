@@ -57,7 +57,7 @@ use simgpu::trace::{self, Entry};
 use std::path::PathBuf;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
-use tessera_benches::{CpuTimes, HostTimer, Machine, Series, sample, shares_between, write_csv};
+use tessera_benches::{CpuTimes, HostTimer, Machine, Series, nearest_rank, sample, shares_between, verdict, write_csv};
 use tessera_ffi::region::DEFAULT_WINDOW_NS;
 use tessera_ffi::units::parse_duration_ns;
 
@@ -182,10 +182,6 @@ fn write_meta(key: &str, lines: Value, events: Value, note: &str) {
 /// Shares between the samples at or after `t0` and `t1` (seconds).
 fn shares(s: &Series, t0: f64, t1: f64) -> Vec<f64> {
     shares_between(s, s.at(t0), s.at(t1))
-}
-
-fn verdict(ok: bool) -> &'static str {
-    if ok { "PASS" } else { "FAIL" }
 }
 
 /// Prints each vGPU's share over the run and its worst 10 s window (sliding by 1 s, after the warm-up)
@@ -397,8 +393,7 @@ fn nums(v: &Value, key: &str) -> Vec<u64> {
 /// p50, p99 and max (nearest rank).
 fn percentiles(mut v: Vec<f64>) -> [f64; 3] {
     v.sort_by(f64::total_cmp);
-    let rank = |p: f64| v[((p * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1];
-    [rank(0.5), rank(0.99), v[v.len() - 1]]
+    [nearest_rank(&v, 0.5), nearest_rank(&v, 0.99), v[v.len() - 1]]
 }
 
 /// e: a `high` vGPU arrives again and again beside two saturating `normal` ones.

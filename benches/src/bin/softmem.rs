@@ -45,7 +45,7 @@ use std::io::{BufRead, BufReader, Lines, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
-use tessera_benches::{CpuTimes, HostTimer, Lateness, Machine};
+use tessera_benches::{CpuTimes, HostTimer, Lateness, Machine, nearest_rank, verdict};
 use tessera_ffi::region::{PagerRequest, VgpuSlot, encode_name, seq_reached};
 use tessera_ffi::region_file::{Access, RegionFile};
 
@@ -62,8 +62,7 @@ const POLL: Duration = Duration::from_micros(100);
 fn median_p90(mut v: Vec<f64>) -> (f64, f64) {
     assert!(!v.is_empty(), "no samples");
     v.sort_by(f64::total_cmp);
-    let rank = |p: f64| v[((p * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1];
-    (rank(0.5), rank(0.9))
+    (nearest_rank(&v, 0.5), nearest_rank(&v, 0.9))
 }
 
 fn median(v: Vec<f64>) -> f64 {
@@ -490,10 +489,6 @@ fn part_swap(b: &Bench) -> SwapResult {
         verdict(r.in_fraction >= SWAP_TARGET)
     );
     r
-}
-
-fn verdict(ok: bool) -> &'static str {
-    if ok { "PASS" } else { "FAIL" }
 }
 
 /// Part 3's result.
