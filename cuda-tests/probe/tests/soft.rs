@@ -186,16 +186,9 @@ fn device_used(sim: &Sim) -> u64 {
     sim.driver_state().device(0).used_memory.load(Ordering::Acquire)
 }
 
-/// Polls `f` every 10 ms until it yields a value, failing with `what` after `timeout`.
-fn eventually<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
-    let start = Instant::now();
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(start.elapsed() < timeout, "timed out after {timeout:?} waiting for {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+/// Polls `f` every 10 ms (it asks the daemon) until it yields a value, failing with `what` after `timeout`.
+fn eventually<T>(what: &str, timeout: Duration, f: impl FnMut() -> Option<T>) -> T {
+    common::region::poll_every(Duration::from_millis(10), what, timeout, f)
 }
 
 /// Asserts that a `softmem` check (`verified`, `kernel`, ...) found every byte as written.

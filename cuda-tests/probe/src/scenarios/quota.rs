@@ -22,7 +22,7 @@ const OUT_OF_MEMORY: u32 = 2;
 const SIZE: u64 = 16 << 20;
 
 /// Free and total memory of the current context's device, as the program sees them.
-fn mem_info() -> Outcome<(u64, u64)> {
+pub(super) fn mem_info() -> Outcome<(u64, u64)> {
     let (f, t) = result::mem_get_info().during("cuMemGetInfo")?;
     Ok((f as u64, t as u64))
 }

@@ -11,6 +11,7 @@
 //! trigger, and `{"done": true, ...}` once everything is freed.
 
 use super::open;
+use super::quota::mem_info;
 use crate::args::Args;
 use crate::fail::{During, Failure, Outcome, code, ensure};
 use crate::ptx::Kernels;
@@ -105,12 +106,6 @@ fn device_bytes(device: usize) -> Option<u64> {
     let pid = std::process::id();
     let me = state.processes().find(|p| p.pid.load(Ordering::Acquire) == pid)?;
     me.memory.get(device).map(|m| m.load(Ordering::Acquire))
-}
-
-/// `cuMemGetInfo`: free and total, as the program sees them.
-fn mem_info() -> Outcome<(u64, u64)> {
-    let (f, t) = result::mem_get_info().during("cuMemGetInfo")?;
-    Ok((f as u64, t as u64))
 }
 
 /// `cuMemAlloc`.

@@ -15,14 +15,19 @@ pub struct TestRegion {
 }
 
 /// Polls `f` every 200 µs until it yields a value, failing the test with `what` after `timeout`.
-pub fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+pub fn wait_for<T>(what: &str, timeout: Duration, f: impl FnMut() -> Option<T>) -> T {
+    poll_every(Duration::from_micros(200), what, timeout, f)
+}
+
+/// Polls `f` every `period` until it yields a value, failing the test with `what` after `timeout`.
+pub fn poll_every<T>(period: Duration, what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
     let start = Instant::now();
     loop {
         if let Some(v) = f() {
             return v;
         }
         assert!(start.elapsed() < timeout, "timed out after {timeout:?} waiting for {what}");
-        std::thread::sleep(Duration::from_micros(200));
+        std::thread::sleep(period);
     }
 }
 
