@@ -2,7 +2,7 @@
 //! deadlines, so it does not drift), else every [`IDLE_NS`]; and at once when a process rings its vGPU's
 //! `bell` — a launch that must wait while the device is idle, or a `high` vGPU that starts or stops having
 //! work (while the loop ticks every millisecond anyway, only the `high` vGPUs' bells are listened to: other
-//! wake-ups would only make ticks more frequent, not grant more).
+//! wake-ups would only make ticks more frequent, not grant more), or when a vGPU is configured or removed.
 //!
 //! Each tick first has the device's [`Charger`] charge the kernels that finished since the last one (their
 //! device time taken from `tokens`, the launches' estimates given back); then it reads the device's
@@ -17,7 +17,7 @@ use crate::broker::Broker;
 use crate::charger::{Charger, member};
 use crate::fairness::{self, Member};
 use crate::refill::{self, Observed, Vgpu};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use tessera_ffi::futex;
 use tessera_ffi::reclaim::attached_pids;
 use tessera_ffi::region::{DeviceSched, MAX_VGPUS, Region, VgpuSlot, flags, priority};
@@ -34,6 +34,17 @@ pub const HIGH_HOLD_NS: u64 = 3 * TICK_NS;
 /// How long after a `high` vGPU's last launch, with nothing of it queued any more, it still counts as
 /// having work (a program between two launches).
 pub const HIGH_IDLE_NS: u64 = 300_000;
+
+/// Bumped whenever a vGPU is configured or removed. Every loop listens to it, so that a vGPU created
+/// (or moved to the device) while the loop sleeps at the idle pace, whose bell that sleep does not
+/// listen to, has its first waiting launch heard at once rather than at the next idle tick.
+static ROSTER: AtomicU32 = AtomicU32::new(0);
+
+/// Tells the refill loops that vGPUs were configured or removed (see [`ROSTER`]).
+pub fn roster_changed() {
+    ROSTER.fetch_add(1, Ordering::SeqCst);
+    futex::wake_all(&ROSTER);
+}
 
 /// Whether slot `v` has at least one process attached.
 fn has_processes(v: &VgpuSlot) -> bool {
@@ -214,40 +225,60 @@ pub fn tick(region: &Region, device: u32, state: &mut Device, now_ns: u64, dt_ns
     (brokering || views.iter().any(|v| v.demand), recheck)
 }
 
-/// The bells to listen to on device `device` and the values they hold now: every managed vGPU's, or only
-/// the `high` ones' when `only_high`.
-fn bells(region: &Region, device: u32, only_high: bool) -> Vec<(&std::sync::atomic::AtomicU32, u32)> {
-    members(region, device)
+/// The words to listen to on device `device` and the values they hold now: [`ROSTER`], then every managed
+/// vGPU's bell, or only the `high` ones' when `only_high`.
+fn bells(region: &Region, device: u32, only_high: bool) -> Vec<(&AtomicU32, u32)> {
+    let roster = (&ROSTER, ROSTER.load(Ordering::SeqCst));
+    let members = members(region, device)
         .into_iter()
         .map(|i| &region.vgpus[i])
         .filter(|v| !only_high || v.config.priority.load(Ordering::Relaxed) >= priority::HIGH)
-        .map(|v| (&v.live.sched.bell, v.live.sched.bell.load(Ordering::Acquire)))
-        .collect()
+        .map(|v| (&v.live.sched.bell, v.live.sched.bell.load(Ordering::Acquire)));
+    std::iter::once(roster).chain(members).collect()
+}
+
+/// The loop's pace: when it ticks next and which bells it listens to until then.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Pace {
+    /// Ticking every [`TICK_NS`], listening only to the `high` vGPUs' bells.
+    fast: bool,
+    /// When the next tick is due.
+    deadline: u64,
+}
+
+impl Pace {
+    /// The pace after a tick at `now` that found `demand` (or the broker at work).
+    ///
+    /// Every tick grants for the time elapsed since the last, so ticking sooner gains nothing: launches
+    /// waiting for tokens (which ring each time they go back to sleep) wait for the tick, and a tick a
+    /// bell caused early keeps the next deadline where it was. A tick that finds no demand after a fast
+    /// wait keeps the fast pace once more: that wait did not listen to every bell, so a launch that began
+    /// to wait meanwhile (after the tick read its vGPU) has rung unheard, and the idle pace would leave it
+    /// waiting for [`IDLE_NS`]. The next wait listens to every bell, read before its tick.
+    fn after_tick(self, now: u64, demand: bool) -> Pace {
+        let deadline = match demand || self.fast {
+            true if self.deadline > now && self.deadline <= now + TICK_NS => self.deadline,
+            true => (self.deadline + TICK_NS).clamp(now, now + TICK_NS),
+            false => now + IDLE_NS,
+        };
+        Pace { fast: demand, deadline }
+    }
 }
 
 /// Runs device `device`'s loop until `stop` is set (checked at least every [`IDLE_NS`]).
 pub fn run(region: &Region, device: u32, stop: &AtomicBool) {
     let mut state = Device::new(region, device);
     let mut last = futex::monotonic_ns();
-    let mut deadline = last;
-    let mut busy = false;
+    let mut pace = Pace { fast: false, deadline: last };
     while !stop.load(Ordering::Acquire) {
         // Read before the tick: a bell rung after it changes the value, so the wait returns at once.
-        let listening = bells(region, device, busy);
+        let listening = bells(region, device, pace.fast);
         let now = futex::monotonic_ns();
         let (demand, recheck) = tick(region, device, &mut state, now, (now - last).min(MAX_DT_NS));
-        busy = demand;
         last = now;
         region.daemon.heartbeat_ns.fetch_max(now, Ordering::AcqRel);
-        // Every tick grants for the time elapsed since the last, so ticking sooner gains nothing: launches
-        // waiting for tokens (which ring each time they go back to sleep) wait for the tick, and a tick a
-        // bell caused early keeps the next deadline where it was.
-        deadline = match busy {
-            true if deadline > now && deadline <= now + TICK_NS => deadline,
-            true => (deadline + TICK_NS).clamp(now, now + TICK_NS),
-            false => now + IDLE_NS,
-        };
-        let wake = recheck.map_or(deadline, |r| r.min(deadline));
+        pace = pace.after_tick(now, demand);
+        let wake = recheck.map_or(pace.deadline, |r| r.min(pace.deadline));
         futex::wait_any_until(&listening, wake);
     }
 }
@@ -278,6 +309,33 @@ mod tests {
 
     fn tokens(r: &Region, i: usize) -> i64 {
         r.vgpus[i].live.sched.tokens.load(Ordering::Relaxed)
+    }
+
+    #[test]
+    fn the_loop_goes_idle_only_after_a_wait_that_heard_every_bell() {
+        let idle = Pace { fast: false, deadline: 10 * MS };
+        let busy = idle.after_tick(10 * MS, true);
+        assert_eq!(busy, Pace { fast: true, deadline: 11 * MS });
+        assert_eq!(busy.after_tick(11 * MS, true).deadline, 12 * MS, "absolute deadlines, 1 ms apart");
+        assert_eq!(busy.after_tick(10 * MS + MS / 2, true).deadline, 11 * MS, "an early tick keeps the deadline");
+        // Demand gone after a wait that heard only `high` bells: one more fast tick, listening to all.
+        let lapsed = busy.after_tick(11 * MS, false);
+        assert_eq!(lapsed, Pace { fast: false, deadline: 12 * MS });
+        assert_eq!(lapsed.after_tick(12 * MS, false), Pace { fast: false, deadline: 12 * MS + IDLE_NS });
+    }
+
+    #[test]
+    fn a_vgpu_configured_wakes_the_loops_whatever_they_listen_to() {
+        let r = region();
+        let listening = bells(r, 0, true);
+        let (done, woken) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            futex::wait_any_until(&listening, futex::monotonic_ns() + 60_000_000_000);
+            let _ = done.send(());
+        });
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        roster_changed();
+        assert!(woken.recv_timeout(std::time::Duration::from_secs(10)).is_ok(), "the loop slept on");
     }
 
     #[test]

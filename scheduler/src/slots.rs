@@ -88,6 +88,7 @@ pub fn configure(v: &VgpuSlot, spec: &VgpuSpec) {
     c.window_ns.store(spec.window_ns, Ordering::Relaxed);
     c.flags.store(spec.region_flags(), Ordering::Release);
     notify(&v.live.sched);
+    crate::pacer::roster_changed();
 }
 
 /// Increments the vGPU's epoch and wakes its waiting launches (they re-read the state).
@@ -111,6 +112,7 @@ pub fn remove(locked: &Locked, name: &str) -> Result<(), String> {
     }
     locked.free_slot(index);
     notify(&locked.region().vgpus[index].live.sched);
+    crate::pacer::roster_changed();
     locked.file().unmap_live(index)
 }
 

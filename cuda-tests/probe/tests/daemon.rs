@@ -275,9 +275,13 @@ fn shares_split_the_device_and_a_capped_idle_vgpu_keeps_others_to_theirs() {
     let (a, b) = (report(a), report(b));
     let ratio = u64_at(&b, "engine_ns") as f64 / u64_at(&a, "engine_ns") as f64;
     assert!((2.0..=4.5).contains(&ratio), "60% against 20%: b got {ratio:.2}x a's time\na: {a}\nb: {b}");
-    // Alone, a vGPU of 20% absorbs what nobody uses (work-conserving)...
-    let alone = utilization(&report(saturate(&m, "a", "1.5")));
-    assert!(alone > 0.5, "alone at 20%, the engine was busy {alone:.2} of the time");
+    // Alone, a vGPU of 20% absorbs what nobody uses (work-conserving)... On a quiet host it keeps the engine
+    // 99.5-100% busy, with two busy loops competing for the 2 CPUs 81-95%. (It was 50-86% on a quiet host
+    // while the refill loop, going idle, stopped hearing launches that wait for tokens for 100 ms.)
+    let alone = report(saturate(&m, "a", "1.5"));
+    let gap = u64_at(&alone, "longest_gap_ns") as f64 / 1e6;
+    eprintln!("alone at 20%: engine busy {:.3}, longest gap {gap:.1} ms", utilization(&alone));
+    assert!(utilization(&alone) > 0.6, "alone at 20%, the engine was busy {:.2} of the time", utilization(&alone));
     // ...unless an idle vGPU is capped: then nobody exceeds their own share.
     m.ok(&["vgpu", "create", "reserved", "--device", "0", "--memory", "1GiB", "--share", "20", "--cap"]);
     let held = utilization(&report(saturate(&m, "a", "1.5")));
