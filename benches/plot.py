@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Plots achieved share over time from the share benchmarks' output (target/bench/shares-*.csv, with the
 reference lines and marked instants of shares-*.json beside each) into one PNG, docs/shares.png: one panel
-per scenario (a)-(e), plus a 1 ms-resolution excerpt of (e). Installs matplotlib into target/pydeps when it
+per scenario (a)-(f), plus a 1 ms-resolution excerpt of (e). Installs matplotlib into target/pydeps when it
 is missing."""
 import csv
 import json
@@ -27,6 +27,7 @@ PANELS = {
     "d": ("(d) idle30 idle: b30 and c40 absorb its share", "time (s), share per 100 ms"),
     "e": ("(e) high-priority hi (30) arrives in bursts beside n40 and n30", "time (s), share per 100 ms"),
     "e-zoom": ("(e) 60 ms excerpt: the normal vGPUs yield while hi's burst runs", "time (ms)"),
+    "f": ("(f) a20 alone, idle30 and idle50 idle: a20 absorbs the device", "time (s), share per 100 ms"),
 }
 
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Runs the compute-share benchmarks (a)-(e) with their default durations (25 + 25 + 20 + 25 + 15 s, plus
-# start-up: about two and a half minutes), one after the other so they never compete for the engine or the
+# Runs the compute-share benchmarks (a)-(f) with their default durations (25 + 25 + 20 + 25 + 15 + 15 s,
+# plus start-up: about three minutes), one after the other so they never compete for the engine or the
 # CPUs, then the soft-memory benchmarks (`softmem`: allocation latency, swap throughput, defragmentation;
 # about a minute), then plots docs/shares.png. The host's load is printed before and after: the benchmarks
 # measure a simulated engine and device whose timing depends on the host scheduling its threads promptly.
@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 
 cargo build --release --workspace
 echo "== host: $(nproc) CPUs; uptime before: $(uptime)"
-for scenario in a b c d e; do
+for scenario in a b c d e f; do
     ./target/release/shares "$scenario"
 done
 ./target/release/softmem

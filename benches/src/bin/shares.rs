@@ -4,10 +4,13 @@
 //! - `b`: four vGPUs 10/20/30/40;
 //! - `c`: a share changed live from 30 to 60 (the other from 70 to 40);
 //! - `d`: one vGPU idle (30), the others (30, 40) absorb its share;
-//! - `e`: a `high` vGPU (30) arrives again and again beside two saturating `normal` ones (40, 30).
+//! - `e`: a `high` vGPU (30) arrives again and again beside two saturating `normal` ones (40, 30);
+//! - `f` (beyond the five): one vGPU (20) alone, the others (30, 50) idle: it absorbs the whole
+//!   device. With one load, only its own window of queued work keeps the engine fed, so this is where the
+//!   daemon's refill loop has to hear a waiting launch at once (it was 50-86% busy while it did not).
 //!
 //! `cargo run --release -p tessera-benches --bin shares -- X [seconds]` runs scenario `X` (default
-//! durations: 25 s for a, b and d, 20 s for c, 15 s for e) and writes `target/bench/shares-X.csv` (share per
+//! durations: 25 s for a, b and d, 20 s for c, 15 s for e and f) and writes `target/bench/shares-X.csv` (share per
 //! 100 ms step) and `shares-X.json` (what the plot draws beside it) for `benches/plot.py`;
 //! `benches/run-all.sh` runs all five and the plot. For experiments, `SHARES_WINDOW=4ms` creates every vGPU
 //! with that queued-work window instead of the default (1 ms).
@@ -260,14 +263,40 @@ fn fixed(key: &str, vgpus: &[Vgpu], entitled: &[f64], seconds: f64) {
     let names: Vec<&str> = vgpus.iter().map(|v| v.name).collect();
     write_csv(&out_dir().join(format!("shares-{key}.csv")), &names, &series);
     let lines: Vec<Value> = entitled.iter().enumerate().map(|(i, &v)| json!({ "series": i, "value": v })).collect();
-    let note = if key == "d" {
-        "dashed: entitled share (the idle vGPU's 30% split 30:40)"
-    } else {
-        "dashed: configured share"
+    let note = match key {
+        "d" => "dashed: entitled share (the idle vGPU's 30% split 30:40)",
+        "f" => "dashed: entitled share (the whole device, the others idle)",
+        _ => "dashed: configured share",
     };
     write_meta(key, json!(lines), json!([]), note);
     let configured: Vec<f64> = vgpus.iter().map(|v| v.share as f64).collect();
     report_windows(&series, &names, &configured, entitled);
+}
+
+/// The same saturating load as the scenarios', run directly on the simulated GPU (no shim, no daemon) for
+/// `seconds`: how busy this host lets the simulated engine be with one process feeding it, beside which
+/// (f) is judged.
+fn without_tessera(seconds: f64) {
+    let m = Machine::new("f-without", "h100");
+    let secs = format!("{}", seconds + 1.0);
+    let mut load = m
+        .command("simgpu-probe", &["saturate", "--ns", KERNEL, "--seconds", &secs, "--depth", "4"])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn load");
+    let series = sample(&m.state(), &[vec![load.id()]], STEP, Duration::from_secs_f64(seconds), |_| {});
+    let _ = load.kill();
+    let _ = load.wait();
+    let end = *series.t.last().expect("samples");
+    let lowest = (0..)
+        .map(|k| WARMUP_S + k as f64)
+        .take_while(|t0| t0 + WINDOW_S <= end + 1e-6)
+        .map(|t0| shares(&series, t0, t0 + WINDOW_S)[0])
+        .fold(f64::MAX, f64::min);
+    println!(
+        "  the same load without Tessera, just after: engine busy {:.2}% over the run, lowest 10 s window {lowest:.2}%",
+        shares(&series, WARMUP_S, end)[0]
+    );
 }
 
 /// The first instant (ms after `from`) from which the share of group `g` over every window of `w`
@@ -591,7 +620,7 @@ fn main() {
     let which = args.get(1).map(String::as_str).unwrap_or("a");
     let default = match which {
         "c" => 20.0,
-        "e" => 15.0,
+        "e" | "f" => 15.0,
         _ => 25.0,
     };
     let seconds: f64 = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(default);
@@ -611,8 +640,15 @@ fn main() {
         "e" => with_host_load("(e) a high-priority vGPU (30) arrives beside normal ones (40, 30)", seconds, || {
             high_arrives(seconds)
         }),
+        "f" => {
+            with_host_load("(f) one vGPU (20) alone, the others (30, 50) idle: it absorbs the device", seconds, || {
+                let vs = [vgpu("a20", 20, true), vgpu("idle30", 30, false), vgpu("idle50", 50, false)];
+                fixed("f", &vs, &[100.0, 0.0, 0.0], seconds);
+                without_tessera(seconds);
+            })
+        }
         other => {
-            eprintln!("unknown scenario {other:?}; use a, b, c, d or e (benches/run-all.sh runs them all)");
+            eprintln!("unknown scenario {other:?}; use a, b, c, d, e or f (benches/run-all.sh runs them all)");
             std::process::exit(2);
         }
     }
