@@ -183,9 +183,14 @@ fn soft_for_stream(stream: CUstream) -> Option<&'static soft::Soft> {
     soft::active().filter(|_| crate::launch::capturing(stream) == Some(false))
 }
 
-/// `cuMemAllocAsync` and `_ptsz`.
-pub fn alloc_async(dptr: *mut CUdeviceptr, size: usize, stream: CUstream, real: impl FnOnce() -> Status) -> Res {
-    if let Some(s) = soft_for_stream(stream) {
+/// `cuMemAllocAsync` and `_ptsz` (`PER_THREAD`).
+pub fn alloc_async<const PER_THREAD: bool>(
+    dptr: *mut CUdeviceptr,
+    size: usize,
+    stream: CUstream,
+    real: impl FnOnce() -> Status,
+) -> Res {
+    if let Some(s) = soft_for_stream(crate::launch::explicit_stream::<PER_THREAD>(stream)) {
         return soft_alloc(s, dptr, size as u64, "cuMemAllocAsync");
     }
     let Some(q) = quota::active()? else { return status(real()) };
@@ -194,15 +199,15 @@ pub fn alloc_async(dptr: *mut CUdeviceptr, size: usize, stream: CUstream, real: 
     on_current(q, "cuMemAllocAsync", Kind::Linear, Some(size as u64), real, key)
 }
 
-/// `cuMemAllocFromPoolAsync` and `_ptsz`.
-pub fn alloc_from_pool(
+/// `cuMemAllocFromPoolAsync` and `_ptsz` (`PER_THREAD`).
+pub fn alloc_from_pool<const PER_THREAD: bool>(
     dptr: *mut CUdeviceptr,
     size: usize,
     _pool: CUmemoryPool,
     stream: CUstream,
     real: impl FnOnce() -> Status,
 ) -> Res {
-    if let Some(s) = soft_for_stream(stream) {
+    if let Some(s) = soft_for_stream(crate::launch::explicit_stream::<PER_THREAD>(stream)) {
         return soft_alloc(s, dptr, size as u64, "cuMemAllocFromPoolAsync");
     }
     let Some(q) = quota::active()? else { return status(real()) };
@@ -211,11 +216,11 @@ pub fn alloc_from_pool(
     on_current(q, "cuMemAllocFromPoolAsync", Kind::Linear, Some(size as u64), real, key)
 }
 
-/// `cuMemFreeAsync` and `_ptsz`: the bytes go back when the free is queued. A soft allocation is freed
-/// once the stream's work queued before has finished (it could still use the memory).
-pub fn free_async(dptr: CUdeviceptr, stream: CUstream, real: impl FnOnce() -> Status) -> Res {
+/// `cuMemFreeAsync` and `_ptsz` (`PER_THREAD`): the bytes go back when the free is queued. A soft
+/// allocation is freed once the stream's work queued before has finished (it could still use the memory).
+pub fn free_async<const PER_THREAD: bool>(dptr: CUdeviceptr, stream: CUstream, real: impl FnOnce() -> Status) -> Res {
     if let Some(s) = soft::active().filter(|s| s.owns(dptr)) {
-        soft::calls::synchronize_stream(stream)?;
+        soft::calls::synchronize_stream(crate::launch::explicit_stream::<PER_THREAD>(stream))?;
         return s.free(dptr).unwrap_or(Err(CUDA_ERROR_INVALID_VALUE));
     }
     free_of(Kind::Linear, dptr, real)

@@ -23,9 +23,13 @@ hooks! {
     Cuda fn cuMemAllocPitch_v2(dptr: *mut CUdeviceptr, pitch: *mut usize, width: usize, height: usize, elem: c_uint) => memory::alloc_pitch;
     Cuda fn cuMemAllocManaged(dptr: *mut CUdeviceptr, size: usize, flags: c_uint) => memory::alloc_managed;
     Cuda fn cuMemFree_v2(dptr: CUdeviceptr) => memory::free;
-    Cuda fn cuMemAllocAsync(dptr: *mut CUdeviceptr, size: usize, stream: CUstream) / cuMemAllocAsync_ptsz => memory::alloc_async;
-    Cuda fn cuMemAllocFromPoolAsync(dptr: *mut CUdeviceptr, size: usize, pool: CUmemoryPool, stream: CUstream) / cuMemAllocFromPoolAsync_ptsz => memory::alloc_from_pool;
-    Cuda fn cuMemFreeAsync(dptr: CUdeviceptr, stream: CUstream) / cuMemFreeAsync_ptsz => memory::free_async;
+    // Stream-ordered memory: a NULL stream means another stream to the `_ptsz` variants (as for launches).
+    Cuda fn cuMemAllocAsync(dptr: *mut CUdeviceptr, size: usize, stream: CUstream) => memory::alloc_async::<false>;
+    Cuda fn cuMemAllocAsync_ptsz(dptr: *mut CUdeviceptr, size: usize, stream: CUstream) => memory::alloc_async::<true>;
+    Cuda fn cuMemAllocFromPoolAsync(dptr: *mut CUdeviceptr, size: usize, pool: CUmemoryPool, stream: CUstream) => memory::alloc_from_pool::<false>;
+    Cuda fn cuMemAllocFromPoolAsync_ptsz(dptr: *mut CUdeviceptr, size: usize, pool: CUmemoryPool, stream: CUstream) => memory::alloc_from_pool::<true>;
+    Cuda fn cuMemFreeAsync(dptr: CUdeviceptr, stream: CUstream) => memory::free_async::<false>;
+    Cuda fn cuMemFreeAsync_ptsz(dptr: CUdeviceptr, stream: CUstream) => memory::free_async::<true>;
     Cuda fn cuMemCreate(handle: *mut CUmemGenericAllocationHandle, size: usize, prop: *const CUmemAllocationProp, flags: c_ulonglong) => memory::create;
     Cuda fn cuMemRelease(handle: CUmemGenericAllocationHandle) => memory::release;
     Cuda fn cuMemMap(ptr: CUdeviceptr, size: usize, offset: usize, handle: CUmemGenericAllocationHandle, flags: c_ulonglong) => memory::map;

@@ -111,6 +111,12 @@ impl Kernels {
             .during("cuLaunchKernel")
     }
 
+    /// The `spin` function, for launches through entry points cudarc does not wrap (its one parameter is
+    /// the u64 of nanoseconds).
+    pub fn spin_function(&self) -> sys::CUfunction {
+        self.spin
+    }
+
     /// `spin(ns)`: occupies the device's engine for `ns` nanoseconds.
     pub fn spin(&self, stream: &CudaStream, ns: u64) -> Outcome<()> {
         let mut ns = ns;

@@ -680,3 +680,15 @@ fn a_waiting_soft_allocation_gets_the_memory_freed_meanwhile() {
         started.elapsed()
     );
 }
+
+#[test]
+fn a_soft_free_on_the_threads_default_stream_waits_for_that_streams_work() {
+    // `cuMemFreeAsync_ptsz(p, NULL)` frees on the calling thread's stream; soft mode reuses the memory at
+    // once, so it must first wait for the work queued there, not for the legacy default stream (idle).
+    let sim = Sim::new("ptsz-free").with("SIMGPU_DEVICES", "small").with_shim().with("TESSERA_MODE", "soft");
+    let r = sim.ok(&["ptsz-free", "--ns", "200ms"]);
+    assert_eq!(r["kernel_done_at_free"], true, "the free returned with the kernel still running: {r}");
+    // Natively the free is queued behind the kernel and returns at once: the check above can fail.
+    let native = Sim::new("ptsz-free-native").with("SIMGPU_DEVICES", "small").without_shim().ok(&["ptsz-free"]);
+    assert_eq!(native["kernel_done_at_free"], false, "{native}");
+}

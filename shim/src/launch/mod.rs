@@ -38,8 +38,15 @@ use tessera_ffi::region::{VgpuSlot, flags};
 use tessera_ffi::sys::{CUfunction, CUgraphExec, CUlaunchConfig, CUstream};
 
 /// `CU_STREAM_PER_THREAD`: what a NULL stream means to a `_ptsz` entry point, made explicit for the
-/// event calls (which go through the legacy-default-stream entry points).
+/// calls the shim makes on the stream (which go through the legacy-default-stream entry points).
 const STREAM_PER_THREAD: usize = 2;
+
+/// The stream an entry point was handed, with NULL made explicit where it means the thread's own stream
+/// (`PER_THREAD`: a `_ptsz` entry point): the shim's own calls on it go through the legacy entry points,
+/// to which NULL is the legacy default stream.
+pub fn explicit_stream<const PER_THREAD: bool>(stream: CUstream) -> CUstream {
+    if PER_THREAD && stream.is_null() { STREAM_PER_THREAD as CUstream } else { stream }
+}
 
 /// Longest a launch may take from its clock read before submitting to the return of its end event's
 /// record for the span between its events to count as the kernel's own: a thread held up longer
@@ -109,7 +116,7 @@ fn private_slot() -> &'static VgpuSlot {
 /// `_ptsz` one, for which NULL is the calling thread's default stream).
 fn gated<const PER_THREAD: bool>(stream: CUstream, kind: Kind, real: impl FnOnce() -> Status) -> Res {
     let Some(gate) = active() else { return crate::soft::around(real) };
-    let stream = if PER_THREAD && stream.is_null() { STREAM_PER_THREAD as CUstream } else { stream };
+    let stream = explicit_stream::<PER_THREAD>(stream);
     if events::capturing(stream) != Some(false) {
         return status(real());
     }

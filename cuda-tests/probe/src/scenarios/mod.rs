@@ -5,6 +5,7 @@ mod arrivals;
 mod attributes;
 mod graph;
 mod kernels;
+mod perthread;
 mod procaddress;
 mod quota;
 mod roundtrip;
@@ -135,6 +136,12 @@ const SCENARIOS: &[Scenario] = &[
         options: &["device"],
         summary: "cuMemCreate, map, release the handle, retain it back, unmap, release: free memory at each step",
         run: quota::vmm_lifetime,
+    },
+    Scenario {
+        name: "ptsz-free",
+        options: &["device", "ns"],
+        summary: "on the thread's default stream (the _ptsz entry points, NULL stream): cuMemAllocAsync, spin(--ns), cuMemFreeAsync; whether the kernel had finished when the free returned",
+        run: perthread::free_after_kernel,
     },
     Scenario {
         name: "softmem",
