@@ -445,11 +445,10 @@ impl VgpuSlot {
 
     /// The attached soft-mode processes (slot index, pid) that have not carried out `request` number
     /// `target` yet.
-    pub fn lagging(&self, request: PagerRequest, target: u32) -> Vec<(usize, u32)> {
+    pub fn lagging(&self, request: PagerRequest, target: u32) -> impl Iterator<Item = (usize, u32)> + '_ {
         self.attached()
-            .filter(|(_, _, p)| p.is_soft() && !seq_reached(p.soft.done(request).load(Ordering::Acquire), target))
+            .filter(move |(_, _, p)| p.is_soft() && !seq_reached(p.soft.done(request).load(Ordering::Acquire), target))
             .map(|(i, pid, _)| (i, pid))
-            .collect()
     }
 }
 
@@ -600,8 +599,12 @@ mod tests {
         proc(v, 0, 10, true, 0, 0).soft.defragged_seq.store(1, Ordering::Release);
         proc(v, 1, 11, true, 0, 0);
         proc(v, 2, 12, false, 0, 0);
-        assert_eq!(v.lagging(PagerRequest::Defrag, n), [(1, 11)], "hard-mode processes are never waited for");
-        assert_eq!(v.lagging(PagerRequest::Evict, 0), [], "request 0 was never made");
+        assert_eq!(
+            v.lagging(PagerRequest::Defrag, n).collect::<Vec<_>>(),
+            [(1, 11)],
+            "hard-mode processes are never waited for"
+        );
+        assert_eq!(v.lagging(PagerRequest::Evict, 0).next(), None, "request 0 was never made");
         pager.evict_seq.store(u32::MAX, Ordering::Relaxed);
         assert_eq!(pager.request(PagerRequest::Evict), 0, "numbers wrap");
         assert!(seq_reached(0, u32::MAX) && seq_reached(5, 5) && !seq_reached(u32::MAX, 0) && !seq_reached(4, 5));

@@ -826,7 +826,7 @@ mod tests {
             (soft.me.soft.evicted_seq.load(Ordering::Relaxed), soft.me.soft.defragged_seq.load(Ordering::Relaxed)),
             (1, 2)
         );
-        assert_eq!(v.lagging(crate::region::PagerRequest::Defrag, 2), []);
+        assert_eq!(v.lagging(crate::region::PagerRequest::Defrag, 2).next(), None);
         std::fs::remove_file(&path).unwrap();
     }
 

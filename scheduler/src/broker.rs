@@ -213,7 +213,7 @@ impl Broker {
                 continue;
             }
             // Whether it is done is read before the figures: a process publishes its number after them.
-            let done = a.done_ns.is_some() || v.lagging(PagerRequest::Evict, a.number).is_empty();
+            let done = a.done_ns.is_some() || v.lagging(PagerRequest::Evict, a.number).next().is_none();
             if a.done_ns.is_none() {
                 charge(r, settle(&mut a.swap_out, &swap_out(v)));
             }

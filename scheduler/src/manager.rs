@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use tessera_ffi::reclaim::is_alive;
-use tessera_ffi::region::{PagerRequest, seq_reached};
+use tessera_ffi::region::PagerRequest;
 use tessera_ffi::region_file::{Locked, RegionFile};
 
 /// How often a `defrag` request looks whether the processes are done: they defragment in milliseconds to
@@ -163,15 +163,10 @@ impl Manager {
             let deadline = Instant::now() + timeout;
             loop {
                 // A process that died, or whose slot went to another, is not waited for.
-                let lagging: Vec<u32> = asked
-                    .iter()
-                    .filter(|&&(i, pid, start)| {
-                        let p = &v.live.procs[i];
-                        p.attached_pid() == Some(pid)
-                            && is_alive(pid, start)
-                            && !seq_reached(p.soft.done(kind).load(Ordering::Acquire), target)
-                    })
-                    .map(|&(_, pid, _)| pid)
+                let lagging: Vec<u32> = v
+                    .lagging(kind, target)
+                    .filter(|&(i, pid)| asked.iter().any(|&(a, p, start)| (a, p) == (i, pid) && is_alive(pid, start)))
+                    .map(|(_, pid)| pid)
                     .collect();
                 if lagging.is_empty() {
                     break;

@@ -22,9 +22,14 @@ const SPARSE: u32 = 0x40;
 /// `CUDA_ARRAY3D_DEFERRED_MAPPING`: no backing memory until mapped.
 const DEFERRED_MAPPING: u32 = 0x80;
 
-/// Estimated bytes of `cuMemAllocPitch(width, height)`: rows rounded up to [`PITCH_ALIGN`].
+/// The pitch of a row of `width` bytes: rounded up to [`PITCH_ALIGN`].
+pub fn pitch_of(width: usize) -> Option<u64> {
+    (width as u64).checked_next_multiple_of(PITCH_ALIGN)
+}
+
+/// Estimated bytes of `cuMemAllocPitch(width, height)`: [`pitch_of`] `width`, times `height`.
 pub fn pitched(width: usize, height: usize) -> Option<u64> {
-    (width as u64).checked_next_multiple_of(PITCH_ALIGN)?.checked_mul(height as u64)
+    pitch_of(width)?.checked_mul(height as u64)
 }
 
 /// Bytes per texel of a `CUarray_format`, as a fraction (block-compressed and NV12 formats take less

@@ -130,8 +130,8 @@ pub fn alloc_pitch(
         if pitch.is_null() || width == 0 || height == 0 || !matches!(elem, 4 | 8 | 16) {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        let row = (width as u64).checked_next_multiple_of(footprint::PITCH_ALIGN).ok_or(CUDA_ERROR_OUT_OF_MEMORY)?;
-        let bytes = footprint::pitched(width, height).ok_or(CUDA_ERROR_OUT_OF_MEMORY)?;
+        let row = footprint::pitch_of(width).ok_or(CUDA_ERROR_OUT_OF_MEMORY)?;
+        let bytes = row.checked_mul(height as u64).ok_or(CUDA_ERROR_OUT_OF_MEMORY)?;
         soft_alloc(s, dptr, bytes, "cuMemAllocPitch")?;
         // SAFETY: non-NULL: the program's output variable.
         unsafe { pitch.write(row as usize) };

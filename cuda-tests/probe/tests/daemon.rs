@@ -251,8 +251,7 @@ fn utilization(r: &Value) -> f64 {
 
 /// Kernel launches of vGPU `name` so far.
 fn launches(m: &Machine, name: &str) -> u64 {
-    let shown: Value = serde_json::from_str(&m.ok(&["vgpu", "show", name, "--json"])).expect("JSON");
-    u64_at(&shown, "launches")
+    u64_at(&m.show(name), "launches")
 }
 
 /// Waits (10 s at most) until vGPU `name` has launched more than `than` kernels.
@@ -301,7 +300,7 @@ fn each_vgpu_is_charged_the_device_time_its_kernels_took_not_their_stream_time()
     std::thread::sleep(std::time::Duration::from_millis(100));
     let engine = |r: &Value| r["driver_busy_ns"].as_u64().unwrap_or_else(|| u64_at(r, "engine_ns"));
     for (name, r) in [("a", &a), ("b", &b)] {
-        let shown: Value = serde_json::from_str(&m.ok(&["vgpu", "show", name, "--json"])).expect("JSON");
+        let shown = m.show(name);
         let (charged, ran) = (u64_at(&shown, "device_ns") as f64, engine(r) as f64);
         eprintln!(
             "vGPU {name}: charged {:.1} ms, ran {:.1} ms ({:+.2}%)",
@@ -419,7 +418,7 @@ fn a_tenant_can_write_neither_another_vgpus_state_nor_its_own_quota() {
     ]);
     assert_eq!(seen, serde_json::json!(["ok", "EACCES", "EACCES", "ok", "EACCES", "EACCES"]));
     // Neither the other vGPU nor its own quota changed.
-    let theirs: Value = serde_json::from_str(&m.ok(&["vgpu", "show", "theirs", "--json"])).unwrap();
+    let theirs = m.show("theirs");
     assert_eq!((u64_at(&theirs, "launches"), u64_at(&theirs, "used")), (0, 0), "{theirs}");
     assert!(m.ok(&["vgpu", "show", "mine"]).contains("256.0 MiB quota"));
 }
@@ -446,7 +445,7 @@ fn a_tenant_killed_mid_launch_leaves_nothing_behind() {
     // most a window's worth of debt, which refills.
     let start = std::time::Instant::now();
     let shown = loop {
-        let shown: Value = serde_json::from_str(&m.ok(&["vgpu", "show", "a", "--json"])).expect("JSON");
+        let shown = m.show("a");
         if shown["processes"].as_array().is_some_and(Vec::is_empty) && shown["inflight_ns"] == 0 {
             break shown;
         }

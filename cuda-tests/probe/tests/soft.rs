@@ -158,11 +158,6 @@ fn machine(tag: &str, env: &[(&str, &str)]) -> Machine {
     m
 }
 
-/// `tessera vgpu show NAME --json`.
-fn show(m: &Machine, name: &str) -> Value {
-    serde_json::from_str(&m.ok(&["vgpu", "show", name, "--json"])).expect("vgpu show --json prints JSON")
-}
-
 /// A `softmem` tenant of vGPU `vgpu` logging at info level (its swaps and compactions are then in its
 /// stderr), with `extra` environment.
 fn tenant(m: &Machine, vgpu: &str, args: &[&str], extra: &[(&str, &str)]) -> Probe {
@@ -376,7 +371,7 @@ fn pointers_and_data_survive_pooling_defragmentation_and_swap() {
     assert_eq!(dev("context"), SMALL_CONTEXT, "{ready}");
 
     // What the daemon reports matches what the simulated device counts for the process.
-    let before = show(&m, "soft");
+    let before = m.show("soft");
     assert_eq!(before["processes"], serde_json::json!([pid]), "{before}");
     assert_eq!(u64_at(&before, "soft_processes"), 1, "{before}");
     let (resident, pooled, fragmented) =
@@ -392,7 +387,7 @@ fn pointers_and_data_survive_pooling_defragmentation_and_swap() {
     // Defragmentation: the same live pages in fewer chunks; the rest goes back to the device.
     let out = m.ok(&["vgpu", "defrag", "soft"]);
     assert!(out.contains("1 process(es) defragmented"), "{out}");
-    let compacted = show(&m, "soft");
+    let compacted = m.show("soft");
     let held_after = u64_at(&compacted, "resident") + u64_at(&compacted, "pooled");
     assert_eq!(u64_at(&compacted, "resident"), resident, "the live pages stay: {compacted}");
     assert!(held_after < held, "defragmenting gave nothing back: {before}\n{compacted}");
@@ -410,7 +405,7 @@ fn pointers_and_data_survive_pooling_defragmentation_and_swap() {
     let held_now = process_memory(&m.sim, pid) - SMALL_CONTEXT;
     let out = m.ok(&["vgpu", "swap-out", "soft"]);
     assert!(out.contains("1 process(es) swapped out"), "{out}");
-    let swapped = show(&m, "soft");
+    let swapped = m.show("soft");
     assert_eq!(u64_at(&swapped, "swapped"), resident, "every live page is in host memory: {swapped}");
     assert_eq!((u64_at(&swapped, "resident"), u64_at(&swapped, "pooled")), (0, 0), "{swapped}");
     assert!(u64_at(&swapped, "swap_out_ns") > 0, "{swapped}");
@@ -422,7 +417,7 @@ fn pointers_and_data_survive_pooling_defragmentation_and_swap() {
     let round = p.expect("round");
     intact(&round["verified"], "after swapping out and in");
     intact(&round["kernel"], "vector_add_f32 after swapping in");
-    let back = show(&m, "soft");
+    let back = m.show("soft");
     assert_eq!((u64_at(&back, "swapped"), u64_at(&back, "resident")), (0, resident), "{back}");
     assert!(u64_at(&back, "swap_in_ns") > 0, "{back}");
     assert!(process_memory(&m.sim, pid) >= SMALL_CONTEXT + resident, "{back}");
@@ -458,7 +453,7 @@ fn two_soft_vgpus_whose_quotas_sum_to_twice_the_device_both_complete() {
     let mut b = tenant(&m, "b", &args_b.each_ref().map(String::as_str), &[]);
     let ready_b = b.expect("ready");
     intact(&ready_b["verified"], "b when ready");
-    let (sa, sb) = (show(&m, "a"), show(&m, "b"));
+    let (sa, sb) = (m.show("a"), m.show("b"));
     assert!(u64_at(&sa, "swapped") > 0 && u64_at(&sa, "resident") == 0, "a made room for b: {sa}");
     assert!(u64_at(&sa, "swap_out_ns") > 0, "{sa}");
     assert!(u64_at(&sb, "swap_charged_ns") > 0, "a's swapping out is charged to b: {sb}");
@@ -470,12 +465,12 @@ fn two_soft_vgpus_whose_quotas_sum_to_twice_the_device_both_complete() {
     intact(&round_a["verified"], "a after swapping back in");
     intact(&round_a["kernel"], "a's vector_add_f32 after swapping back in");
     assert_eq!(u64_at(&round_a, "verified.bytes"), u64_at(&ready_a, "live.bytes"), "{round_a}");
-    let sb = show(&m, "b");
+    let sb = m.show("b");
     assert!(u64_at(&sb, "swapped") > 0, "b made room for a: {sb}");
     let (status, lines, stderr) = a.finish();
     assert!(status.success(), "a failed: {lines:?}\n{stderr}");
     assert!(stderr.contains("soft mode: swapped"), "a's log names its swap-out: {stderr}");
-    assert!(u64_at(&show(&m, "a"), "swap_charged_ns") > 0, "b's swapping out is charged to a");
+    assert!(u64_at(&m.show("a"), "swap_charged_ns") > 0, "b's swapping out is charged to a");
 
     // b's round: its memory comes back (a is gone) and every byte is there.
     trigger(&go_b);
@@ -525,7 +520,7 @@ fn a_process_killed_while_swapped_out_leaks_nothing() {
     assert!(process_memory(&m.sim, pid) > SMALL_CONTEXT);
     let out = m.ok(&["vgpu", "swap-out", "soft"]);
     assert!(out.contains("1 process(es) swapped out"), "{out}");
-    let swapped = show(&m, "soft");
+    let swapped = m.show("soft");
     assert!(u64_at(&swapped, "swapped") > 0 && u64_at(&swapped, "resident") == 0, "{swapped}");
     assert_eq!(process_memory(&m.sim, pid), SMALL_CONTEXT, "{swapped}");
 
@@ -537,7 +532,7 @@ fn a_process_killed_while_swapped_out_leaks_nothing() {
 
     // The daemon lets go of it: no process, nothing resident, swapped, pooled, used or wanted.
     let after = eventually("the daemon to reclaim the killed process", Duration::from_secs(10), || {
-        let v = show(&m, "soft");
+        let v = m.show("soft");
         v["processes"].as_array().is_some_and(Vec::is_empty).then_some(v)
     });
     for field in ["soft_processes", "resident", "swapped", "pooled", "fragmented", "used", "wanted"] {
@@ -578,13 +573,13 @@ fn a_hard_mode_vgpu_is_never_swapped() {
     let mut soft = tenant(&m, "soft", &["--mib", "128"], &[("TESSERA_MEMORY_WAIT", "2s")]);
     let mut wanted = 0;
     let failure = loop {
-        let h = show(&m, "hard");
+        let h = m.show("hard");
         for field in ["soft_processes", "resident", "pooled", "swapped", "swap_out_ns", "swap_in_ns", "wanted"] {
             assert_eq!(u64_at(&h, field), 0, "{field}: the hard vGPU has no soft memory: {h}");
         }
         assert_eq!(h["processes"], serde_json::json!([hard_pid]), "{h}");
         assert_eq!(process_memory(&m.sim, hard_pid), held, "the hard process's memory was touched");
-        wanted = wanted.max(u64_at(&show(&m, "soft"), "wanted"));
+        wanted = wanted.max(u64_at(&m.show("soft"), "wanted"));
         if soft.child.try_wait().expect("poll the soft process").is_some() {
             break soft.finish();
         }
@@ -598,7 +593,7 @@ fn a_hard_mode_vgpu_is_never_swapped() {
     assert_eq!(report["cuda_error"].as_u64(), Some(OUT_OF_MEMORY), "{report}\n{stderr}");
     assert!(waited >= Duration::from_secs(2), "it gave up after {waited:?}, without waiting for memory");
     assert!(wanted > 0, "the soft process never asked the daemon for memory");
-    let gone = show(&m, "soft");
+    let gone = m.show("soft");
     assert_eq!((u64_at(&gone, "wanted"), u64_at(&gone, "soft_processes")), (0, 0), "{gone}");
 
     // Swapping a hard vGPU out is refused, and so is defragmenting it.

@@ -76,6 +76,11 @@ impl Machine {
         stderr
     }
 
+    /// `tessera vgpu show NAME --json`.
+    pub fn show(&self, name: &str) -> Value {
+        serde_json::from_str(&self.ok(&["vgpu", "show", name, "--json"])).expect("vgpu show --json prints JSON")
+    }
+
     /// `tessera vgpu list --json`.
     pub fn list(&self) -> Value {
         serde_json::from_str(&self.ok(&["vgpu", "list", "--json"])).expect("vgpu list --json prints JSON")
