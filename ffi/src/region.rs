@@ -428,6 +428,11 @@ impl VgpuSlot {
         self.live.procs.iter().enumerate().filter_map(|(i, p)| p.attached_pid().map(|pid| (i, pid, p)))
     }
 
+    /// Whether any process is attached now (see [`VgpuSlot::attached`]).
+    pub fn has_processes(&self) -> bool {
+        self.attached().next().is_some()
+    }
+
     /// The soft-mode memory of the processes attached now, summed (hard-mode processes add nothing).
     pub fn soft_totals(&self) -> SoftTotals {
         let mut t = SoftTotals::default();

@@ -243,7 +243,7 @@ impl Broker {
         let v = &region.vgpus[index];
         let (c, s) = (&v.config, &v.live.sched);
         let f = v.flags();
-        let processes = v.attached().next().is_some();
+        let processes = v.has_processes();
         let want = &v.live.pager.want[self.device];
         if !processes {
             want.store(0, Ordering::Release);

@@ -19,7 +19,6 @@ use crate::fairness::{self, Member};
 use crate::refill::{self, Observed, Vgpu};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use tessera_ffi::futex;
-use tessera_ffi::reclaim::attached_pids;
 use tessera_ffi::region::{DeviceSched, MAX_VGPUS, Region, VgpuSlot, flags, priority};
 
 /// Tick period while a vGPU on the device has demand.
@@ -44,11 +43,6 @@ static ROSTER: AtomicU32 = AtomicU32::new(0);
 pub fn roster_changed() {
     ROSTER.fetch_add(1, Ordering::SeqCst);
     futex::wake_all(&ROSTER);
-}
-
-/// Whether slot `v` has at least one process attached.
-fn has_processes(v: &VgpuSlot) -> bool {
-    attached_pids(v).next().is_some()
 }
 
 /// The managed vGPU slots of device `device`.
@@ -177,7 +171,7 @@ pub fn tick(region: &Region, device: u32, state: &mut Device, now_ns: u64, dt_ns
             let (c, s) = (&v.config, &v.live.sched);
             let f = v.flags();
             let burst = refill::burst(c.window_ns.load(Ordering::Relaxed));
-            let processes = has_processes(v);
+            let processes = v.has_processes();
             if !processes {
                 // What processes killed mid-launch left counted (their work was never settled) goes with them.
                 s.inflight_ns.store(0, Ordering::Release);
