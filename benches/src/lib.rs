@@ -63,10 +63,11 @@ impl Machine {
             .unwrap_or_else(|e| panic!("tessera daemon: {e}"));
     }
 
-    /// Runs `tessera ARGS`, panicking with its stderr on failure.
-    pub fn tessera(&self, args: &[&str]) {
+    /// Runs `tessera ARGS`, panicking with its stderr on failure; returns its stdout.
+    pub fn tessera(&self, args: &[&str]) -> String {
         let out = self.command("tessera", args).output().expect("run tessera");
         assert!(out.status.success(), "tessera {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
     /// Starts a process of vGPU `vgpu` keeping the engine busy with `kernel` spins for `seconds`.
@@ -85,9 +86,18 @@ impl Machine {
     /// `simgpu-probe ARGS` under the shim in vGPU `vgpu` (through `tessera run`, which `exec`s it: the
     /// child's pid is the probe's).
     pub fn probe_command(&self, vgpu: &str, args: &[&str]) -> Command {
+        self.probe_run(&["--vgpu", vgpu], args)
+    }
+
+    /// `simgpu-probe ARGS` under the shim in no vGPU (`tessera run` without `--vgpu`).
+    pub fn standalone_probe_command(&self, args: &[&str]) -> Command {
+        self.probe_run(&[], args)
+    }
+
+    /// `tessera run OPTIONS -- simgpu-probe ARGS`.
+    fn probe_run(&self, options: &[&str], args: &[&str]) -> Command {
         let probe = self.bin.join("simgpu-probe").to_string_lossy().into_owned();
-        let mut all = vec!["run", "--vgpu", vgpu, "--", &probe];
-        all.extend_from_slice(args);
+        let all: Vec<&str> = [&["run"][..], options, &["--", &probe], args].concat();
         self.command("tessera", &all)
     }
 

@@ -175,10 +175,7 @@ impl Bench {
 
     /// The probe under the shim (`tessera run`), standalone, in memory mode `mode`.
     fn standalone(&self, mode: &str, args: &[&str]) -> Command {
-        let probe = tessera_benches::build_dir().join("simgpu-probe").to_string_lossy().into_owned();
-        let mut run = vec!["run", "--", &probe];
-        run.extend(Self::args(args));
-        let mut cmd = self.m.command("tessera", &run);
+        let mut cmd = self.m.standalone_probe_command(&Self::args(args));
         cmd.env("TESSERA_MODE", mode);
         cmd
     }
@@ -190,9 +187,7 @@ impl Bench {
 
     /// `tessera vgpu show NAME --json`.
     fn show(&self, name: &str) -> Value {
-        let out = self.m.command("tessera", &["vgpu", "show", name, "--json"]).output().expect("tessera vgpu show");
-        assert!(out.status.success(), "vgpu show: {}", String::from_utf8_lossy(&out.stderr));
-        serde_json::from_slice(&out.stdout).expect("vgpu show --json")
+        serde_json::from_str(&self.m.tessera(&["vgpu", "show", name, "--json"])).expect("vgpu show --json")
     }
 
     /// The slot of vGPU `name`, its live file mapped.
