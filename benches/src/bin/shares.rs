@@ -187,22 +187,30 @@ fn shares(s: &Series, t0: f64, t1: f64) -> Vec<f64> {
     shares_between(s, s.at(t0), s.at(t1))
 }
 
+/// Each group's share over every 10 s window of `series`, sliding by 1 s, after the warm-up.
+fn windows(series: &Series) -> Vec<Vec<f64>> {
+    let end = *series.t.last().expect("samples");
+    (0..)
+        .map(|k| WARMUP_S + k as f64)
+        .take_while(|t0| t0 + WINDOW_S <= end + 1e-6)
+        .map(|t0| shares(series, t0, t0 + WINDOW_S))
+        .collect()
+}
+
 /// Prints each vGPU's share over the run and its worst 10 s window (sliding by 1 s, after the warm-up)
 /// against `entitled`, and the engine's utilization; `configured` is printed beside where it differs.
 fn report_windows(series: &Series, names: &[&str], configured: &[f64], entitled: &[f64]) {
     let end = *series.t.last().expect("samples");
     let mut worst = vec![0.0f64; names.len()];
-    let (mut busy_min, mut windows) = (f64::MAX, 0);
-    let mut t0 = WARMUP_S;
-    while t0 + WINDOW_S <= end + 1e-6 {
-        let s = shares(series, t0, t0 + WINDOW_S);
+    let mut busy_min = f64::MAX;
+    let all = windows(series);
+    for s in &all {
         for g in 0..names.len() {
             worst[g] = worst[g].max((s[g] - entitled[g]).abs());
         }
         busy_min = busy_min.min(s.iter().sum());
-        windows += 1;
-        t0 += 1.0;
     }
+    let windows = all.len();
     let whole = shares(series, WARMUP_S, end);
     for g in 0..names.len() {
         let configured = if (configured[g] - entitled[g]).abs() > 1e-9 {
@@ -288,11 +296,7 @@ fn without_tessera(seconds: f64) {
     let _ = load.kill();
     let _ = load.wait();
     let end = *series.t.last().expect("samples");
-    let lowest = (0..)
-        .map(|k| WARMUP_S + k as f64)
-        .take_while(|t0| t0 + WINDOW_S <= end + 1e-6)
-        .map(|t0| shares(&series, t0, t0 + WINDOW_S)[0])
-        .fold(f64::MAX, f64::min);
+    let lowest = windows(&series).iter().map(|s| s[0]).fold(f64::MAX, f64::min);
     println!(
         "  the same load without Tessera, just after: engine busy {:.2}% over the run, lowest 10 s window {lowest:.2}%",
         shares(&series, WARMUP_S, end)[0]
@@ -477,12 +481,7 @@ fn high_arrives(seconds: f64) {
             names[g], configured[g], vgpus[g].priority, whole[g]
         );
     }
-    let mut busy_min = f64::MAX;
-    let mut t0 = WARMUP_S;
-    while t0 + WINDOW_S <= end + 1e-6 {
-        busy_min = busy_min.min(shares(&series, t0, t0 + WINDOW_S).iter().sum());
-        t0 += 1.0;
-    }
+    let busy_min = windows(&series).iter().map(|s| s.iter().sum()).fold(f64::MAX, f64::min);
     let busy = whole.iter().sum::<f64>();
     if busy_min < f64::MAX {
         let ok = verdict(busy_min >= BUSY_TARGET);
