@@ -122,7 +122,9 @@ fn a_suspended_vgpu_blocks_in_its_next_launch_and_resume_continues_it() {
     launched(s, held + 1);
     let wake_us = s.last_launch_ns.load(Ordering::Acquire).saturating_sub(resumed) as f64 / 1e3;
     eprintln!("resume to the next launch: {wake_us:.0} µs");
-    assert!(wake_us < 20_000.0, "the launch went on {wake_us} µs after resume");
+    // Functional bound only (a missed wake-up would wait out the daemon's 100 ms idle pace): how soon is
+    // measured by the benchmarks, since a stalled host thread here can add tens of ms.
+    assert!(wake_us < 50_000.0, "the launch went on {wake_us} µs after resume");
     let r = done(child);
     assert!(u64_at(&r, "longest_gap_ns") >= 500_000_000, "the process was not held: {r}");
 }
@@ -157,7 +159,8 @@ fn a_high_vgpu_holds_lower_priorities_until_it_goes_idle() {
     let late_us = (u64_at(&lr, "longest_gap_end_ns") as f64 - u64_at(&hr, "end_ns") as f64) / 1e3;
     eprintln!("low priority continued {late_us:.0} µs after the high vGPU's work finished ({slipped} slipped in)");
     if slipped == 0 {
-        assert!(late_us < 5_000.0, "low continued {late_us} µs after high went idle: {lr}");
+        // Functional bound, as above: the 1 ms target is benchmark (e)'s idle time after each burst.
+        assert!(late_us < 50_000.0, "low continued {late_us} µs after high went idle: {lr}");
         assert!(u64_at(&lr, "longest_gap_ns") >= 500_000_000, "low was not held: {lr}");
     }
 }
