@@ -122,8 +122,8 @@ fn a_suspended_vgpu_blocks_in_its_next_launch_and_resume_continues_it() {
     launched(s, held + 1);
     let wake_us = s.last_launch_ns.load(Ordering::Acquire).saturating_sub(resumed) as f64 / 1e3;
     eprintln!("resume to the next launch: {wake_us:.0} µs");
-    // Functional bound only (a missed wake-up would wait out the daemon's 100 ms idle pace): how soon is
-    // measured by the benchmarks, since a stalled host thread here can add tens of ms.
+    // Resume is seen at the next wake-up, or at the gate's 2 ms re-check at the latest. The bound is loose
+    // because a stalled host thread can add tens of ms here; it only says the launch went on promptly.
     assert!(wake_us < 50_000.0, "the launch went on {wake_us} µs after resume");
     let r = done(child);
     assert!(u64_at(&r, "longest_gap_ns") >= 500_000_000, "the process was not held: {r}");
@@ -159,7 +159,8 @@ fn a_high_vgpu_holds_lower_priorities_until_it_goes_idle() {
     let late_us = (u64_at(&lr, "longest_gap_end_ns") as f64 - u64_at(&hr, "end_ns") as f64) / 1e3;
     eprintln!("low priority continued {late_us:.0} µs after the high vGPU's work finished ({slipped} slipped in)");
     if slipped == 0 {
-        // Functional bound, as above: the 1 ms target is benchmark (e)'s idle time after each burst.
+        // Loose, as above. The hold's shortening to HIGH_IDLE_NS when the high vGPU's last work finishes is
+        // unit-tested in the shim's gate; the 1 ms target is benchmark (e)'s engine idle time after a burst.
         assert!(late_us < 50_000.0, "low continued {late_us} µs after high went idle: {lr}");
         assert!(u64_at(&lr, "longest_gap_ns") >= 500_000_000, "low was not held: {lr}");
     }
