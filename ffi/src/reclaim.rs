@@ -49,11 +49,6 @@ pub fn due(vgpu: &VgpuSlot, now: u64) -> bool {
         && vgpu.live.last_reclaim_ns.compare_exchange(last, now, Ordering::AcqRel, Ordering::Relaxed).is_ok()
 }
 
-/// Pids of the processes attached to `vgpu` (dead ones count until reclaimed).
-pub fn attached_pids(vgpu: &VgpuSlot) -> impl Iterator<Item = u32> + '_ {
-    vgpu.attached().map(|(_, pid, _)| pid)
-}
-
 /// Subtracts `v`, stopping at zero instead of wrapping.
 pub fn sub(a: &AtomicU64, v: u64) {
     let _ = a.fetch_update(Ordering::AcqRel, Ordering::Acquire, |x| Some(x.saturating_sub(v)));

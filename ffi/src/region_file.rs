@@ -427,7 +427,7 @@ impl Locked<'_> {
 
     /// Pids of the processes attached to vGPU `index` (dead ones count until [`Locked::reclaim_dead`]).
     pub fn attached_pids(&self, index: usize) -> Vec<u32> {
-        reclaim::attached_pids(&self.region().vgpus[index]).collect()
+        self.region().vgpus[index].attached().map(|(_, pid, _)| pid).collect()
     }
 
     /// Gives back what dead processes of every vGPU held; returns how many were found.
@@ -441,7 +441,7 @@ impl Locked<'_> {
     pub fn claim_slot(&self, name: &[u8; NAME_LEN]) -> Option<usize> {
         let region = self.region();
         let free = region.vgpus.iter().position(|v| v.state() == state::FREE);
-        let idle = || (0..MAX_VGPUS).find(|&i| !is_managed(&region.vgpus[i]) && self.attached_pids(i).is_empty());
+        let idle = || (0..MAX_VGPUS).find(|&i| !is_managed(&region.vgpus[i]) && !region.vgpus[i].has_processes());
         let index = free.or_else(idle)?;
         let v = &region.vgpus[index];
         // Out of sight of other processes while it is renamed: nobody is attached and, not ready, no
@@ -616,7 +616,7 @@ fn join(locked: &Locked, encoded: &[u8; NAME_LEN], name: &str, limits: Option<&L
         return Ok(i);
     };
     let v = &locked.region().vgpus[i];
-    let holders = locked.attached_pids(i).len();
+    let holders = v.attached().count();
     let current = limits_of(v);
     let managed = is_managed(v);
     if !managed && !locked.file().writable {

@@ -125,7 +125,7 @@ pub fn release_unknown(locked: &Locked, known: &[VgpuSpec]) {
             continue;
         }
         let name = String::from_utf8_lossy(v.name_bytes()).into_owned();
-        if locked.attached_pids(index).is_empty() {
+        if !v.has_processes() {
             locked.free_slot(index);
             if let Err(e) = locked.file().unmap_live(index) {
                 eprintln!("tessera daemon: {e}");
