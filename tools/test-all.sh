@@ -18,9 +18,9 @@ echo "== cargo test --release"
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0
-cargo test --workspace --release 2>&1 | tee "$log" || status=$?
+cargo test --workspace --release --no-fail-fast 2>&1 | tee "$log" || status=$?
 echo "== the simulated-driver suite again, every program under the shim with no TESSERA_ setting (transparency)"
-TESSERA_TEST_UNDER_SHIM=1 cargo test --release -p cuda-tests 2>&1 | tee -a "$log" || status=$?
+TESSERA_TEST_UNDER_SHIM=1 cargo test --release --no-fail-fast -p cuda-tests 2>&1 | tee -a "$log" || status=$?
 # One closing line for the whole suite, summed over every test binary.
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i) ~ /^passed/) p += $(i-1); if ($(i) ~ /^failed/) f += $(i-1) } }
      END { printf "tests: %d passed, %d failed\n", p, f }' "$log"

@@ -54,13 +54,14 @@ pub fn sub(a: &AtomicU64, v: u64) {
     let _ = a.fetch_update(Ordering::AcqRel, Ordering::Acquire, |x| Some(x.saturating_sub(v)));
 }
 
-/// Frees a slot the caller owns (its `pid` is [`CLAIMING`]): its bytes go back to `vgpu`, and its
-/// soft-mode figures are zeroed, so that a killed process leaves nothing counted in its vGPU's totals.
-pub fn clear(p: &ProcSlot, vgpu: &VgpuSlot) {
+/// Frees a slot the caller owns (its `pid` is [`CLAIMING`]): its bytes go back to its vGPU (whose usage is
+/// the sum of its slots), and its soft-mode figures are zeroed, so that a killed process leaves nothing
+/// counted in its vGPU's totals.
+pub fn clear(p: &ProcSlot) {
     for d in 0..MAX_DEVICES {
-        let bytes = p.used[d].swap(0, Ordering::AcqRel);
-        sub(&vgpu.live.used[d], bytes);
+        p.used[d].store(0, Ordering::SeqCst);
     }
+    p.inflight_ns.store(0, Ordering::Relaxed);
     p.soft.reset(0, 0);
     p.flags.store(0, Ordering::Relaxed);
     p.start_time.store(0, Ordering::Relaxed);
@@ -76,7 +77,7 @@ pub fn reclaim_vgpu(vgpu: &VgpuSlot, skip: Option<usize>) -> usize {
             continue;
         }
         if p.pid.compare_exchange(pid, CLAIMING, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
-            clear(p, vgpu);
+            clear(p);
             found += 1;
         }
     }
@@ -136,11 +137,12 @@ mod tests {
             p.pid.store(pid, Ordering::Release);
         }
         assert_eq!(v.soft_totals().resident, 400);
-        v.live.used[3].store(400, Ordering::Relaxed);
+        v.live.procs_hwm.store(2, Ordering::Relaxed);
+        assert_eq!(v.used(3), 400);
         assert_eq!(reclaim_vgpu(&r.vgpus[1], None), 0, "another vGPU's processes are left alone");
         assert_eq!(reclaim_vgpu(v, Some(1)), 0, "the caller's own slot is skipped");
         assert_eq!(reclaim_dead(r), 1);
-        assert_eq!(v.live.used[3].load(Ordering::Relaxed), 100);
+        assert_eq!(v.used(3), 100);
         assert_eq!(v.live.procs[1].pid.load(Ordering::Relaxed), 0);
         let gone = &v.live.procs[1];
         assert_eq!(

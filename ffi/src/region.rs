@@ -2,7 +2,7 @@
 //! scheduler, its compute share). A binary protocol between processes that may run different Tessera
 //! versions: the header's magic, version and layout size are checked on every open.
 //!
-//! Layout version 5: a header, the daemon's record and one scheduling record per device, then
+//! Layout version 6: a header, the daemon's record and one scheduling record per device, then
 //! [`MAX_VGPUS`] vGPU slots, each two [`AREA`]s: its [`VgpuConfig`] (name, quota, share, priority, flags)
 //! and its [`VgpuLive`] state (usage, the compute-share token bucket, the [`Pager`] requests of soft
 //! memory mode, its processes' slots with their [`SoftStats`], and the [`Timeline`] of its finished
@@ -16,11 +16,15 @@
 //!
 //! Protocol (the shim implements it; anything else that maps the region must follow it):
 //! - the file is created, checked and its slots claimed or configured only under `flock(LOCK_EX)`;
-//! - a vGPU's `used[d]` only grows by a compare-and-swap that keeps it at most `limit[d]`, so processes
-//!   sharing a quota can never overshoot it; each process mirrors what it holds in its [`ProcSlot`];
-//! - a process slot is claimed by a CAS of `pid` from 0 to `u32::MAX`, filled, then published by storing
-//!   the owner's pid; whoever finds the owner dead (pid and start time no longer match a live process)
-//!   CASes `pid` to `u32::MAX`, subtracts the slot's `used` from its vGPU and frees it.
+//! - what a process holds is recorded in its [`ProcSlot`] alone, the one source of truth: a vGPU's usage
+//!   on a device is the sum of its process slots' `used` ([`VgpuSlot::used`]), so a process killed at any
+//!   instruction leaves nothing charged that its slot does not show, and freeing its slot gives all of it
+//!   back. A reservation adds to the process's own `used` first (sequentially consistent), then sums the
+//!   slots below `procs_hwm`: over the limit, it takes its addition back and is refused. Of two racing
+//!   reservations the later adder always sees the earlier, so processes sharing a quota never overshoot it;
+//! - a process slot is claimed by a CAS of `pid` from 0 to a claiming tag, `procs_hwm` raised past it,
+//!   filled, then published by storing the owner's pid; whoever finds the owner dead (pid and start time no
+//!   longer match a live process) CASes `pid` to a claiming tag, zeroes the slot and frees it.
 //! - compute shares (see [`Sched`]): a launch takes `tokens` (nanoseconds of device time) with one atomic
 //!   subtraction when `tokens > 0`, the `inflight_ns` window allows it, the vGPU is not suspended and no
 //!   higher-priority vGPU is active on its device; otherwise it sleeps on the `epoch` futex word, counted in
@@ -57,7 +61,7 @@ use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
 /// `TESSRGN1` in little-endian byte order.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"TESSRGN1");
 /// Layout version; bump on any change to the structures below.
-pub const VERSION: u32 = 5;
+pub const VERSION: u32 = 6;
 /// Devices per vGPU slot.
 pub const MAX_DEVICES: usize = 16;
 /// vGPU slots in a region.
@@ -129,8 +133,8 @@ pub const DEFAULT_WINDOW_NS: u64 = 1_000_000;
 /// its own, from its own file, with its own permissions.
 pub const AREA: usize = 64 * 1024;
 /// Process slots per vGPU: as many as [`VgpuLive`] holds within its [`AREA`] (each slot carries
-/// [`SoftStats`] since layout version 5).
-pub const PROCS_PER_VGPU: usize = 112;
+/// [`SoftStats`] since layout version 5, and its window share since version 6).
+pub const PROCS_PER_VGPU: usize = 108;
 
 /// A vGPU's configuration: written by whoever configures the vGPU (the daemon for a managed one), only
 /// read by its processes — a managed vGPU's processes map it read-only.
@@ -226,12 +230,19 @@ pub struct VgpuLive {
     pub version: u32,
     /// The slot index the live file belongs to.
     pub slot: u32,
-    /// Bytes in use per device by every process of the vGPU.
-    pub used: [AtomicU64; MAX_DEVICES],
-    /// Peak of `used` per device.
+    /// What a context costs on each device, as the first process of the vGPU to create one there measured
+    /// it (0: not measured yet): later contexts are reserved at that cost before they are created.
+    pub context_cost: [AtomicU64; MAX_DEVICES],
+    /// Peak of the vGPU's usage ([`VgpuSlot::used`]) per device.
     pub peak: [AtomicU64; MAX_DEVICES],
     /// When processes of this vGPU were last checked for having died (monotonic ns).
     pub last_reclaim_ns: AtomicU64,
+    /// Every process slot ever claimed since the vGPU's usage last started over lies below this index, so
+    /// that summing usage reads only those (it only grows while processes may be attached).
+    pub procs_hwm: AtomicU32,
+    /// Pid of the process measuring a context's cost on a device whose cost is not known yet (0: none):
+    /// such first contexts are created one at a time.
+    pub measuring: AtomicU32,
     /// Compute share.
     pub sched: Sched,
     /// Requests to the processes of a soft vGPU, and the memory they wait for.
@@ -428,6 +439,16 @@ impl VgpuSlot {
         self.live.procs.iter().enumerate().filter_map(|(i, p)| p.attached_pid().map(|pid| (i, pid, p)))
     }
 
+    /// Bytes in use on device `dev` by every process of the vGPU: the sum of its process slots' `used`
+    /// (sequentially consistent loads, see the module documentation); 0 for a device out of range.
+    pub fn used(&self, dev: usize) -> u64 {
+        if dev >= MAX_DEVICES {
+            return 0;
+        }
+        let hwm = (self.live.procs_hwm.load(Ordering::SeqCst) as usize).min(PROCS_PER_VGPU);
+        self.live.procs[..hwm].iter().fold(0u64, |sum, p| sum.saturating_add(p.used[dev].load(Ordering::SeqCst)))
+    }
+
     /// Whether any process is attached now (see [`VgpuSlot::attached`]).
     pub fn has_processes(&self) -> bool {
         self.attached().next().is_some()
@@ -479,8 +500,11 @@ pub struct ProcSlot {
     pub flags: AtomicU32,
     /// Owner's start time (from `/proc/PID/stat`), against pid reuse.
     pub start_time: AtomicU64,
-    /// Bytes the process holds per device.
+    /// Bytes the process holds per device: the source of truth of its vGPU's usage.
     pub used: [AtomicU64; MAX_DEVICES],
+    /// Estimated device time of the process's launches queued and not finished yet (its part of the vGPU's
+    /// `inflight_ns`), so that what a process killed mid-launch had in the window can be given back.
+    pub inflight_ns: AtomicI64,
     /// Its soft-mode memory (zero in hard mode).
     pub soft: SoftStats,
 }
@@ -528,7 +552,7 @@ impl std::ops::Deref for Region {
     }
 }
 
-/// Size of a version-5 region file.
+/// Size of a version-6 region file.
 pub const LAYOUT_SIZE: usize = std::mem::size_of::<Region>();
 
 // Each area must hold its structure: a live area is mapped on its own, AREA bytes of its own file.
@@ -621,15 +645,15 @@ mod tests {
         assert_eq!(std::mem::size_of::<Sched>(), 4 * 4 + 9 * 8);
         assert_eq!(std::mem::size_of::<VgpuConfig>(), 8 + NAME_LEN + 8 * MAX_DEVICES + 24);
         assert_eq!(std::mem::size_of::<SoftStats>(), 7 * 8 + 2 * 4);
-        assert_eq!(std::mem::size_of::<ProcSlot>(), 16 + 8 * MAX_DEVICES + 64);
+        assert_eq!(std::mem::size_of::<ProcSlot>(), 16 + 8 * MAX_DEVICES + 8 + 64);
         assert_eq!(std::mem::size_of::<Pager>(), 4 * 4 + 8 * MAX_DEVICES + 8);
         assert_eq!(
             std::mem::size_of::<VgpuLive>(),
-            16 + 2 * 8 * MAX_DEVICES + 8 + 88 + 152 + PROCS_PER_VGPU * 208 + 32 + crate::timeline::RING * 40
+            16 + 2 * 8 * MAX_DEVICES + 8 + 8 + 88 + 152 + PROCS_PER_VGPU * 216 + 32 + crate::timeline::RING * 40
         );
         assert!(std::mem::size_of::<VgpuLive>() <= AREA, "fits its area");
         assert_eq!(std::mem::offset_of!(VgpuLive, pager), std::mem::offset_of!(VgpuLive, sched) + 88);
-        assert_eq!(std::mem::offset_of!(ProcSlot, soft), 16 + 8 * MAX_DEVICES);
+        assert_eq!(std::mem::offset_of!(ProcSlot, soft), 16 + 8 * MAX_DEVICES + 8);
         assert_eq!(std::mem::size_of::<DeviceSched>(), 16);
         assert_eq!(std::mem::size_of::<crate::timeline::Entry>(), 40);
         assert_eq!(std::mem::size_of::<Timeline>(), 32 + crate::timeline::RING * 40);

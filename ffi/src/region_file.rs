@@ -67,13 +67,12 @@ pub fn set_limits(v: &VgpuSlot, limits: &Limits) {
     }
 }
 
-/// Starts a slot's usage over: only for a slot no process is attached to (bytes left by a process killed
-/// between updating the vGPU and its own slot would otherwise shrink the quota forever).
+/// Starts a slot's usage figures over (peak, context costs): only for a slot no process is attached to.
 pub fn reset_usage(v: &VgpuSlot) {
     let live = &v.live;
     for d in 0..MAX_DEVICES {
-        live.used[d].store(0, Ordering::Release);
         live.peak[d].store(0, Ordering::Relaxed);
+        live.context_cost[d].store(0, Ordering::Relaxed);
     }
     live.last_reclaim_ns.store(0, Ordering::Relaxed);
 }
@@ -324,7 +323,7 @@ fn prepare_live(file: &File, path: &str, index: usize, create: Option<(u32, &Vgp
         }
         return made;
     }
-    let mut head = [0u8; offset_of!(VgpuLive, used)];
+    let mut head = [0u8; offset_of!(VgpuLive, context_cost)];
     let read = std::os::unix::fs::FileExt::read_exact_at(file, &mut head, 0);
     let field = |at: usize| u32::from_le_bytes(head[at..at + 4].try_into().unwrap_or_default());
     let magic = &head[offset_of!(VgpuLive, magic)..][..8];
@@ -480,10 +479,13 @@ fn claim_process(vgpu: &VgpuSlot, name: &str) -> Result<usize, String> {
     let pager = &vgpu.live.pager;
     for (i, p) in vgpu.live.procs.iter().enumerate() {
         if p.pid.compare_exchange(0, CLAIMING, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+            // Before the slot can hold anything: whoever sums the vGPU's usage from now on reads it.
+            vgpu.live.procs_hwm.fetch_max(i as u32 + 1, Ordering::SeqCst);
             p.start_time.store(start, Ordering::Relaxed);
             for u in &p.used {
-                u.store(0, Ordering::Relaxed);
+                u.store(0, Ordering::SeqCst);
             }
+            p.inflight_ns.store(0, Ordering::Relaxed);
             p.soft.reset(pager.evict_seq.load(Ordering::Acquire), pager.defrag_seq.load(Ordering::Acquire));
             p.flags.store(vgpu.flags() & flags::SOFT, Ordering::Release);
             p.pid.store(pid, Ordering::Release);

@@ -321,7 +321,8 @@ mod tests {
         );
         assert_eq!(a.config.flags.load(Ordering::Relaxed), flags::MANAGED | flags::SUSPENDED);
         assert_eq!((b.config.share.load(Ordering::Relaxed), b.config.priority.load(Ordering::Relaxed)), (20, 2));
-        a.live.used[0].store(4096, Ordering::Relaxed);
+        a.live.procs[0].used[0].store(4096, Ordering::Relaxed);
+        a.live.procs_hwm.store(1, Ordering::Relaxed);
         drop(m);
         let m = f.manager();
         let list = ok(&m, Request::List);
@@ -346,11 +347,13 @@ mod tests {
         let locked = f.region.lock().unwrap();
         let index = slots::find(&locked, "a").unwrap();
         drop(locked);
-        f.region.region().vgpus[index].live.used[0].store(512 << 20, Ordering::Relaxed);
+        let v = &f.region.region().vgpus[index];
+        v.live.procs[0].used[0].store(512 << 20, Ordering::Relaxed);
+        v.live.procs_hwm.store(1, Ordering::Relaxed);
         let lower = Change { memory: Some(256 << 20), ..Change::default() };
         let e = err(&m, Request::Set { name: "a".into(), change: lower });
         assert!(e.contains("uses 512.0 MiB") && e.contains("cannot be lowered to 256.0 MiB"), "{e}");
-        f.region.region().vgpus[index].live.used[0].store(0, Ordering::Relaxed);
+        v.live.procs[0].used[0].store(0, Ordering::Relaxed);
         assert_eq!(ok(&m, Request::List), before);
         drop(m);
         assert_eq!(f.manager().specs(), before.iter().map(|s| s.spec.clone()).collect::<Vec<_>>(), "nor on disk");

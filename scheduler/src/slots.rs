@@ -18,7 +18,7 @@ pub fn find(locked: &Locked, name: &str) -> Option<usize> {
 
 /// Checks that `memory` on `spec`'s device holds what the slot's processes use now.
 fn check_fits(v: &VgpuSlot, spec: &VgpuSpec, memory: u64) -> Result<(), String> {
-    let used = v.live.used[spec.device as usize].load(Ordering::Acquire);
+    let used = v.used(spec.device as usize);
     if used > memory {
         return Err(format!(
             "vGPU {:?} uses {} on device {}; its quota cannot be lowered to {}: free memory or stop its processes first",
@@ -144,7 +144,7 @@ pub fn status(locked: &Locked, spec: &VgpuSpec) -> VgpuStatus {
     let Some(index) = find(locked, &spec.name) else { return st };
     let v = &locked.region().vgpus[index];
     let d = spec.device as usize;
-    st.used = v.live.used[d].load(Ordering::Acquire);
+    st.used = v.used(d);
     st.peak = v.live.peak[d].load(Ordering::Acquire);
     st.processes = locked.attached_pids(index);
     let s = &v.live.sched;

@@ -8,7 +8,7 @@ use common::{GIB, INVALID_VALUE, MIB, OUT_OF_MEMORY, Sim, at, finish, first_line
 use std::mem::{offset_of, size_of};
 use std::path::PathBuf;
 use std::process::Child;
-use tessera_ffi::region::{MAX_VGPUS, NAME_LEN, Region, VgpuSlot};
+use tessera_ffi::region::{MAX_VGPUS, NAME_LEN, ProcSlot, Region, VgpuSlot};
 
 /// What a context costs on the `small` profile.
 const CONTEXT: u64 = 128 * MIB;
@@ -38,8 +38,11 @@ impl RegionFile {
                 n.starts_with(name.as_bytes()) && n[name.len()] == 0
             })
             .map(|slot| {
-                let at = slot + offset_of!(VgpuSlot, live.used);
-                u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap())
+                // The vGPU's usage is the sum of its process slots' (below the high-water mark).
+                let word = |at: usize, n: usize| bytes[at..at + n].iter().rev().fold(0u64, |w, &b| (w << 8) | b as u64);
+                let hwm = word(slot + offset_of!(VgpuSlot, live.procs_hwm), 4) as usize;
+                let procs = slot + offset_of!(VgpuSlot, live.procs);
+                (0..hwm).map(|p| word(procs + p * size_of::<ProcSlot>() + offset_of!(ProcSlot, used), 8)).sum()
             })
             .unwrap_or_else(|| panic!("no vGPU {name:?} in the region"))
     }

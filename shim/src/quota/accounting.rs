@@ -14,33 +14,34 @@ pub struct Refused {
     pub used: u64,
 }
 
-/// Takes `bytes` on device `dev`: the vGPU's counter first (the gate every process passes through), then
-/// the process's mirror. A process killed between the two leaves the bytes counted in the vGPU until the
-/// vGPU is idle again: erring that way can shrink a quota for a while but never lets it overshoot.
+/// Takes `bytes` on device `dev`: the process's own record first, which is the source of truth (a process
+/// killed at any point leaves charged only what its slot shows, and reclaiming the slot gives it back),
+/// then the vGPU's usage summed over every process slot; over the limit the addition is taken back and the
+/// request refused. Sequentially consistent on both sides: of two racing reservations, the later adder
+/// sees the earlier one's bytes, so the vGPU never overshoots (it may refuse both, never admit both).
 pub fn reserve(vgpu: &VgpuSlot, me: &ProcSlot, dev: usize, bytes: u64) -> Result<(), Refused> {
     let limit = vgpu.config.limit[dev].load(Ordering::Acquire);
-    match vgpu.live.used[dev]
-        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |u| u.checked_add(bytes).filter(|&n| n <= limit))
-    {
-        Ok(before) => {
-            me.used[dev].fetch_add(bytes, Ordering::AcqRel);
-            vgpu.live.peak[dev].fetch_max(before + bytes, Ordering::Relaxed);
-            Ok(())
-        }
-        Err(used) => Err(Refused { limit, used }),
+    if me.used[dev].fetch_update(Ordering::SeqCst, Ordering::SeqCst, |u| u.checked_add(bytes)).is_err() {
+        return Err(Refused { limit, used: vgpu.used(dev) });
     }
+    let total = vgpu.used(dev);
+    if total > limit || total == u64::MAX {
+        sub(&me.used[dev], bytes);
+        return Err(Refused { limit, used: total.saturating_sub(bytes) });
+    }
+    vgpu.live.peak[dev].fetch_max(total, Ordering::Relaxed);
+    Ok(())
 }
 
-/// Gives back `bytes` taken with [`reserve`]: the process's mirror first, for the same reason.
-pub fn release(vgpu: &VgpuSlot, me: &ProcSlot, dev: usize, bytes: u64) {
+/// Gives back `bytes` taken with [`reserve`].
+pub fn release(me: &ProcSlot, dev: usize, bytes: u64) {
     sub(&me.used[dev], bytes);
-    sub(&vgpu.live.used[dev], bytes);
 }
 
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use tessera_ffi::region::UNLIMITED;
+    use tessera_ffi::region::{PROCS_PER_VGPU, UNLIMITED};
 
     /// A zeroed slot of any region type, leaked (all-zero is a valid value of every region structure).
     pub fn zeroed<T>() -> &'static T {
@@ -54,7 +55,8 @@ pub(crate) mod tests {
             l.store(UNLIMITED, Ordering::Relaxed);
         }
         v.config.limit[0].store(limit, Ordering::Relaxed);
-        (v, zeroed())
+        v.live.procs_hwm.store(PROCS_PER_VGPU as u32, Ordering::Relaxed);
+        (v, &v.live.procs[0])
     }
 
     #[test]
@@ -62,22 +64,24 @@ pub(crate) mod tests {
         let (v, me) = slots(1000);
         assert_eq!(reserve(v, me, 0, 1000), Ok(()));
         assert_eq!(reserve(v, me, 0, 1), Err(Refused { limit: 1000, used: 1000 }));
-        release(v, me, 0, 400);
+        release(me, 0, 400);
         assert_eq!(reserve(v, me, 0, 401), Err(Refused { limit: 1000, used: 600 }));
         assert_eq!(reserve(v, me, 0, 400), Ok(()));
         assert_eq!(v.live.peak[0].load(Ordering::Relaxed), 1000);
         assert_eq!(me.used[0].load(Ordering::Relaxed), 1000);
-        // Other devices are unlimited; overflow is refused, not wrapped.
-        assert_eq!(reserve(v, me, 1, u64::MAX), Ok(()));
+        // Other devices are unlimited; a total reaching the "unlimited" marker, or overflowing, is refused.
+        assert_eq!(reserve(v, me, 1, u64::MAX - 1), Ok(()));
         assert!(reserve(v, me, 1, 1).is_err());
+        assert!(reserve(v, me, 1, u64::MAX).is_err());
+        assert_eq!(me.used[1].load(Ordering::Relaxed), u64::MAX - 1, "refusals take their addition back");
     }
 
     #[test]
     fn release_never_wraps() {
         let (v, me) = slots(10);
         reserve(v, me, 0, 5).unwrap();
-        release(v, me, 0, 50);
-        assert_eq!((v.live.used[0].load(Ordering::Relaxed), me.used[0].load(Ordering::Relaxed)), (0, 0));
+        release(me, 0, 50);
+        assert_eq!((v.used(0), me.used[0].load(Ordering::Relaxed)), (0, 0));
     }
 
     #[test]
@@ -91,19 +95,19 @@ pub(crate) mod tests {
                     for i in 0..20_000u64 {
                         let bytes = 1 + (i * 7919) % 4096;
                         if reserve(v, me, 0, bytes).is_ok() {
-                            assert!(v.live.used[0].load(Ordering::Relaxed) <= 1 << 20);
+                            assert!(v.used(0) <= 1 << 20);
                             held.push(bytes);
                         }
                         if i % 3 == 0
                             && let Some(b) = held.pop()
                         {
-                            release(v, me, 0, b);
+                            release(me, 0, b);
                         }
                     }
                     let mine = me.used[0].load(Ordering::Relaxed);
                     assert_eq!(mine, held.iter().sum::<u64>());
                     for b in held {
-                        release(v, me, 0, b);
+                        release(me, 0, b);
                     }
                 })
             })
@@ -111,7 +115,7 @@ pub(crate) mod tests {
         for t in threads {
             t.join().unwrap();
         }
-        assert_eq!(v.live.used[0].load(Ordering::Relaxed), 0);
+        assert_eq!(v.used(0), 0);
         assert!(v.live.peak[0].load(Ordering::Relaxed) <= 1 << 20);
     }
 }

@@ -78,7 +78,7 @@ impl Quota {
 
     /// Bytes in use on device `dev` by every process of the quota.
     pub fn used(&self, dev: usize) -> u64 {
-        self.slots.vgpu.live.used.get(dev).map_or(0, |u| u.load(std::sync::atomic::Ordering::Acquire))
+        self.slots.vgpu.used(dev)
     }
 
     /// Reclaims dead processes' bytes now; returns how many processes were found dead.
@@ -124,7 +124,7 @@ impl Quota {
     /// Gives back `bytes` taken with [`Quota::reserve`] on device `dev`.
     pub fn release(&self, dev: usize, bytes: u64) {
         if dev < MAX_DEVICES {
-            accounting::release(self.slots.vgpu, self.slots.me, dev, bytes);
+            accounting::release(self.slots.me, dev, bytes);
         }
     }
 

@@ -5,14 +5,15 @@
 pub use tessera_ffi::region_file::{Attached, Limits, attach, describe};
 
 use std::sync::atomic::Ordering;
-use tessera_ffi::region::{ProcSlot, VgpuSlot, state};
+use tessera_ffi::region::{VgpuSlot, state};
 
-/// A quota of this process's own, never shared: slots in private memory.
+/// A quota of this process's own, never shared: a slot in private memory, whose first process slot is
+/// this process's.
 pub fn private(limits: &Limits) -> Attached {
-    // SAFETY: VgpuSlot and ProcSlot are integers and atomics, for which all-zero is a valid value.
-    let (vgpu, me) = unsafe {
-        (Box::leak(Box::<VgpuSlot>::new_zeroed().assume_init()), Box::leak(Box::<ProcSlot>::new_zeroed().assume_init()))
-    };
+    // SAFETY: VgpuSlot is integers and atomics, for which all-zero is a valid value.
+    let vgpu: &'static VgpuSlot = unsafe { Box::leak(Box::<VgpuSlot>::new_zeroed().assume_init()) };
+    vgpu.live.procs_hwm.store(1, Ordering::Release);
+    let me = &vgpu.live.procs[0];
     for (slot, &l) in vgpu.config.limit.iter().zip(limits) {
         slot.store(l, Ordering::Relaxed);
     }

@@ -135,7 +135,7 @@ impl Reader {
                     launches: s.launches.load(Ordering::Acquire),
                     wait_ns: s.wait_ns.load(Ordering::Acquire),
                     device_ns: s.device_ns.load(Ordering::Acquire),
-                    used: v.live.used[d].load(Ordering::Acquire),
+                    used: v.used(d),
                     peak: v.live.peak[d].load(Ordering::Acquire),
                     limit: v.config.limit[d].load(Ordering::Acquire),
                     engine_ns: engine_ns.as_ref().map(|e| e[i]),
