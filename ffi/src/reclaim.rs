@@ -54,14 +54,19 @@ pub fn sub(a: &AtomicU64, v: u64) {
     let _ = a.fetch_update(Ordering::AcqRel, Ordering::Acquire, |x| Some(x.saturating_sub(v)));
 }
 
-/// Frees a slot the caller owns (its `pid` is [`CLAIMING`]): its bytes go back to its vGPU (whose usage is
-/// the sum of its slots), and its soft-mode figures are zeroed, so that a killed process leaves nothing
-/// counted in its vGPU's totals.
-pub fn clear(p: &ProcSlot) {
+/// Frees a slot the caller owns (its `pid` is [`CLAIMING`]) of `vgpu`: its bytes go back (the vGPU's usage
+/// is the sum of its slots), what its launches had in the vGPU's window leaves it, and its soft-mode
+/// figures are zeroed, so that a killed process leaves nothing counted in its vGPU's totals.
+pub fn clear(p: &ProcSlot, vgpu: &VgpuSlot) {
     for d in 0..MAX_DEVICES {
         p.used[d].store(0, Ordering::SeqCst);
     }
-    p.inflight_ns.store(0, Ordering::Relaxed);
+    let inflight = p.inflight_ns.swap(0, Ordering::AcqRel).max(0);
+    let _ = vgpu
+        .live
+        .sched
+        .inflight_ns
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| Some(w.saturating_sub(inflight).max(0)));
     p.soft.reset(0, 0);
     p.flags.store(0, Ordering::Relaxed);
     p.start_time.store(0, Ordering::Relaxed);
@@ -77,7 +82,7 @@ pub fn reclaim_vgpu(vgpu: &VgpuSlot, skip: Option<usize>) -> usize {
             continue;
         }
         if p.pid.compare_exchange(pid, CLAIMING, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
-            clear(p);
+            clear(p, vgpu);
             found += 1;
         }
     }
