@@ -88,9 +88,8 @@ impl Config {
     /// valid UTF-8 is an error naming the variable: read as unset, it would switch its limit off.
     pub fn from_lookup(get: impl Fn(&str) -> Option<OsString>) -> Result<Config, ConfigError> {
         let err = |var: &'static str| move |message: String| ConfigError { var, message };
-        let get = |var: &'static str| -> Result<Option<String>, ConfigError> {
-            get(var).map(|v| utf8(var, &v)).transpose()
-        };
+        let get =
+            |var: &'static str| -> Result<Option<String>, ConfigError> { get(var).map(|v| utf8(var, &v)).transpose() };
         let log = match get("TESSERA_LOG")? {
             None => Level::Warn,
             Some(v) => Level::parse(&v)
