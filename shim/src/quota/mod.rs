@@ -45,14 +45,16 @@ fn set_up() -> Result<Option<Quota>, String> {
     let (slots, label) = match (&config.vgpu, limits) {
         (None, None) => return Ok(None),
         (None, Some(l)) => (region::private(&l), "this process".to_string()),
-        (Some(name), l) => match region::attach(&config.region, name, l.as_ref()) {
-            Ok(s) => (s, format!("vGPU {name:?}")),
-            Err(e) => {
-                // Printed whatever TESSERA_LOG says: the program is about to be refused the GPU.
-                eprintln!("tessera: {e}; refusing to run CUDA without the configured quota");
-                return Err(e);
+        (Some(name), l) => {
+            match region::attach_with_share(&config.region, name, l.as_ref(), config.compute_share.is_some()) {
+                Ok(s) => (s, format!("vGPU {name:?}")),
+                Err(e) => {
+                    // Printed whatever TESSERA_LOG says: the program is about to be refused the GPU.
+                    eprintln!("tessera: {e}; refusing to run CUDA without the configured quota");
+                    return Err(e);
+                }
             }
-        },
+        }
     };
     let limits: Limits = std::array::from_fn(|d| slots.vgpu.config.limit[d].load(std::sync::atomic::Ordering::Acquire));
     log::info(format_args!("memory quota: {label}, {}", region::describe(&limits)));
