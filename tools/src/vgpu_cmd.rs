@@ -1,7 +1,8 @@
 //! `tessera vgpu ...`: creating, listing, changing, suspending, defragmenting and removing vGPUs through
 //! the daemon's socket (`TESSERA_SOCKET`). Values are checked here first (a malformed one is a usage error, status 2);
-//! the daemon checks the rest (shares of a device summing to at most 100, existing devices and names, a
-//! quota not below what is in use) and a refused request changes nothing (status 1).
+//! the daemon checks the rest (shares of a device summing to at most 100, hard quotas fitting in their
+//! device's memory together, existing devices and names, a quota not below what is in use) and a refused
+//! request changes nothing (status 1).
 
 use clap::{Args, Subcommand, ValueEnum};
 use tessera_ffi::units::{format_size, parse_duration_ns, parse_quota, parse_share};
