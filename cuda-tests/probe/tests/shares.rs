@@ -138,7 +138,9 @@ fn a_suspended_vgpu_blocks_in_its_next_launch_and_resume_continues_it() {
 fn a_high_vgpu_holds_lower_priorities_until_it_goes_idle() {
     let _turn = turn();
     let region = TestRegion::new("priority");
-    let sim = Sim::new("priority").with_shim().with("TESSERA_REGION", region.path());
+    // vGPUs no daemon manages are set up only by processes with a limit of their own: a quota never neared.
+    let sim =
+        Sim::new("priority").with_shim().with("TESSERA_REGION", region.path()).with("TESSERA_MEMORY_LIMIT", "64GiB");
     let low = spawn(&sim, &["saturate", "--ns", "500us", "--seconds", "3"], &[("TESSERA_VGPU", "low")]);
     let l = &region.vgpu("low").live.sched;
     launched(l, 20);
