@@ -600,10 +600,9 @@ pub fn live_daemon(region: &Region, now_ns: u64) -> Option<u32> {
 }
 
 /// The slot of vGPU `name` checked against `limits`, or a new slot configured with them (refused while a
-/// daemon manages the region: its vGPUs are created with `tessera vgpu create`).
-/// Finds or makes vGPU `name`'s slot for a joining process. A vGPU no daemon manages gets its limits from
-/// the first process that sets it up; a process with no limit of its own (no `limits`, no `own_share`) may
-/// not be that process: it would run unlimited, say after a typo in `TESSERA_VGPU`.
+/// daemon manages the region: its vGPUs are created with `tessera vgpu create`). A process with no limit
+/// of its own (no `limits`, no `own_share`) may not set up a vGPU no daemon manages: it would run
+/// unlimited, say after a typo in `TESSERA_VGPU`.
 fn join(
     locked: &Locked,
     encoded: &[u8; NAME_LEN],
