@@ -510,17 +510,24 @@ pub struct Attached {
     pub me_index: Option<usize>,
 }
 
+/// [`attach_with_share`] for a process without a compute share of its own.
+pub fn attach(path: &str, name: &str, limits: Option<&Limits>) -> Result<Attached, String> {
+    attach_with_share(path, name, limits, false)
+}
+
 /// Opens (creating if needed) the region at `path`, joins vGPU `name` with `limits` (`None`: adopt the
 /// vGPU's) and claims a process slot. The mapping lives as long as the process: for a vGPU the daemon
 /// manages, the region read-only and the vGPU's live file (which this user must own) over its slot.
-pub fn attach(path: &str, name: &str, limits: Option<&Limits>) -> Result<Attached, String> {
+/// `own_share`: the process has a standalone compute share (`TESSERA_COMPUTE_SHARE`), a limit of its own
+/// like `limits`; with neither, it may only join a vGPU that has limits already (see [`join`]).
+pub fn attach_with_share(path: &str, name: &str, limits: Option<&Limits>, own_share: bool) -> Result<Attached, String> {
     let encoded = encode_name(name).ok_or_else(|| format!("{name:?} is not a vGPU name"))?;
     let file = RegionFile::open_as(path, Access::Joiner)?;
     let locked = file.lock()?;
     if file.writable {
         locked.reclaim_dead();
     }
-    let index = join(&locked, &encoded, name, limits)?;
+    let index = join(&locked, &encoded, name, limits, own_share)?;
     let managed = is_managed(&locked.region().vgpus[index]);
     let region: &'static Region = if managed {
         let live = open_live(path, index, None).map_err(|e| {
@@ -595,9 +602,25 @@ pub fn live_daemon(region: &Region, now_ns: u64) -> Option<u32> {
 }
 
 /// The slot of vGPU `name` checked against `limits`, or a new slot configured with them (refused while a
-/// daemon manages the region: its vGPUs are created with `tessera vgpu create`).
-fn join(locked: &Locked, encoded: &[u8; NAME_LEN], name: &str, limits: Option<&Limits>) -> Result<usize, String> {
+/// daemon manages the region: its vGPUs are created with `tessera vgpu create`). A process with no limit
+/// of its own (no `limits`, no `own_share`) may not set up a vGPU no daemon manages: it would run
+/// unlimited, say after a typo in `TESSERA_VGPU`.
+fn join(
+    locked: &Locked,
+    encoded: &[u8; NAME_LEN],
+    name: &str,
+    limits: Option<&Limits>,
+    own_share: bool,
+) -> Result<usize, String> {
     let path = locked.path();
+    let unlimited = || {
+        format!(
+            "vGPU {name:?} is not managed by a Tessera daemon (region file {path}) and this process gives no limit \
+             of its own, so it would run without limits; either start the daemon (`tessera daemon`) and create it \
+             (`tessera vgpu create {name} --device N --memory SIZE --share PCT`), or give a limit with \
+             TESSERA_MEMORY_LIMIT or TESSERA_COMPUTE_SHARE"
+        )
+    };
     let Some(i) = locked.find(encoded) else {
         if let Some(pid) = live_daemon(locked.region(), crate::futex::monotonic_ns()) {
             return Err(format!(
@@ -607,6 +630,9 @@ fn join(locked: &Locked, encoded: &[u8; NAME_LEN], name: &str, limits: Option<&L
         }
         if !locked.file().writable {
             return Err(format!("there is no vGPU {name:?} in region file {path}, which this user may not change"));
+        }
+        if limits.is_none() && !own_share {
+            return Err(unlimited());
         }
         let i = locked.claim_slot(encoded).ok_or_else(|| {
             format!(
@@ -643,8 +669,9 @@ fn join(locked: &Locked, encoded: &[u8; NAME_LEN], name: &str, limits: Option<&L
         )),
         _ if holders > 0 => Ok(i),
         // A managed vGPU's usage is the daemon's to reset; an unmanaged one, with nobody attached, starts
-        // over and takes the limits of whoever joins.
+        // over and takes the limits of whoever joins: like a new one, only from a process that has some.
         _ if managed => Ok(i),
+        None if !own_share => Err(unlimited()),
         _ => {
             reset_usage(v);
             set_limits(v, limits.unwrap_or(&current));
@@ -676,9 +703,9 @@ mod tests {
         assert_eq!(a.vgpu_index, b.vgpu_index);
         assert_ne!(a.me_index, b.me_index);
         assert_eq!(b.vgpu.config.limit[3].load(Ordering::Relaxed), 1 << 30, "adopted");
-        let c = attach(&path, "other", None).unwrap();
+        let c = attach_with_share(&path, "other", None, true).unwrap();
         assert_ne!(c.vgpu_index, a.vgpu_index);
-        assert_eq!(c.vgpu.config.limit[0].load(Ordering::Relaxed), UNLIMITED);
+        assert_eq!(c.vgpu.config.limit[0].load(Ordering::Relaxed), UNLIMITED, "a share, no memory quota");
         std::fs::remove_file(&path).unwrap();
     }
 
@@ -772,7 +799,24 @@ mod tests {
         assert!(e.contains("no vGPU \"nosuch\"") && e.contains("tessera vgpu create nosuch"), "{e}");
         // A silent daemon is gone: processes may create vGPUs again.
         d.heartbeat_ns.store(crate::futex::monotonic_ns().saturating_sub(DAEMON_SILENCE_NS), Ordering::Release);
-        attach(&path, "nosuch", None).unwrap();
+        attach(&path, "nosuch", Some(&limits(1 << 30))).unwrap();
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn without_a_daemon_a_process_with_no_limit_cannot_set_up_a_vgpu() {
+        let path = temp("nolimit");
+        let e = attach(&path, "typo", None).err().unwrap();
+        assert!(e.contains("\"typo\"") && e.contains(&path), "{e}");
+        assert!(e.contains("tessera vgpu create typo") && e.contains("TESSERA_MEMORY_LIMIT"), "{e}");
+        assert!(e.contains("TESSERA_COMPUTE_SHARE"), "{e}");
+        let file = RegionFile::open(&path).unwrap();
+        assert_eq!(file.lock().unwrap().find(&encode_name("typo").unwrap()), None, "no slot was made");
+        // Left behind by a process that had a limit and is gone: still no way in without one.
+        let gone = attach(&path, "left", Some(&limits(1 << 30))).unwrap();
+        gone.me.pid.store(0, Ordering::Release);
+        assert!(attach(&path, "left", None).err().unwrap().contains("tessera vgpu create left"));
+        attach_with_share(&path, "left", None, true).unwrap();
         std::fs::remove_file(&path).unwrap();
     }
 
@@ -817,7 +861,7 @@ mod tests {
         let file = RegionFile::open(&path).unwrap();
         let index = file.lock().unwrap().claim_slot(&encode_name("svc").unwrap()).unwrap();
         let v = &file.region().vgpus[index];
-        let hard = attach(&path, "svc", None).unwrap();
+        let hard = attach(&path, "svc", Some(&limits(1 << 30))).unwrap();
         v.config.flags.store(flags::SOFT, Ordering::Release);
         v.live.pager.request(crate::region::PagerRequest::Evict);
         v.live.pager.request(crate::region::PagerRequest::Defrag);

@@ -114,8 +114,8 @@ pub fn parse_per_device<T>(text: &str, parse: impl Fn(&str) -> Result<T, String>
     for part in text.split(',') {
         let (dev, value) =
             part.split_once('=').ok_or_else(|| format!("{part:?} is not ORDINAL=VALUE (e.g. 0=8GiB,1=4GiB)"))?;
-        let dev: u32 =
-            dev.trim().parse().map_err(|_| format!("{:?} is not a device ordinal (e.g. 0=8GiB,1=4GiB)", dev.trim()))?;
+        let dev = parse_ordinal(dev.trim())
+            .ok_or_else(|| format!("{:?} is not a device ordinal (e.g. 0=8GiB,1=4GiB)", dev.trim()))?;
         if list.iter().any(|(d, _)| *d == dev) {
             return Err(format!("device {dev} is given twice"));
         }
@@ -124,20 +124,56 @@ pub fn parse_per_device<T>(text: &str, parse: impl Fn(&str) -> Result<T, String>
     Ok(PerDevice::Each(list))
 }
 
-/// Parses a memory quota (`TESSERA_MEMORY_LIMIT`, `tessera run --memory`): a size for every device or
-/// per device; zero and device ordinals beyond the region's are refused. Errors name the accepted forms.
+/// A device ordinal: plain decimal digits (no sign, which `str::parse` would take).
+fn parse_ordinal(text: &str) -> Option<u32> {
+    (!text.is_empty() && text.bytes().all(|b| b.is_ascii_digit())).then(|| text.parse().ok()).flatten()
+}
+
+/// The largest memory quota accepted: one byte below [`crate::region::UNLIMITED`], the region's marker
+/// for "no limit", which a quota must never become.
+pub const MAX_QUOTA: u64 = crate::region::UNLIMITED - 1;
+
+/// Parses one memory quota (`--memory` of `tessera vgpu create/set`, and each value of
+/// [`parse_memory_limit`]): a size from 1 byte to [`MAX_QUOTA`]. Zero allows nothing and the largest
+/// value means "no limit" to the region, so both are refused, as are sizes that overflow.
+pub fn parse_quota(text: &str) -> Result<u64, String> {
+    match parse_size(text)? {
+        0 => Err(format!("{:?}: a quota of 0 bytes allows nothing; give a size above zero", text.trim())),
+        n if n > MAX_QUOTA => Err(format!(
+            "{:?}: a quota of {n} bytes is the marker for no limit; give at most {MAX_QUOTA} bytes (or no quota)",
+            text.trim()
+        )),
+        n => Ok(n),
+    }
+}
+
+/// Parses a memory quota (`TESSERA_MEMORY_LIMIT`, `tessera run --memory`): a quota ([`parse_quota`]) for
+/// every device or per device; zero anywhere, the no-limit marker and device ordinals beyond the region's
+/// are refused. Errors name the accepted forms.
 pub fn parse_memory_limit(text: &str) -> Result<PerDevice<u64>, String> {
-    let limit = parse_per_device(text, parse_size).map_err(|e| {
+    let limit = parse_per_device(text, parse_quota).map_err(|e| {
         format!("{e}; accepted: a size for every device (8GiB, 512MiB, 1.5GB, bytes) or per device (0=8GiB,1=4GiB)")
     })?;
     let max = crate::region::MAX_DEVICES as u32;
     match &limit {
-        PerDevice::All(0) => Err("a quota of 0 bytes allows nothing".into()),
         PerDevice::Each(list) if list.iter().any(|(d, _)| *d >= max) => {
             Err(format!("device ordinals go up to {}", max - 1))
         }
         _ => Ok(limit),
     }
+}
+
+/// The accepted forms of a compute share ([`parse_share`]).
+pub const SHARE_FORM: &str = "use a whole percentage of the device from 1 to 100, such as 30 or 30%";
+
+/// Parses a compute share (`TESSERA_COMPUTE_SHARE`, `--share` of `tessera vgpu create/set`): `30` or
+/// `30%`, a whole percentage from 1 to 100 without a sign. 0 would starve the vGPU, so it is refused.
+pub fn parse_share(text: &str) -> Result<u32, String> {
+    let t = text.trim();
+    let digits = t.strip_suffix('%').unwrap_or(t).trim();
+    parse_ordinal(digits)
+        .filter(|p| (1..=100).contains(p))
+        .ok_or_else(|| format!("{text:?} is not a share; {SHARE_FORM}"))
 }
 
 /// True when `name` is usable as a vGPU name (`TESSERA_VGPU`, `tessera run --vgpu`): 1-63 letters, digits,
@@ -159,13 +195,36 @@ mod tests {
     fn memory_limits_and_vgpu_names() {
         assert_eq!(parse_memory_limit("8GiB"), Ok(PerDevice::All(8 << 30)));
         assert_eq!(parse_memory_limit("0=1GiB,1=2GiB").unwrap().get(1), Some(2 << 30));
-        for bad in ["lots", "0", "-1GiB", "0=8GiB,x=1", "99=1GiB"] {
+        for bad in ["lots", "0", "-1GiB", "0=8GiB,x=1", "99=1GiB", "0=0", "0B", "0=1GiB,1=0KiB", "+0=1GiB"] {
             assert!(parse_memory_limit(bad).is_err(), "{bad:?}");
         }
         assert!(parse_memory_limit("lots").unwrap_err().contains("0=8GiB,1=4GiB"));
         assert!(valid_vgpu_name("team-a_1.x"));
         for bad in ["", "a/b", ".hidden", "a b", &"x".repeat(64)] {
             assert!(!valid_vgpu_name(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn quotas_refuse_zero_signs_overflow_and_the_no_limit_marker() {
+        assert_eq!(parse_quota("1"), Ok(1));
+        assert_eq!(parse_quota(&MAX_QUOTA.to_string()), Ok(MAX_QUOTA));
+        for bad in ["0", "0B", "0GiB", "+1GiB", "-1", "18446744073709551615", "18446744073709551616", "16777216TiB"] {
+            assert!(parse_quota(bad).is_err(), "{bad:?}");
+        }
+        assert!(parse_quota("18446744073709551615").unwrap_err().contains("no limit"));
+        for bad in ["18446744073709551615", "0=18446744073709551615"] {
+            assert!(parse_memory_limit(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn shares_are_whole_percentages_from_1_to_100() {
+        for (text, pct) in [("30", 30), ("30%", 30), (" 1 ", 1), ("100%", 100), ("7 %", 7)] {
+            assert_eq!(parse_share(text), Ok(pct), "{text:?}");
+        }
+        for bad in ["0", "0%", "101", "+30", "-1", "30.5", "half", "", "%", "4294967326"] {
+            assert!(parse_share(bad).unwrap_err().contains("1 to 100"), "{bad:?}");
         }
     }
 
@@ -214,5 +273,54 @@ mod per_device_tests {
         assert!(parse_per_device("x=8GiB", parse_size).is_err());
         assert!(parse_per_device("0=8GiB,4GiB", parse_size).is_err());
         assert!(parse_per_device("0=lots", parse_size).is_err());
+    }
+}
+
+#[cfg(test)]
+mod property_tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Text close to the accepted forms: digits, signs, dots, separators and units in any order.
+    fn near_miss() -> impl Strategy<Value = String> {
+        "[ +\\-0-9.=,%]{0,24}(B|b|K|KiB|kb|M|MiB|GB|g|GiB|T|TiB|tb|ns|us|ms|s|%|x)?"
+    }
+
+    proptest! {
+        #[test]
+        fn sizes_never_panic_and_read_back_exactly(text in any::<String>(), n in any::<u64>()) {
+            let _ = parse_size(&text);
+            let _ = parse_duration_ns(&text);
+            prop_assert_eq!(parse_size(&n.to_string()), Ok(n));
+        }
+
+        #[test]
+        fn an_accepted_quota_is_a_limit(text in prop_oneof![any::<String>(), near_miss()]) {
+            if let Ok(n) = parse_quota(&text) {
+                prop_assert!((1..=MAX_QUOTA).contains(&n), "{text:?} gave {n}");
+                prop_assert!(!text.contains(['+', '-']), "{text:?} has a sign");
+            }
+            if let Ok(limit) = parse_memory_limit(&text) {
+                let values = match limit {
+                    PerDevice::All(n) => vec![(0, n)],
+                    PerDevice::Each(list) => list,
+                };
+                prop_assert!(!values.is_empty());
+                for (dev, n) in values {
+                    prop_assert!((dev as usize) < crate::region::MAX_DEVICES, "{text:?}");
+                    prop_assert!((1..=MAX_QUOTA).contains(&n), "{text:?} gave {n}");
+                }
+                prop_assert!(!text.contains(['+', '-']), "{text:?} has a sign");
+            }
+        }
+
+        #[test]
+        fn an_accepted_share_is_from_1_to_100(text in prop_oneof![any::<String>(), near_miss()], n in any::<u32>()) {
+            if let Ok(p) = parse_share(&text) {
+                prop_assert!((1..=100).contains(&p), "{text:?} gave {p}");
+                prop_assert!(!text.contains(['+', '-']), "{text:?} has a sign");
+            }
+            prop_assert_eq!(parse_share(&n.to_string()).is_ok(), (1..=100).contains(&n));
+        }
     }
 }

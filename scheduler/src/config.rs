@@ -1,11 +1,16 @@
 //! The vGPU configuration the daemon owns: one [`VgpuSpec`] per vGPU, and the rules every change must keep
-//! (valid names, existing devices, shares of one device summing to at most 100). Changes are pure: each
+//! (valid names, existing devices, shares of 1-100 summing to at most 100 per device, hard quotas that fit
+//! in their device's memory together). Changes are pure: each
 //! returns the new configuration or an error naming the problem, and the caller commits it only once the
 //! region and the state file took it.
 
 use serde::{Deserialize, Serialize};
 use tessera_ffi::region::{self, DEFAULT_WINDOW_NS, MAX_DEVICES, MAX_VGPUS};
-use tessera_ffi::units::{VGPU_NAME_FORM, format_size, valid_vgpu_name};
+use tessera_ffi::units::{MAX_QUOTA, VGPU_NAME_FORM, format_size, valid_vgpu_name};
+
+/// The machine's devices as the rules need them: each device's total memory in bytes, by ordinal (the
+/// driver's `cuDeviceTotalMem`).
+pub type Devices<'a> = &'a [u64];
 
 /// Shortest window a vGPU may have.
 pub const MIN_WINDOW_NS: u64 = 1_000;
@@ -145,20 +150,37 @@ impl VgpuSpec {
         f
     }
 
-    /// Checks everything that concerns this vGPU alone, for a machine with `devices` devices.
-    fn check(&self, devices: u32) -> Result<(), String> {
+    /// Checks everything that concerns this vGPU alone, on a machine with `devices`. Nothing here trusts
+    /// the request (or the state file): every field is checked.
+    fn check(&self, devices: Devices<'_>) -> Result<(), String> {
         if !valid_vgpu_name(&self.name) {
             return Err(format!("{:?} is not a vGPU name; {VGPU_NAME_FORM}", self.name));
         }
-        check_device(self.device, devices)?;
-        if self.share > 100 {
-            return Err(format!("a share of {}% is more than the whole device; use 0 to 100", self.share));
+        check_device(self.device, devices.len() as u32)?;
+        if !(1..=100).contains(&self.share) {
+            return Err(format!("a share of {}% is out of range; use 1 to 100", self.share));
         }
         if self.memory == 0 {
             return Err("a memory quota of 0 bytes allows nothing".into());
         }
+        if self.memory > MAX_QUOTA {
+            return Err(format!("a memory quota of {} bytes is the marker for no limit", self.memory));
+        }
+        let total = devices[self.device as usize];
+        if self.mode == Mode::Hard && self.memory > total {
+            return Err(format!(
+                "a hard quota of {} is more than device {} has ({}); give at most that, or use --mode soft to \
+                 oversubscribe",
+                bytes(self.memory),
+                self.device,
+                bytes(total)
+            ));
+        }
         if !(MIN_WINDOW_NS..=MAX_WINDOW_NS).contains(&self.window_ns) {
             return Err(format!("a window of {} ns is out of range; use 1us to 1s", self.window_ns));
+        }
+        if self.user == Some(u32::MAX) {
+            return Err("uid 4294967295 stands for no user (-1); give an existing account".into());
         }
         Ok(())
     }
@@ -234,8 +256,8 @@ impl Config {
             .ok_or_else(|| format!("no vGPU named {name:?} (`tessera vgpu list` shows them)"))
     }
 
-    /// Checks every rule on a machine with `devices` devices (a loaded state file must pass too).
-    pub fn check(&self, devices: u32) -> Result<(), String> {
+    /// Checks every rule on a machine with `devices` (a loaded state file must pass too).
+    pub fn check(&self, devices: Devices<'_>) -> Result<(), String> {
         if self.vgpus.len() > MAX_VGPUS {
             return Err(format!("{} vGPUs are more than the {MAX_VGPUS} a region holds", self.vgpus.len()));
         }
@@ -256,12 +278,25 @@ impl Config {
                     list.join(", ")
                 ));
             }
+            let hard: Vec<&VgpuSpec> = on.into_iter().filter(|v| v.mode == Mode::Hard).collect();
+            let sum = hard.iter().fold(0u64, |sum, v| sum.saturating_add(v.memory));
+            let total = devices.get(device as usize).copied().unwrap_or(0);
+            if sum > total {
+                let list: Vec<String> = hard.iter().map(|v| format!("{} {}", v.name, format_size(v.memory))).collect();
+                return Err(format!(
+                    "hard quotas on device {device} would sum to {} ({}), more than its {}; lower another hard \
+                     vGPU's quota first, or use --mode soft to oversubscribe",
+                    bytes(sum),
+                    list.join(", "),
+                    bytes(total)
+                ));
+            }
         }
         Ok(())
     }
 
     /// The configuration with `spec` added.
-    pub fn create(&self, spec: VgpuSpec, devices: u32) -> Result<Config, String> {
+    pub fn create(&self, spec: VgpuSpec, devices: Devices<'_>) -> Result<Config, String> {
         if self.vgpus.iter().any(|v| v.name == spec.name) {
             return Err(format!("vGPU {:?} already exists; change it with `tessera vgpu set`", spec.name));
         }
@@ -273,7 +308,7 @@ impl Config {
     }
 
     /// The configuration with vGPU `name` changed; an empty change is an error.
-    pub fn set(&self, name: &str, change: &Change, devices: u32) -> Result<Config, String> {
+    pub fn set(&self, name: &str, change: &Change, devices: Devices<'_>) -> Result<Config, String> {
         if change.is_empty() {
             return Err(
                 "nothing to change: give --share, --memory, --priority, --tensor-cores, --window or --mode".into()
@@ -283,7 +318,7 @@ impl Config {
     }
 
     /// The configuration with vGPU `name` suspended or resumed.
-    pub fn suspend(&self, name: &str, suspended: bool, devices: u32) -> Result<Config, String> {
+    pub fn suspend(&self, name: &str, suspended: bool, devices: Devices<'_>) -> Result<Config, String> {
         self.replace(name, devices, |spec| VgpuSpec { suspended, ..spec.clone() })
     }
 
@@ -293,7 +328,12 @@ impl Config {
         Ok(Config { vgpus: self.vgpus.iter().filter(|v| v.name != name).cloned().collect() })
     }
 
-    fn replace(&self, name: &str, devices: u32, f: impl FnOnce(&VgpuSpec) -> VgpuSpec) -> Result<Config, String> {
+    fn replace(
+        &self,
+        name: &str,
+        devices: Devices<'_>,
+        f: impl FnOnce(&VgpuSpec) -> VgpuSpec,
+    ) -> Result<Config, String> {
         let new = f(self.get(name)?);
         new.check(devices)?;
         let next =
@@ -312,51 +352,56 @@ pub fn bytes(bytes: u64) -> String {
 mod tests {
     use super::*;
 
+    const GIB: u64 = 1 << 30;
+    /// Two 80 GiB devices, and one.
+    const TWO: Devices<'static> = &[80 * GIB, 80 * GIB];
+    const ONE: Devices<'static> = &[80 * GIB];
+
     fn spec(name: &str, device: u32, share: u32) -> VgpuSpec {
         VgpuSpec::new(name, device, 1 << 30, share)
     }
 
     #[test]
     fn shares_of_one_device_sum_to_at_most_100() {
-        let c = Config::default().create(spec("a", 0, 30), 2).unwrap();
-        let c = c.create(spec("b", 0, 70), 2).unwrap();
-        let e = c.create(spec("c", 0, 1), 2).unwrap_err();
+        let c = Config::default().create(spec("a", 0, 30), TWO).unwrap();
+        let c = c.create(spec("b", 0, 70), TWO).unwrap();
+        let e = c.create(spec("c", 0, 1), TWO).unwrap_err();
         assert!(e.contains("device 0 would sum to 101%") && e.contains("a 30%, b 70%, c 1%"), "{e}");
-        let c = c.create(spec("c", 1, 100), 2).unwrap();
-        let e = c.set("a", &Change { share: Some(31), ..Change::default() }, 2).unwrap_err();
+        let c = c.create(spec("c", 1, 100), TWO).unwrap();
+        let e = c.set("a", &Change { share: Some(31), ..Change::default() }, TWO).unwrap_err();
         assert!(e.contains("101%"), "{e}");
-        let c2 = c.set("b", &Change { share: Some(40), ..Change::default() }, 2).unwrap();
-        let c2 = c2.set("a", &Change { share: Some(60), ..Change::default() }, 2).unwrap();
+        let c2 = c.set("b", &Change { share: Some(40), ..Change::default() }, TWO).unwrap();
+        let c2 = c2.set("a", &Change { share: Some(60), ..Change::default() }, TWO).unwrap();
         assert_eq!(c2.get("a").unwrap().share, 60);
     }
 
     #[test]
     fn unknown_names_devices_and_bad_values_are_errors() {
-        let c = Config::default().create(spec("a", 0, 30), 2).unwrap();
-        assert!(c.create(spec("a", 1, 1), 2).unwrap_err().contains("already exists"));
+        let c = Config::default().create(spec("a", 0, 30), TWO).unwrap();
+        assert!(c.create(spec("a", 1, 1), TWO).unwrap_err().contains("already exists"));
         assert!(c.get("nope").unwrap_err().contains("no vGPU named \"nope\""));
-        assert!(c.set("nope", &Change { share: Some(1), ..Change::default() }, 2).is_err());
+        assert!(c.set("nope", &Change { share: Some(1), ..Change::default() }, TWO).is_err());
         assert!(c.remove("nope").is_err());
-        let e = c.create(spec("d", 2, 1), 2).unwrap_err();
+        let e = c.create(spec("d", 2, 1), TWO).unwrap_err();
         assert_eq!(e, "device 2 does not exist: this machine has 2 GPUs, devices 0 to 1");
-        assert!(c.create(spec("d", 1, 1), 1).unwrap_err().contains("has 1 GPU, device 0"));
-        assert!(c.create(spec("x/y", 0, 1), 2).unwrap_err().contains("not a vGPU name"));
-        assert!(c.create(spec("big", 1, 101), 2).unwrap_err().contains("101%"));
-        assert!(c.create(VgpuSpec { memory: 0, ..spec("z", 1, 1) }, 2).is_err());
-        assert!(c.create(VgpuSpec { window_ns: 10, ..spec("z", 1, 1) }, 2).unwrap_err().contains("window"));
-        assert!(c.set("a", &Change::default(), 2).unwrap_err().contains("nothing to change"));
+        assert!(c.create(spec("d", 1, 1), ONE).unwrap_err().contains("has 1 GPU, device 0"));
+        assert!(c.create(spec("x/y", 0, 1), TWO).unwrap_err().contains("not a vGPU name"));
+        assert!(c.create(spec("big", 1, 101), TWO).unwrap_err().contains("101%"));
+        assert!(c.create(VgpuSpec { memory: 0, ..spec("z", 1, 1) }, TWO).is_err());
+        assert!(c.create(VgpuSpec { window_ns: 10, ..spec("z", 1, 1) }, TWO).unwrap_err().contains("window"));
+        assert!(c.set("a", &Change::default(), TWO).unwrap_err().contains("nothing to change"));
     }
 
     #[test]
     fn changes_apply_and_round_trip_through_json() {
-        let c = Config::default().create(VgpuSpec { cap: true, ..spec("a", 0, 30) }, 1).unwrap();
+        let c = Config::default().create(VgpuSpec { cap: true, ..spec("a", 0, 30) }, ONE).unwrap();
         let change = Change {
             memory: Some(2 << 30),
             priority: Some(Priority::High),
             tensor_cores: Some(false),
             ..Change::default()
         };
-        let c = c.set("a", &change, 1).unwrap().suspend("a", true, 1).unwrap();
+        let c = c.set("a", &change, ONE).unwrap().suspend("a", true, ONE).unwrap();
         let a = c.get("a").unwrap();
         assert_eq!(
             (a.memory, a.priority, a.tensor_cores, a.suspended, a.share),
@@ -367,7 +412,7 @@ mod tests {
             f,
             region::flags::MANAGED | region::flags::CAP | region::flags::TENSOR_CORES_OFF | region::flags::SUSPENDED
         );
-        let soft = c.set("a", &Change { mode: Some(Mode::Soft), ..Change::default() }, 1).unwrap();
+        let soft = c.set("a", &Change { mode: Some(Mode::Soft), ..Change::default() }, ONE).unwrap();
         assert_eq!(soft.get("a").unwrap().mode, Mode::Soft);
         assert_eq!(soft.get("a").unwrap().region_flags() & region::flags::SOFT, region::flags::SOFT);
         let text = serde_json::to_string(&soft).unwrap();
@@ -386,5 +431,38 @@ mod tests {
                 .contains("firm")
         );
         assert!(c.remove("a").unwrap().vgpus.is_empty());
+    }
+
+    #[test]
+    fn hard_quotas_fit_in_their_device_and_soft_ones_may_oversubscribe() {
+        let e = Config::default().create(VgpuSpec { memory: 1 << 40, ..spec("huge", 0, 10) }, TWO).unwrap_err();
+        assert!(e.contains("more than device 0 has") && e.contains("80.0 GiB") && e.contains("--mode soft"), "{e}");
+        let c = Config::default().create(VgpuSpec { memory: 80 * GIB, ..spec("all", 0, 10) }, TWO).unwrap();
+        let e = c.create(VgpuSpec { memory: GIB, ..spec("more", 0, 10) }, TWO).unwrap_err();
+        assert!(e.contains("hard quotas on device 0 would sum to 81.0 GiB") && e.contains("all 80.0 GiB"), "{e}");
+        let c = c.create(VgpuSpec { memory: GIB, ..spec("other", 1, 10) }, TWO).unwrap();
+        let e = c.set("other", &Change { memory: Some(81 * GIB), ..Change::default() }, TWO).unwrap_err();
+        assert!(e.contains("more than device 1 has"), "{e}");
+        let soft = |name: &str, memory| VgpuSpec { memory, mode: Mode::Soft, ..spec(name, 0, 10) };
+        let c = c.create(soft("s1", 60 * GIB), TWO).unwrap().create(soft("s2", 1 << 40), TWO).unwrap();
+        let e = c.set("s1", &Change { mode: Some(Mode::Hard), ..Change::default() }, TWO).unwrap_err();
+        assert!(e.contains("would sum to 140.0 GiB"), "{e}");
+        // A state file saved on a larger device is refused on this one, by the same rule.
+        assert!(c.check(&[40 * GIB, 80 * GIB]).unwrap_err().contains("more than device 0 has"));
+    }
+
+    #[test]
+    fn out_of_range_values_are_refused_whatever_sent_them() {
+        let c = Config::default();
+        for bad in [
+            VgpuSpec { share: 0, ..spec("z", 0, 1) },
+            VgpuSpec { memory: u64::MAX, mode: Mode::Soft, ..spec("z", 0, 1) },
+            VgpuSpec { user: Some(u32::MAX), ..spec("z", 0, 1) },
+        ] {
+            assert!(c.create(bad.clone(), TWO).is_err(), "{bad:?}");
+        }
+        assert!(c.create(VgpuSpec { share: 0, ..spec("z", 0, 1) }, TWO).unwrap_err().contains("use 1 to 100"));
+        let c = c.create(spec("a", 0, 10), TWO).unwrap();
+        assert!(c.set("a", &Change { share: Some(0), ..Change::default() }, TWO).is_err());
     }
 }

@@ -30,13 +30,14 @@ pub struct Options {
     pub socket: PathBuf,
     /// The state directory (`vgpus.json`).
     pub state_dir: PathBuf,
-    /// Devices of the machine (vGPUs may only be placed on these).
-    pub devices: u32,
+    /// Total memory of each device of the machine, by ordinal (vGPUs may only be placed on these, and hard
+    /// quotas must fit in them).
+    pub devices: Vec<u64>,
 }
 
 impl Options {
     /// The paths from `TESSERA_REGION`, `TESSERA_SOCKET` and `TESSERA_STATE_DIR` (or their defaults).
-    pub fn from_env(devices: u32) -> Result<Options, String> {
+    pub fn from_env(devices: Vec<u64>) -> Result<Options, String> {
         Ok(Options { region: paths::region()?, socket: paths::socket()?, state_dir: paths::state_dir()?, devices })
     }
 }
@@ -96,14 +97,14 @@ pub fn run(options: Options) -> Result<(), String> {
     let file: &'static RegionFile = Box::leak(Box::new(RegionFile::open_as(&options.region, Access::Daemon)?));
     let store = Store::open(&options.state_dir)?;
     let state_path = store.path().display().to_string();
-    let manager = Arc::new(Manager::start(file, store, options.devices)?);
+    let manager = Arc::new(Manager::start(file, store, options.devices.clone())?);
     let server = Server::bind(&options.socket)?;
     let region = file.region();
     region.daemon.heartbeat_ns.store(monotonic_ns(), Ordering::Release);
     region.daemon.pid.store(std::process::id(), Ordering::Release);
 
     let stop: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(false)));
-    for device in 0..options.devices.min(MAX_DEVICES as u32) {
+    for device in 0..options.devices.len().min(MAX_DEVICES) as u32 {
         spawn(&format!("refill-{device}"), move || pacer::run(file.region(), device, stop))?;
     }
     spawn("reclaim", move || {
@@ -131,7 +132,7 @@ pub fn run(options: Options) -> Result<(), String> {
         "tessera daemon: pid {}, {} vGPU(s) on {} device(s); region {}, socket {}, state {state_path}",
         std::process::id(),
         manager.specs().len(),
-        options.devices,
+        options.devices.len(),
         options.region,
         server.path().display(),
     );

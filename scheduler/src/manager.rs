@@ -22,16 +22,25 @@ const DEFRAG_POLL: Duration = Duration::from_millis(5);
 pub struct Manager {
     region: &'static RegionFile,
     store: Store,
-    devices: u32,
+    /// Each device's total memory, by ordinal: what the rules check vGPUs against.
+    devices: Vec<u64>,
     config: Mutex<Config>,
 }
 
 impl Manager {
-    /// Loads the saved configuration (checked against a machine with `devices` devices) and makes the
-    /// region match it: vGPUs already in the region keep their usage and running processes.
-    pub fn start(region: &'static RegionFile, store: Store, devices: u32) -> Result<Manager, String> {
+    /// Loads the saved configuration (checked against a machine whose devices have `devices` bytes of
+    /// memory each) and makes the region match it: vGPUs already in the region keep their usage and running
+    /// processes. A configuration breaking a rule stops the daemon with a message naming the file, which is
+    /// left as it is.
+    pub fn start(region: &'static RegionFile, store: Store, devices: Vec<u64>) -> Result<Manager, String> {
         let config = store.load()?;
-        config.check(devices).map_err(|e| format!("state file {}: {e}", store.path().display()))?;
+        config.check(&devices).map_err(|e| {
+            format!(
+                "state file {}: {e}; edit the file to fix it (or move it away to start with no vGPUs), then start \
+                 the daemon again",
+                store.path().display()
+            )
+        })?;
         {
             let locked = region.lock()?;
             locked.reclaim_dead();
@@ -55,7 +64,7 @@ impl Manager {
 
     fn carry_out(&self, request: Request) -> Result<Response, String> {
         let mut config = self.config();
-        let devices = self.devices;
+        let devices = self.devices.as_slice();
         let vgpus = match request {
             Request::List => {
                 let locked = self.region.lock()?;
@@ -273,7 +282,12 @@ mod tests {
         }
 
         fn manager(&self) -> Manager {
-            Manager::start(self.region, Store::open(&self.dir.join("state")).unwrap(), 2).unwrap()
+            self.manager_on(vec![80 << 30; 2]).unwrap()
+        }
+
+        /// A manager on devices of `memory` bytes each.
+        fn manager_on(&self, memory: Vec<u64>) -> Result<Manager, String> {
+            Manager::start(self.region, Store::open(&self.dir.join("state")).unwrap(), memory)
         }
     }
 
@@ -331,6 +345,30 @@ mod tests {
         assert_eq!((list[1].spec.share, list[1].spec.priority), (20, Priority::High));
         ok(&m, Request::Resume { name: "a".into() });
         assert_eq!(a.config.flags.load(Ordering::Relaxed), flags::MANAGED);
+    }
+
+    #[test]
+    fn hard_quotas_above_the_device_are_refused_and_a_saved_one_stops_the_daemon_keeping_the_file() {
+        let f = Fixture::new("device-memory");
+        let m = f.manager();
+        let huge =
+            |name: &str, mode| Request::Create { spec: VgpuSpec { mode, ..VgpuSpec::new(name, 0, 1 << 40, 10) } };
+        assert!(err(&m, huge("t", Mode::Hard)).contains("more than device 0 has"));
+        assert!(m.specs().is_empty(), "nothing created");
+        ok(&m, create("a", 10));
+        let e =
+            err(&m, Request::Set { name: "a".into(), change: Change { memory: Some(1 << 40), ..Change::default() } });
+        assert!(e.contains("more than device 0 has"), "{e}");
+        ok(&m, huge("s", Mode::Soft));
+        drop(m);
+        // The same file on a smaller device: refused by name, with the remedy, and left as it was.
+        let path = f.dir.join("state").join(crate::store::FILE);
+        let saved = std::fs::read(&path).unwrap();
+        let e = f.manager_on(vec![512 << 20]).err().unwrap();
+        assert!(e.contains(&path.display().to_string()) && e.contains("edit the file"), "{e}");
+        assert!(e.contains("more than device 0 has") && e.contains("vGPU \"a\""), "{e}");
+        assert_eq!(std::fs::read(&path).unwrap(), saved, "a refused file is left as it was");
+        assert_eq!(f.manager().specs().len(), 2, "and loads again on the devices it fits");
     }
 
     #[test]

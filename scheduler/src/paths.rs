@@ -3,13 +3,13 @@
 
 use std::path::{Path, PathBuf};
 
-/// A set variable's value; an empty one is an error naming it.
+/// A set variable's value, read as bytes; an empty one, or one that is not UTF-8, is an error naming it.
 fn var(name: &str) -> Result<Option<String>, String> {
-    match std::env::var(name) {
-        Ok(v) if v.trim().is_empty() => Err(format!("{name} is empty; give a path or unset it")),
-        Ok(v) => Ok(Some(v)),
-        Err(std::env::VarError::NotPresent) => Ok(None),
-        Err(std::env::VarError::NotUnicode(_)) => Err(format!("{name} is not valid UTF-8")),
+    match std::env::var_os(name).map(std::ffi::OsString::into_string) {
+        None => Ok(None),
+        Some(Ok(v)) if v.trim().is_empty() => Err(format!("{name} is empty; give a path or unset it")),
+        Some(Ok(v)) => Ok(Some(v)),
+        Some(Err(v)) => Err(format!("{name}={v:?} is not valid UTF-8; give a path in plain text or unset it")),
     }
 }
 

@@ -44,17 +44,23 @@ impl Store {
 
     /// The saved configuration (empty when there is no file yet).
     pub fn load(&self) -> Result<Config, String> {
-        let text = match std::fs::read_to_string(&self.path) {
-            Ok(t) => t,
+        // Read as bytes: a file that is not UTF-8 is corrupt like any other, reported with the remedy.
+        let bytes = match std::fs::read(&self.path) {
+            Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Config::default()),
             Err(e) => return Err(format!("state file {}: cannot read: {e}", self.path.display())),
         };
-        let stored: Stored = serde_json::from_str(&text).map_err(|e| {
-            format!("state file {} is not a Tessera vGPU configuration ({e}); fix or remove it", self.path.display())
+        let stored: Stored = serde_json::from_slice(&bytes).map_err(|e| {
+            format!(
+                "state file {} is not a Tessera vGPU configuration ({e}); fix it, or move it away to start with no \
+                 vGPUs (the daemon never overwrites a file it cannot read)",
+                self.path.display()
+            )
         })?;
         if stored.version != FORMAT {
             return Err(format!(
-                "state file {} has format version {}, this Tessera reads version {FORMAT}",
+                "state file {} has format version {}, this Tessera reads version {FORMAT}; run the Tessera that \
+                 wrote it, or move the file away to start with no vGPUs",
                 self.path.display(),
                 stored.version
             ));
@@ -120,9 +126,15 @@ mod tests {
         let store = Store::open(&d).unwrap();
         std::fs::write(store.path(), "{ not json").unwrap();
         let e = store.load().unwrap_err();
-        assert!(e.contains(FILE) && e.contains("fix or remove it"), "{e}");
+        assert!(e.contains(FILE) && e.contains("fix it, or move it away"), "{e}");
         std::fs::write(store.path(), r#"{"version": 9, "vgpus": []}"#).unwrap();
         assert!(store.load().unwrap_err().contains("format version 9"));
+        for garbage in [&b"\xff\xfe random \x80 bytes"[..], b"", b"\0\0\0\0", b"[1, 2]"] {
+            std::fs::write(store.path(), garbage).unwrap();
+            let e = store.load().unwrap_err();
+            assert!(e.contains(&store.path().display().to_string()) && e.contains("move it away"), "{e}");
+            assert_eq!(std::fs::read(store.path()).unwrap(), garbage, "the file is left as it was");
+        }
         std::fs::remove_dir_all(&d).unwrap();
     }
 }

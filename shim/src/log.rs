@@ -49,7 +49,8 @@ pub fn set_level(level: Level) {
 fn threshold() -> u8 {
     match THRESHOLD.load(Ordering::Relaxed) {
         0 => {
-            let level = std::env::var("TESSERA_LOG").ok().and_then(|v| Level::parse(&v)).unwrap_or(Level::Warn);
+            let level =
+                std::env::var_os("TESSERA_LOG").and_then(|v| v.to_str().and_then(Level::parse)).unwrap_or(Level::Warn);
             // A concurrent `set_level` wins: it stores the same value, from the same variable.
             let _ = THRESHOLD.compare_exchange(0, level as u8, Ordering::Relaxed, Ordering::Relaxed);
             THRESHOLD.load(Ordering::Relaxed)

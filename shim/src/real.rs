@@ -43,9 +43,13 @@ impl Lib {
 static HANDLES: [OnceLock<Result<usize, String>>; 3] = [const { OnceLock::new() }; 3];
 
 /// What the loader is asked for: the variable's value when set, else the default name (and the variable).
-fn requested(lib: Lib) -> (String, &'static str) {
+/// A value that is not UTF-8 is an error naming the variable, never a silent fall back to the default.
+fn requested(lib: Lib) -> Result<(String, &'static str), String> {
     let (var, default) = lib.source();
-    (std::env::var(var).unwrap_or_else(|_| default.to_string()), var)
+    match std::env::var_os(var) {
+        None => Ok((default.to_string(), var)),
+        Some(v) => v.into_string().map(|v| (v, var)).map_err(|v| format!("{var}={v:?} is not valid UTF-8")),
+    }
 }
 
 /// The file a loaded address belongs to, for messages.
@@ -73,7 +77,7 @@ fn dl_error() -> String {
 }
 
 fn open(lib: Lib) -> Result<usize, String> {
-    let (path, var) = requested(lib);
+    let (path, var) = requested(lib)?;
     let c_path = CString::new(path.clone()).map_err(|_| format!("{var}={path:?} contains a NUL byte"))?;
     // SAFETY: dlopen with a NUL-terminated path; loading the real driver runs its constructors, as
     // loading it without the shim would.
@@ -112,7 +116,7 @@ pub fn is_handle(lib: Lib, handle: *mut c_void) -> bool {
     if let Some(opened) = HANDLES[lib.index()].get() {
         return opened.as_ref().is_ok_and(|h| *h == handle as usize);
     }
-    let Ok(c_path) = CString::new(requested(lib).0) else { return false };
+    let Some(c_path) = requested(lib).ok().and_then(|(path, _)| CString::new(path).ok()) else { return false };
     // SAFETY: RTLD_NOLOAD only returns (and references) an object that is already loaded.
     let loaded = unsafe { libc::dlopen(c_path.as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
     if loaded.is_null() {

@@ -60,7 +60,7 @@ extern "C" fn tf32_at_load() {
 /// The process's vGPU when the region says its tensor cores are off. Reads the region without joining it.
 fn vgpu_with_tensor_cores_off() -> Option<String> {
     std::env::var_os("TESSERA_VGPU")?;
-    let config = Config::from_lookup(|k| std::env::var(k).ok()).ok()?;
+    let config = Config::from_lookup(|k| std::env::var_os(k)).ok()?;
     let vgpu = config.vgpu?;
     let flags = tessera_ffi::region_file::vgpu_flags(&config.region, &vgpu).ok()??;
     (flags & TENSOR_CORES_OFF != 0).then_some(vgpu)

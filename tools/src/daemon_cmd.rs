@@ -5,17 +5,19 @@
 use crate::driver::Driver;
 use tessera_scheduler::daemon::{self, Options};
 
-/// The number of devices the driver shows. The driver stays loaded for the daemon's life.
-fn device_count() -> Result<u32, String> {
+/// The total memory of each device the driver shows (`cuDeviceTotalMem`), by ordinal. The driver stays
+/// loaded for the daemon's life.
+fn device_memory() -> Result<Vec<u64>, String> {
     let driver = Driver::load()?;
     driver.init()?;
     let n = driver.device_count()?;
+    let memory = (0..n).map(|d| driver.total_memory(d).map_err(|e| format!("device {d}: {e}"))).collect();
     std::mem::forget(driver);
-    u32::try_from(n).map_err(|_| format!("cuDeviceGetCount reported {n} devices"))
+    memory
 }
 
 /// Runs the daemon; returns only when it cannot start (a signal ends it with status 0).
 pub fn run() -> Result<(), String> {
-    let options = Options::from_env(device_count()?)?;
+    let options = Options::from_env(device_memory()?)?;
     daemon::run(options)
 }

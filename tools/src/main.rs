@@ -1,5 +1,6 @@
 //! `tessera`: the command-line front end of Tessera.
 
+mod account;
 mod daemon_cmd;
 mod demo;
 mod driver;

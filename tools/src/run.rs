@@ -92,7 +92,13 @@ fn environment(args: &RunArgs, shim: &Path) -> Result<Vec<(String, String)>, Str
     if let Some(vgpu) = &args.vgpu {
         env.push(("TESSERA_VGPU".into(), vgpu.clone()));
     }
-    let vgpu = args.vgpu.clone().or_else(|| std::env::var("TESSERA_VGPU").ok());
+    let inherited = std::env::var_os("TESSERA_VGPU").map(|v| {
+        v.into_string().map_err(|v| format!("TESSERA_VGPU={v:?} is not valid UTF-8; give a vGPU name or unset it"))
+    });
+    let vgpu = match (&args.vgpu, inherited) {
+        (Some(v), _) => Some(v.clone()),
+        (None, inherited) => inherited.transpose()?,
+    };
     if let Some(vgpu) = vgpu.filter(|v| tensor_cores_off(v)) {
         let (var, value) = TF32_OVERRIDE;
         if let Some(old) = std::env::var_os(var).filter(|old| old != value) {
@@ -159,8 +165,47 @@ mod tests {
         assert_eq!(memory_value("1GiB"), Ok("1GiB".into()));
         assert!(memory_value("0=1GiB,1=2GiB").is_ok());
         assert!(memory_value("lots").unwrap_err().contains("8GiB"));
-        assert!(memory_value("0").is_err());
+        for bad in ["0", "0=0", "0B", "1=0KiB", "18446744073709551615", "0=18446744073709551615", "+1GiB"] {
+            assert!(memory_value(bad).is_err(), "{bad:?}");
+        }
         assert!(vgpu_value("team-a").is_ok());
         assert!(vgpu_value("a/b").unwrap_err().contains("not a vGPU name"));
+    }
+}
+
+#[cfg(test)]
+mod property_tests {
+    use super::*;
+    use clap::Parser;
+    use proptest::prelude::*;
+    use tessera_ffi::units::{MAX_QUOTA, PerDevice};
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+
+    fn text() -> impl Strategy<Value = String> {
+        prop_oneof![any::<String>(), "[ +\\-0-9.=,%]{0,20}(B|KiB|GiB|TiB|k|x)?", "[a-z0-9._/-]{0,70}"]
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_arguments_never_panic_and_an_accepted_quota_is_a_limit(
+            memory in text(), vgpu in text(), extra in proptest::collection::vec(any::<String>(), 0..4)
+        ) {
+            let args = ["tessera-run", "--memory", &memory, "--vgpu", &vgpu, "--", "prog"];
+            if let Ok(cli) = Cli::try_parse_from(args) {
+                let limit = parse_memory_limit(cli.run.memory.as_deref().unwrap()).unwrap();
+                let values = match limit {
+                    PerDevice::All(n) => vec![n],
+                    PerDevice::Each(list) => list.into_iter().map(|(_, n)| n).collect(),
+                };
+                prop_assert!(values.iter().all(|n| (1..=MAX_QUOTA).contains(n)), "{memory:?}");
+                prop_assert!(valid_vgpu_name(cli.run.vgpu.as_deref().unwrap()));
+            }
+            let _ = Cli::try_parse_from(std::iter::once("tessera-run".to_string()).chain(extra));
+        }
     }
 }

@@ -1,10 +1,11 @@
 //! `tessera vgpu ...`: creating, listing, changing, suspending, defragmenting and removing vGPUs through
 //! the daemon's socket (`TESSERA_SOCKET`). Values are checked here first (a malformed one is a usage error, status 2);
-//! the daemon checks the rest (shares of a device summing to at most 100, existing devices and names, a
-//! quota not below what is in use) and a refused request changes nothing (status 1).
+//! the daemon checks the rest (shares of a device summing to at most 100, hard quotas fitting in their
+//! device's memory together, existing devices and names, a quota not below what is in use) and a refused
+//! request changes nothing (status 1).
 
 use clap::{Args, Subcommand, ValueEnum};
-use tessera_ffi::units::{format_size, parse_duration_ns, parse_size};
+use tessera_ffi::units::{format_size, parse_duration_ns, parse_quota, parse_share};
 use tessera_scheduler::config::{Change, MAX_WINDOW_NS, MIN_WINDOW_NS, Mode, Priority, VgpuSpec};
 use tessera_scheduler::protocol::{PagerReport, Request, VgpuStatus};
 use tessera_scheduler::{client, paths};
@@ -127,7 +128,7 @@ pub struct CreateArgs {
     /// Memory quota on the device (8GiB, 512MiB, 1.5GB, bytes).
     #[arg(long, value_name = "SIZE", value_parser = memory_value)]
     memory: u64,
-    /// Share of the device's time in percent (0-100; shares of a device sum to at most 100).
+    /// Share of the device's time in percent (1-100; shares of a device sum to at most 100).
     #[arg(long, value_name = "PCT", value_parser = share_value)]
     share: u32,
     /// Never exceed the share, and keep others to theirs while this vGPU is idle.
@@ -180,24 +181,14 @@ pub struct SetArgs {
     mode: Option<ModeArg>,
 }
 
-/// A memory quota: a size above zero.
+/// A memory quota, checked as each value of `TESSERA_MEMORY_LIMIT` is: above zero, below the no-limit marker.
 fn memory_value(text: &str) -> Result<u64, String> {
-    match parse_size(text)? {
-        0 => Err("a quota of 0 bytes allows nothing".into()),
-        n => Ok(n),
-    }
+    parse_quota(text)
 }
 
-/// A share: `30` or `30%`, 0 to 100.
+/// A share, checked as `TESSERA_COMPUTE_SHARE` is: `30` or `30%`, 1 to 100 (0 would starve the vGPU).
 fn share_value(text: &str) -> Result<u32, String> {
-    let t = text.trim();
-    t.strip_suffix('%')
-        .unwrap_or(t)
-        .trim()
-        .parse::<u32>()
-        .ok()
-        .filter(|p| *p <= 100)
-        .ok_or_else(|| format!("{text:?} is not a share; use a whole percentage from 0 to 100, such as 30 or 30%"))
+    parse_share(text)
 }
 
 /// A window: a duration from 1us to 1s.
@@ -210,20 +201,9 @@ fn window_value(text: &str) -> Result<u64, String> {
     }
 }
 
-/// A user: a uid, or a name known to the system.
+/// A user: the name or uid of an existing account (see [`crate::account::resolve`]).
 fn user_value(text: &str) -> Result<u32, String> {
-    if let Ok(uid) = text.parse::<u32>() {
-        return Ok(uid);
-    }
-    let name = std::ffi::CString::new(text).map_err(|_| format!("{text:?} is not a user name"))?;
-    // SAFETY: getpwnam reads a NUL-terminated name and returns NULL or a pointer to a static record, read
-    // at once (the command is single-threaded).
-    let entry = unsafe { libc::getpwnam(name.as_ptr()) };
-    if entry.is_null() {
-        return Err(format!("there is no user {text:?}; give a user name or a numeric uid"));
-    }
-    // SAFETY: non-null: a valid passwd record.
-    Ok(unsafe { (*entry).pw_uid })
+    crate::account::resolve(text)
 }
 
 /// `ns` in the largest unit that keeps it whole: `1ms`, `250us`, `1500ns`.
@@ -562,19 +542,93 @@ mod tests {
     fn values_are_checked_before_the_daemon_sees_them() {
         assert_eq!(share_value("30"), Ok(30));
         assert_eq!(share_value("30%"), Ok(30));
-        assert_eq!(share_value("0"), Ok(0));
-        for bad in ["101", "-1", "30.5", "half", ""] {
+        for bad in ["0", "0%", "101", "-1", "+30", "30.5", "half", ""] {
             assert!(share_value(bad).unwrap_err().contains("not a share"), "{bad:?}");
         }
         assert_eq!(memory_value("1GiB"), Ok(1 << 30));
-        assert!(memory_value("0").is_err() && memory_value("lots").is_err());
+        for bad in ["0", "0B", "lots", "18446744073709551615", "18446744073709551616", "+1GiB"] {
+            assert!(memory_value(bad).is_err(), "{bad:?}");
+        }
         assert_eq!(window_value("2ms"), Ok(2_000_000));
-        assert_eq!((user_value("root"), user_value("4242")), (Ok(0), Ok(4242)));
+        assert_eq!((user_value("root"), user_value("0")), (Ok(0), Ok(0)));
         assert!(user_value("no-such-user-here").unwrap_err().contains("no user"));
+        assert!(user_value("4294967295").unwrap_err().contains("no user (-1)"));
+        assert!(user_value("4294967290").unwrap_err().contains("no user"), "a uid without an account");
+        for bad in ["4294967296", "-1", "+0", ""] {
+            assert!(user_value(bad).is_err(), "{bad:?}");
+        }
         assert!(window_value("0").is_err() && window_value("2s").is_err() && window_value("soon").is_err());
         assert_eq!(
             (duration(1_000_000), duration(250_000), duration(1_500)),
             ("1ms".into(), "250us".into(), "1500ns".into())
         );
+    }
+}
+
+#[cfg(test)]
+mod property_tests {
+    use super::*;
+    use clap::Parser;
+    use proptest::prelude::*;
+    use tessera_ffi::units::MAX_QUOTA;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(subcommand)]
+        command: VgpuCommand,
+    }
+
+    fn text() -> impl Strategy<Value = String> {
+        prop_oneof![
+            any::<String>(),
+            "[ +\\-0-9.%]{0,22}(B|KiB|GiB|TiB|us|ms|s|%)?",
+            "[a-z0-9]{0,10}",
+            // Valid for some flags, so that whole commands get through and their values are checked.
+            prop::sample::select(vec!["0", "1", "30", "100", "1GiB", "1ms", "root"]).prop_map(String::from),
+        ]
+    }
+
+    /// Every value of a request that got past the parsers is within its range.
+    fn in_range(request: &Request) -> bool {
+        match request {
+            Request::Create { spec } => {
+                (1..=MAX_QUOTA).contains(&spec.memory)
+                    && (1..=100).contains(&spec.share)
+                    && (MIN_WINDOW_NS..=MAX_WINDOW_NS).contains(&spec.window_ns)
+                    && spec.user != Some(u32::MAX)
+            }
+            Request::Set { change, .. } => {
+                change.memory.is_none_or(|m| (1..=MAX_QUOTA).contains(&m))
+                    && change.share.is_none_or(|s| (1..=100).contains(&s))
+                    && change.window_ns.is_none_or(|w| (MIN_WINDOW_NS..=MAX_WINDOW_NS).contains(&w))
+            }
+            _ => true,
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn create_and_set_never_panic_and_refuse_what_is_out_of_range(
+            memory in text(), share in text(), window in text(), user in text(), device in text()
+        ) {
+            let create = [
+                "vgpu", "create", "a", "--device", &device, "--memory", &memory, "--share", &share, "--window",
+                &window, "--user", &user,
+            ];
+            if let Ok(cli) = Cli::try_parse_from(create) {
+                prop_assert!(in_range(&request(&cli.command)), "{create:?}");
+            }
+            let set = ["vgpu", "set", "a", "--memory", &memory, "--share", &share, "--window", &window];
+            if let Ok(cli) = Cli::try_parse_from(set) {
+                prop_assert!(in_range(&request(&cli.command)), "{set:?}");
+            }
+        }
+
+        #[test]
+        fn arbitrary_arguments_never_panic(args in proptest::collection::vec(text(), 0..8)) {
+            if let Ok(cli) = Cli::try_parse_from(std::iter::once("vgpu".to_string()).chain(args)) {
+                prop_assert!(in_range(&request(&cli.command)));
+            }
+        }
     }
 }

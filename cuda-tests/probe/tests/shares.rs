@@ -102,7 +102,12 @@ fn a_malformed_share_fails_cuinit_naming_the_variable() {
 fn a_suspended_vgpu_blocks_in_its_next_launch_and_resume_continues_it() {
     let _turn = turn();
     let region = TestRegion::new("suspend");
-    let sim = Sim::new("suspend").with_shim().with("TESSERA_VGPU", "susp").with("TESSERA_REGION", region.path());
+    // A vGPU no daemon manages is set up only by a process with a limit of its own: a quota it never nears.
+    let sim = Sim::new("suspend")
+        .with_shim()
+        .with("TESSERA_VGPU", "susp")
+        .with("TESSERA_REGION", region.path())
+        .with("TESSERA_MEMORY_LIMIT", "64GiB");
     let child = sim.spawn(&["saturate", "--ns", "1ms", "--seconds", "2"]);
     let v = region.vgpu("susp");
     let s = &v.live.sched;
@@ -133,7 +138,9 @@ fn a_suspended_vgpu_blocks_in_its_next_launch_and_resume_continues_it() {
 fn a_high_vgpu_holds_lower_priorities_until_it_goes_idle() {
     let _turn = turn();
     let region = TestRegion::new("priority");
-    let sim = Sim::new("priority").with_shim().with("TESSERA_REGION", region.path());
+    // vGPUs no daemon manages are set up only by processes with a limit of their own: a quota never neared.
+    let sim =
+        Sim::new("priority").with_shim().with("TESSERA_REGION", region.path()).with("TESSERA_MEMORY_LIMIT", "64GiB");
     let low = spawn(&sim, &["saturate", "--ns", "500us", "--seconds", "3"], &[("TESSERA_VGPU", "low")]);
     let l = &region.vgpu("low").live.sched;
     launched(l, 20);
@@ -170,7 +177,12 @@ fn a_high_vgpu_holds_lower_priorities_until_it_goes_idle() {
 fn a_launch_waiting_for_tokens_wakes_when_they_are_granted() {
     let _turn = turn();
     let region = TestRegion::new("grant");
-    let sim = Sim::new("grant").with_shim().with("TESSERA_VGPU", "granted").with("TESSERA_REGION", region.path());
+    // A vGPU no daemon manages is set up only by a process with a limit of its own: a quota it never nears.
+    let sim = Sim::new("grant")
+        .with_shim()
+        .with("TESSERA_VGPU", "granted")
+        .with("TESSERA_REGION", region.path())
+        .with("TESSERA_MEMORY_LIMIT", "64GiB");
     let child = sim.spawn(&["saturate", "--ns", "200us", "--seconds", "2"]);
     let v = region.vgpu("granted");
     let s = &v.live.sched;

@@ -42,10 +42,12 @@ fn set_up() -> Result<Option<Quota>, String> {
     let config = crate::init::config().map_err(str::to_string)?;
     let limits: Option<Limits> =
         config.memory_limit.as_ref().map(|l| std::array::from_fn(|d| l.get(d as u32).unwrap_or(UNLIMITED)));
+    // A standalone share is a limit of its own too: with neither, an unmanaged vGPU is not set up.
+    let own_share = config.compute_share.is_some();
     let (slots, label) = match (&config.vgpu, limits) {
         (None, None) => return Ok(None),
         (None, Some(l)) => (region::private(&l), "this process".to_string()),
-        (Some(name), l) => match region::attach(&config.region, name, l.as_ref()) {
+        (Some(name), l) => match region::attach_with_share(&config.region, name, l.as_ref(), own_share) {
             Ok(s) => (s, format!("vGPU {name:?}")),
             Err(e) => {
                 // Printed whatever TESSERA_LOG says: the program is about to be refused the GPU.

@@ -2,7 +2,7 @@
 //! implementation the daemon uses too ([`tessera_ffi::region_file`]), or the private quota of a process
 //! started without `TESSERA_VGPU`, which goes through the same accounting on slots of its own.
 
-pub use tessera_ffi::region_file::{Attached, Limits, attach, describe};
+pub use tessera_ffi::region_file::{Attached, Limits, attach_with_share, describe};
 
 use std::sync::atomic::Ordering;
 use tessera_ffi::region::{VgpuSlot, state};

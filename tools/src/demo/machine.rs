@@ -92,10 +92,12 @@ impl Machine {
         let err = file.try_clone().map_err(|e| format!("{}: {e}", log.display()))?;
         let mut cmd = Command::new(&self.exe);
         cmd.args(args).stdin(Stdio::null()).stdout(file).stderr(err).process_group(0);
+        // Names compared as bytes and removed as they are: one that is not UTF-8 must not slip through.
         for (key, _) in std::env::vars_os() {
-            let key = key.to_string_lossy();
-            if (key.starts_with("TESSERA_") && !KEPT.contains(&key.as_ref())) || key.starts_with("SIMGPU_") {
-                cmd.env_remove(key.as_ref());
+            let name = key.as_encoded_bytes();
+            let kept = key.to_str().is_some_and(|k| KEPT.contains(&k));
+            if (name.starts_with(b"TESSERA_") && !kept) || name.starts_with(b"SIMGPU_") {
+                cmd.env_remove(&key);
             }
         }
         cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
