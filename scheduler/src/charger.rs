@@ -57,11 +57,15 @@ impl Charger {
             let reader = self.readers[i].get_or_insert_with(|| Reader::resume(t));
             self.records.clear();
             reader.read(t, now_ns, &mut self.records);
-            for r in &self.records {
-                let ns = self.ledger.charge(i as u32, r, &mut self.changes);
+            for r in &mut self.records {
+                // The tenant writes its timeline: a kernel cannot end after now (a later end would move the
+                // device's charged end past its neighbours' kernels), nor start after it ends.
+                r.end_ns = r.end_ns.min(now_ns);
+                r.start_ns = r.start_ns.min(r.end_ns);
+                let ns = self.ledger.charge(i as u32, r, &mut self.changes).min(i64::MAX as u64) as i64;
                 if let Some(estimate) = v.live.sched.charged_ns.get(r.kind as usize) {
                     let e = estimate.load(Ordering::Relaxed);
-                    let next = if e <= 0 { ns as i64 } else { e + (ns as i64 - e) / EWMA_DIVISOR };
+                    let next = if e <= 0 { ns } else { e + (ns - e) / EWMA_DIVISOR };
                     estimate.store(next.max(1), Ordering::Relaxed);
                 }
             }

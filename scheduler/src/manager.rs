@@ -3,16 +3,19 @@
 //! nothing. `defrag` changes no configuration: it asks a soft vGPU's processes to defragment and waits
 //! for them without holding any lock, so other requests go on meanwhile.
 
+use crate::audit::Overuse;
 use crate::config::{Config, Mode, VgpuSpec};
+use crate::integrity::{self, FileId};
 use crate::protocol::{DEFRAG_TIMEOUT, PagerReport, Request, Response, VgpuStatus};
 use crate::slots;
 use crate::store::Store;
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use tessera_ffi::reclaim::is_alive;
-use tessera_ffi::region::PagerRequest;
-use tessera_ffi::region_file::{Locked, RegionFile};
+use tessera_ffi::region::{PagerRequest, flags};
+use tessera_ffi::region_file::{Locked, RegionFile, live_path};
 
 /// How often a `defrag` request looks whether the processes are done: they defragment in milliseconds to
 /// seconds, and each look is a few atomic loads.
@@ -24,6 +27,8 @@ pub struct Manager {
     store: Store,
     devices: u32,
     config: Mutex<Config>,
+    /// Why the audit suspended a vGPU (by name), until it is resumed or removed.
+    audit: Mutex<HashMap<String, String>>,
 }
 
 impl Manager {
@@ -40,7 +45,7 @@ impl Manager {
                 slots::place(&locked, spec, true)?;
             }
         }
-        Ok(Manager { region, store, devices, config: Mutex::new(config) })
+        Ok(Manager { region, store, devices, config: Mutex::new(config), audit: Mutex::default() })
     }
 
     /// The configuration, locked: no request is carried out while the guard lives (used at shutdown).
@@ -50,7 +55,55 @@ impl Manager {
 
     /// Carries out one request.
     pub fn handle(&self, request: Request) -> Response {
-        self.carry_out(request).unwrap_or_else(Response::error)
+        match &request {
+            Request::Resume { name } | Request::Rm { name } => drop(self.audits().remove(name)),
+            _ => {}
+        }
+        let mut response = self.carry_out(request).unwrap_or_else(Response::error);
+        let audits = self.audits();
+        for st in response.vgpus.iter_mut().filter(|st| st.spec.suspended) {
+            st.audit = audits.get(&st.spec.name).cloned();
+        }
+        response
+    }
+
+    /// The audit's reasons, locked.
+    fn audits(&self) -> MutexGuard<'_, HashMap<String, String>> {
+        self.audit.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Suspends the vGPU in slot `index` of device `device` for `overuse` (see [`crate::audit`]), saying so
+    /// on stderr; it stays suspended, with the reason shown by `list` and `show`, until resumed.
+    pub fn audit_suspend(&self, index: usize, device: u32, overuse: &Overuse) {
+        let mut config = self.config();
+        let name = String::from_utf8_lossy(self.region.region().vgpus[index].name_bytes()).into_owned();
+        let Ok(next) = config.suspend(&name, true, self.devices) else { return };
+        let reason = overuse.describe(device);
+        match self.reconfigure(&mut config, next, &name, false) {
+            Ok(_) => {
+                self.region.region().vgpus[index].config.flags.fetch_or(flags::AUDIT, Ordering::AcqRel);
+                eprintln!(
+                    "tessera daemon: audit: vGPU {name:?} {reason}; suspended (`tessera vgpu resume {name}` lifts it)"
+                );
+                self.audits().insert(name, reason);
+            }
+            Err(e) => eprintln!("tessera daemon: audit: vGPU {name:?} {reason}, but it could not be suspended: {e}"),
+        }
+    }
+
+    /// Frees every process slot of every vGPU that names no process of the vGPU (see [`integrity`]).
+    pub fn free_strays(&self) {
+        let config = self.config();
+        if let Ok(locked) = self.region.lock() {
+            config.vgpus.iter().for_each(|spec| free_strays_of(&locked, spec));
+        }
+    }
+
+    /// Each configured vGPU's slot and user.
+    pub fn owners(&self) -> Vec<(usize, u32)> {
+        let config = self.config();
+        let Ok(locked) = self.region.lock() else { return Vec::new() };
+        config.vgpus.iter().filter_map(|s| Some((slots::find(&locked, &s.name)?, slots::owner(s)))).collect()
     }
 
     fn carry_out(&self, request: Request) -> Result<Response, String> {
@@ -107,7 +160,10 @@ impl Manager {
                     &mut config,
                     next,
                     &name,
-                    |l| slots::remove(l, &name),
+                    |l| {
+                        free_strays_of(l, &old);
+                        slots::remove(l, &name)
+                    },
                     |l| slots::place(l, &old, true).map(drop),
                 )?
             }
@@ -248,6 +304,15 @@ impl Manager {
     /// The vGPUs as configured now.
     pub fn specs(&self) -> Vec<VgpuSpec> {
         self.config().vgpus.clone()
+    }
+}
+
+/// Frees the process slots of vGPU `spec` that name no process of it, saying so on stderr.
+fn free_strays_of(locked: &Locked, spec: &VgpuSpec) {
+    let Some(index) = slots::find(locked, &spec.name) else { return };
+    let live = FileId::of(&live_path(locked.path(), index));
+    for (pid, why) in integrity::free_strays(&locked.region().vgpus[index], slots::owner(spec), live) {
+        eprintln!("tessera daemon: vGPU {:?}: process slot of pid {pid} freed ({why})", spec.name);
     }
 }
 

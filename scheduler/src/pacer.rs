@@ -62,7 +62,8 @@ fn hold(region: &Region, dev: &DeviceSched, members: &[usize], now_ns: u64) -> O
             continue;
         }
         let s = &v.live.sched;
-        let last = s.last_launch_ns.load(Ordering::Acquire);
+        // A tenant may write any time here: one in the future is now.
+        let last = s.last_launch_ns.load(Ordering::Acquire).min(now_ns);
         if s.inflight_ns.load(Ordering::Acquire) > 0 || s.waiters.load(Ordering::Acquire) > 0 {
             active = true;
         } else if last != 0 && now_ns < last + HIGH_IDLE_NS {
@@ -75,7 +76,7 @@ fn hold(region: &Region, dev: &DeviceSched, members: &[usize], now_ns: u64) -> O
     } else if dev.high_until_ns.load(Ordering::Acquire) > now_ns {
         dev.high_until_ns.store(now_ns, Ordering::Release);
         for &i in members {
-            restart(&region.vgpus[i]);
+            restart(&region.vgpus[i], i);
             crate::slots::notify(&region.vgpus[i].live.sched);
         }
     }
@@ -87,7 +88,7 @@ fn hold(region: &Region, dev: &DeviceSched, members: &[usize], now_ns: u64) -> O
 /// estimate from whatever the bucket holds, so a vGPU held to its share by tokens usually entered the hold
 /// in debt; left so, it would wait for refills while the device, just emptied by the `high` vGPU, idles.
 /// What this gives is at most one window's worth per hold; capped vGPUs are left to their share.
-fn restart(v: &VgpuSlot) {
+fn restart(v: &VgpuSlot, index: usize) {
     let (c, s) = (&v.config, &v.live.sched);
     let f = v.flags();
     if c.priority.load(Ordering::Relaxed) >= priority::HIGH
@@ -97,7 +98,8 @@ fn restart(v: &VgpuSlot) {
         return;
     }
     let level = c.window().saturating_mul(c.share.load(Ordering::Relaxed).min(100) as i64) / 100;
-    s.tokens.fetch_max(level, Ordering::AcqRel);
+    let before = s.tokens.fetch_max(level, Ordering::AcqRel);
+    crate::audit::credit(index, level.saturating_sub(before).max(0));
 }
 
 /// The per-device state the loop keeps from tick to tick.
@@ -180,7 +182,7 @@ pub fn tick(region: &Region, device: u32, state: &mut Device, now_ns: u64, dt_ns
             let seen = Observed {
                 waiters: s.waiters.load(Ordering::Acquire),
                 inflight_ns: s.inflight_ns.load(Ordering::Acquire),
-                last_launch_ns: s.last_launch_ns.load(Ordering::Acquire),
+                last_launch_ns: s.last_launch_ns.load(Ordering::Acquire).min(now_ns),
                 processes,
             };
             let recent = seen.last_launch_ns != 0 && seen.active_within(now_ns, fairness::ACTIVE_NS);
@@ -212,6 +214,8 @@ pub fn tick(region: &Region, device: u32, state: &mut Device, now_ns: u64, dt_ns
             })
             .unwrap_or_else(|t| t);
         let after = refill::refill(before, grant, burst);
+        // What the daemon gave (a bucket a tenant filled beyond the burst is only put back to it).
+        crate::audit::credit(i, after.saturating_sub(before.min(burst)));
         if refill::should_wake(before, after, s.waiters.load(Ordering::Acquire)) {
             crate::slots::notify(s);
         }

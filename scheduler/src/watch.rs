@@ -1,0 +1,57 @@
+//! The daemon's once-a-second watch over what tenants can write: it frees process slots that name no
+//! process of their vGPU ([`crate::integrity`]), then audits each device's vGPUs against the driver's
+//! per-process figures and suspends those that took more than the daemon granted them ([`crate::audit`]).
+
+use crate::audit::{Auditor, Member};
+use crate::integrity;
+use crate::manager::Manager;
+use crate::nvml_usage::ProcessUsage;
+use crate::pacer;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+use tessera_ffi::region::{Region, flags};
+
+/// Time between two rounds.
+pub const PERIOD: Duration = Duration::from_secs(1);
+
+/// Runs the watch until `stop` is set; without `usage` (NVML could not be loaded) it only frees slots.
+pub fn run(manager: &Manager, region: &Region, mut usage: Option<ProcessUsage>, devices: u32, stop: &AtomicBool) {
+    let mut auditors: Vec<Auditor> = (0..devices).map(|_| Auditor::new()).collect();
+    let mut failing = vec![false; devices as usize];
+    while !stop.load(Ordering::Acquire) {
+        std::thread::sleep(PERIOD);
+        manager.free_strays();
+        let Some(usage) = usage.as_mut() else { continue };
+        let owners = manager.owners();
+        for (device, auditor) in auditors.iter_mut().enumerate() {
+            let (used, elapsed_ns) = match usage.sample(device) {
+                Ok(sample) => sample,
+                Err(e) => {
+                    // Said once per outage: the audit of the device pauses meanwhile.
+                    if !std::mem::replace(&mut failing[device], true) {
+                        eprintln!("tessera daemon: warning: audit of device {device} paused: {e}");
+                    }
+                    continue;
+                }
+            };
+            failing[device] = false;
+            let members: Vec<Member> = pacer::members(region, device as u32)
+                .into_iter()
+                .filter_map(|slot| {
+                    let v = &region.vgpus[slot];
+                    let owner = owners.iter().find(|&&(s, _)| s == slot)?.1;
+                    let priority = v.config.priority.load(Ordering::Relaxed);
+                    Some(Member { slot, owner, priority, suspended: v.flags() & flags::SUSPENDED != 0 })
+                })
+                .collect();
+            let attached: Vec<(usize, u32)> = members
+                .iter()
+                .flat_map(|m| region.vgpus[m.slot].attached().map(move |(_, pid, _)| (m.slot, pid)))
+                .collect();
+            let owner_of = |pid| integrity::uids(pid).ok().map(|ids| ids[0]);
+            for (slot, overuse) in auditor.round(&members, &attached, &used, owner_of, elapsed_ns) {
+                manager.audit_suspend(slot, device as u32, &overuse);
+            }
+        }
+    }
+}
