@@ -139,4 +139,26 @@ mod tests {
         Charger::new(r, 0).charge(r, 12 * MS);
         assert_eq!(device(1), 3 * MS);
     }
+
+    #[test]
+    fn a_record_dated_in_the_future_or_absurd_moves_no_neighbours_charges() {
+        let r = region();
+        for v in &r.vgpus[20..22] {
+            v.config.flags.store(flags::MANAGED, Ordering::Relaxed);
+            v.config.state.store(state::READY, Ordering::Relaxed);
+        }
+        let mut charger = Charger::new(r, 0);
+        let device = |i: usize| r.vgpus[i].live.sched.device_ns.load(Ordering::Relaxed);
+        // The tenant of slot 20 publishes a kernel ending in a year, with an absurd estimate.
+        let forged = Record { start_ns: 0, end_ns: u64::MAX / 2, charged: i64::MIN, kind: 0, bound_ns: 0 };
+        assert!(r.vgpus[20].live.timeline.publish(&forged));
+        charger.charge(r, 10 * MS);
+        assert_eq!(r.devices[0].charged_end_ns.load(Ordering::Relaxed), 10 * MS, "charged up to now, not beyond");
+        assert_eq!(device(20), 10 * MS as u64, "charged to itself, up to now");
+        // Its neighbour's next kernel is charged exactly its own time.
+        let honest = Record { start_ns: 11 * MS, end_ns: 12 * MS, charged: MS as i64, kind: 0, bound_ns: 0 };
+        assert!(r.vgpus[21].live.timeline.publish(&honest));
+        charger.charge(r, 13 * MS);
+        assert_eq!((device(21), r.vgpus[21].live.sched.tokens.load(Ordering::Relaxed)), (MS, 0));
+    }
 }

@@ -10,7 +10,7 @@
 //!   memory for soft-mode vGPUs by asking idle ones to swap out; [`pacer`]: the per-device loop that
 //!   charges, brokers and refills;
 //! - [`protocol`], [`server`], [`client`]: JSON lines over a unix socket;
-//! - [`integrity`]: validating the process slots tenants can write; [`audit`]: holding each vGPU to the
+//! - [`integrity`]: validating the process slots tenants can write; [`recount`]: their memory counts; [`audit`]: holding each vGPU to the
 //!   device time the daemon granted it, measured by the driver ([`nvml_usage`]); [`watch`]: both, every
 //!   second;
 //! - [`paths`]: where the files are; [`daemon`]: the daemon's life.
@@ -29,6 +29,7 @@ pub mod nvml_usage;
 pub mod pacer;
 pub mod paths;
 pub mod protocol;
+pub mod recount;
 pub mod refill;
 pub mod server;
 pub mod slots;

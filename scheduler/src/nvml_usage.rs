@@ -1,5 +1,6 @@
-//! Each process's device time from NVML, the source of the audit that tenants cannot write: the driver's
-//! per-process SM utilization (`nvmlDeviceGetProcessUtilization`), loaded with `libloading` from the
+//! Each process's device time and memory from NVML, figures tenants cannot write: the driver's per-process
+//! SM utilization (`nvmlDeviceGetProcessUtilization`) and memory (`nvmlDeviceGetComputeRunningProcesses`),
+//! loaded with `libloading` from the
 //! machine's `libnvidia-ml.so.1` (or `TESSERA_REAL_LIBNVML`), as the shim loads it.
 //!
 //! Each query asks for the utilization since the previous one (`lastSeenTimeStamp`: that query's time)
@@ -11,14 +12,15 @@ use libloading::Library;
 use std::collections::HashSet;
 use std::ffi::c_uint;
 use tessera_ffi::nvml::{
-    NVML_ERROR_INSUFFICIENT_SIZE, NVML_ERROR_NOT_FOUND, NVML_SUCCESS, NvmlDevice, NvmlProcessUtilizationSample,
-    NvmlReturn,
+    NVML_ERROR_INSUFFICIENT_SIZE, NVML_ERROR_NOT_FOUND, NVML_SUCCESS, NvmlDevice, NvmlProcessInfoV1,
+    NvmlProcessUtilizationSample, NvmlReturn,
 };
 
 type Init = unsafe extern "C" fn() -> NvmlReturn;
 type HandleByIndex = unsafe extern "C" fn(c_uint, *mut NvmlDevice) -> NvmlReturn;
 type ProcessUtilization =
     unsafe extern "C" fn(NvmlDevice, *mut NvmlProcessUtilizationSample, *mut c_uint, u64) -> NvmlReturn;
+type RunningProcesses = unsafe extern "C" fn(NvmlDevice, *mut c_uint, *mut NvmlProcessInfoV1) -> NvmlReturn;
 
 /// Most processes read per query (more are asked for again with a larger buffer, up to this).
 const MAX_SAMPLES: usize = 4096;
@@ -36,6 +38,7 @@ struct Device {
 pub struct ProcessUsage {
     _lib: Library,
     utilization: ProcessUtilization,
+    running: RunningProcesses,
     devices: Vec<Device>,
 }
 
@@ -56,13 +59,15 @@ impl ProcessUsage {
         let lib = unsafe { Library::new(&name) }.map_err(|e| format!("cannot load {name}: {e}"))?;
         let sym = |s: &str| format!("{name}: {s} is missing");
         // SAFETY: each symbol is read with its documented signature in nvml.h.
-        let (init, by_index, utilization) = unsafe {
+        let (init, by_index, utilization, running) = unsafe {
             (
                 *lib.get::<Init>(b"nvmlInit_v2").map_err(|_| sym("nvmlInit_v2"))?,
                 *lib.get::<HandleByIndex>(b"nvmlDeviceGetHandleByIndex_v2")
                     .map_err(|_| sym("nvmlDeviceGetHandleByIndex_v2"))?,
                 *lib.get::<ProcessUtilization>(b"nvmlDeviceGetProcessUtilization")
                     .map_err(|_| sym("nvmlDeviceGetProcessUtilization"))?,
+                *lib.get::<RunningProcesses>(b"nvmlDeviceGetComputeRunningProcesses")
+                    .map_err(|_| sym("nvmlDeviceGetComputeRunningProcesses"))?,
             )
         };
         // SAFETY: no arguments.
@@ -80,7 +85,28 @@ impl ProcessUsage {
             }
             list.push(Device { handle, last_us: 0, seen: HashSet::new() });
         }
-        Ok(ProcessUsage { _lib: lib, utilization, devices: list })
+        Ok(ProcessUsage { _lib: lib, utilization, running, devices: list })
+    }
+
+    /// Device memory each process holds on device `device` (pid, bytes), as the driver counts it.
+    pub fn memory(&self, device: usize) -> Result<Vec<(u32, u64)>, String> {
+        let Some(d) = self.devices.get(device) else { return Ok(Vec::new()) };
+        let mut buf = vec![NvmlProcessInfoV1::default(); 64];
+        loop {
+            let mut count = buf.len() as c_uint;
+            // SAFETY: `buf` holds `count` entries; the handle is NVML's.
+            match unsafe { (self.running)(d.handle, &mut count, buf.as_mut_ptr()) } {
+                NVML_SUCCESS => {
+                    let n = (count as usize).min(buf.len());
+                    return Ok(buf[..n].iter().map(|p| (p.pid, p.used_gpu_memory)).collect());
+                }
+                NVML_ERROR_INSUFFICIENT_SIZE if buf.len() < MAX_SAMPLES => {
+                    let want = (count as usize).clamp(buf.len() * 2, MAX_SAMPLES);
+                    buf.resize(want, NvmlProcessInfoV1::default());
+                }
+                rc => return Err(format!("nvmlDeviceGetComputeRunningProcesses on device {device} returned {rc}")),
+            }
+        }
     }
 
     /// Device time (ns) each process used on device `device` since the previous call, and that interval

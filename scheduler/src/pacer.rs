@@ -19,7 +19,7 @@ use crate::fairness::{self, Member};
 use crate::refill::{self, Observed, Vgpu};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use tessera_ffi::futex;
-use tessera_ffi::region::{DeviceSched, MAX_VGPUS, Region, VgpuSlot, flags, priority};
+use tessera_ffi::region::{DeviceSched, MAX_VGPUS, Region, Sched, VgpuSlot, flags, priority};
 
 /// Tick period while a vGPU on the device has demand.
 pub const TICK_NS: u64 = 1_000_000;
@@ -50,6 +50,16 @@ pub fn members(region: &Region, device: u32) -> Vec<usize> {
     (0..MAX_VGPUS).filter(|&i| member(&region.vgpus[i], device)).collect()
 }
 
+/// The last launch of `s` as of `now_ns`. Its tenant writes it: a time later than the tick in progress
+/// could have seen (launches race with the tick, by microseconds) is no launch at all, so that a `high`
+/// vGPU cannot hold the device idle by a launch dated in the future; a time just ahead is now.
+fn last_launch(s: &Sched, now_ns: u64) -> u64 {
+    match s.last_launch_ns.load(Ordering::Acquire) {
+        t if t > now_ns.saturating_add(TICK_NS) => 0,
+        t => t.min(now_ns),
+    }
+}
+
 /// Sets device `dev`'s hold from its `high` vGPUs `highs` at `now_ns`: held while one has work, released
 /// (and the device's waiting launches woken) once none has. Returns when to look again at the latest:
 /// when an idle `high` vGPU's last launch stops counting.
@@ -62,8 +72,7 @@ fn hold(region: &Region, dev: &DeviceSched, members: &[usize], now_ns: u64) -> O
             continue;
         }
         let s = &v.live.sched;
-        // A tenant may write any time here: one in the future is now.
-        let last = s.last_launch_ns.load(Ordering::Acquire).min(now_ns);
+        let last = last_launch(s, now_ns);
         if s.inflight_ns.load(Ordering::Acquire) > 0 || s.waiters.load(Ordering::Acquire) > 0 {
             active = true;
         } else if last != 0 && now_ns < last + HIGH_IDLE_NS {
@@ -182,7 +191,7 @@ pub fn tick(region: &Region, device: u32, state: &mut Device, now_ns: u64, dt_ns
             let seen = Observed {
                 waiters: s.waiters.load(Ordering::Acquire),
                 inflight_ns: s.inflight_ns.load(Ordering::Acquire),
-                last_launch_ns: s.last_launch_ns.load(Ordering::Acquire).min(now_ns),
+                last_launch_ns: last_launch(s, now_ns),
                 processes,
             };
             let recent = seen.last_launch_ns != 0 && seen.active_within(now_ns, fairness::ACTIVE_NS);
@@ -405,6 +414,43 @@ mod tests {
         assert_eq!(until(r), 13 * MS);
         assert!(r.vgpus[0].live.sched.epoch.load(Ordering::Relaxed) > epoch);
         assert!(tokens(r, 0) > 0);
+    }
+
+    #[test]
+    fn what_a_tenant_writes_in_its_bucket_is_put_back_and_never_counted_as_granted() {
+        let r = region();
+        // Slots of their own: the audit's counts are shared by the tests running at once.
+        managed(r, 9, 30, 1);
+        let state = &mut Device::new(r, 0);
+        let credited = crate::audit::credited;
+        let before = credited(9);
+        tick(r, 0, state, 10 * MS, MS);
+        assert_eq!((tokens(r, 9), credited(9) - before), (MS as i64, MS as i64), "alone: the whole interval");
+        // Filled beyond the burst by its tenant: put back to the burst, and no grant counted.
+        r.vgpus[9].live.sched.tokens.store(i64::MAX, Ordering::Relaxed);
+        tick(r, 0, state, 11 * MS, MS);
+        assert_eq!((tokens(r, 9), credited(9) - before), (2 * MS as i64, MS as i64));
+        // Kept full by its tenant: nothing given.
+        tick(r, 0, state, 12 * MS, MS);
+        assert_eq!(credited(9) - before, MS as i64);
+    }
+
+    #[test]
+    fn a_high_vgpus_launch_dated_in_the_future_holds_nothing() {
+        let r = region();
+        managed(r, 10, 50, 1);
+        managed(r, 11, 50, 0);
+        let h = &r.vgpus[11];
+        h.config.priority.store(priority::HIGH, Ordering::Relaxed);
+        h.live.sched.last_launch_ns.store(u64::MAX, Ordering::Relaxed);
+        let state = &mut Device::new(r, 0);
+        assert_eq!(tick(r, 0, state, 10 * MS, MS).1, None, "no recheck, no overflow");
+        assert_eq!(r.devices[0].high_until_ns.load(Ordering::Relaxed), 0, "not held");
+        assert_eq!(tokens(r, 10), MS as i64, "the other vGPU gets the device");
+        // Just ahead of the tick (a launch racing with it): a launch now.
+        h.live.sched.last_launch_ns.store(20 * MS + 1_000, Ordering::Relaxed);
+        tick(r, 0, state, 20 * MS, MS);
+        assert_eq!(r.devices[0].high_until_ns.load(Ordering::Relaxed), 20 * MS + HIGH_HOLD_NS);
     }
 
     #[test]

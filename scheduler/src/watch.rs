@@ -1,5 +1,6 @@
 //! The daemon's once-a-second watch over what tenants can write: it frees process slots that name no
-//! process of their vGPU ([`crate::integrity`]), then audits each device's vGPUs against the driver's
+//! process of their vGPU ([`crate::integrity`]), counts again the memory of processes whose counts fell
+//! short of the driver's ([`crate::recount`]), then audits each device's vGPUs against the driver's
 //! per-process figures and suspends those that took more than the daemon granted them ([`crate::audit`]).
 
 use crate::audit::{Auditor, Member};
@@ -7,6 +8,7 @@ use crate::integrity;
 use crate::manager::Manager;
 use crate::nvml_usage::ProcessUsage;
 use crate::pacer;
+use crate::recount::Recount;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tessera_ffi::region::{Region, flags};
@@ -17,14 +19,16 @@ pub const PERIOD: Duration = Duration::from_secs(1);
 /// Runs the watch until `stop` is set; without `usage` (NVML could not be loaded) it only frees slots.
 pub fn run(manager: &Manager, region: &Region, mut usage: Option<ProcessUsage>, devices: u32, stop: &AtomicBool) {
     let mut auditors: Vec<Auditor> = (0..devices).map(|_| Auditor::new()).collect();
+    let mut recounts: Vec<Recount> = (0..devices).map(|_| Recount::default()).collect();
     let mut failing = vec![false; devices as usize];
     while !stop.load(Ordering::Acquire) {
         std::thread::sleep(PERIOD);
         manager.free_strays();
         let Some(usage) = usage.as_mut() else { continue };
         let owners = manager.owners();
-        for (device, auditor) in auditors.iter_mut().enumerate() {
-            let (used, elapsed_ns) = match usage.sample(device) {
+        for (device, (auditor, recount)) in auditors.iter_mut().zip(&mut recounts).enumerate() {
+            let sampled = usage.sample(device).and_then(|(used, ns)| Ok((used, ns, usage.memory(device)?)));
+            let (used, elapsed_ns, held) = match sampled {
                 Ok(sample) => sample,
                 Err(e) => {
                     // Said once per outage: the audit of the device pauses meanwhile.
@@ -48,6 +52,15 @@ pub fn run(manager: &Manager, region: &Region, mut usage: Option<ProcessUsage>, 
                 .iter()
                 .flat_map(|m| region.vgpus[m.slot].attached().map(move |(_, pid, _)| (m.slot, pid)))
                 .collect();
+            let slots: Vec<usize> = members.iter().map(|m| m.slot).collect();
+            for r in recount.round(region, device, &slots, &held) {
+                let name = String::from_utf8_lossy(region.vgpus[r.vgpu].name_bytes()).into_owned();
+                eprintln!(
+                    "tessera daemon: vGPU {name:?}: pid {} holds {} bytes of device {device} but its slot counted {}; \
+                     counted again",
+                    r.pid, r.held, r.counted
+                );
+            }
             let owner_of = |pid| integrity::uids(pid).ok().map(|ids| ids[0]);
             for (slot, overuse) in auditor.round(&members, &attached, &used, owner_of, elapsed_ns) {
                 manager.audit_suspend(slot, device as u32, &overuse);
