@@ -170,13 +170,13 @@ impl Auditor {
             }
         }
         let mut found = Vec::new();
-        for slot in 0..MAX_VGPUS {
+        for (slot, &took) in took.iter().enumerate() {
             let now = credited(slot);
             let granted = now.wrapping_sub(std::mem::replace(&mut self.credits[slot], now));
             let h = &mut self.histories[slot];
             match members.iter().find(|m| m.slot == slot) {
                 Some(m) if !m.suspended && elapsed_ns > 0 => {
-                    h.push(Interval { elapsed_ns, took_ns: took[slot], granted_ns: granted });
+                    h.push(Interval { elapsed_ns, took_ns: took, granted_ns: granted });
                     if let Some(o) = h.overuse(m.priority >= priority::HIGH) {
                         h.clear();
                         found.push((slot, o));

@@ -154,7 +154,7 @@ mod tests {
         assert!(r.vgpus[20].live.timeline.publish(&forged));
         charger.charge(r, 10 * MS);
         assert_eq!(r.devices[0].charged_end_ns.load(Ordering::Relaxed), 10 * MS, "charged up to now, not beyond");
-        assert_eq!(device(20), 10 * MS as u64, "charged to itself, up to now");
+        assert_eq!(device(20), 10 * MS, "charged to itself, up to now");
         // Its neighbour's next kernel is charged exactly its own time.
         let honest = Record { start_ns: 11 * MS, end_ns: 12 * MS, charged: MS as i64, kind: 0, bound_ns: 0 };
         assert!(r.vgpus[21].live.timeline.publish(&honest));
