@@ -144,9 +144,11 @@ impl Auditor {
         Auditor { histories: vec![History::default(); MAX_VGPUS], credits: (0..MAX_VGPUS).map(credited).collect() }
     }
 
-    /// One round over `members` (the device's managed vGPUs), whose attached pids are `attached` (slot,
-    /// pid), given the device time `used` of each process (pid, ns; `owner_of` gives a pid's uid) over an
-    /// interval of `elapsed_ns`. Returns the vGPUs to suspend.
+    /// One round over `members` (the device's managed vGPUs), given every managed vGPU's attached pids
+    /// `attached` (slot, pid; of every device) and the device time `used` of each process on this device
+    /// (pid, ns; `owner_of` gives a pid's uid) over an interval of `elapsed_ns`. A process attached to a
+    /// vGPU of another device counts for nobody here (launches on other devices than a vGPU's are not
+    /// limited). Returns the vGPUs to suspend.
     pub fn round(
         &mut self,
         members: &[Member],
@@ -157,7 +159,9 @@ impl Auditor {
     ) -> Vec<(usize, Overuse)> {
         let mut took = vec![0u64; MAX_VGPUS];
         for &(pid, ns) in used {
-            let slot = attached.iter().find(|&&(_, p)| p == pid).map(|&(s, _)| s).or_else(|| {
+            let joined = attached.iter().find(|&&(_, p)| p == pid).map(|&(s, _)| s);
+            let slot = joined.filter(|&s| members.iter().any(|m| m.slot == s)).or_else(|| {
+                joined.is_none().then_some(())?;
                 let uid = owner_of(pid)?;
                 let mut mine = members.iter().filter(|m| m.owner == uid);
                 match (mine.next(), mine.next()) {
@@ -249,14 +253,15 @@ mod tests {
             Member { slot: 42, owner: 1001, priority: priority::NORMAL, suspended: false },
         ];
         // Slot 40 is granted 20% but its pid 7 takes 50%; slot 41 takes its 40% (pid 8); pid 9 (uid 1000,
-        // in no slot) counts for slot 40, the only vGPU of its user; pid 10 (uid 1001, two vGPUs) for none.
-        let owner = |pid| Some(if pid == 9 { 1000 } else { 1001 });
+        // in no slot) counts for slot 40, the only vGPU of its user; pid 10 (uid 1001, two vGPUs) for none,
+        // nor pid 11 (uid 1000), attached to slot 50, a vGPU of another device.
+        let owner = |pid| Some(if pid == 9 || pid == 11 { 1000 } else { 1001 });
         let mut found = Vec::new();
         for _ in 0..WINDOW {
             credit(40, S as i64 / 5);
             credit(41, 2 * S as i64 / 5);
-            let used = [(7, 4 * S / 10), (8, 4 * S / 10), (9, S / 10), (10, S / 2)];
-            found = a.round(&members, &[(40, 7), (41, 8)], &used, owner, S);
+            let used = [(7, 4 * S / 10), (8, 4 * S / 10), (9, S / 10), (10, S / 2), (11, S)];
+            found = a.round(&members, &[(40, 7), (41, 8), (50, 11)], &used, owner, S);
         }
         assert_eq!(found.len(), 1, "{found:?}");
         assert_eq!(found[0].0, 40);

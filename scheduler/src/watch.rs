@@ -48,9 +48,9 @@ pub fn run(manager: &Manager, region: &Region, mut usage: Option<ProcessUsage>, 
                     Some(Member { slot, owner, priority, suspended: v.flags() & flags::SUSPENDED != 0 })
                 })
                 .collect();
-            let attached: Vec<(usize, u32)> = members
-                .iter()
-                .flat_map(|m| region.vgpus[m.slot].attached().map(move |(_, pid, _)| (m.slot, pid)))
+            let attached: Vec<(usize, u32)> = (0..devices)
+                .flat_map(|d| pacer::members(region, d))
+                .flat_map(|slot| region.vgpus[slot].attached().map(move |(_, pid, _)| (slot, pid)))
                 .collect();
             let slots: Vec<usize> = members.iter().map(|m| m.slot).collect();
             for r in recount.round(region, device, &slots, &held) {
