@@ -10,8 +10,9 @@
 //! - what it was **entitled** to: the tokens the daemon itself added to its bucket (refills, by share,
 //!   with what idle vGPUs left, and the restart after a `high` hold), counted by the refill loop as it adds
 //!   them ([`credit`]). Tokens are device time, and an honest vGPU spends exactly what it was given, give or
-//!   take one bucket (`max(2 × window, 2 ms)`) and the work in its window. A `high` vGPU is entitled to the
-//!   whole device (its launches take no tokens while it holds it).
+//!   take one bucket (`max(2 × window, 2 ms)`) and the work in its window. It is entitled to its share at
+//!   least (a tenant keeping its own bucket full leaves the daemon no room to grant it anything), and a
+//!   `high` vGPU to the whole device (its launches take no tokens while it holds it).
 //!
 //! Over the last [`WINDOW`] seconds, a vGPU that took more than its entitlement plus [`TOLERANCE_PCT`]
 //! points of the device is suspended (`flags::AUDIT`), with a line on stderr naming it and the figures;
@@ -95,9 +96,11 @@ impl History {
         self.intervals.clear();
     }
 
-    /// The overuse over the window, when it is full and the vGPU took more than its entitlement
-    /// (`whole_device`: the whole device, for a `high` vGPU) plus [`TOLERANCE_PCT`].
-    pub fn overuse(&self, whole_device: bool) -> Option<Overuse> {
+    /// The overuse over the window, when it is full and the vGPU took more than its entitlement plus
+    /// [`TOLERANCE_PCT`]: what it was granted, but at least `floor_pct` (its share: what it is owed
+    /// whenever it has work, which a tenant that keeps its own bucket full leaves the daemon no room to
+    /// grant; 100 for a `high` vGPU).
+    pub fn overuse(&self, floor_pct: f64) -> Option<Overuse> {
         if self.intervals.len() < WINDOW {
             return None;
         }
@@ -109,7 +112,7 @@ impl History {
         let granted: i64 = self.intervals.iter().map(|i| i.granted_ns).fold(0, i64::saturating_add);
         let pct = |ns: f64| ns * 100.0 / elapsed as f64;
         let took_pct = pct(took as f64).min(100.0);
-        let entitled_pct = if whole_device { 100.0 } else { pct(granted.max(0) as f64).min(100.0) };
+        let entitled_pct = pct(granted.max(0) as f64).max(floor_pct).min(100.0);
         (took_pct > entitled_pct + TOLERANCE_PCT).then_some(Overuse {
             took_pct,
             entitled_pct,
@@ -127,6 +130,8 @@ pub struct Member {
     pub owner: u32,
     /// [`priority`] value.
     pub priority: u32,
+    /// Share in percent.
+    pub share: u32,
     /// Suspended: not audited (and judged afresh once resumed).
     pub suspended: bool,
 }
@@ -181,7 +186,8 @@ impl Auditor {
             match members.iter().find(|m| m.slot == slot) {
                 Some(m) if !m.suspended && elapsed_ns > 0 => {
                     h.push(Interval { elapsed_ns, took_ns: took, granted_ns: granted });
-                    if let Some(o) = h.overuse(m.priority >= priority::HIGH) {
+                    let floor = if m.priority >= priority::HIGH { 100.0 } else { f64::from(m.share.min(100)) };
+                    if let Some(o) = h.overuse(floor) {
                         h.clear();
                         found.push((slot, o));
                     }
@@ -210,14 +216,21 @@ mod tests {
         for _ in 0..WINDOW - 1 {
             h.push(second(50, 20));
         }
-        assert_eq!(h.overuse(false), None, "nine seconds are not a window");
+        assert_eq!(h.overuse(0.0), None, "nine seconds are not a window");
         h.push(second(50, 20));
-        let o = h.overuse(false).unwrap();
+        let o = h.overuse(0.0).unwrap();
         assert_eq!((o.took_pct.round(), o.entitled_pct.round(), o.seconds.round()), (50.0, 20.0, 10.0));
         assert_eq!(o.describe(0), "took 50% of device 0 over 10 s, entitled to 20%");
-        assert_eq!(h.overuse(true), None, "a high vGPU is entitled to the whole device");
+        assert_eq!(h.overuse(100.0), None, "a high vGPU is entitled to the whole device");
+        assert_eq!(h.overuse(45.0), None, "nor beyond its share: granted less, it is owed its share");
+        // Granted nothing (its bucket kept full by its tenant): entitled to its share.
+        let mut full = History::default();
+        for _ in 0..WINDOW {
+            full.push(second(33, 0));
+        }
+        assert_eq!(full.overuse(20.0).unwrap().describe(0), "took 33% of device 0 over 10 s, entitled to 20%");
         h.clear();
-        assert_eq!(h.overuse(false), None);
+        assert_eq!(h.overuse(0.0), None);
     }
 
     #[test]
@@ -228,29 +241,29 @@ mod tests {
             for _ in 0..WINDOW {
                 h.push(second(took, granted));
             }
-            assert_eq!(h.overuse(false), None, "took {took}%, granted {granted}%");
+            assert_eq!(h.overuse(10.0), None, "took {took}%, granted {granted}%");
         }
         // Averaged over the window: one second of a burst does not condemn it.
         for _ in 0..WINDOW - 1 {
             h.push(second(30, 30));
         }
         h.push(second(70, 30));
-        assert_eq!(h.overuse(false), None);
+        assert_eq!(h.overuse(10.0), None);
         // Negative or absurd grants never make the figures overflow or go beyond the device.
         for _ in 0..WINDOW {
             h.push(Interval { elapsed_ns: S, took_ns: u64::MAX, granted_ns: i64::MIN });
         }
-        let o = h.overuse(false).unwrap();
-        assert_eq!((o.took_pct, o.entitled_pct), (100.0, 0.0));
+        let o = h.overuse(10.0).unwrap();
+        assert_eq!((o.took_pct, o.entitled_pct), (100.0, 10.0));
     }
 
     #[test]
     fn rounds_attribute_processes_and_suspend_only_the_overuser() {
         let mut a = Auditor::new();
         let members = [
-            Member { slot: 40, owner: 1000, priority: priority::NORMAL, suspended: false },
-            Member { slot: 41, owner: 1001, priority: priority::NORMAL, suspended: false },
-            Member { slot: 42, owner: 1001, priority: priority::NORMAL, suspended: false },
+            Member { slot: 40, owner: 1000, priority: priority::NORMAL, share: 10, suspended: false },
+            Member { slot: 41, owner: 1001, priority: priority::NORMAL, share: 10, suspended: false },
+            Member { slot: 42, owner: 1001, priority: priority::NORMAL, share: 10, suspended: false },
         ];
         // Slot 40 is granted 20% but its pid 7 takes 50%; slot 41 takes its 40% (pid 8); pid 9 (uid 1000,
         // in no slot) counts for slot 40, the only vGPU of its user; pid 10 (uid 1001, two vGPUs) for none,

@@ -44,8 +44,9 @@ pub fn run(manager: &Manager, region: &Region, mut usage: Option<ProcessUsage>, 
                 .filter_map(|slot| {
                     let v = &region.vgpus[slot];
                     let owner = owners.iter().find(|&&(s, _)| s == slot)?.1;
-                    let priority = v.config.priority.load(Ordering::Relaxed);
-                    Some(Member { slot, owner, priority, suspended: v.flags() & flags::SUSPENDED != 0 })
+                    let (c, suspended) = (&v.config, v.flags() & flags::SUSPENDED != 0);
+                    let (priority, share) = (c.priority.load(Ordering::Relaxed), c.share.load(Ordering::Relaxed));
+                    Some(Member { slot, owner, priority, share, suspended })
                 })
                 .collect();
             let attached: Vec<(usize, u32)> = (0..devices)
