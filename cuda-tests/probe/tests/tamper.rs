@@ -93,7 +93,7 @@ fn a_tenant_keeping_its_bucket_full_is_suspended_and_its_honest_neighbours_never
     let _turn = TIMING.lock().unwrap_or_else(|e| e.into_inner());
     let mut m = Machine::new("tamper-bucket", "small");
     m.start();
-    for (name, share) in [("a", "20"), ("b", "50"), ("c", "30")] {
+    for (name, share) in [("a", "10"), ("b", "50"), ("c", "40")] {
         m.ok(&["vgpu", "create", name, "--device", "0", "--memory", "1GiB", "--share", share]);
     }
     let honest = ["b", "c"];
@@ -130,8 +130,8 @@ fn a_tenant_keeping_its_bucket_full_is_suspended_and_its_honest_neighbours_never
     assert!(text.contains("suspended (audit: took"), "{text}");
     assert!(m.ok(&["vgpu", "show", "a"]).contains(&format!("state:         suspended (audit: {reason})")));
 
-    // Suspended, it gets nothing however full its bucket; its neighbours share the device by their shares
-    // (50 and 30, with a's idle 20 split between them: 62.5% and 37.5%).
+    // Suspended, it gets nothing however full its bucket; its neighbours keep their shares (50 and 40, and
+    // a's idle 10 split between them: 55.6% and 44.4%; 3 points of slack for a loaded host).
     std::thread::sleep(Duration::from_millis(200));
     let before = device_ns(&m, &["a", "b", "c"]);
     let t = Instant::now();
@@ -141,7 +141,7 @@ fn a_tenant_keeping_its_bucket_full_is_suspended_and_its_honest_neighbours_never
     let share = |i: usize| (after[i] - before[i]) as f64 / wall;
     eprintln!("after the suspension: a {:.3}, b {:.3}, c {:.3}", share(0), share(1), share(2));
     assert!(share(0) < 0.01, "a suspended vGPU ran: {:.3}", share(0));
-    assert!(share(1) >= 0.50 && share(2) >= 0.30, "b {:.3}, c {:.3}", share(1), share(2));
+    assert!(share(1) >= 0.47 && share(2) >= 0.37, "b {:.3}, c {:.3}", share(1), share(2));
 
     // The honest vGPUs saturate to the end (at least 20 s in all) and are never suspended.
     while started.elapsed() < Duration::from_secs(25) {
