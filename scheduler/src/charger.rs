@@ -24,6 +24,9 @@ pub struct Charger {
     ledger: Ledger,
     records: Vec<Record>,
     changes: Vec<Change>,
+    /// Device time charged to each slot since the charger started (the daemon's own count, which no
+    /// tenant can write, unlike its `device_ns`).
+    charged: Vec<u64>,
 }
 
 /// Whether slot `v` is a managed vGPU of `device`.
@@ -41,7 +44,13 @@ impl Charger {
             ledger: Ledger::new(charged),
             records: Vec::new(),
             changes: Vec::new(),
+            charged: vec![0; MAX_VGPUS],
         }
+    }
+
+    /// Device time charged to slot `slot` since this charger started.
+    pub fn charged_ns(&self, slot: usize) -> u64 {
+        self.charged.get(slot).copied().unwrap_or(0)
     }
 
     /// Charges the kernels the device's vGPUs published since the last call, at `now_ns`.
@@ -74,10 +83,11 @@ impl Charger {
         dev.charged_end_ns.store(self.ledger.charged_end_ns(), Ordering::Release);
         let mut totals = [(0i64, 0i64); MAX_VGPUS];
         ledger::sum(&self.changes, &mut totals);
-        for (v, &(device_ns, tokens)) in region.vgpus.iter().zip(&totals) {
+        for ((v, &(device_ns, tokens)), charged) in region.vgpus.iter().zip(&totals).zip(&mut self.charged) {
             if (device_ns, tokens) == (0, 0) || v.state() != state::READY {
                 continue;
             }
+            *charged = charged.saturating_add_signed(device_ns);
             let s = &v.live.sched;
             if tokens != 0 {
                 s.tokens.fetch_add(tokens, Ordering::AcqRel);

@@ -119,7 +119,7 @@ pub struct Device {
     pub broker: Broker,
     /// Each slot's [`fairness`] lag.
     lags: Vec<i64>,
-    /// Each slot's `device_ns` at the last tick.
+    /// Each slot's charged device time ([`Charger::charged_ns`]) at the last tick.
     device_ns: Vec<u64>,
 }
 
@@ -130,7 +130,7 @@ impl Device {
             charger: Charger::new(region, device),
             broker: Broker::new(device),
             lags: vec![0; MAX_VGPUS],
-            device_ns: region.vgpus.iter().map(|v| v.live.sched.device_ns.load(Ordering::Relaxed)).collect(),
+            device_ns: vec![0; MAX_VGPUS],
         }
     }
 
@@ -149,7 +149,8 @@ impl Device {
             .iter()
             .enumerate()
             .map(|(k, &i)| {
-                let total = region.vgpus[i].live.sched.device_ns.load(Ordering::Relaxed);
+                // The daemon's own count: a tenant can write its `device_ns`, and would look owed time.
+                let total = self.charger.charged_ns(i);
                 let used = total.saturating_sub(std::mem::replace(&mut self.device_ns[i], total));
                 let v = &views[k];
                 Member { share: v.share, competes: part[k] && !v.cap && recent[k], demand: v.demand, used_ns: used }
@@ -433,6 +434,33 @@ mod tests {
         // Kept full by its tenant: nothing given.
         tick(r, 0, state, 12 * MS, MS);
         assert_eq!(credited(9) - before, MS as i64);
+    }
+
+    #[test]
+    fn a_tenant_rewinding_its_device_time_is_owed_nothing() {
+        use tessera_ffi::timeline::Record;
+        let r = region();
+        managed(r, 12, 50, 1);
+        managed(r, 13, 50, 1);
+        let state = &mut Device::new(r, 0);
+        let credited = crate::audit::credited;
+        let before = (credited(12), credited(13));
+        for k in 0..40 {
+            let now = (10 + k) * MS;
+            // Each launched a 500 µs kernel (its estimate taken), which ran and is published; 12's tenant
+            // then writes its device time back to zero.
+            for (i, start) in [(12, now - MS), (13, now - MS / 2)] {
+                let s = &r.vgpus[i].live.sched;
+                s.tokens.fetch_sub(500_000, Ordering::Relaxed);
+                s.last_launch_ns.store(now, Ordering::Relaxed);
+                let kernel = Record { start_ns: start, end_ns: start + MS / 2, charged: 500_000, kind: 0, bound_ns: 0 };
+                assert!(r.vgpus[i].live.timeline.publish(&kernel));
+            }
+            tick(r, 0, state, now, MS);
+            r.vgpus[12].live.sched.device_ns.store(0, Ordering::Relaxed);
+        }
+        let granted = (credited(12) - before.0, credited(13) - before.1);
+        assert_eq!(granted.0, granted.1, "both took half the device: {granted:?}");
     }
 
     #[test]
