@@ -137,14 +137,7 @@ impl Device {
     /// The token adjustment of each of `members` (whose views are `views`, and which take part in the
     /// tick where `part` says so) for this tick, from the device time each was charged since the last
     /// (see [`fairness`]).
-    fn settle(
-        &mut self,
-        region: &Region,
-        members: &[usize],
-        views: &[Vgpu],
-        recent: &[bool],
-        part: &[bool],
-    ) -> Vec<i64> {
+    fn settle(&mut self, members: &[usize], views: &[Vgpu], recent: &[bool], part: &[bool]) -> Vec<i64> {
         let tick: Vec<Member> = members
             .iter()
             .enumerate()
@@ -210,7 +203,7 @@ pub fn tick(region: &Region, device: u32, state: &mut Device, now_ns: u64, dt_ns
         .unzip();
     let held = dev.high_until_ns.load(Ordering::Acquire) > now_ns;
     let grants = refill::plan(&views, dt_ns, held);
-    let adjust = state.settle(region, &members, &views, &recent, &refill::takes_part(&views, held));
+    let adjust = state.settle(&members, &views, &recent, &refill::takes_part(&views, held));
     for ((&i, grant), adjust) in members.iter().zip(grants).zip(adjust) {
         let grant = (grant.min(i64::MAX as u64) as i64).saturating_add(adjust);
         let v = &region.vgpus[i];
