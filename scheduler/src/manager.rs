@@ -55,12 +55,15 @@ impl Manager {
 
     /// Carries out one request.
     pub fn handle(&self, request: Request) -> Response {
-        match &request {
-            Request::Resume { name } | Request::Rm { name } => drop(self.audits().remove(name)),
-            _ => {}
-        }
+        let lifted = match &request {
+            Request::Resume { name } | Request::Rm { name } => Some(name.clone()),
+            _ => None,
+        };
         let mut response = self.carry_out(request).unwrap_or_else(Response::error);
-        let audits = self.audits();
+        let mut audits = self.audits();
+        if let Some(name) = lifted.filter(|_| response.ok) {
+            audits.remove(&name);
+        }
         for st in response.vgpus.iter_mut().filter(|st| st.spec.suspended) {
             st.audit = audits.get(&st.spec.name).cloned();
         }
@@ -395,6 +398,33 @@ mod tests {
         assert_eq!((list[1].spec.share, list[1].spec.priority), (20, Priority::High));
         ok(&m, Request::Resume { name: "a".into() });
         assert_eq!(a.config.flags.load(Ordering::Relaxed), flags::MANAGED);
+    }
+
+    #[test]
+    fn an_audit_suspension_is_shown_with_its_reason_until_resumed() {
+        let f = Fixture::new("audit");
+        let m = f.manager();
+        ok(&m, create("a", 20));
+        let index = slots::find(&f.region.lock().unwrap(), "a").unwrap();
+        let flags_now = || f.region.region().vgpus[index].flags();
+        let overuse = Overuse { took_pct: 50.0, entitled_pct: 20.0, seconds: 10.0 };
+        m.audit_suspend(index, 0, &overuse);
+        let why = "took 50% of device 0 over 10 s, entitled to 20%";
+        let st = &ok(&m, Request::List)[0];
+        assert!(st.spec.suspended && st.audit.as_deref() == Some(why), "{st:?}");
+        assert_eq!(flags_now(), flags::MANAGED | flags::SUSPENDED | flags::AUDIT);
+        // A change of settings keeps it; a failed resume too; a resume lifts it.
+        let change = crate::config::Change { share: Some(10), ..Default::default() };
+        ok(&m, Request::Set { name: "a".into(), change });
+        assert_eq!(flags_now(), flags::MANAGED | flags::SUSPENDED | flags::AUDIT);
+        assert_eq!(ok(&m, Request::Show { name: "a".into() })[0].audit.as_deref(), Some(why));
+        err(&m, Request::Resume { name: "zz".into() });
+        let st = &ok(&m, Request::Resume { name: "a".into() })[0];
+        assert!(!st.spec.suspended && st.audit.is_none(), "{st:?}");
+        assert_eq!(flags_now(), flags::MANAGED);
+        // A vGPU suspended by hand says no more than that.
+        ok(&m, Request::Suspend { name: "a".into() });
+        assert_eq!(ok(&m, Request::List)[0].audit, None);
     }
 
     #[test]
