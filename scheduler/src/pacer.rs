@@ -430,6 +430,24 @@ mod tests {
     }
 
     #[test]
+    fn absurd_figures_in_a_tenants_file_grant_no_more_than_the_interval() {
+        let r = region();
+        managed(r, 14, 30, u32::MAX);
+        let s = &r.vgpus[14].live.sched;
+        let state = &mut Device::new(r, 0);
+        let before = crate::audit::credited(14);
+        for (k, (written, inflight)) in [(i64::MIN, i64::MAX), (i64::MAX, i64::MIN), (-1, 1)].into_iter().enumerate() {
+            s.tokens.store(written, Ordering::Relaxed);
+            s.inflight_ns.store(inflight, Ordering::Relaxed);
+            s.last_launch_ns.store(u64::MAX - k as u64, Ordering::Relaxed);
+            s.device_ns.store(u64::MAX, Ordering::Relaxed);
+            tick(r, 0, state, (10 + k as u64) * MS, MS);
+            assert!(tokens(r, 14) <= 2 * MS as i64, "held to the burst");
+        }
+        assert!(crate::audit::credited(14) - before <= 3 * MS as i64, "never more than the intervals");
+    }
+
+    #[test]
     fn a_tenant_rewinding_its_device_time_is_owed_nothing() {
         use tessera_ffi::timeline::Record;
         let r = region();
