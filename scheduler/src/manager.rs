@@ -64,8 +64,16 @@ impl Manager {
         if let Some(name) = lifted.filter(|_| response.ok) {
             audits.remove(&name);
         }
+        let region = self.region.region();
         for st in response.vgpus.iter_mut().filter(|st| st.spec.suspended) {
-            st.audit = audits.get(&st.spec.name).cloned();
+            st.audit = audits.get(&st.spec.name).cloned().or_else(|| {
+                // Marked in the region by a daemon since restarted, which took the figures with it.
+                let marked = region
+                    .vgpus
+                    .iter()
+                    .any(|v| v.name_bytes() == st.spec.name.as_bytes() && v.flags() & flags::AUDIT != 0);
+                marked.then(|| "by a daemon since restarted".to_string())
+            });
         }
         response
     }
@@ -425,6 +433,12 @@ mod tests {
         // A vGPU suspended by hand says no more than that.
         ok(&m, Request::Suspend { name: "a".into() });
         assert_eq!(ok(&m, Request::List)[0].audit, None);
+        // A restarted daemon finds the mark, not the figures.
+        m.audit_suspend(index, 0, &overuse);
+        drop(m);
+        let m = f.manager();
+        assert_eq!(ok(&m, Request::List)[0].audit.as_deref(), Some("by a daemon since restarted"));
+        assert_eq!(flags_now(), flags::MANAGED | flags::SUSPENDED | flags::AUDIT);
     }
 
     #[test]
