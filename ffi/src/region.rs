@@ -123,6 +123,9 @@ pub mod flags {
     /// processes, see [`super::Pager`]). Processes read it when they join; in a [`super::ProcSlot`]'s
     /// `flags`, the mode the process took.
     pub const SOFT: u32 = 16;
+    /// Suspended by the daemon's audit (set with [`SUSPENDED`]): its processes took more device time than
+    /// the daemon granted its vGPU; `tessera vgpu resume` lifts it. Written by the daemon alone.
+    pub const AUDIT: u32 = 32;
 }
 
 /// Default queued-but-unfinished device work a vGPU may have: 1 ms.

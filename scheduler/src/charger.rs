@@ -24,6 +24,9 @@ pub struct Charger {
     ledger: Ledger,
     records: Vec<Record>,
     changes: Vec<Change>,
+    /// Device time charged to each slot since the charger started (the daemon's own count, which no
+    /// tenant can write, unlike its `device_ns`).
+    charged: Vec<u64>,
 }
 
 /// Whether slot `v` is a managed vGPU of `device`.
@@ -41,7 +44,13 @@ impl Charger {
             ledger: Ledger::new(charged),
             records: Vec::new(),
             changes: Vec::new(),
+            charged: vec![0; MAX_VGPUS],
         }
+    }
+
+    /// Device time charged to slot `slot` since this charger started.
+    pub fn charged_ns(&self, slot: usize) -> u64 {
+        self.charged.get(slot).copied().unwrap_or(0)
     }
 
     /// Charges the kernels the device's vGPUs published since the last call, at `now_ns`.
@@ -57,11 +66,15 @@ impl Charger {
             let reader = self.readers[i].get_or_insert_with(|| Reader::resume(t));
             self.records.clear();
             reader.read(t, now_ns, &mut self.records);
-            for r in &self.records {
-                let ns = self.ledger.charge(i as u32, r, &mut self.changes);
+            for r in &mut self.records {
+                // The tenant writes its timeline: a kernel cannot end after now (a later end would move the
+                // device's charged end past its neighbours' kernels), nor start after it ends.
+                r.end_ns = r.end_ns.min(now_ns);
+                r.start_ns = r.start_ns.min(r.end_ns);
+                let ns = self.ledger.charge(i as u32, r, &mut self.changes).min(i64::MAX as u64) as i64;
                 if let Some(estimate) = v.live.sched.charged_ns.get(r.kind as usize) {
                     let e = estimate.load(Ordering::Relaxed);
-                    let next = if e <= 0 { ns as i64 } else { e + (ns as i64 - e) / EWMA_DIVISOR };
+                    let next = if e <= 0 { ns } else { e + (ns - e) / EWMA_DIVISOR };
                     estimate.store(next.max(1), Ordering::Relaxed);
                 }
             }
@@ -70,10 +83,11 @@ impl Charger {
         dev.charged_end_ns.store(self.ledger.charged_end_ns(), Ordering::Release);
         let mut totals = [(0i64, 0i64); MAX_VGPUS];
         ledger::sum(&self.changes, &mut totals);
-        for (v, &(device_ns, tokens)) in region.vgpus.iter().zip(&totals) {
+        for ((v, &(device_ns, tokens)), charged) in region.vgpus.iter().zip(&totals).zip(&mut self.charged) {
             if (device_ns, tokens) == (0, 0) || v.state() != state::READY {
                 continue;
             }
+            *charged = charged.saturating_add_signed(device_ns);
             let s = &v.live.sched;
             if tokens != 0 {
                 s.tokens.fetch_add(tokens, Ordering::AcqRel);
@@ -134,5 +148,27 @@ mod tests {
         assert!(ring(1).publish(&Record { start_ns: 6 * MS, end_ns: 7 * MS, charged: 5, kind: 0, bound_ns: 0 }));
         Charger::new(r, 0).charge(r, 12 * MS);
         assert_eq!(device(1), 3 * MS);
+    }
+
+    #[test]
+    fn a_record_dated_in_the_future_or_absurd_moves_no_neighbours_charges() {
+        let r = region();
+        for v in &r.vgpus[20..22] {
+            v.config.flags.store(flags::MANAGED, Ordering::Relaxed);
+            v.config.state.store(state::READY, Ordering::Relaxed);
+        }
+        let mut charger = Charger::new(r, 0);
+        let device = |i: usize| r.vgpus[i].live.sched.device_ns.load(Ordering::Relaxed);
+        // The tenant of slot 20 publishes a kernel ending in a year, with an absurd estimate.
+        let forged = Record { start_ns: 0, end_ns: u64::MAX / 2, charged: i64::MIN, kind: 0, bound_ns: 0 };
+        assert!(r.vgpus[20].live.timeline.publish(&forged));
+        charger.charge(r, 10 * MS);
+        assert_eq!(r.devices[0].charged_end_ns.load(Ordering::Relaxed), 10 * MS, "charged up to now, not beyond");
+        assert_eq!(device(20), 10 * MS, "charged to itself, up to now");
+        // Its neighbour's next kernel is charged exactly its own time.
+        let honest = Record { start_ns: 11 * MS, end_ns: 12 * MS, charged: MS as i64, kind: 0, bound_ns: 0 };
+        assert!(r.vgpus[21].live.timeline.publish(&honest));
+        charger.charge(r, 13 * MS);
+        assert_eq!((device(21), r.vgpus[21].live.sched.tokens.load(Ordering::Relaxed)), (MS, 0));
     }
 }

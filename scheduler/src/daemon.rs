@@ -1,13 +1,15 @@
 //! The daemon's life: it takes ownership of the region (one daemon per region, by a lock file beside it),
 //! opens the region and its saved configuration, re-attaches to the vGPUs already there, then runs one
-//! refill loop per device, a once-a-second reclaim of dead processes' memory, and the socket server.
+//! refill loop per device, a once-a-second reclaim of dead processes' memory, the once-a-second watch
+//! over what tenants can write (slots and the audit, see [`crate::watch`]), and the socket server.
 //! SIGTERM, SIGINT and SIGHUP stop it cleanly (after the request being carried out): its socket is removed
 //! and the region says no daemon is attached; running processes keep their last limits either way.
 
 use crate::manager::Manager;
+use crate::nvml_usage::ProcessUsage;
 use crate::server::Server;
 use crate::store::Store;
-use crate::{pacer, paths};
+use crate::{pacer, paths, watch};
 use std::fs::File;
 use std::io::{Read, Seek, Write};
 use std::os::fd::AsRawFd;
@@ -104,7 +106,8 @@ pub fn run(options: Options) -> Result<(), String> {
     region.daemon.pid.store(std::process::id(), Ordering::Release);
 
     let stop: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(false)));
-    for device in 0..options.devices.len().min(MAX_DEVICES) as u32 {
+    let devices = options.devices.len().min(MAX_DEVICES) as u32;
+    for device in 0..devices {
         spawn(&format!("refill-{device}"), move || pacer::run(file.region(), device, stop))?;
     }
     spawn("reclaim", move || {
@@ -113,6 +116,11 @@ pub fn run(options: Options) -> Result<(), String> {
             std::thread::sleep(Duration::from_secs(1));
         }
     })?;
+    let usage = ProcessUsage::open(devices)
+        .map_err(|e| eprintln!("tessera daemon: warning: no audit of the vGPUs' device time: {e}"))
+        .ok();
+    let watched = Arc::clone(&manager);
+    spawn("watch", move || watch::run(&watched, file.region(), usage, devices, stop))?;
     let on_signal = Arc::clone(&manager);
     let socket = server.path().to_path_buf();
     spawn("signals", move || {

@@ -108,8 +108,8 @@ impl Ledger {
             }
         }
         self.kept.insert(pos, Charged { start_ns: r.start_ns, end_ns: end, vgpu, limited, ns });
-        let tokens = if limited { r.charged - ns as i64 } else { 0 };
-        out.push(Change { vgpu, device_ns: ns as i64, tokens });
+        let tokens = if limited { r.charged.saturating_sub(ns.min(i64::MAX as u64) as i64) } else { 0 };
+        out.push(Change { vgpu, device_ns: ns.min(i64::MAX as u64) as i64, tokens });
         ns
     }
 
@@ -128,8 +128,8 @@ impl Ledger {
 pub fn sum(changes: &[Change], totals: &mut [(i64, i64)]) {
     for c in changes {
         if let Some(t) = totals.get_mut(c.vgpu as usize) {
-            t.0 += c.device_ns;
-            t.1 += c.tokens;
+            t.0 = t.0.saturating_add(c.device_ns);
+            t.1 = t.1.saturating_add(c.tokens);
         }
     }
 }

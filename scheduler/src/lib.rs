@@ -10,20 +10,28 @@
 //!   memory for soft-mode vGPUs by asking idle ones to swap out; [`pacer`]: the per-device loop that
 //!   charges, brokers and refills;
 //! - [`protocol`], [`server`], [`client`]: JSON lines over a unix socket;
+//! - [`integrity`]: validating the process slots tenants can write; [`recount`]: their memory counts; [`audit`]: holding each vGPU to the
+//!   device time the daemon granted it, measured by the driver ([`nvml_usage`]); [`watch`]: both, every
+//!   second;
 //! - [`paths`]: where the files are; [`daemon`]: the daemon's life.
 
+pub mod audit;
 pub mod broker;
 pub mod charger;
 pub mod client;
 pub mod config;
 pub mod daemon;
 pub mod fairness;
+pub mod integrity;
 pub mod ledger;
 pub mod manager;
+pub mod nvml_usage;
 pub mod pacer;
 pub mod paths;
 pub mod protocol;
+pub mod recount;
 pub mod refill;
 pub mod server;
 pub mod slots;
 pub mod store;
+pub mod watch;

@@ -3,16 +3,19 @@
 //! nothing. `defrag` changes no configuration: it asks a soft vGPU's processes to defragment and waits
 //! for them without holding any lock, so other requests go on meanwhile.
 
+use crate::audit::Overuse;
 use crate::config::{Config, Mode, VgpuSpec};
+use crate::integrity::{self, FileId};
 use crate::protocol::{DEFRAG_TIMEOUT, PagerReport, Request, Response, VgpuStatus};
 use crate::slots;
 use crate::store::Store;
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use tessera_ffi::reclaim::is_alive;
-use tessera_ffi::region::PagerRequest;
-use tessera_ffi::region_file::{Locked, RegionFile};
+use tessera_ffi::region::{PagerRequest, flags};
+use tessera_ffi::region_file::{Locked, RegionFile, live_path};
 
 /// How often a `defrag` request looks whether the processes are done: they defragment in milliseconds to
 /// seconds, and each look is a few atomic loads.
@@ -25,6 +28,8 @@ pub struct Manager {
     /// Each device's total memory, by ordinal: what the rules check vGPUs against.
     devices: Vec<u64>,
     config: Mutex<Config>,
+    /// Why the audit suspended a vGPU (by name), until it is resumed or removed.
+    audit: Mutex<HashMap<String, String>>,
 }
 
 impl Manager {
@@ -49,7 +54,7 @@ impl Manager {
                 slots::place(&locked, spec, true)?;
             }
         }
-        Ok(Manager { region, store, devices, config: Mutex::new(config) })
+        Ok(Manager { region, store, devices, config: Mutex::new(config), audit: Mutex::default() })
     }
 
     /// The configuration, locked: no request is carried out while the guard lives (used at shutdown).
@@ -59,7 +64,66 @@ impl Manager {
 
     /// Carries out one request.
     pub fn handle(&self, request: Request) -> Response {
-        self.carry_out(request).unwrap_or_else(Response::error)
+        let lifted = match &request {
+            Request::Resume { name } | Request::Rm { name } => Some(name.clone()),
+            _ => None,
+        };
+        let mut response = self.carry_out(request).unwrap_or_else(Response::error);
+        let mut audits = self.audits();
+        if let Some(name) = lifted.filter(|_| response.ok) {
+            audits.remove(&name);
+        }
+        let region = self.region.region();
+        for st in response.vgpus.iter_mut().filter(|st| st.spec.suspended) {
+            st.audit = audits.get(&st.spec.name).cloned().or_else(|| {
+                // Marked in the region by a daemon since restarted, which took the figures with it.
+                let marked = region
+                    .vgpus
+                    .iter()
+                    .any(|v| v.name_bytes() == st.spec.name.as_bytes() && v.flags() & flags::AUDIT != 0);
+                marked.then(|| "by a daemon since restarted".to_string())
+            });
+        }
+        response
+    }
+
+    /// The audit's reasons, locked.
+    fn audits(&self) -> MutexGuard<'_, HashMap<String, String>> {
+        self.audit.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Suspends the vGPU in slot `index` of device `device` for `overuse` (see [`crate::audit`]), saying so
+    /// on stderr; it stays suspended, with the reason shown by `list` and `show`, until resumed.
+    pub fn audit_suspend(&self, index: usize, device: u32, overuse: &Overuse) {
+        let mut config = self.config();
+        let name = String::from_utf8_lossy(self.region.region().vgpus[index].name_bytes()).into_owned();
+        let Ok(next) = config.suspend(&name, true, &self.devices) else { return };
+        let reason = overuse.describe(device);
+        match self.reconfigure(&mut config, next, &name, false) {
+            Ok(_) => {
+                self.region.region().vgpus[index].config.flags.fetch_or(flags::AUDIT, Ordering::AcqRel);
+                eprintln!(
+                    "tessera daemon: audit: vGPU {name:?} {reason}; suspended (`tessera vgpu resume {name}` lifts it)"
+                );
+                self.audits().insert(name, reason);
+            }
+            Err(e) => eprintln!("tessera daemon: audit: vGPU {name:?} {reason}, but it could not be suspended: {e}"),
+        }
+    }
+
+    /// Frees every process slot of every vGPU that names no process of the vGPU (see [`integrity`]).
+    pub fn free_strays(&self) {
+        let config = self.config();
+        if let Ok(locked) = self.region.lock() {
+            config.vgpus.iter().for_each(|spec| free_strays_of(&locked, spec));
+        }
+    }
+
+    /// Each configured vGPU's slot and user.
+    pub fn owners(&self) -> Vec<(usize, u32)> {
+        let config = self.config();
+        let Ok(locked) = self.region.lock() else { return Vec::new() };
+        config.vgpus.iter().filter_map(|s| Some((slots::find(&locked, &s.name)?, slots::owner(s)))).collect()
     }
 
     fn carry_out(&self, request: Request) -> Result<Response, String> {
@@ -116,7 +180,10 @@ impl Manager {
                     &mut config,
                     next,
                     &name,
-                    |l| slots::remove(l, &name),
+                    |l| {
+                        free_strays_of(l, &old);
+                        slots::remove(l, &name)
+                    },
                     |l| slots::place(l, &old, true).map(drop),
                 )?
             }
@@ -260,6 +327,15 @@ impl Manager {
     }
 }
 
+/// Frees the process slots of vGPU `spec` that name no process of it, saying so on stderr.
+fn free_strays_of(locked: &Locked, spec: &VgpuSpec) {
+    let Some(index) = slots::find(locked, &spec.name) else { return };
+    let live = FileId::of(&live_path(locked.path(), index));
+    for (pid, why) in integrity::free_strays(&locked.region().vgpus[index], slots::owner(spec), live) {
+        eprintln!("tessera daemon: vGPU {:?}: process slot of pid {pid} freed ({why})", spec.name);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -369,6 +445,39 @@ mod tests {
         assert!(e.contains("more than device 0 has") && e.contains("vGPU \"a\""), "{e}");
         assert_eq!(std::fs::read(&path).unwrap(), saved, "a refused file is left as it was");
         assert_eq!(f.manager().specs().len(), 2, "and loads again on the devices it fits");
+    }
+
+    #[test]
+    fn an_audit_suspension_is_shown_with_its_reason_until_resumed() {
+        let f = Fixture::new("audit");
+        let m = f.manager();
+        ok(&m, create("a", 20));
+        let index = slots::find(&f.region.lock().unwrap(), "a").unwrap();
+        let flags_now = || f.region.region().vgpus[index].flags();
+        let overuse = Overuse { took_pct: 50.0, entitled_pct: 20.0, seconds: 10.0 };
+        m.audit_suspend(index, 0, &overuse);
+        let why = "took 50% of device 0 over 10 s, entitled to 20%";
+        let st = &ok(&m, Request::List)[0];
+        assert!(st.spec.suspended && st.audit.as_deref() == Some(why), "{st:?}");
+        assert_eq!(flags_now(), flags::MANAGED | flags::SUSPENDED | flags::AUDIT);
+        // A change of settings keeps it; a failed resume too; a resume lifts it.
+        let change = crate::config::Change { share: Some(10), ..Default::default() };
+        ok(&m, Request::Set { name: "a".into(), change });
+        assert_eq!(flags_now(), flags::MANAGED | flags::SUSPENDED | flags::AUDIT);
+        assert_eq!(ok(&m, Request::Show { name: "a".into() })[0].audit.as_deref(), Some(why));
+        err(&m, Request::Resume { name: "zz".into() });
+        let st = &ok(&m, Request::Resume { name: "a".into() })[0];
+        assert!(!st.spec.suspended && st.audit.is_none(), "{st:?}");
+        assert_eq!(flags_now(), flags::MANAGED);
+        // A vGPU suspended by hand says no more than that.
+        ok(&m, Request::Suspend { name: "a".into() });
+        assert_eq!(ok(&m, Request::List)[0].audit, None);
+        // A restarted daemon finds the mark, not the figures.
+        m.audit_suspend(index, 0, &overuse);
+        drop(m);
+        let m = f.manager();
+        assert_eq!(ok(&m, Request::List)[0].audit.as_deref(), Some("by a daemon since restarted"));
+        assert_eq!(flags_now(), flags::MANAGED | flags::SUSPENDED | flags::AUDIT);
     }
 
     #[test]

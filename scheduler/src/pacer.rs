@@ -19,7 +19,7 @@ use crate::fairness::{self, Member};
 use crate::refill::{self, Observed, Vgpu};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use tessera_ffi::futex;
-use tessera_ffi::region::{DeviceSched, MAX_VGPUS, Region, VgpuSlot, flags, priority};
+use tessera_ffi::region::{DeviceSched, MAX_VGPUS, Region, Sched, VgpuSlot, flags, priority};
 
 /// Tick period while a vGPU on the device has demand.
 pub const TICK_NS: u64 = 1_000_000;
@@ -50,6 +50,16 @@ pub fn members(region: &Region, device: u32) -> Vec<usize> {
     (0..MAX_VGPUS).filter(|&i| member(&region.vgpus[i], device)).collect()
 }
 
+/// The last launch of `s` as of `now_ns`. Its tenant writes it: a time later than the tick in progress
+/// could have seen (launches race with the tick, by microseconds) is no launch at all, so that a `high`
+/// vGPU cannot hold the device idle by a launch dated in the future; a time just ahead is now.
+fn last_launch(s: &Sched, now_ns: u64) -> u64 {
+    match s.last_launch_ns.load(Ordering::Acquire) {
+        t if t > now_ns.saturating_add(TICK_NS) => 0,
+        t => t.min(now_ns),
+    }
+}
+
 /// Sets device `dev`'s hold from its `high` vGPUs `highs` at `now_ns`: held while one has work, released
 /// (and the device's waiting launches woken) once none has. Returns when to look again at the latest:
 /// when an idle `high` vGPU's last launch stops counting.
@@ -62,7 +72,7 @@ fn hold(region: &Region, dev: &DeviceSched, members: &[usize], now_ns: u64) -> O
             continue;
         }
         let s = &v.live.sched;
-        let last = s.last_launch_ns.load(Ordering::Acquire);
+        let last = last_launch(s, now_ns);
         if s.inflight_ns.load(Ordering::Acquire) > 0 || s.waiters.load(Ordering::Acquire) > 0 {
             active = true;
         } else if last != 0 && now_ns < last + HIGH_IDLE_NS {
@@ -75,7 +85,7 @@ fn hold(region: &Region, dev: &DeviceSched, members: &[usize], now_ns: u64) -> O
     } else if dev.high_until_ns.load(Ordering::Acquire) > now_ns {
         dev.high_until_ns.store(now_ns, Ordering::Release);
         for &i in members {
-            restart(&region.vgpus[i]);
+            restart(&region.vgpus[i], i);
             crate::slots::notify(&region.vgpus[i].live.sched);
         }
     }
@@ -87,7 +97,7 @@ fn hold(region: &Region, dev: &DeviceSched, members: &[usize], now_ns: u64) -> O
 /// estimate from whatever the bucket holds, so a vGPU held to its share by tokens usually entered the hold
 /// in debt; left so, it would wait for refills while the device, just emptied by the `high` vGPU, idles.
 /// What this gives is at most one window's worth per hold; capped vGPUs are left to their share.
-fn restart(v: &VgpuSlot) {
+fn restart(v: &VgpuSlot, index: usize) {
     let (c, s) = (&v.config, &v.live.sched);
     let f = v.flags();
     if c.priority.load(Ordering::Relaxed) >= priority::HIGH
@@ -97,7 +107,8 @@ fn restart(v: &VgpuSlot) {
         return;
     }
     let level = c.window().saturating_mul(c.share.load(Ordering::Relaxed).min(100) as i64) / 100;
-    s.tokens.fetch_max(level, Ordering::AcqRel);
+    let before = s.tokens.fetch_max(level, Ordering::AcqRel);
+    crate::audit::credit(index, level.saturating_sub(before).max(0));
 }
 
 /// The per-device state the loop keeps from tick to tick.
@@ -108,7 +119,7 @@ pub struct Device {
     pub broker: Broker,
     /// Each slot's [`fairness`] lag.
     lags: Vec<i64>,
-    /// Each slot's `device_ns` at the last tick.
+    /// Each slot's charged device time ([`Charger::charged_ns`]) at the last tick.
     device_ns: Vec<u64>,
 }
 
@@ -119,26 +130,20 @@ impl Device {
             charger: Charger::new(region, device),
             broker: Broker::new(device),
             lags: vec![0; MAX_VGPUS],
-            device_ns: region.vgpus.iter().map(|v| v.live.sched.device_ns.load(Ordering::Relaxed)).collect(),
+            device_ns: vec![0; MAX_VGPUS],
         }
     }
 
     /// The token adjustment of each of `members` (whose views are `views`, and which take part in the
     /// tick where `part` says so) for this tick, from the device time each was charged since the last
     /// (see [`fairness`]).
-    fn settle(
-        &mut self,
-        region: &Region,
-        members: &[usize],
-        views: &[Vgpu],
-        recent: &[bool],
-        part: &[bool],
-    ) -> Vec<i64> {
+    fn settle(&mut self, members: &[usize], views: &[Vgpu], recent: &[bool], part: &[bool]) -> Vec<i64> {
         let tick: Vec<Member> = members
             .iter()
             .enumerate()
             .map(|(k, &i)| {
-                let total = region.vgpus[i].live.sched.device_ns.load(Ordering::Relaxed);
+                // The daemon's own count: a tenant can write its `device_ns`, and would look owed time.
+                let total = self.charger.charged_ns(i);
                 let used = total.saturating_sub(std::mem::replace(&mut self.device_ns[i], total));
                 let v = &views[k];
                 Member { share: v.share, competes: part[k] && !v.cap && recent[k], demand: v.demand, used_ns: used }
@@ -180,7 +185,7 @@ pub fn tick(region: &Region, device: u32, state: &mut Device, now_ns: u64, dt_ns
             let seen = Observed {
                 waiters: s.waiters.load(Ordering::Acquire),
                 inflight_ns: s.inflight_ns.load(Ordering::Acquire),
-                last_launch_ns: s.last_launch_ns.load(Ordering::Acquire),
+                last_launch_ns: last_launch(s, now_ns),
                 processes,
             };
             let recent = seen.last_launch_ns != 0 && seen.active_within(now_ns, fairness::ACTIVE_NS);
@@ -198,7 +203,7 @@ pub fn tick(region: &Region, device: u32, state: &mut Device, now_ns: u64, dt_ns
         .unzip();
     let held = dev.high_until_ns.load(Ordering::Acquire) > now_ns;
     let grants = refill::plan(&views, dt_ns, held);
-    let adjust = state.settle(region, &members, &views, &recent, &refill::takes_part(&views, held));
+    let adjust = state.settle(&members, &views, &recent, &refill::takes_part(&views, held));
     for ((&i, grant), adjust) in members.iter().zip(grants).zip(adjust) {
         let grant = (grant.min(i64::MAX as u64) as i64).saturating_add(adjust);
         let v = &region.vgpus[i];
@@ -212,6 +217,8 @@ pub fn tick(region: &Region, device: u32, state: &mut Device, now_ns: u64, dt_ns
             })
             .unwrap_or_else(|t| t);
         let after = refill::refill(before, grant, burst);
+        // What the daemon gave (a bucket a tenant filled beyond the burst is only put back to it).
+        crate::audit::credit(i, after.saturating_sub(before.min(burst)));
         if refill::should_wake(before, after, s.waiters.load(Ordering::Acquire)) {
             crate::slots::notify(s);
         }
@@ -401,6 +408,88 @@ mod tests {
         assert_eq!(until(r), 13 * MS);
         assert!(r.vgpus[0].live.sched.epoch.load(Ordering::Relaxed) > epoch);
         assert!(tokens(r, 0) > 0);
+    }
+
+    #[test]
+    fn what_a_tenant_writes_in_its_bucket_is_put_back_and_never_counted_as_granted() {
+        let r = region();
+        // Slots of their own: the audit's counts are shared by the tests running at once.
+        managed(r, 9, 30, 1);
+        let state = &mut Device::new(r, 0);
+        let credited = crate::audit::credited;
+        let before = credited(9);
+        tick(r, 0, state, 10 * MS, MS);
+        assert_eq!((tokens(r, 9), credited(9) - before), (MS as i64, MS as i64), "alone: the whole interval");
+        // Filled beyond the burst by its tenant: put back to the burst, and no grant counted.
+        r.vgpus[9].live.sched.tokens.store(i64::MAX, Ordering::Relaxed);
+        tick(r, 0, state, 11 * MS, MS);
+        assert_eq!((tokens(r, 9), credited(9) - before), (2 * MS as i64, MS as i64));
+        // Kept full by its tenant: nothing given.
+        tick(r, 0, state, 12 * MS, MS);
+        assert_eq!(credited(9) - before, MS as i64);
+    }
+
+    #[test]
+    fn absurd_figures_in_a_tenants_file_grant_no_more_than_the_interval() {
+        let r = region();
+        managed(r, 14, 30, u32::MAX);
+        let s = &r.vgpus[14].live.sched;
+        let state = &mut Device::new(r, 0);
+        let before = crate::audit::credited(14);
+        for (k, (written, inflight)) in [(i64::MIN, i64::MAX), (i64::MAX, i64::MIN), (-1, 1)].into_iter().enumerate() {
+            s.tokens.store(written, Ordering::Relaxed);
+            s.inflight_ns.store(inflight, Ordering::Relaxed);
+            s.last_launch_ns.store(u64::MAX - k as u64, Ordering::Relaxed);
+            s.device_ns.store(u64::MAX, Ordering::Relaxed);
+            tick(r, 0, state, (10 + k as u64) * MS, MS);
+            assert!(tokens(r, 14) <= 2 * MS as i64, "held to the burst");
+        }
+        assert!(crate::audit::credited(14) - before <= 3 * MS as i64, "never more than the intervals");
+    }
+
+    #[test]
+    fn a_tenant_rewinding_its_device_time_is_owed_nothing() {
+        use tessera_ffi::timeline::Record;
+        let r = region();
+        managed(r, 12, 50, 1);
+        managed(r, 13, 50, 1);
+        let state = &mut Device::new(r, 0);
+        let credited = crate::audit::credited;
+        let before = (credited(12), credited(13));
+        for k in 0..40 {
+            let now = (10 + k) * MS;
+            // Each launched a 500 µs kernel (its estimate taken), which ran and is published; 12's tenant
+            // then writes its device time back to zero.
+            for (i, start) in [(12, now - MS), (13, now - MS / 2)] {
+                let s = &r.vgpus[i].live.sched;
+                s.tokens.fetch_sub(500_000, Ordering::Relaxed);
+                s.last_launch_ns.store(now, Ordering::Relaxed);
+                let kernel = Record { start_ns: start, end_ns: start + MS / 2, charged: 500_000, kind: 0, bound_ns: 0 };
+                assert!(r.vgpus[i].live.timeline.publish(&kernel));
+            }
+            tick(r, 0, state, now, MS);
+            r.vgpus[12].live.sched.device_ns.store(0, Ordering::Relaxed);
+        }
+        let granted = (credited(12) - before.0, credited(13) - before.1);
+        assert_eq!(granted.0, granted.1, "both took half the device: {granted:?}");
+    }
+
+    #[test]
+    fn a_high_vgpus_launch_dated_in_the_future_holds_nothing() {
+        let r = region();
+        managed(r, 10, 50, 1);
+        managed(r, 11, 50, 0);
+        let h = &r.vgpus[11];
+        h.config.priority.store(priority::HIGH, Ordering::Relaxed);
+        h.live.sched.last_launch_ns.store(u64::MAX, Ordering::Relaxed);
+        let state = &mut Device::new(r, 0);
+        assert_eq!(tick(r, 0, state, 10 * MS, MS).1, None, "no recheck, no overflow");
+        assert_eq!(r.devices[0].high_until_ns.load(Ordering::Relaxed), 0, "not held");
+        assert_eq!(tokens(r, 10), MS as i64, "the other vGPU gets the device");
+        // Just ahead of the tick (a launch racing with it): a launch now.
+        h.live.sched.last_launch_ns.store(20 * MS + 1_000, Ordering::Relaxed);
+        tick(r, 0, state, 20 * MS, MS);
+        assert_eq!(r.devices[0].high_until_ns.load(Ordering::Relaxed), 20 * MS + HIGH_HOLD_NS);
     }
 
     #[test]

@@ -128,6 +128,10 @@ pub struct VgpuStatus {
     /// Soft mode: device memory its processes wait for now.
     #[serde(default)]
     pub wanted: u64,
+    /// Why the daemon's audit suspended it (`took 50% of device 0 over 10 s, entitled to 20%`), while it is
+    /// suspended for that.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audit: Option<String>,
 }
 
 impl Default for VgpuStatus {
@@ -152,6 +156,7 @@ impl Default for VgpuStatus {
             swap_in_ns: 0,
             swap_charged_ns: 0,
             wanted: 0,
+            audit: None,
         }
     }
 }

@@ -56,15 +56,15 @@ pub fn place(locked: &Locked, spec: &VgpuSpec, force: bool) -> Result<usize, Str
             )
         })?,
     };
-    locked.file().map_live(index, Some(spec.user.unwrap_or_else(own_uid)))?;
+    locked.file().map_live(index, Some(owner(spec)))?;
     configure(&locked.region().vgpus[index], spec);
     Ok(index)
 }
 
-/// The daemon's own uid: whose a vGPU's file is when no user is named.
-fn own_uid() -> u32 {
+/// The user of `spec`'s vGPU, whose its live file is: the one named, else the daemon's own.
+pub fn owner(spec: &VgpuSpec) -> u32 {
     // SAFETY: getuid cannot fail.
-    unsafe { libc::getuid() }
+    spec.user.unwrap_or_else(|| unsafe { libc::getuid() })
 }
 
 /// Changes the memory quota of `spec`'s slot to `spec.memory`, unless the vGPU uses more than that now.
@@ -86,7 +86,9 @@ pub fn configure(v: &VgpuSlot, spec: &VgpuSpec) {
     c.share.store(spec.share, Ordering::Relaxed);
     c.priority.store(spec.priority.region_value(), Ordering::Relaxed);
     c.window_ns.store(spec.window_ns, Ordering::Relaxed);
-    c.flags.store(spec.region_flags(), Ordering::Release);
+    // The audit's mark stays while the vGPU stays suspended.
+    let audit = if spec.suspended { c.flags.load(Ordering::Acquire) & flags::AUDIT } else { 0 };
+    c.flags.store(spec.region_flags() | audit, Ordering::Release);
     notify(&v.live.sched);
     crate::pacer::roster_changed();
 }

@@ -296,12 +296,21 @@ fn table(vgpus: &[VgpuStatus]) -> String {
                 s.priority.name().to_string(),
                 (if s.tensor_cores { "on" } else { "off" }).to_string(),
                 duration(s.window_ns),
-                (if s.suspended { "suspended" } else { "running" }).to_string(),
+                state(v),
                 v.processes.len().to_string(),
             ]
         })
         .collect();
     crate::grid::render(&header, &rows, &[])
+}
+
+/// `running`, `suspended`, or `suspended (audit: took 50% of device 0 over 10 s, entitled to 20%)`.
+fn state(v: &VgpuStatus) -> String {
+    match (&v.audit, v.spec.suspended) {
+        (_, false) => "running".to_string(),
+        (None, true) => "suspended".to_string(),
+        (Some(why), true) => format!("suspended (audit: {why})"),
+    }
 }
 
 /// The `show` text.
@@ -325,7 +334,7 @@ fn details(v: &VgpuStatus) -> String {
         format!("tensor cores:  {}", if s.tensor_cores { "on" } else { "off" }),
         format!("window:        {}", duration(s.window_ns)),
         format!("user:          {}", s.user.map_or("the daemon's".to_string(), |uid| format!("uid {uid}"))),
-        format!("state:         {}", if s.suspended { "suspended" } else { "running" }),
+        format!("state:         {}", state(v)),
         format!(
             "processes:     {}{}",
             pids.len(),
@@ -516,6 +525,19 @@ mod tests {
         assert!(shown.contains("2.0 GiB in host memory") && shown.contains("3.0 ms of other vGPUs'"), "{shown}");
         let shown = details(&hard);
         assert!(shown.contains("mode:          hard\n") && !shown.contains("swap"), "{shown}");
+    }
+
+    #[test]
+    fn an_audit_suspension_says_why() {
+        let why = "took 50% of device 0 over 10 s, entitled to 20%";
+        let mut v = VgpuStatus { audit: Some(why.into()), ..VgpuStatus::default() };
+        v.spec.suspended = true;
+        let expected = format!("suspended (audit: {why})");
+        assert!(table(std::slice::from_ref(&v)).contains(&expected) && details(&v).contains(&expected));
+        v.audit = None;
+        assert!(details(&v).contains("state:         suspended\n"));
+        v.spec.suspended = false;
+        assert!(details(&v).contains("state:         running\n"));
     }
 
     #[test]
