@@ -42,10 +42,10 @@
 //!   point·ms: about 17 ms of the full 30-point step, but up to 250 ms of a lingering 2-point error.
 //! - Killed mid-launch (g): the survivor's share is its engine time, from the engine trace, over the
 //!   intervals it runs alone in its vGPU (from each kill to the next victim's first kernel, and the last
-//!   few seconds), against the vGPU's 50%, and against half of what the engine ran meanwhile (both vGPUs
-//!   are entitled to 50%: a host too loaded to keep the engine busy leaves that figure meaningful).
-//!   Target: ≥ 99% of the share (it was 85-90% while a killed process's part of the window stayed counted
-//!   until the shim dropped it as stale).
+//!   few seconds), against the vGPU's 50%. Target: ≥ 99% of it (it was 85-90% while a killed process's
+//!   part of the window stayed counted until the shim dropped it as stale). Also printed: its lowest
+//!   interval (a stall shows there), and the busy vGPU's share meanwhile (held to 50% too: what a loaded
+//!   host keeps the engine from running shows in both).
 //! - High-priority arrival (e): the `high` vGPU runs `simgpu-probe arrivals`: bursts of 5 × 200 µs kernels,
 //!   each after an idle gap of 20-30 ms (well beyond the hold a `high` vGPU keeps after its last work,
 //!   `HIGH_IDLE_NS` in the shim's admission, 300 µs), so that every burst arrives at a device the normal
@@ -499,15 +499,13 @@ fn killed_mid_launch(tail_seconds: f64) {
         share * 2.0,
         verdict(share * 2.0 >= SURVIVOR_TARGET)
     );
-    // Of what the engine ran meanwhile, the survivor is entitled to half: a figure a host too loaded to
-    // keep the engine busy leaves meaningful.
-    let of_run = ran as f64 / (ran + other).max(1) as f64 * 100.0;
+    // Both vGPUs are held to their shares (the survivor's has work queued, so nobody is given its time):
+    // what a loaded host keeps the engine from running shows in both, a survivor held back in its alone.
     println!(
-        "  the busy vGPU (50%) meanwhile {:.2}%: the survivor had {of_run:.2}% of what the engine ran, {:.1}% of its \
-         share  {}; lowest single interval {worst:.2}% of the engine",
+        "  lowest single interval {worst:.2}% of the engine; the busy vGPU (50%) meanwhile {:.2}% (the survivor had \
+         {:.2}% of what the engine ran)",
         other as f64 / wall as f64 * 100.0,
-        of_run * 2.0,
-        verdict(of_run * 2.0 >= SURVIVOR_TARGET),
+        ran as f64 / (ran + other).max(1) as f64 * 100.0,
     );
 }
 
