@@ -100,9 +100,8 @@ pub fn try_take(b: &Bucket, now: u64, estimate: i64, measured: bool, device: usi
     let standalone = b.share.filter(|_| !managed);
     let limited = !high && (managed || standalone.is_some());
     if limited {
-        let burst = standalone::burst(c.window());
         if let Some(pct) = standalone {
-            standalone::refill(s, pct, now, burst);
+            standalone::refill(s, pct, now, standalone::burst(c.window()));
         }
         let mut tokens = s.tokens.load(Ordering::Acquire);
         // An empty bucket of a managed vGPU whose daemon is away: refilled here, at its configured share.
@@ -110,7 +109,7 @@ pub fn try_take(b: &Bucket, now: u64, estimate: i64, measured: bool, device: usi
         let pct = match away {
             Some(beat) => {
                 let pct = c.share.load(Ordering::Relaxed);
-                outage::refill(s, pct, now, burst, beat);
+                outage::refill(s, pct, now, standalone::burst(c.window()), beat);
                 tokens = s.tokens.load(Ordering::Acquire);
                 Some(pct)
             }
