@@ -19,6 +19,7 @@ use crate::fairness::{self, Member};
 use crate::refill::{self, Observed, Vgpu};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use tessera_ffi::futex;
+use tessera_ffi::reclaim::reclaim_vgpu;
 use tessera_ffi::region::{DeviceSched, MAX_VGPUS, Region, Sched, VgpuSlot, flags, priority};
 
 /// Tick period while a vGPU on the device has demand.
@@ -33,6 +34,9 @@ pub const HIGH_HOLD_NS: u64 = 3 * TICK_NS;
 /// How long after a `high` vGPU's last launch, with nothing of it queued any more, it still counts as
 /// having work (a program between two launches).
 pub const HIGH_IDLE_NS: u64 = 300_000;
+/// Least time between two looks, by the loop, at whether the processes of a vGPU whose window blocks its
+/// launches are alive (see [`release_dead_windows`]).
+pub const LIVENESS_CHECK_NS: u64 = 5_000_000;
 
 /// Bumped whenever a vGPU is configured or removed. Every loop listens to it, so that a vGPU created
 /// (or moved to the device) while the loop sleeps at the idle pace, whose bell that sleep does not
@@ -92,6 +96,33 @@ fn hold(region: &Region, dev: &DeviceSched, members: &[usize], now_ns: u64) -> O
     recheck
 }
 
+/// Gives back at once what processes that died left in the window of a vGPU whose launches it blocks:
+/// launches wait and the window is full, or the vGPU is `high` (work in its window holds the device).
+/// At most every [`LIVENESS_CHECK_NS`] (`last`: when it last looked), one `kill(pid, 0)` per attached
+/// process, no more; when one is gone, the vGPU's dead processes are reclaimed, which takes their parts
+/// out of the window. A process killed but not reaped yet (a zombie, which `kill` still reaches) is left
+/// to the once-a-second reclaim. Returns whether any process was reclaimed.
+fn release_dead_windows(v: &VgpuSlot, now_ns: u64, last: &mut u64) -> bool {
+    let (c, s) = (&v.config, &v.live.sched);
+    let inflight = s.inflight_ns.load(Ordering::Acquire);
+    let blocked = (s.waiters.load(Ordering::Acquire) > 0 && inflight >= c.window())
+        || (c.priority.load(Ordering::Relaxed) >= priority::HIGH && inflight > 0);
+    if !blocked || now_ns.saturating_sub(*last) < LIVENESS_CHECK_NS {
+        return false;
+    }
+    *last = now_ns;
+    v.attached().any(|(_, pid, _)| !exists(pid)) && reclaim_vgpu(v, None) > 0
+}
+
+/// Whether a process `pid` exists (as far as `kill(pid, 0)` tells: only "no such process" says no).
+fn exists(pid: u32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else { return true };
+    // SAFETY: signal 0 sends nothing; it only checks that the process exists. `pid` is positive (an
+    // attached slot's pid is neither 0 nor the claiming tag), so it never names a process group.
+    let rc = unsafe { libc::kill(pid, 0) };
+    rc == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+}
+
 /// At the end of a hold, lets a lower-priority vGPU whose launches wait go at once with a window's worth
 /// of work at its share: its bucket is raised to `share% × window` if below. A launch takes its whole
 /// estimate from whatever the bucket holds, so a vGPU held to its share by tokens usually entered the hold
@@ -121,6 +152,8 @@ pub struct Device {
     lags: Vec<i64>,
     /// Each slot's charged device time ([`Charger::charged_ns`]) at the last tick.
     device_ns: Vec<u64>,
+    /// When the loop last looked at whether each slot's processes are alive.
+    checked: Vec<u64>,
 }
 
 impl Device {
@@ -131,6 +164,7 @@ impl Device {
             broker: Broker::new(device),
             lags: vec![0; MAX_VGPUS],
             device_ns: vec![0; MAX_VGPUS],
+            checked: vec![0; MAX_VGPUS],
         }
     }
 
@@ -169,6 +203,7 @@ pub fn tick(region: &Region, device: u32, state: &mut Device, now_ns: u64, dt_ns
     let Some(dev) = region.devices.get(device as usize) else { return (false, None) };
     let brokering = state.broker.tick(region, &members, now_ns);
     let recheck = hold(region, dev, &members, now_ns);
+    let checked = &mut state.checked;
     let (views, recent): (Vec<Vgpu>, Vec<bool>) = members
         .iter()
         .map(|&i| {
@@ -176,6 +211,9 @@ pub fn tick(region: &Region, device: u32, state: &mut Device, now_ns: u64, dt_ns
             let (c, s) = (&v.config, &v.live.sched);
             let f = v.flags();
             let burst = refill::burst(c.window_ns.load(Ordering::Relaxed));
+            if release_dead_windows(v, now_ns, &mut checked[i]) {
+                crate::slots::notify(s);
+            }
             let processes = v.has_processes();
             if !processes {
                 // What processes killed mid-launch left counted (their work was never settled) goes with them.
@@ -305,7 +343,14 @@ mod tests {
         v.config.priority.store(priority::NORMAL, Ordering::Relaxed);
         v.config.window_ns.store(MS, Ordering::Relaxed);
         v.live.sched.waiters.store(waiters, Ordering::Relaxed);
-        v.live.procs[3].pid.store(1000 + i as u32, Ordering::Release);
+        attach(v, 3, std::process::id());
+    }
+
+    /// Attaches process `pid` (alive or not) in process slot `slot` of `v`.
+    fn attach(v: &VgpuSlot, slot: usize, pid: u32) {
+        let start = tessera_ffi::reclaim::start_time(pid).unwrap_or(1);
+        v.live.procs[slot].start_time.store(start, Ordering::Relaxed);
+        v.live.procs[slot].pid.store(pid, Ordering::Release);
     }
 
     fn tokens(r: &Region, i: usize) -> i64 {
@@ -515,5 +560,36 @@ mod tests {
         assert_eq!(tokens(r, 0), 400_000, "40% of its 1 ms window, to go at once");
         assert_eq!(tokens(r, 1), -400_000, "a capped vGPU keeps to its share");
         assert_eq!(tokens(r, 2), -400_000, "nothing waits: nothing given");
+    }
+
+    #[test]
+    fn a_window_a_dead_process_blocks_is_given_back_at_the_next_tick() {
+        let r = region();
+        managed(r, 0, 100, 1);
+        let v = &r.vgpus[0];
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        attach(v, 5, dead);
+        child.wait().unwrap();
+        // The live process (slot 3) has 400 µs in the window, the dead one 600 µs: full, and a launch waits.
+        v.live.procs[3].inflight_ns.store(400_000, Ordering::Relaxed);
+        v.live.procs[5].inflight_ns.store(600_000, Ordering::Relaxed);
+        v.live.sched.inflight_ns.store(1_000_000, Ordering::Relaxed);
+        v.live.procs_hwm.store(6, Ordering::Relaxed);
+        let state = &mut Device::new(r, 0);
+        let epoch = v.live.sched.epoch.load(Ordering::Relaxed);
+        tick(r, 0, state, 10 * MS, MS);
+        assert_eq!(v.live.sched.inflight_ns.load(Ordering::Relaxed), 400_000, "the dead process's part left");
+        assert_eq!(v.live.procs[5].pid.load(Ordering::Relaxed), 0, "its slot is free");
+        assert_eq!(v.live.procs[3].pid.load(Ordering::Relaxed), std::process::id(), "the live one stays");
+        assert!(v.live.sched.epoch.load(Ordering::Relaxed) > epoch, "the waiting launch is told");
+        // Not looked at again before LIVENESS_CHECK_NS, nor while the window does not block anything.
+        attach(v, 5, dead);
+        v.live.sched.inflight_ns.store(1_000_000, Ordering::Relaxed);
+        tick(r, 0, state, 10 * MS + LIVENESS_CHECK_NS - 1, MS);
+        assert_eq!(v.live.procs[5].pid.load(Ordering::Relaxed), dead, "rate-limited");
+        v.live.sched.waiters.store(0, Ordering::Relaxed);
+        tick(r, 0, state, 20 * MS, MS);
+        assert_eq!(v.live.procs[5].pid.load(Ordering::Relaxed), dead, "nothing waits: nothing looked at");
     }
 }

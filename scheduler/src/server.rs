@@ -11,7 +11,7 @@ use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How long a connection may stay silent before the daemon drops it.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -83,23 +83,94 @@ impl Server {
         &self.path
     }
 
-    /// Serves connections, each on a thread of its own, for ever.
+    /// Serves connections, each on a thread of its own, for ever. Running out of descriptors, memory or
+    /// threads refuses the connection at hand (see [`Shedder`]) and goes on serving the others.
     pub fn serve(&self, manager: Arc<Manager>) -> Result<(), String> {
         // SAFETY: geteuid cannot fail.
         let me = unsafe { libc::geteuid() };
-        for stream in self.listener.incoming() {
-            let stream = match stream {
-                Ok(s) => s,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(format!("accepting on {}: {e}", self.path.display())),
+        let mut shedder = Shedder::new();
+        loop {
+            let stream = match self.listener.accept() {
+                Ok((s, _)) => s,
+                Err(e) => match e.raw_os_error() {
+                    Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM) => {
+                        shedder.shed(&self.listener, &e);
+                        continue;
+                    }
+                    // The client went away before it was accepted, or a signal: nothing to do.
+                    Some(libc::EINTR | libc::ECONNABORTED | libc::EPROTO | libc::EAGAIN) => continue,
+                    _ => return Err(format!("accepting on {}: {e}", self.path.display())),
+                },
             };
             let manager = Arc::clone(&manager);
-            std::thread::spawn(move || {
+            let spawned = std::thread::Builder::new().name("connection".into()).spawn(move || {
                 let allowed = peer(&stream).is_some_and(|(_, uid)| uid == me || uid == 0);
                 let _ = converse(stream, &manager, allowed);
             });
+            // The closure, and with it the connection, is dropped: the client sees it closed.
+            if let Err(e) = spawned {
+                shedder.refused(&format!("cannot start a thread for a connection ({e})"));
+            }
         }
-        Ok(())
+    }
+}
+
+/// How long the accept loop pauses when it could not even refuse a connection.
+const BACKOFF: Duration = Duration::from_millis(10);
+/// Least time between two log lines about refused connections.
+const LOG_EVERY: Duration = Duration::from_secs(10);
+
+/// Refuses connections the daemon has no resources for, and says so in a rate-limited log line. It keeps
+/// a spare descriptor: out of descriptors, it closes the spare, accepts the pending connection with it,
+/// answers it an error and closes it, then takes the spare again; so the client gets an answer instead of
+/// waiting in the backlog, and the accept loop does not spin on a connection it cannot take.
+struct Shedder {
+    spare: Option<std::fs::File>,
+    refused: u64,
+    logged: Option<Instant>,
+}
+
+impl Shedder {
+    fn new() -> Shedder {
+        Shedder { spare: Self::spare(), refused: 0, logged: None }
+    }
+
+    fn spare() -> Option<std::fs::File> {
+        std::fs::File::open("/dev/null").ok()
+    }
+
+    /// Refuses the connection `listener` could not accept for lack of resources (`error`).
+    fn shed(&mut self, listener: &UnixListener, error: &std::io::Error) {
+        let reason = format!("cannot accept a connection ({error}; raise the daemon's `ulimit -n`)");
+        self.refused(&reason);
+        let answered = self.spare.take().is_some() && {
+            let accepted = listener.accept();
+            if let Ok((mut stream, _)) = accepted {
+                let answer = Response::error(format!("the daemon is out of resources: {reason}; try again"));
+                if let Ok(mut text) = serde_json::to_string(&answer) {
+                    text.push('\n');
+                    let _ = stream.set_write_timeout(Some(BACKOFF));
+                    let _ = stream.write_all(text.as_bytes());
+                }
+                true
+            } else {
+                false
+            }
+        };
+        self.spare = Self::spare();
+        if !answered || self.spare.is_none() {
+            std::thread::sleep(BACKOFF);
+        }
+    }
+
+    /// Counts a refused connection, logging at most every [`LOG_EVERY`] how many were refused and why.
+    fn refused(&mut self, reason: &str) {
+        self.refused += 1;
+        if self.logged.is_none_or(|t| t.elapsed() >= LOG_EVERY) {
+            eprintln!("tessera daemon: refused {} connection(s): {reason}; still serving", self.refused);
+            self.refused = 0;
+            self.logged = Some(Instant::now());
+        }
     }
 }
 
@@ -113,8 +184,9 @@ impl Drop for Server {
 fn converse(stream: UnixStream, manager: &Manager, allowed: bool) -> std::io::Result<()> {
     stream.set_read_timeout(Some(IDLE_TIMEOUT))?;
     stream.set_write_timeout(Some(IDLE_TIMEOUT))?;
-    let mut writer = stream.try_clone()?;
-    let mut reader = BufReader::new(stream);
+    // One descriptor per connection (no clone to write with), none that can fail to be had once accepted.
+    let mut writer = &stream;
+    let mut reader = BufReader::new(&stream);
     loop {
         let mut line = String::new();
         let n = (&mut reader).take(MAX_LINE as u64 + 1).read_line(&mut line)?;

@@ -185,7 +185,7 @@ fn plant(live: &VgpuLive, i: usize, pid: u32, bytes: u64) {
     let p = &live.procs[i];
     p.start_time.store(start_time(pid).expect("a live process"), Ordering::SeqCst);
     p.used[0].store(bytes, Ordering::SeqCst);
-    live.used[0].fetch_add(bytes, Ordering::SeqCst);
+    live.procs_hwm.fetch_max(i as u32 + 1, Ordering::SeqCst);
     p.pid.store(pid, Ordering::SeqCst);
 }
 
@@ -238,9 +238,9 @@ fn a_zeroed_memory_count_does_not_let_a_tenant_past_its_quota() {
     let mut holder = m.tenant("m", &["alloc", "--bytes", "256MiB"]).spawn().expect("spawn a tenant");
     assert_eq!(first_line(&mut holder)["allocated"], true);
     assert_eq!(u64_at(&m.show("m"), "used"), 384 * MIB);
-    // Its tenant zeroes every count in its file.
+    // Its tenant zeroes every count in its file, and the mark below which usage is summed.
     let file = live(&m, "m");
-    file.used[0].store(0, Ordering::SeqCst);
+    file.procs_hwm.store(0, Ordering::SeqCst);
     for p in &file.procs {
         p.used[0].store(0, Ordering::SeqCst);
     }

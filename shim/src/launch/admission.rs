@@ -12,10 +12,10 @@
 //! ([`Gate::publish`](super::gate::Gate::publish)), by the process otherwise
 //! ([`Gate::settle`](super::gate::Gate::settle)).
 
-use super::standalone;
-use std::sync::atomic::Ordering;
+use super::{outage, standalone};
+use std::sync::atomic::{AtomicI64, Ordering};
 use tessera_ffi::futex;
-use tessera_ffi::region::{DeviceSched, Sched, VgpuSlot, flags, priority};
+use tessera_ffi::region::{Daemon, DeviceSched, Sched, VgpuSlot, flags, priority};
 
 /// How long a `high` vGPU holds lower priorities on its device after it last launched or had work
 /// finish with more still queued. Work delayed behind lower-priority work already queued keeps it held;
@@ -51,17 +51,27 @@ pub struct Admission {
 /// timestamp in the region.
 pub use tessera_ffi::futex::monotonic_ns as now_ns;
 
+/// What a launch is admitted on: its vGPU's slot, the records of its device and of the daemon (in the
+/// shared region, when there is one), its standalone share, and this process's part of the vGPU's window
+/// (its process slot's `inflight_ns`).
+#[derive(Clone, Copy)]
+pub struct Bucket<'a> {
+    /// The vGPU's slot.
+    pub vgpu: &'a VgpuSlot,
+    /// The launch's device's scheduling record.
+    pub device: Option<&'a DeviceSched>,
+    /// The daemon's record (its heartbeat).
+    pub daemon: Option<&'a Daemon>,
+    /// `TESSERA_COMPUTE_SHARE`.
+    pub share: Option<u32>,
+    /// This process's part of the window: added to before the vGPU's window, taken from after it.
+    pub mine: &'a AtomicI64,
+}
+
 /// One admission attempt at `now` for a launch estimated at `estimate`, counted in the window when
 /// `measured`. `Err` carries when the launch may be admitted (`None`: when someone wakes it).
-pub fn try_take(
-    v: &VgpuSlot,
-    dev: Option<&DeviceSched>,
-    share: Option<u32>,
-    now: u64,
-    estimate: i64,
-    measured: bool,
-    device: usize,
-) -> Result<Admission, Option<u64>> {
+pub fn try_take(b: &Bucket, now: u64, estimate: i64, measured: bool, device: usize) -> Result<Admission, Option<u64>> {
+    let v = b.vgpu;
     let (c, s) = (&v.config, &v.live.sched);
     let flags = c.flags.load(Ordering::Acquire);
     if flags & flags::SUSPENDED != 0 {
@@ -69,10 +79,12 @@ pub fn try_take(
     }
     let managed = flags & flags::MANAGED != 0;
     let high = c.priority.load(Ordering::Relaxed) >= priority::HIGH;
-    if let Some(d) = dev {
+    if let Some(d) = b.device {
         if high && managed {
-            // The daemon holds the device for it (the region is read-only here): told once, on arrival.
-            if d.high_until_ns.load(Ordering::Acquire) <= now {
+            // The daemon holds the device for it (the region is read-only here): told once, on arrival
+            // (no use ringing while it is away).
+            if d.high_until_ns.load(Ordering::Acquire) <= now && b.daemon.is_none_or(|d| outage::away(d, now).is_none())
+            {
                 ring(s);
             }
         } else if high {
@@ -85,15 +97,26 @@ pub fn try_take(
             }
         }
     }
-    let standalone = share.filter(|_| !managed);
+    let standalone = b.share.filter(|_| !managed);
     let limited = !high && (managed || standalone.is_some());
     if limited {
         if let Some(pct) = standalone {
             standalone::refill(s, pct, now, standalone::burst(c.window()));
         }
-        let tokens = s.tokens.load(Ordering::Acquire);
+        let mut tokens = s.tokens.load(Ordering::Acquire);
+        // An empty bucket of a managed vGPU whose daemon is away: refilled here, at its configured share.
+        let away = (managed && tokens <= 0).then(|| b.daemon.and_then(|d| outage::away(d, now))).flatten();
+        let pct = match away {
+            Some(beat) => {
+                let pct = c.share.load(Ordering::Relaxed);
+                outage::refill(s, pct, now, standalone::burst(c.window()), beat);
+                tokens = s.tokens.load(Ordering::Acquire);
+                Some(pct)
+            }
+            None => standalone,
+        };
         if tokens <= 0 {
-            return Err(standalone.map(|pct| standalone::ready_at(tokens, pct, now)));
+            return Err(pct.map(|pct| standalone::ready_at(tokens, pct, now)));
         }
     }
     if measured && s.inflight_ns.load(Ordering::Acquire) >= c.window() {
@@ -103,6 +126,10 @@ pub fn try_take(
         s.tokens.fetch_sub(estimate, Ordering::AcqRel);
     }
     if measured {
+        // This process's record first: killed before the vGPU's window counts the launch, its record is
+        // subtracted from the window by whoever reclaims its slot, which can only leave the window wider
+        // than its live processes' parts, never narrower.
+        b.mine.fetch_add(estimate, Ordering::AcqRel);
         s.inflight_ns.fetch_add(estimate, Ordering::AcqRel);
     }
     s.last_launch_ns.fetch_max(now, Ordering::Relaxed);
@@ -157,8 +184,13 @@ pub(super) mod tests {
 
     const NOW: u64 = 1_000_000_000_000;
 
+    /// `v`'s bucket, with this process's part of the window in its first process slot.
+    fn bucket<'a>(v: &'a VgpuSlot, d: Option<&'a DeviceSched>, share: Option<u32>) -> Bucket<'a> {
+        Bucket { vgpu: v, device: d, daemon: None, share, mine: &v.live.procs[0].inflight_ns }
+    }
+
     fn take(v: &VgpuSlot, d: Option<&DeviceSched>, share: Option<u32>, est: i64) -> Result<Admission, Option<u64>> {
-        try_take(v, d, share, NOW, est, true, 0)
+        try_take(&bucket(v, d, share), NOW, est, true, 0)
     }
 
     #[test]
@@ -173,7 +205,7 @@ pub(super) mod tests {
         assert_eq!(take(v, None, None, 100_000), Err(None), "the default 1 ms window is full");
         assert_eq!(s.tokens.load(Ordering::Relaxed), 0, "no tokens taken");
         assert_eq!(s.launches.load(Ordering::Relaxed), 10);
-        let a = try_take(v, None, None, NOW, 100_000, false, 0).unwrap();
+        let a = try_take(&bucket(v, None, None), NOW, 100_000, false, 0).unwrap();
         assert!(!a.windowed, "an unmeasured launch is not held by the window");
     }
 
@@ -189,6 +221,41 @@ pub(super) mod tests {
         take(v, None, None, 100).unwrap();
         assert_eq!(s.tokens.load(Ordering::Relaxed), -50, "the last launch may overdraw");
         assert_eq!(take(v, None, None, 100), Err(None));
+    }
+
+    #[test]
+    fn a_managed_vgpu_whose_daemon_is_away_refills_itself_at_its_share() {
+        let (v, daemon): (&VgpuSlot, &Daemon) = (zeroed(), zeroed());
+        let s = &v.live.sched;
+        v.config.flags.store(flags::MANAGED, Ordering::Relaxed);
+        v.config.share.store(30, Ordering::Relaxed);
+        let b = Bucket { daemon: Some(daemon), ..bucket(v, None, None) };
+        // The daemon beat 1 ms ago: its bucket waits for its grants.
+        daemon.heartbeat_ns.store(NOW - 1_000_000, Ordering::Relaxed);
+        assert_eq!(try_take(&b, NOW, 100, true, 0), Err(None));
+        assert_eq!(s.tokens.load(Ordering::Relaxed), 0);
+        // Silent since: 30% of the time after its last beat, at most the burst (2 ms).
+        let beat = NOW - outage::AWAY_NS;
+        daemon.heartbeat_ns.store(beat, Ordering::Relaxed);
+        let a = try_take(&b, NOW, 100, true, 0).unwrap();
+        assert_eq!(a.charged, 100);
+        assert_eq!(s.tokens.load(Ordering::Relaxed), 2_000_000 - 100);
+        assert_eq!(s.last_refill_ns.load(Ordering::Relaxed), NOW);
+        // Empty again: it waits exactly until its share refills it.
+        s.tokens.store(-299, Ordering::Relaxed);
+        assert_eq!(try_take(&b, NOW, 100, true, 0), Err(Some(NOW + 1_000)));
+        let later = try_take(&b, NOW + 1_000, 100, true, 0).unwrap();
+        assert_eq!((later.charged, s.tokens.load(Ordering::Relaxed)), (100, 1 - 100));
+        // The daemon is back (a restart beats first): its grants again, nothing local.
+        daemon.heartbeat_ns.store(NOW + 1_000, Ordering::Relaxed);
+        s.tokens.store(0, Ordering::Relaxed);
+        assert_eq!(try_take(&b, NOW + 2_000_000, 100, true, 0), Err(None));
+        assert_eq!(s.tokens.load(Ordering::Relaxed), 0);
+        assert_eq!(
+            (s.inflight_ns.load(Ordering::Relaxed), b.mine.load(Ordering::Relaxed)),
+            (200, 200),
+            "this process's part of the window is counted with it"
+        );
     }
 
     #[test]
@@ -228,11 +295,11 @@ pub(super) mod tests {
         assert_eq!(s.tokens.load(Ordering::Relaxed), 0);
         // 25% of 1 ms later: 250 µs of tokens.
         let later = NOW + 1_000_000;
-        let a = try_take(v, None, Some(25), later, 400_000, false, 0).unwrap();
+        let a = try_take(&bucket(v, None, Some(25)), later, 400_000, false, 0).unwrap();
         assert_eq!(a.charged, 400_000);
         assert_eq!(s.tokens.load(Ordering::Relaxed), -150_000);
         // A deficit of 150 µs (+1 ns) takes 600 µs at 25%.
-        assert_eq!(try_take(v, None, Some(25), later, 1, false, 0), Err(Some(later + 600_004)));
+        assert_eq!(try_take(&bucket(v, None, Some(25)), later, 1, false, 0), Err(Some(later + 600_004)));
     }
 
     #[test]

@@ -7,7 +7,8 @@
 //! time-sliced GPU, a kernel's events also span the time it waited behind other vGPUs' kernels, which
 //! only the device-wide order of completions tells apart. The launch's tokens stay taken until then.
 //!
-//! Otherwise (standalone `TESSERA_COMPUTE_SHARE`, or a launch that could not be published) the process
+//! Otherwise (standalone `TESSERA_COMPUTE_SHARE`, a managed vGPU whose daemon is away, or a launch that
+//! could not be published) the process
 //! corrects its bucket itself by what it measured: from the start event (when its stream reached the
 //! launch) to the end event, less whatever part of that an earlier launch of the same context already
 //! covered (work of the process's other streams ahead of it). Queueing behind other processes' work is
@@ -163,7 +164,9 @@ fn run(gate: &'static Gate) {
         let charge = bound.map_or(charge, |b| charge.min(b));
         latest.forget_retired();
         let published = span.is_some_and(|(start, end)| gate.publish(&item.admission, item.kind, start, end, bound));
-        if !published {
+        if published {
+            gate.learn(item.kind, charge);
+        } else {
             gate.settle(&item.admission, item.kind, charge);
         }
     }

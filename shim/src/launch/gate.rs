@@ -8,11 +8,14 @@
 //! read-only): it rings its `bell` where an unmanaged one would set its device's `high` hold or wake other
 //! vGPUs itself, and the daemon does that.
 
-use super::admission::{Admission, HIGH_BUSY_NS, HIGH_IDLE_NS, Kind, drop_stale_window, now_ns, ring, try_take};
+use super::admission::{
+    Admission, Bucket, HIGH_BUSY_NS, HIGH_IDLE_NS, Kind, drop_stale_window, now_ns, ring, try_take,
+};
+use super::outage;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 use tessera_ffi::futex;
-use tessera_ffi::region::{DeviceSched, Region, Sched, VgpuSlot, flags, priority};
+use tessera_ffi::region::{DeviceSched, ProcSlot, Region, Sched, VgpuSlot, flags, priority};
 use tessera_ffi::timeline::Record;
 
 /// Longest single sleep of a waiting launch: whoever grants tokens or changes the state wakes it at
@@ -48,21 +51,27 @@ impl Estimate {
     }
 }
 
-/// The gate of this process: its vGPU's slot, the region it is in (none for a bucket of its own) and
-/// its standalone share.
+/// The gate of this process: its vGPU's slot, the region it is in (none for a bucket of its own), its
+/// standalone share and its process slot.
 pub struct Gate {
     vgpu: &'static VgpuSlot,
     region: Option<&'static Region>,
     share: Option<u32>,
     estimates: [Estimate; 2],
-    /// What this process has in the vGPU's window (given back at exit, see [`Gate::release_all`]).
-    mine: AtomicI64,
+    /// What this process has in the vGPU's window: its slot's `inflight_ns`, which whoever reclaims the
+    /// slot of a killed process takes out of the window (given back at exit, see [`Gate::release_all`]).
+    mine: &'static AtomicI64,
 }
 
 impl Gate {
-    /// A gate on `vgpu`, a slot of `region` if any.
-    pub fn new(vgpu: &'static VgpuSlot, region: Option<&'static Region>, share: Option<u32>) -> Gate {
-        Gate { vgpu, region, share, estimates: [Estimate::new(), Estimate::new()], mine: AtomicI64::new(0) }
+    /// A gate on `vgpu`, a slot of `region` if any, for the process of slot `me`.
+    pub fn new(
+        vgpu: &'static VgpuSlot,
+        region: Option<&'static Region>,
+        share: Option<u32>,
+        me: &'static ProcSlot,
+    ) -> Gate {
+        Gate { vgpu, region, share, estimates: [Estimate::new(), Estimate::new()], mine: &me.inflight_ns }
     }
 
     fn sched(&self) -> &'static Sched {
@@ -73,10 +82,16 @@ impl Gate {
         self.vgpu.flags() & flags::MANAGED != 0
     }
 
-    /// Whether the daemon charges this vGPU's device time from its timeline (it manages the vGPU), so that
-    /// finished launches are to be [published](Gate::publish).
+    /// Whether the daemon charges this vGPU's device time from its timeline (it manages the vGPU and is
+    /// not [away](outage::away)), so that finished launches are to be [published](Gate::publish).
     pub fn publishes(&self) -> bool {
-        self.region.is_some() && self.managed()
+        self.region.is_some_and(|r| self.managed() && outage::away(&r.daemon, now_ns()).is_none())
+    }
+
+    /// Folds `measured` into this process's own estimate of launches of `kind` (a managed vGPU's launches
+    /// take the daemon's figure once it has one).
+    pub fn learn(&self, kind: Kind, measured: i64) {
+        self.estimates[kind as usize].update(measured);
     }
 
     /// Hands admitted launch `a`, which ran from `start_ns` to `end_ns` (monotonic), to the daemon, and
@@ -116,31 +131,37 @@ impl Gate {
         self.region.and_then(|r| r.devices.get(device))
     }
 
+    fn bucket(&self, device: usize) -> Bucket<'static> {
+        Bucket {
+            vgpu: self.vgpu,
+            device: self.device(device),
+            daemon: self.region.map(|r| &r.daemon),
+            share: self.share,
+            mine: self.mine,
+        }
+    }
+
     /// Admits a launch of `kind` on `device`, waiting as long as it must (see the module documentation).
     pub fn admit(&self, device: usize, kind: Kind, measured: bool) -> Admission {
         let estimate = self.estimate(kind);
-        let a = match try_take(self.vgpu, self.device(device), self.share, now_ns(), estimate, measured, device) {
+        match try_take(&self.bucket(device), now_ns(), estimate, measured, device) {
             Ok(a) => a,
             Err(_) => self.wait(device, estimate, measured),
-        };
-        if a.windowed {
-            self.mine.fetch_add(a.estimate, Ordering::AcqRel);
         }
-        a
     }
 
     /// The slow path: sleeps on `epoch` until the launch is admitted, counted in `waiters`, waking the
     /// daemon (through `bell`) each time it goes to sleep. Adds the time waited to `wait_ns`.
     #[cold]
     fn wait(&self, device: usize, estimate: i64, measured: bool) -> Admission {
-        let (s, dev) = (self.sched(), self.device(device));
+        let (s, bucket) = (self.sched(), self.bucket(device));
         let start = now_ns();
         let mut progress = (start, s.device_ns.load(Ordering::Acquire));
         loop {
             // Read before the check: a grant after the check changes it, so the sleep returns at once.
             let epoch = s.epoch.load(Ordering::SeqCst);
             let now = now_ns();
-            let until = match try_take(self.vgpu, dev, self.share, now, estimate, measured, device) {
+            let until = match try_take(&bucket, now, estimate, measured, device) {
                 Ok(a) => {
                     s.wait_ns.fetch_add(now - start, Ordering::Relaxed);
                     return a;
@@ -168,15 +189,15 @@ impl Gate {
     fn unwindow(&self, device: usize, estimate: i64) {
         let s = self.sched();
         // Only what this process still holds: at exit it gives back everything at once.
-        if self
-            .mine
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |m| (m >= estimate).then(|| m - estimate))
-            .is_err()
-        {
+        if self.mine.load(Ordering::Acquire) < estimate {
             return;
         }
-        // Never below zero: a count dropped as stale must not leave the window wider for good.
+        // The vGPU's window first, this process's record last: killed in between, its record is taken out
+        // of the window once more when its slot is reclaimed, which can only leave the window wider than
+        // its live processes' parts, never narrower. Never below zero: a count dropped as stale must not
+        // leave the window wider for good.
         let before = s.inflight_ns.fetch_update(Ordering::AcqRel, Ordering::Acquire, |x| Some((x - estimate).max(0)));
+        let _ = self.mine.fetch_update(Ordering::AcqRel, Ordering::Acquire, |m| Some((m - estimate).max(0)));
         let left = before.map_or(0, |x| (x - estimate).max(0));
         if self.vgpu.config.priority.load(Ordering::Relaxed) < priority::HIGH {
             return;
@@ -202,10 +223,13 @@ impl Gate {
         }
     }
 
-    /// Settles an admitted launch whose device time was `charge`: corrects the tokens it took, takes
-    /// it out of the window, adds it to `device_ns`, updates the estimate of `kind` and wakes waiters.
-    pub fn settle(&self, a: &Admission, kind: Kind, charge: i64) {
+    /// Settles an admitted launch that `measured` took: corrects the tokens it took, takes it out of the
+    /// window, adds its charge to `device_ns`, updates the estimate of `kind` and wakes waiters. A managed
+    /// vGPU's launch (its daemon away, or its record unpublishable) is charged at most its estimate, the
+    /// daemon's figure: what it measured also holds the time it queued behind other vGPUs' kernels.
+    pub fn settle(&self, a: &Admission, kind: Kind, measured: i64) {
         let s = self.sched();
+        let charge = if self.managed() { measured.min(a.estimate) } else { measured };
         if a.charged != 0 {
             s.tokens.fetch_add(a.charged - charge, Ordering::AcqRel);
         }
@@ -213,7 +237,7 @@ impl Gate {
             self.unwindow(a.device, a.estimate);
         }
         s.device_ns.fetch_add(charge.max(0) as u64, Ordering::Relaxed);
-        self.estimates[kind as usize].update(charge);
+        self.learn(kind, measured);
         self.notify();
     }
 
@@ -241,10 +265,12 @@ impl Gate {
     /// Gives back whatever this process still has in the vGPU's window (at exit: work whose measurement
     /// will never be settled must not narrow the window of the vGPU's other processes).
     pub fn release_all(&self) {
-        let mine = self.mine.swap(0, Ordering::AcqRel);
+        let mine = self.mine.load(Ordering::Acquire);
         if mine > 0 {
+            // The window first, the record last (see `unwindow`).
             let _ =
                 self.sched().inflight_ns.fetch_update(Ordering::AcqRel, Ordering::Acquire, |x| Some((x - mine).max(0)));
+            let _ = self.mine.fetch_update(Ordering::AcqRel, Ordering::Acquire, |m| Some((m - mine).max(0)));
             self.notify();
         }
     }
@@ -275,19 +301,32 @@ mod tests {
         let s = &v.live.sched;
         v.config.flags.store(flags::MANAGED, Ordering::Relaxed);
         s.tokens.store(1_000_000, Ordering::Relaxed);
-        let gate = Gate::new(v, None, None);
+        let gate = Gate::new(v, None, None, &v.live.procs[0]);
         let a = gate.admit(0, Kind::Kernel, true);
         assert_eq!(a.estimate, INITIAL_ESTIMATE_NS);
-        gate.settle(&a, Kind::Kernel, 300_000);
-        assert_eq!(s.tokens.load(Ordering::Relaxed), 700_000, "charged what it measured");
+        assert_eq!(v.live.procs[0].inflight_ns.load(Ordering::Relaxed), INITIAL_ESTIMATE_NS, "the process's part");
+        gate.settle(&a, Kind::Kernel, 50_000);
+        assert_eq!(s.tokens.load(Ordering::Relaxed), 950_000, "charged what it measured");
         assert_eq!(s.inflight_ns.load(Ordering::Relaxed), 0);
-        assert_eq!(s.device_ns.load(Ordering::Relaxed), 300_000);
+        assert_eq!(v.live.procs[0].inflight_ns.load(Ordering::Relaxed), 0);
+        assert_eq!(s.device_ns.load(Ordering::Relaxed), 50_000);
         assert_eq!(s.epoch.load(Ordering::Relaxed), 1);
-        assert_eq!(gate.estimates[0].get(), INITIAL_ESTIMATE_NS + (300_000 - INITIAL_ESTIMATE_NS) / 8);
-        let b = gate.admit(0, Kind::Graph, true);
-        gate.refund(&b);
-        assert_eq!(s.tokens.load(Ordering::Relaxed), 700_000);
-        assert_eq!(s.launches.load(Ordering::Relaxed), 1);
+        let learnt = INITIAL_ESTIMATE_NS + (50_000 - INITIAL_ESTIMATE_NS) / 8;
+        assert_eq!(gate.estimates[0].get(), learnt);
+        // A managed vGPU settling itself is charged at most the estimate: its span holds time queued behind
+        // other vGPUs' kernels, which only the daemon tells apart. Its own estimate learns the span.
+        let b = gate.admit(0, Kind::Kernel, true);
+        gate.settle(&b, Kind::Kernel, 300_000);
+        assert_eq!(s.tokens.load(Ordering::Relaxed), 950_000 - learnt);
+        assert_eq!(gate.estimates[0].get(), learnt + (300_000 - learnt) / 8);
+        // Unmanaged, what it measured.
+        v.config.flags.store(0, Ordering::Relaxed);
+        let c = gate.admit(0, Kind::Graph, true);
+        gate.settle(&c, Kind::Graph, 300_000);
+        assert_eq!(s.device_ns.load(Ordering::Relaxed), 50_000 + learnt as u64 + 300_000);
+        let d = gate.admit(0, Kind::Graph, true);
+        gate.refund(&d);
+        assert_eq!(s.launches.load(Ordering::Relaxed), 3);
     }
 
     #[test]
@@ -297,7 +336,9 @@ mod tests {
         let s = &v.live.sched;
         v.config.flags.store(flags::MANAGED, Ordering::Relaxed);
         s.tokens.store(1_000_000, Ordering::Relaxed);
-        let gate = Gate::new(v, Some(region), None);
+        let gate = Gate::new(v, Some(region), None, &v.live.procs[0]);
+        assert!(!gate.publishes(), "the daemon has been silent for ever: nobody would charge the timeline");
+        region.daemon.heartbeat_ns.store(now_ns(), Ordering::Relaxed);
         assert!(gate.publishes());
         let a = gate.admit(0, Kind::Kernel, true);
         assert!(gate.publish(&a, Kind::Graph, 1_000_000, 1_500_000, Some(200_000)));
@@ -314,7 +355,7 @@ mod tests {
         v.config.flags.store(0, Ordering::Relaxed);
         assert!(!gate.publishes());
         assert_eq!(gate.admit(0, Kind::Kernel, true).estimate, INITIAL_ESTIMATE_NS, "its own estimate");
-        assert!(!Gate::new(zeroed(), None, Some(30)).publishes());
+        assert!(!Gate::new(zeroed(), None, Some(30), zeroed()).publishes());
     }
 
     #[test]
@@ -335,7 +376,8 @@ mod tests {
         let v: &'static VgpuSlot = zeroed();
         let s = &v.live.sched;
         v.config.flags.store(flags::MANAGED, Ordering::Relaxed);
-        let waiter = std::thread::spawn(move || Gate::new(v, None, None).admit(0, Kind::Kernel, false));
+        let waiter =
+            std::thread::spawn(move || Gate::new(v, None, None, &v.live.procs[0]).admit(0, Kind::Kernel, false));
         while s.waiters.load(Ordering::SeqCst) == 0 {
             std::thread::yield_now();
         }
@@ -357,7 +399,7 @@ mod tests {
         let region: &'static Region = zeroed();
         region.devices[0].high_until_ns.store(u64::MAX, Ordering::Relaxed);
         region.vgpus[3].live.sched.waiters.store(1, Ordering::Relaxed);
-        let gate = Gate::new(high, Some(region), None);
+        let gate = Gate::new(high, Some(region), None, &high.live.procs[0]);
         let a = gate.admit(0, Kind::Kernel, true);
         let b = gate.admit(0, Kind::Kernel, true);
         let before = now_ns();
@@ -382,7 +424,7 @@ mod tests {
         let v: &VgpuSlot = zeroed();
         let s = &v.live.sched;
         s.inflight_ns.store(1_000, Ordering::Relaxed);
-        let gate = Gate::new(v, None, None);
+        let gate = Gate::new(v, None, None, &v.live.procs[0]);
         let a = gate.admit(0, Kind::Kernel, true);
         assert_eq!(s.inflight_ns.load(Ordering::Relaxed), 1_000 + INITIAL_ESTIMATE_NS);
         gate.release_all();
@@ -395,7 +437,7 @@ mod tests {
     fn the_window_count_never_goes_below_zero() {
         let v: &VgpuSlot = zeroed();
         let s = &v.live.sched;
-        let gate = Gate::new(v, None, None);
+        let gate = Gate::new(v, None, None, &v.live.procs[0]);
         let a = gate.admit(0, Kind::Kernel, true);
         s.inflight_ns.store(0, Ordering::Relaxed);
         gate.settle(&a, Kind::Kernel, 300);

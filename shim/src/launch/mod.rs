@@ -2,7 +2,8 @@
 //! `cuGraphLaunch` and their `_ptsz` variants) first passes its vGPU's [`gate`], and its device time is
 //! measured with CUDA [`events`] and fed back ([`feedback`]) so that tokens are charged by the time the
 //! work actually took: for a vGPU the daemon manages, by the daemon, from the absolute times ([`clock`])
-//! of every kernel on its vGPU's timeline; otherwise by the process itself.
+//! of every kernel on its vGPU's timeline; otherwise by the process itself. While the daemon is away, its
+//! vGPUs' processes refill and settle themselves at their last configured share ([`outage`]).
 //!
 //! The bucket is the vGPU's `Sched` record in the region (with `TESSERA_VGPU`), or the private quota
 //! slot's (without it). Tokens are granted by the daemon when it manages the vGPU, or by the process
@@ -20,6 +21,7 @@ mod clock;
 pub(crate) mod events;
 mod feedback;
 mod gate;
+mod outage;
 mod standalone;
 
 use crate::guard::{Res, Status, status};
@@ -70,9 +72,12 @@ fn set_up() -> Option<Gate> {
     if config.vgpu.is_none() && share.is_none() {
         return None;
     }
-    let (vgpu, region) = match crate::quota::active() {
-        Ok(Some(q)) => q.slot(),
-        Ok(None) => (private_slot(), None),
+    let ((vgpu, region), me) = match crate::quota::active() {
+        Ok(Some(q)) => (q.slot(), q.me()),
+        Ok(None) => {
+            let private = private_slot();
+            ((private, None), &private.live.procs[0])
+        }
         // The configuration or the region is unusable: cuInit has failed already.
         Err(_) => return None,
     };
@@ -92,7 +97,7 @@ fn set_up() -> Option<Gate> {
     if unsafe { libc::atexit(at_exit) } != 0 {
         log::warn(format_args!("cannot register the exit handler: unfinished work stays in the window at exit"));
     }
-    Some(Gate::new(vgpu, region, share))
+    Some(Gate::new(vgpu, region, share, me))
 }
 
 /// At exit: lets the measurement thread settle what is queued (briefly), then gives back whatever of the

@@ -18,11 +18,17 @@ pub fn burst(window_ns: i64) -> i64 {
 /// Adds `pct` percent of the time since the last refill to `s.tokens`, never past `burst` (tokens
 /// already above it, granted by someone else, are left alone).
 pub fn refill(s: &Sched, pct: u32, now: u64, burst: i64) {
+    refill_since(s, pct, now, burst, 0);
+}
+
+/// [`refill`], counting no time before `since` (time someone else, the daemon, has granted for already).
+pub fn refill_since(s: &Sched, pct: u32, now: u64, burst: i64, since: u64) {
     let last = s.last_refill_ns.load(Ordering::Acquire);
     if now <= last || s.last_refill_ns.compare_exchange(last, now, Ordering::AcqRel, Ordering::Relaxed).is_err() {
         return;
     }
-    let add = ((now - last) as u128 * pct as u128 / 100).min(i64::MAX as u128) as i64;
+    let from = last.max(since).min(now);
+    let add = ((now - from) as u128 * pct as u128 / 100).min(i64::MAX as u128) as i64;
     let _ = s
         .tokens
         .fetch_update(Ordering::AcqRel, Ordering::Acquire, |t| (t < burst).then(|| t.saturating_add(add).min(burst)));

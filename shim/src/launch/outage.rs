@@ -1,0 +1,79 @@
+//! A managed vGPU while its daemon is away (killed, stopped, or stalled): its processes go on at the
+//! vGPU's last configured share instead of stopping, and give control back as soon as the daemon beats
+//! again.
+//!
+//! - Noticed cheaply: only a launch that finds its bucket empty compares the daemon's heartbeat (the
+//!   region's [`Daemon`] record, which the daemon's refill loops advance at least every 100 ms) with the
+//!   clock reading the launch has already taken. Silent for [`AWAY_NS`], the daemon is away.
+//! - Refilled like a standalone share: `share% × time` since the later of the last local refill and the
+//!   daemon's last beat (the daemon granted up to its last tick, which is when it beat: no interval is
+//!   granted twice), claimed by a compare-and-swap on `last_refill_ns` so that the vGPU's processes never
+//!   count the same time twice, and never past the burst (`max(2 × window, 2 ms)`, as the daemon's).
+//! - Settled by the processes: nobody charges the timeline, so a launch measured while the daemon is away
+//!   is not published but settled by its process, charged what it measured but at most its estimate
+//!   (what the daemon last charged such launches: its span also holds time spent queued behind other
+//!   vGPUs' kernels, which only the daemon's device-wide order tells apart). Each launch is either
+//!   published or settled by its process, never both: nothing is charged twice, and the returning
+//!   daemon finds on the timelines only what was published before it went away or after it came back.
+//! - Handed back: a restarted daemon beats first thing, so the next empty bucket waits for its grants
+//!   again; it re-attaches to the vGPUs and their buckets as they are (at most a burst).
+//!
+//! What the daemon alone does stops meanwhile: spare time is given to nobody (each vGPU keeps to its own
+//! share, as if capped), `high` vGPUs no longer hold lower ones (the device's hold lives in the region,
+//! which a managed vGPU's processes map read-only) but still never wait for tokens, so with shares summing
+//! to at most 100 they keep at least their own; suspension and settings stay as they were.
+
+use super::standalone;
+use std::sync::atomic::Ordering;
+use tessera_ffi::region::{Daemon, Sched};
+
+/// How long the daemon's heartbeat may be silent before its vGPUs refill themselves. The daemon beats
+/// after every tick of its refill loops, at least every 100 ms (`pacer::IDLE_NS`); host stalls of tens of
+/// milliseconds have been seen on a loaded 2-CPU machine. Shorter than `DAEMON_SILENCE_NS` (2 s, after
+/// which processes may create vGPUs the daemon does not know): taking over a refill too early grants at
+/// most a burst twice, while every 100 ms of silence stops every managed tenant.
+pub const AWAY_NS: u64 = 500_000_000;
+
+/// When the daemon last beat, if it has been silent for [`AWAY_NS`] at `now` (monotonic ns).
+pub fn away(daemon: &Daemon, now: u64) -> Option<u64> {
+    let beat = daemon.heartbeat_ns.load(Ordering::Acquire);
+    (now.saturating_sub(beat) >= AWAY_NS).then_some(beat)
+}
+
+/// Refills `s` at `pct` percent for the time since the later of its last refill and `beat`, the daemon's
+/// last heartbeat (up to which the daemon granted), never past `burst`.
+pub fn refill(s: &Sched, pct: u32, now: u64, burst: i64, beat: u64) {
+    standalone::refill_since(s, pct, now, burst, beat);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::launch::admission::tests::zeroed;
+
+    const S: u64 = 1_000_000_000;
+
+    #[test]
+    fn the_daemon_is_away_after_half_a_second_of_silence() {
+        let d: &Daemon = zeroed();
+        d.heartbeat_ns.store(100 * S, Ordering::Relaxed);
+        assert_eq!(away(d, 100 * S + AWAY_NS - 1), None);
+        assert_eq!(away(d, 100 * S + AWAY_NS), Some(100 * S));
+        assert_eq!(away(d, 99 * S), None, "a beat after the clock reading is no silence");
+    }
+
+    #[test]
+    fn refills_count_only_time_after_the_daemons_last_beat_and_stop_at_the_burst() {
+        let s: &Sched = zeroed();
+        s.last_refill_ns.store(10 * S, Ordering::Relaxed);
+        // The daemon granted until 20 s; 30% of the 2 ms since then.
+        refill(s, 30, 20 * S + 2_000_000, i64::MAX, 20 * S);
+        assert_eq!(s.tokens.load(Ordering::Relaxed), 600_000);
+        // Later refills count from the last one, once.
+        refill(s, 30, 20 * S + 3_000_000, i64::MAX, 20 * S);
+        refill(s, 30, 20 * S + 3_000_000, i64::MAX, 20 * S);
+        assert_eq!(s.tokens.load(Ordering::Relaxed), 900_000);
+        refill(s, 30, 30 * S, 2_000_000, 20 * S);
+        assert_eq!(s.tokens.load(Ordering::Relaxed), 2_000_000, "no piling up past the burst");
+    }
+}
