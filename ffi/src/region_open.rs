@@ -86,10 +86,6 @@ pub fn open_region(path: &str, access: Access, dir: DirKind) -> Result<(File, bo
                     None => continue,
                 }
             }
-            Err(e) if e.raw_os_error() == Some(libc::ELOOP) && replaceable => {
-                remove(p)?;
-                continue;
-            }
             Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
                 return Err(format!(
                     "region file {path} is a symbolic link, which Tessera never follows (another user could point \
@@ -221,10 +217,6 @@ pub fn open_live(path: &str, index: usize, dir: DirKind, create: Option<(u32, &V
                     Some(f) => return Ok(f),
                     None => continue,
                 }
-            }
-            Err(e) if e.raw_os_error() == Some(libc::ELOOP) && replaceable => {
-                remove(p)?;
-                continue;
             }
             Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
                 return Err(format!("{path} is a symbolic link, which Tessera never follows; remove it"));

@@ -68,10 +68,6 @@ impl OwnerLock {
                     Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && tries < 3 => continue,
                     Err(e) => return Err(fail(e)),
                 },
-                Err(e) if e.raw_os_error() == Some(libc::ELOOP) && replaceable && tries < 3 => {
-                    std::fs::remove_file(p).map_err(fail)?;
-                    continue;
-                }
                 Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
                     return Err(format!("daemon lock {path} is a symbolic link, which Tessera never follows; remove it"));
                 }
