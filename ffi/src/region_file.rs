@@ -428,7 +428,8 @@ pub fn attach(path: &str, name: &str, limits: Option<&Limits>) -> Result<Attache
 pub fn vgpu_flags(path: &str, name: &str) -> Result<Option<u32>, String> {
     let encoded = encode_name(name).ok_or_else(|| format!("{name:?} is not a vGPU name"))?;
     let fail = |what: &str, e: std::io::Error| format!("region file {path}: {what}: {e}");
-    let file = crate::secure_fs::open_nofollow(std::path::Path::new(path), false).map_err(|e| fail("cannot open", e))?;
+    let file =
+        crate::secure_fs::open_nofollow(std::path::Path::new(path), false).map_err(|e| fail("cannot open", e))?;
     crate::region_open::check_readable(&file.metadata().map_err(|e| fail("cannot stat", e))?, path)?;
     let _lock = FileLock::shared(&file).map_err(|e| fail("cannot lock", e))?;
     let len = file.metadata().map_err(|e| fail("cannot stat", e))?.len();

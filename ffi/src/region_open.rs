@@ -19,7 +19,7 @@
 //!   creates it complete for that user, and replaces one that is not so in its own private directory
 //!   (elsewhere it refuses it, naming the file and its owner).
 
-use crate::region::{AREA, Header, Head, LAYOUT_SIZE, LIVE_MAGIC, MAGIC, MAX_DEVICES, MAX_VGPUS, PROCS_PER_VGPU};
+use crate::region::{AREA, Head, Header, LAYOUT_SIZE, LIVE_MAGIC, MAGIC, MAX_DEVICES, MAX_VGPUS, PROCS_PER_VGPU};
 use crate::region::{Region, VERSION, VgpuLive};
 use crate::secure_fs::{self, DirKind, create_complete, euid, file_problem, open_nofollow, reopen_writable};
 use std::fs::File;
@@ -246,9 +246,8 @@ pub fn open_live(path: &str, index: usize, dir: DirKind, create: Option<(u32, &V
 /// Writes a new live file of slot `index` for user `uid`: a copy of `from` with its magic, version and slot.
 fn fill_live(file: &File, index: usize, uid: u32, from: &VgpuLive) -> Result<(), String> {
     // SAFETY: `VgpuLive` is plain old data (integers and atomics) of AREA bytes or less; read as bytes.
-    let bytes = unsafe {
-        std::slice::from_raw_parts(std::ptr::from_ref(from).cast::<u8>(), std::mem::size_of::<VgpuLive>())
-    };
+    let bytes =
+        unsafe { std::slice::from_raw_parts(std::ptr::from_ref(from).cast::<u8>(), std::mem::size_of::<VgpuLive>()) };
     let mut image = bytes.to_vec();
     let mut put = |at: usize, bytes: &[u8]| image[at..at + bytes.len()].copy_from_slice(bytes);
     put(offset_of!(VgpuLive, magic), &LIVE_MAGIC.to_le_bytes());

@@ -255,15 +255,13 @@ mod tests {
         let d = scratch("create");
         ensure_private_dir(&d, 0o700).unwrap();
         let path = d.join("f");
-        let made = create_complete(&path, 0o644, |f| {
-            std::io::Write::write_all(&mut &*f, b"whole").map_err(|e| e.to_string())
-        });
+        let made =
+            create_complete(&path, 0o644, |f| std::io::Write::write_all(&mut &*f, b"whole").map_err(|e| e.to_string()));
         let file = made.unwrap().expect("created");
         assert_eq!(std::fs::read(&path).unwrap(), b"whole");
         assert_eq!(file_problem(&file.metadata().unwrap(), euid(), Some(0o644)), None);
-        let again = create_complete(&path, 0o644, |f| {
-            std::io::Write::write_all(&mut &*f, b"other").map_err(|e| e.to_string())
-        });
+        let again =
+            create_complete(&path, 0o644, |f| std::io::Write::write_all(&mut &*f, b"other").map_err(|e| e.to_string()));
         assert!(again.unwrap().is_none(), "an existing file is never replaced");
         assert_eq!(std::fs::read(&path).unwrap(), b"whole");
         assert_eq!(std::fs::read_dir(&d).unwrap().count(), 1, "no temporary file is left");

@@ -69,7 +69,9 @@ impl OwnerLock {
                     Err(e) => return Err(fail(e)),
                 },
                 Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
-                    return Err(format!("daemon lock {path} is a symbolic link, which Tessera never follows; remove it"));
+                    return Err(format!(
+                        "daemon lock {path} is a symbolic link, which Tessera never follows; remove it"
+                    ));
                 }
                 Err(e) => return Err(fail(e)),
             };

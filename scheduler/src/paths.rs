@@ -23,7 +23,9 @@ pub fn region() -> Result<String, String> {
 /// The daemon's socket: `TESSERA_SOCKET`, else `/dev/shm/tessera-<uid>/tessera.sock`, beside the default
 /// region.
 pub fn socket() -> Result<PathBuf, String> {
-    Ok(var("TESSERA_SOCKET")?.map(PathBuf::from).unwrap_or_else(|| tessera_ffi::region_open::default_dir().join("tessera.sock")))
+    Ok(var("TESSERA_SOCKET")?
+        .map(PathBuf::from)
+        .unwrap_or_else(|| tessera_ffi::region_open::default_dir().join("tessera.sock")))
 }
 
 /// The state directory: `TESSERA_STATE_DIR`, else `$XDG_STATE_HOME/tessera`, else

@@ -37,6 +37,25 @@ fn user(name: &str) -> (u32, u32) {
     (uid.unwrap_or_else(|| panic!("cannot create user {name}")), gid.unwrap_or_else(|| panic!("no group of {name}")))
 }
 
+/// A directory outside the machine's (a user's default one), removed when dropped, even by a failing test.
+struct Removed(PathBuf);
+
+impl Drop for Removed {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A daemon of the test's own, killed when dropped, even by a failing test.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// A directory of the machine's, mode 1777 like `/dev/shm` (any user may add files, none replace another's).
 fn shared_dir(m: &Machine) -> PathBuf {
     let dir = m.file("shm");
@@ -194,6 +213,7 @@ fn the_default_directory_is_the_users_own_and_cannot_be_squatted() {
     let owner = user(OWNER);
     let dir = PathBuf::from(format!("/dev/shm/tessera-{}", owner.0));
     let _ = std::fs::remove_dir_all(&dir);
+    let _cleanup = Removed(dir.clone());
     let m = Machine::new("sec-default", "small");
     let state = m.file("state-a");
     std::fs::create_dir(&state).unwrap();
@@ -212,13 +232,13 @@ fn the_default_directory_is_the_users_own_and_cannot_be_squatted() {
     assert!(e.contains(dir.to_str().unwrap()) && e.contains("nobody"), "{e}");
     std::fs::remove_dir(&dir).unwrap();
     // Free: the daemon makes it, 0711, and keeps its region, lock and socket there.
-    let mut daemon = as_owner(&["daemon"]).stderr(Stdio::piped()).spawn().unwrap();
+    let mut daemon = Killed(as_owner(&["daemon"]).stderr(Stdio::piped()).spawn().unwrap());
     let start = Instant::now();
     while !as_owner(&["vgpu", "list"]).output().unwrap().status.success() {
-        if let Some(status) = daemon.try_wait().unwrap() {
-            let out = daemon.wait_with_output().unwrap();
-            let _ = std::fs::remove_dir_all(&dir);
-            panic!("the daemon exited with {status}: {}", String::from_utf8_lossy(&out.stderr));
+        if let Some(status) = daemon.0.try_wait().unwrap() {
+            let mut stderr = String::new();
+            std::io::Read::read_to_string(daemon.0.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+            panic!("the daemon exited with {status}: {stderr}");
         }
         assert!(start.elapsed() < Duration::from_secs(10), "the daemon did not answer within 10 s");
         std::thread::sleep(Duration::from_millis(20));
@@ -230,9 +250,7 @@ fn the_default_directory_is_the_users_own_and_cannot_be_squatted() {
     let nobody = (NOBODY, NOBODY);
     let (reach, list, create) =
         (try_as(nobody, "ro", &[&region]), try_as(nobody, "list", &[&dir]), try_as(nobody, "create", &[&dir]));
-    let _ = daemon.kill();
-    let _ = daemon.wait();
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(daemon);
     assert_eq!((meta.uid(), meta.mode() & 0o7777, meta.is_dir()), (owner.0, 0o711, true));
     assert_eq!(present, [true; 3], "{names:?} in {}", dir.display());
     // Another user's tenant reaches the region by its name, but can neither list nor add anything.
@@ -288,7 +306,11 @@ fn the_shim_refuses_a_region_or_vgpu_file_of_another_user() {
     std::fs::set_permissions(&live, std::fs::Permissions::from_mode(0o666)).unwrap();
     let run = tenant(nobody, Some(&m.region()));
     let owned = format!("belongs to uid {} ({ATTACKER})", attacker.0);
-    assert!(!run.success && run.stderr.contains(live.to_str().unwrap()) && run.stderr.contains(&owned), "{}", run.stderr);
+    assert!(
+        !run.success && run.stderr.contains(live.to_str().unwrap()) && run.stderr.contains(&owned),
+        "{}",
+        run.stderr
+    );
     // Its own, but writable by all: refused too.
     std::os::unix::fs::chown(&live, Some(NOBODY), None).unwrap();
     let run = tenant(nobody, Some(&m.region()));
@@ -296,6 +318,7 @@ fn the_shim_refuses_a_region_or_vgpu_file_of_another_user() {
     // At the default path, in the user's own directory, a region of another user (not root) is refused.
     let dir = PathBuf::from(format!("/dev/shm/tessera-{}", attacker.0));
     let _ = std::fs::remove_dir_all(&dir);
+    let _cleanup = Removed(dir.clone());
     std::fs::create_dir(&dir).unwrap();
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o711)).unwrap();
     std::os::unix::fs::chown(&dir, Some(attacker.0), Some(attacker.1)).unwrap();
@@ -303,7 +326,10 @@ fn the_shim_refuses_a_region_or_vgpu_file_of_another_user() {
     std::fs::copy(m.region(), &planted).unwrap();
     std::os::unix::fs::chown(&planted, Some(NOBODY), None).unwrap();
     let run = tenant(attacker, None);
-    let _ = std::fs::remove_dir_all(&dir);
     let owned = "belongs to uid 65534 (nobody), neither this user nor root";
-    assert!(!run.success && run.stderr.contains(planted.to_str().unwrap()) && run.stderr.contains(owned), "{}", run.stderr);
+    assert!(
+        !run.success && run.stderr.contains(planted.to_str().unwrap()) && run.stderr.contains(owned),
+        "{}",
+        run.stderr
+    );
 }
