@@ -1,5 +1,5 @@
-//! The region file (layout in [`crate::region`]): opened, created and checked under `flock`, as simgpu's
-//! state file is; its slots claimed and configured only while [`Locked`] holds the lock. One
+//! The region file (layout in [`crate::region`]): opened and checked under `flock` (created complete, see
+//! [`crate::region_open`]); its slots claimed and configured only while [`Locked`] holds the lock. One
 //! implementation for the shim (a process joining a vGPU by name, [`attach`]) and the daemon (which
 //! creates and configures vGPUs it then marks [`flags::MANAGED`]).
 //!
