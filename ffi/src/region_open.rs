@@ -70,13 +70,21 @@ pub fn open_region(path: &str, access: Access, dir: DirKind) -> Result<(File, bo
     let fail = |what: &str, e: std::io::Error| format!("region file {path}: {what}: {e}");
     let mode = if access == Access::Daemon { 0o644 } else { 0o600 };
     let replaceable = access == Access::Daemon && dir == DirKind::Private;
+    if let (DirKind::Foreign(owner), Access::Daemon | Access::Peer) = (dir, access) {
+        // Its owner could replace the region, or a vGPU's file, with one of its own.
+        return Err(format!(
+            "region file {path}: its directory belongs to {}, who could replace the files in it; keep the region in \
+             a directory of your own or root's (the default is)",
+            secure_fs::describe_user(owner)
+        ));
+    }
     for _ in 0..3 {
         let file = match open_nofollow(p, false) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 if let DirKind::Foreign(owner) = dir {
                     return Err(format!(
-                        "region file {path} does not exist, and its directory belongs to {}, so this user may not \
+                        "region file {path} does not exist, and its directory belongs to {}, so this user does not \
                          create it; set TESSERA_REGION to the daemon's region",
                         secure_fs::describe_user(owner)
                     ));
@@ -348,6 +356,15 @@ mod tests {
         assert!(!writable);
         let e = attach(&path, "x", None).err().unwrap();
         assert!(e.contains("no vGPU \"x\"") && e.contains("may not change"), "{e}");
+        // Nor is a region in a directory of another user, who could replace it, used but by joining processes.
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::os::unix::fs::chown(&d, Some(OTHER), None).unwrap();
+        assert!(!open_region(&path, Access::Joiner, DirKind::Foreign(OTHER)).unwrap().1, "read, never written");
+        std::os::unix::fs::chown(&path, Some(euid()), None).unwrap();
+        let e = RegionFile::open_as(&path, Access::Daemon).err().unwrap();
+        assert!(e.contains(&format!("directory belongs to uid {OTHER}")), "{e}");
+        std::os::unix::fs::chown(&d, Some(euid()), None).unwrap();
+        std::os::unix::fs::chown(&path, Some(OTHER), None).unwrap();
         // The daemon's private directory: another owner's file is a leftover, replaced by a new region.
         std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o711)).unwrap();
         RegionFile::open_as(&path, Access::Daemon).unwrap();

@@ -57,6 +57,13 @@ impl OwnerLock {
         let p = Path::new(&path);
         let fail = |e: std::io::Error| format!("daemon lock {path}: {e}");
         let dir = checked_dir(p).map_err(|e| format!("daemon lock {path}: {e}"))?;
+        if let DirKind::Foreign(owner) = dir {
+            return Err(format!(
+                "daemon lock {path}: its directory belongs to {}, who could replace the daemon's files in it; keep \
+                 the region in a directory of your own or root's (the default is)",
+                secure_fs::describe_user(owner)
+            ));
+        }
         let replaceable = dir == DirKind::Private;
         let mut tries = 0;
         let file = loop {
