@@ -333,3 +333,37 @@ fn the_shim_refuses_a_region_or_vgpu_file_of_another_user() {
         run.stderr
     );
 }
+
+#[test]
+fn a_socket_of_another_user_is_never_taken_for_the_daemons() {
+    let attacker = user(ATTACKER);
+    let mut m = Machine::new("sec-socket", "small");
+    let socket = shared_dir(&m).join("tessera.sock");
+    let script = r#"
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.bind(sys.argv[1])
+s.listen()
+print("ready", flush=True)
+sys.stdin.read()
+"#;
+    let mut listener = Command::new("python3")
+        .args(["-c", script, socket.to_str().unwrap()])
+        .uid(attacker.0)
+        .gid(attacker.1)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3");
+    assert_eq!(say(&mut listener, None), "ready");
+    // In a shared directory it is refused by name and owner, neither connected to nor removed.
+    let e = refused(m.command(&["daemon"]).env("TESSERA_SOCKET", &socket));
+    assert!(e.contains(socket.to_str().unwrap()) && e.contains(ATTACKER), "{e}");
+    assert!(!e.contains("already running"), "{e}");
+    drop(listener.stdin.take());
+    listener.wait().unwrap();
+    // In the daemon's own directory only a leftover can be another user's: it is replaced.
+    std::fs::rename(&socket, m.socket()).unwrap();
+    m.start();
+    assert_eq!(std::fs::symlink_metadata(m.socket()).unwrap().uid(), 0);
+}
