@@ -106,7 +106,7 @@ pub fn open_region(path: &str, access: Access, dir: DirKind) -> Result<(File, bo
         if access == Access::Joiner {
             return open_joined(file, &meta, path);
         }
-        match file_problem(&meta, euid(), None) {
+        match file_problem(&meta, euid(), None).or_else(|| writable_by_others(&meta)) {
             None => {}
             Some(_) if replaceable => {
                 remove(p)?;
@@ -137,18 +137,27 @@ fn open_joined(file: File, meta: &std::fs::Metadata, path: &str) -> Result<(File
     }
 }
 
-/// Refuses a region file a process may not even read from: not a regular file, or another user's (not
-/// root's) at the default path, which is this user's own (one named by `TESSERA_REGION` may be the
-/// daemon's user's).
+/// Refuses a region file a process may not even read from: not a regular file, writable by users other
+/// than its owner, or another user's (not root's) at the default path, which is this user's own (one named
+/// by `TESSERA_REGION` may be the daemon's user's).
 pub fn check_readable(meta: &std::fs::Metadata, path: &str) -> Result<(), String> {
     if !meta.file_type().is_file() {
         return Err(format!("region file {path} is not a regular file; remove it or set TESSERA_REGION"));
+    }
+    if let Some(problem) = writable_by_others(meta) {
+        return Err(planted(path, &problem));
     }
     let owner = meta.uid();
     if owner == euid() || owner == 0 || Path::new(path) != default_dir().join(DEFAULT_REGION_NAME) {
         return Ok(());
     }
     Err(planted(path, &format!("belongs to {}, neither this user nor root", secure_fs::describe_user(owner))))
+}
+
+/// What is wrong with a region file other users may write (their limits would be anyone's to change).
+fn writable_by_others(meta: &std::fs::Metadata) -> Option<String> {
+    let mode = meta.mode() & 0o7777;
+    (mode & 0o022 != 0).then(|| format!("may be written by users other than its owner (mode {mode:04o})"))
 }
 
 /// The default region's name in the [`default_dir`].
@@ -351,6 +360,11 @@ mod tests {
         for e in [RegionFile::open_as(&path, Access::Daemon).err().unwrap(), RegionFile::open(&path).err().unwrap()] {
             assert!(e.contains(&path) && e.contains(&format!("belongs to uid {OTHER}")), "{e}");
         }
+        // Writable by others, even one's own is refused.
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let e = attach(&path, "x", None).err().unwrap();
+        assert!(e.contains(&path) && e.contains("mode 0666"), "{e}");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
         // A joining process named it: it may read it, never write it.
         let (_, writable) = open_region(&path, Access::Joiner, DirKind::Trusted).unwrap();
         assert!(!writable);
