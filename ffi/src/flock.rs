@@ -1,6 +1,7 @@
-//! Exclusive `flock` on a shared file while it is created, checked or joined. Both shared files (the
-//! simulated GPU's state and Tessera's region) are set up under it, so a second process never sees a
-//! half-initialized header; afterwards every access is atomic and needs no lock.
+//! Exclusive `flock` on a shared file while it is created, checked or joined. The simulated GPU's state
+//! is set up under it, so a second process never sees a half-initialized header (Tessera's region is
+//! created complete instead, see [`crate::region_open`], and checked and joined under it); afterwards
+//! every access is atomic and needs no lock.
 
 use std::fs::File;
 use std::os::fd::AsRawFd;

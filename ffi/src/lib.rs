@@ -8,6 +8,8 @@
 //! - [`region_file`]: opening, checking and claiming slots of that region (shim and daemon alike);
 //!   [`reclaim`]: giving back what dead processes held; [`futex`]: waiting on its futex words;
 //!   [`timeline`]: the per-device ring of completed kernels the daemon charges device time from.
+//! - [`region_open`]: where the region's files are by default and how they are opened;
+//!   [`secure_fs`]: creating and opening those files so that no other user can plant one.
 //! - [`nvml`]: the NVML C types the simulated NVML and the shim exchange with programs.
 //! - [`units`]: the textual forms of sizes and durations accepted in every environment variable.
 
@@ -21,6 +23,8 @@ pub mod proc_address;
 pub mod reclaim;
 pub mod region;
 pub mod region_file;
+pub mod region_open;
+pub mod secure_fs;
 pub mod timeline;
 pub mod units;
 

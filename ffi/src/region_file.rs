@@ -1,5 +1,5 @@
-//! The region file (layout in [`crate::region`]): opened, created and checked under `flock`, as simgpu's
-//! state file is; its slots claimed and configured only while [`Locked`] holds the lock. One
+//! The region file (layout in [`crate::region`]): opened and checked under `flock` (created complete, see
+//! [`crate::region_open`]); its slots claimed and configured only while [`Locked`] holds the lock. One
 //! implementation for the shim (a process joining a vGPU by name, [`attach`]) and the daemon (which
 //! creates and configures vGPUs it then marks [`flags::MANAGED`]).
 //!
@@ -11,18 +11,22 @@
 //! A managed vGPU's live area is its own file ([`live_path`]), which the daemon creates for the vGPU's
 //! user ([`RegionFile::map_live`]); a process joining the vGPU maps the region read-only and only that file
 //! writable over it, so that it can change neither its own configuration nor another vGPU's state.
+//!
+//! Where these files are by default, and how they are created and checked so that no other user can plant
+//! one, is [`crate::region_open`]'s.
 
 use crate::flock::FileLock;
 use crate::reclaim::{self, CLAIMING};
 use crate::region::{
-    AREA, DEFAULT_WINDOW_NS, Header, LAYOUT_SIZE, LIVE_MAGIC, MAGIC, MAX_DEVICES, MAX_VGPUS, NAME_LEN, PROCS_PER_VGPU,
-    ProcSlot, Region, UNLIMITED, VERSION, VgpuLive, VgpuSlot, encode_name, flags, live_offset, state,
+    AREA, DEFAULT_WINDOW_NS, LAYOUT_SIZE, MAX_DEVICES, MAX_VGPUS, NAME_LEN, PROCS_PER_VGPU, ProcSlot, Region,
+    UNLIMITED, VERSION, VgpuSlot, encode_name, flags, live_offset, state,
 };
+pub use crate::region_open::Access;
+use crate::region_open::{DEFAULT_REGION_NAME, check_header, checked_dir, header_matches, open_live, open_region};
+use crate::secure_fs::DirKind;
 use crate::units::format_size;
-use std::fs::{File, OpenOptions};
-use std::mem::offset_of;
+use std::fs::File;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::ptr::NonNull;
 use std::sync::atomic::Ordering;
 use std::sync::{Mutex, MutexGuard};
@@ -30,11 +34,10 @@ use std::sync::{Mutex, MutexGuard};
 /// Per-device limits, [`UNLIMITED`] where none is set.
 pub type Limits = [u64; MAX_DEVICES];
 
-/// The default region: per user, in shared memory (`TESSERA_REGION` overrides it).
+/// The default region: `tessera.region` in the user's own directory in shared memory,
+/// [`crate::region_open::default_dir`] (`TESSERA_REGION` overrides it).
 pub fn default_path() -> String {
-    // SAFETY: getuid cannot fail.
-    let uid = unsafe { libc::getuid() };
-    format!("/dev/shm/tessera-{uid}.region")
+    crate::region_open::default_dir().join(DEFAULT_REGION_NAME).to_string_lossy().into_owned()
 }
 
 /// Describes limits for messages: `512.0 MiB on every device`, `0=1.0 GiB, 1=2.0 GiB`, `no limit`.
@@ -130,24 +133,14 @@ impl Drop for Mapping {
     }
 }
 
-/// How a region file is opened.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Access {
-    /// Read and written, created with mode 0600 if missing: one user's processes share it, as peers.
-    Peer,
-    /// Read and written by the daemon, created (or changed) to mode 0644: other users' processes may map
-    /// it, read-only.
-    Daemon,
-    /// Written if this user may, else only read (never created): a process joining a vGPU.
-    Joiner,
-}
-
 /// An open, checked region file and its mapping.
 pub struct RegionFile {
     file: File,
     map: Mapping,
     path: String,
     writable: bool,
+    /// What the directory holding it may be trusted with (whether the daemon may replace a live file).
+    dir: DirKind,
     /// `flock` excludes other open files, not other threads using this one: they take this first.
     threads: Mutex<()>,
 }
@@ -158,32 +151,18 @@ impl RegionFile {
         RegionFile::open_as(path, Access::Peer)
     }
 
-    /// Opens the region at `path` as `access` says, creating it and writing its header when it is new (and
-    /// may be written); an existing file must be a version-[`VERSION`] region of this layout. Errors name
-    /// the file and what to do.
+    /// Opens the region at `path` as `access` says, creating it complete when it is missing (and may be
+    /// created), in a directory checked for it ([`crate::region_open`]); an existing file must be a
+    /// version-[`VERSION`] region of this layout, owned as `access` requires. Errors name the file and what
+    /// to do.
     pub fn open_as(path: &str, access: Access) -> Result<RegionFile, String> {
         let fail = |what: &str, e: std::io::Error| format!("region file {path}: {what}: {e}");
-        let mode = if access == Access::Daemon { 0o644 } else { 0o600 };
-        let mut writable = true;
-        let opened = OpenOptions::new().read(true).write(true).create(true).truncate(false).mode(mode).open(path);
-        let file = match opened {
-            Err(e) if access == Access::Joiner && e.kind() == std::io::ErrorKind::PermissionDenied => {
-                writable = false;
-                File::open(path)
-            }
-            other => other,
-        }
-        .map_err(|e| fail("cannot open (set TESSERA_REGION to a usable path)", e))?;
-        if access == Access::Daemon {
-            file.set_permissions(std::fs::Permissions::from_mode(0o644)).map_err(|e| fail("cannot chmod", e))?;
-        }
+        let dir = checked_dir(std::path::Path::new(path)).map_err(|e| format!("region file {path}: {e}"))?;
+        let (file, writable) = open_region(path, access, dir)?;
         let lock = if writable { FileLock::new(&file) } else { FileLock::shared(&file) };
         let lock = lock.map_err(|e| fail("cannot lock", e))?;
         let len = file.metadata().map_err(|e| fail("cannot stat", e))?.len();
-        let fresh = len == 0;
-        if fresh && writable {
-            file.set_len(LAYOUT_SIZE as u64).map_err(|e| fail("cannot size", e))?;
-        } else if len != LAYOUT_SIZE as u64 {
+        if len != LAYOUT_SIZE as u64 {
             return Err(format!(
                 "region file {path} has {len} bytes, a version-{VERSION} Tessera region has {LAYOUT_SIZE}: it is \
                  truncated, foreign or from another Tessera version; remove it (no Tessera program may be running) \
@@ -192,10 +171,11 @@ impl RegionFile {
         }
         let prot = if writable { libc::PROT_READ | libc::PROT_WRITE } else { libc::PROT_READ };
         let map = map(&file, prot).map_err(|e| fail("cannot map", e))?;
-        // SAFETY: `map` covers the whole file and we hold its lock.
-        unsafe { check_or_initialize(map.0.as_ptr(), fresh, writable, path) }?;
+        // SAFETY: `map` covers the whole file and lives until the end of this function or in the result; the
+        // header is read only (atomic magic, integers written before the file was linked into place).
+        check_header(unsafe { &map.0.as_ref().head.header }, path)?;
         drop(lock);
-        Ok(RegionFile { file, map, path: path.to_string(), writable, threads: Mutex::new(()) })
+        Ok(RegionFile { file, map, path: path.to_string(), writable, dir, threads: Mutex::new(()) })
     }
 
     /// The file's path.
@@ -219,11 +199,12 @@ impl RegionFile {
     }
 
     /// Maps slot `index`'s live file over the slot's live area of this mapping (the daemon's: it reads and
-    /// writes every managed vGPU's state where its processes do). With `owner`, the file is created for that
-    /// user (mode 0600) when it does not exist, starting from what the region's own area holds; without,
-    /// it must exist.
+    /// writes every managed vGPU's state where its processes do). With `owner`, the file must be that user's
+    /// and is created for it (mode 0600) when it does not exist, starting from what the region's own area
+    /// holds; without, it must exist and be this user's.
     pub fn map_live(&self, index: usize, owner: Option<u32>) -> Result<(), String> {
-        let live = open_live(&self.path, index, owner.map(|uid| (uid, &self.region().vgpus[index].live)))?;
+        let from = owner.map(|uid| (uid, &self.region().vgpus[index].live));
+        let live = open_live(&live_path(&self.path, index), index, self.dir, from)?;
         // SAFETY: the area lies inside our mapping, which we own; the live file has AREA bytes.
         unsafe { overlay(self.map.0.as_ptr(), index, &live, libc::PROT_READ | libc::PROT_WRITE, 0) }
             .map_err(|e| format!("{}: cannot map: {e}", live_path(&self.path, index)))
@@ -282,118 +263,6 @@ unsafe fn overlay(
         libc::mmap(at.cast(), AREA, prot, libc::MAP_SHARED | libc::MAP_FIXED, file.as_raw_fd(), offset as libc::off_t)
     };
     if p == libc::MAP_FAILED { Err(std::io::Error::last_os_error()) } else { Ok(()) }
-}
-
-/// Opens slot `index`'s live file of the region at `region`, read and write, and checks it. With
-/// `create = Some((uid, from))`, a missing file is created for user `uid` (mode 0600) holding a copy of
-/// `from`.
-fn open_live(region: &str, index: usize, create: Option<(u32, &VgpuLive)>) -> Result<File, String> {
-    let path = live_path(region, index);
-    let fail = |what: &str, e: std::io::Error| format!("{path}: {what}: {e}");
-    let mut options = OpenOptions::new();
-    options.read(true).write(true).create(create.is_some()).truncate(false).mode(0o600);
-    let file = options.open(&path).map_err(|e| fail("cannot open", e))?;
-    prepare_live(&file, &path, index, create)?;
-    Ok(file)
-}
-
-/// Fills a new live file (see [`open_live`]) or checks an existing one, under its lock.
-fn prepare_live(file: &File, path: &str, index: usize, create: Option<(u32, &VgpuLive)>) -> Result<(), String> {
-    let fail = |what: &str, e: std::io::Error| format!("{path}: {what}: {e}");
-    let _lock = FileLock::new(file).map_err(|e| fail("cannot lock", e))?;
-    let len = file.metadata().map_err(|e| fail("cannot stat", e))?.len();
-    if let (0, Some((uid, from))) = (len, create) {
-        // SAFETY: `VgpuLive` is plain old data (integers and atomics) of AREA bytes or less; read as bytes.
-        let bytes = unsafe {
-            std::slice::from_raw_parts(std::ptr::from_ref(from).cast::<u8>(), std::mem::size_of::<VgpuLive>())
-        };
-        let mut image = bytes.to_vec();
-        let mut put = |at: usize, bytes: &[u8]| image[at..at + bytes.len()].copy_from_slice(bytes);
-        put(offset_of!(VgpuLive, magic), &LIVE_MAGIC.to_le_bytes());
-        put(offset_of!(VgpuLive, version), &VERSION.to_le_bytes());
-        put(offset_of!(VgpuLive, slot), &(index as u32).to_le_bytes());
-        image.resize(AREA, 0);
-        let made = std::os::unix::fs::fchown(file, Some(uid), None)
-            .map_err(|e| fail(&format!("cannot give it to uid {uid}"), e))
-            .and_then(|()| {
-                std::os::unix::fs::FileExt::write_all_at(file, &image, 0).map_err(|e| fail("cannot write", e))
-            });
-        if made.is_err() {
-            let _ = std::fs::remove_file(path);
-        }
-        return made;
-    }
-    let mut head = [0u8; offset_of!(VgpuLive, context_cost)];
-    let read = std::os::unix::fs::FileExt::read_exact_at(file, &mut head, 0);
-    let field = |at: usize| u32::from_le_bytes(head[at..at + 4].try_into().unwrap_or_default());
-    let magic = &head[offset_of!(VgpuLive, magic)..][..8];
-    if len != AREA as u64 || read.is_err() || magic != LIVE_MAGIC.to_le_bytes() {
-        return Err(format!("{path} is not a Tessera vGPU file ({len} bytes); remove it and restart the daemon"));
-    }
-    let (version, slot) = (field(offset_of!(VgpuLive, version)), field(offset_of!(VgpuLive, slot)));
-    if version != VERSION || slot != index as u32 {
-        return Err(format!(
-            "{path} is a version-{version} file of slot {slot}, not a version-{VERSION} file of slot {index}; remove \
-             it and restart the daemon"
-        ));
-    }
-    Ok(())
-}
-
-/// Checks the header, or writes one over a new (or never finished) region.
-///
-/// # Safety
-/// `base` maps a whole region file, and the caller holds its `flock`.
-unsafe fn check_or_initialize(base: *mut Region, fresh: bool, writable: bool, path: &str) -> Result<(), String> {
-    // SAFETY: the header lies at the start of the mapping; read through the raw pointer, no reference.
-    let (magic, version, layout) = unsafe {
-        let h = std::ptr::addr_of!((*base).head.header);
-        ((*h).magic.load(Ordering::Acquire), (*h).version, (*h).layout_size)
-    };
-    // A creator that died before writing the magic (which comes last) left a region nobody ever used.
-    if writable && (fresh || (magic == 0 && version == 0 && layout == 0)) {
-        // SAFETY: we hold the lock and the magic is unset, so no other process reads the region.
-        unsafe { initialize(base) };
-        return Ok(());
-    }
-    // SAFETY: as above.
-    if header_matches(unsafe { &(*base).head.header }) {
-        Ok(())
-    } else {
-        Err(format!(
-            "region file {path} is not a version-{VERSION} Tessera region (magic {magic:#x}, version {version}); \
-             remove it (no Tessera program may be running) or set TESSERA_REGION"
-        ))
-    }
-}
-
-/// True when `h` is the header of a finished version-[`VERSION`] region of this layout.
-fn header_matches(h: &Header) -> bool {
-    h.magic.load(Ordering::Acquire) == MAGIC
-        && h.version == VERSION
-        && h.layout_size as usize == LAYOUT_SIZE
-        && h.max_devices as usize == MAX_DEVICES
-        && h.max_vgpus as usize == MAX_VGPUS
-        && h.max_procs as usize == PROCS_PER_VGPU
-}
-
-/// Writes a fresh header (magic last) over a zeroed region.
-///
-/// # Safety
-/// `base` maps a whole region; the caller holds the lock and nobody else uses the region.
-unsafe fn initialize(base: *mut Region) {
-    // SAFETY: per the contract, the whole mapping is ours to write. Only the header area is cleared: a new
-    // file is zero already (and stays sparse), an unfinished one never got further than its header.
-    unsafe {
-        base.cast::<u8>().write_bytes(0, AREA);
-        let h = std::ptr::addr_of_mut!((*base).head.header);
-        (*h).version = VERSION;
-        (*h).layout_size = LAYOUT_SIZE as u32;
-        (*h).max_devices = MAX_DEVICES as u32;
-        (*h).max_vgpus = MAX_VGPUS as u32;
-        (*h).max_procs = PROCS_PER_VGPU as u32;
-        (*h).magic.store(MAGIC, Ordering::Release);
-    }
 }
 
 /// The region while this process holds its lock: slots may be found, claimed, named and freed.
@@ -530,7 +399,7 @@ pub fn attach_with_share(path: &str, name: &str, limits: Option<&Limits>, own_sh
     let index = join(&locked, &encoded, name, limits, own_share)?;
     let managed = is_managed(&locked.region().vgpus[index]);
     let region: &'static Region = if managed {
-        let live = open_live(path, index, None).map_err(|e| {
+        let live = open_live(&live_path(path, index), index, file.dir, None).map_err(|e| {
             format!("cannot join vGPU {name:?}: {e} (a vGPU's file belongs to the user it was created for)")
         })?;
         let map = map(&file.file, libc::PROT_READ).map_err(|e| format!("region file {path}: cannot map: {e}"))?;
@@ -568,7 +437,9 @@ pub fn attach_with_share(path: &str, name: &str, limits: Option<&Limits>, own_sh
 pub fn vgpu_flags(path: &str, name: &str) -> Result<Option<u32>, String> {
     let encoded = encode_name(name).ok_or_else(|| format!("{name:?} is not a vGPU name"))?;
     let fail = |what: &str, e: std::io::Error| format!("region file {path}: {what}: {e}");
-    let file = File::open(path).map_err(|e| fail("cannot open", e))?;
+    let file =
+        crate::secure_fs::open_nofollow(std::path::Path::new(path), false).map_err(|e| fail("cannot open", e))?;
+    crate::region_open::check_readable(&file.metadata().map_err(|e| fail("cannot stat", e))?, path)?;
     let _lock = FileLock::shared(&file).map_err(|e| fail("cannot lock", e))?;
     let len = file.metadata().map_err(|e| fail("cannot stat", e))?.len();
     if len != LAYOUT_SIZE as u64 {

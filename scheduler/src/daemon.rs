@@ -1,4 +1,5 @@
-//! The daemon's life: it takes ownership of the region (one daemon per region, by a lock file beside it),
+//! The daemon's life: it takes ownership of the region (one daemon per region, by a lock file beside it,
+//! created as safely as the region, see [`tessera_ffi::region_open`]),
 //! opens the region and its saved configuration, re-attaches to the vGPUs already there, then runs one
 //! refill loop per device, a once-a-second reclaim of dead processes' memory, the once-a-second watch
 //! over what tenants can write (slots and the audit, see [`crate::watch`]), and the socket server.
@@ -11,10 +12,8 @@ use crate::server::Server;
 use crate::store::Store;
 use crate::{pacer, paths, watch};
 use std::fs::File;
-use std::io::{Read, Seek, Write};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -22,6 +21,8 @@ use tessera_ffi::futex::monotonic_ns;
 use tessera_ffi::reclaim::reclaim_dead;
 use tessera_ffi::region::MAX_DEVICES;
 use tessera_ffi::region_file::{Access, RegionFile};
+use tessera_ffi::region_open::checked_dir;
+use tessera_ffi::secure_fs::{self, DirKind};
 
 /// Where the daemon keeps its files, and the machine's device count.
 #[derive(Debug, Clone)]
@@ -44,7 +45,11 @@ impl Options {
     }
 }
 
-/// An exclusive `flock` on `<region>.lock`, holding the owner's pid, for as long as the daemon lives.
+/// An exclusive `flock` on `<region>.lock`, for as long as the daemon lives. The file is created `O_EXCL`
+/// beside the region, in its checked directory, and an existing one is used only if it is the daemon's
+/// user's (in the daemon's private directory, another's is replaced): holding another user's file could
+/// keep the daemon from starting. Its content is never read: who holds the lock is the kernel's record
+/// ([`secure_fs::flock_holder`]), not a pid someone wrote.
 struct OwnerLock {
     _file: File,
 }
@@ -52,26 +57,53 @@ struct OwnerLock {
 impl OwnerLock {
     fn take(region: &str) -> Result<OwnerLock, String> {
         let path = format!("{region}.lock");
+        let p = Path::new(&path);
         let fail = |e: std::io::Error| format!("daemon lock {path}: {e}");
-        let mut file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .open(&path)
-            .map_err(fail)?;
+        let dir = checked_dir(p).map_err(|e| format!("daemon lock {path}: {e}"))?;
+        if let DirKind::Foreign(owner) = dir {
+            return Err(format!(
+                "daemon lock {path}: its directory belongs to {}, who could replace the daemon's files in it; keep \
+                 the region in a directory of your own or root's (the default is)",
+                secure_fs::describe_user(owner)
+            ));
+        }
+        let replaceable = dir == DirKind::Private;
+        let mut tries = 0;
+        let file = loop {
+            tries += 1;
+            let file = match secure_fs::open_nofollow(p, false) {
+                Ok(file) => file,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => match secure_fs::create_exclusive(p, 0o600) {
+                    Ok(file) => break file,
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && tries < 3 => continue,
+                    Err(e) => return Err(fail(e)),
+                },
+                Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+                    return Err(format!(
+                        "daemon lock {path} is a symbolic link, which Tessera never follows; remove it"
+                    ));
+                }
+                Err(e) => return Err(fail(e)),
+            };
+            match secure_fs::file_problem(&file.metadata().map_err(fail)?, secure_fs::euid(), None) {
+                None => break file,
+                Some(_) if replaceable && tries < 3 => std::fs::remove_file(p).map_err(fail)?,
+                Some(problem) => {
+                    return Err(format!(
+                        "daemon lock {path} {problem}: another user may have created it to keep the daemon from \
+                         starting, so it is not used; remove it (as root), or keep the region in a directory of the \
+                         daemon's own (the default)"
+                    ));
+                }
+            }
+        };
         // SAFETY: flock on a descriptor we own; LOCK_NB makes it fail instead of waiting.
         if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-            let mut pid = String::new();
-            let _ = file.read_to_string(&mut pid);
-            let pid = if pid.trim().is_empty() { "unknown" } else { pid.trim() };
-            return Err(format!("daemon already running (pid {pid}) for region file {region}"));
+            return Err(match secure_fs::flock_holder(&file) {
+                Some(pid) => format!("daemon already running (pid {pid}) for region file {region}"),
+                None => format!("daemon already running for region file {region}: another process holds {path}"),
+            });
         }
-        file.set_len(0)
-            .and_then(|_| file.rewind())
-            .and_then(|_| writeln!(file, "{}", std::process::id()))
-            .map_err(fail)?;
         Ok(OwnerLock { _file: file })
     }
 }

@@ -1,17 +1,22 @@
 //! The daemon's unix socket: created mode 0600, so only its owner may manage vGPUs (a connection from
-//! another user is refused as well, by its credentials); a socket left by a dead daemon is replaced, one
-//! a live daemon listens on is an error naming its pid. Each connection sends JSON request lines and gets
+//! another user is refused as well, by its credentials), in a directory checked as the region's is (see
+//! [`tessera_ffi::region_open`]); a socket left by a dead daemon is replaced, one a live daemon listens on
+//! is an error naming its pid (from the kernel's credentials of the connection). A socket of another user
+//! is never connected to or removed, unless it is in the daemon's private directory, where it can only be
+//! a leftover: it is an error naming its owner. Each connection sends JSON request lines and gets
 //! one JSON response line for each.
 
 use crate::manager::Manager;
 use crate::protocol::{MAX_LINE, Request, Response};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tessera_ffi::region_open::checked_dir;
+use tessera_ffi::secure_fs::{self, DirKind};
 
 /// How long a connection may stay silent before the daemon drops it.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -33,8 +38,17 @@ pub fn peer(stream: &UnixStream) -> Option<(u32, u32)> {
     (rc == 0).then_some((cred.pid as u32, cred.uid))
 }
 
-/// Checks that nothing serves at `path` (removing a dead daemon's socket): a live daemon there is an error.
+/// Checks that nothing serves at `path` (removing a dead daemon's socket), in a directory fit for it: a
+/// live daemon there is an error, as is another user's socket outside the daemon's private directory.
 pub fn claim_path(path: &Path) -> Result<(), String> {
+    let dir = checked_dir(path).map_err(|e| format!("socket {}: {e} (or set TESSERA_SOCKET)", path.display()))?;
+    if let DirKind::Foreign(owner) = dir {
+        return Err(format!(
+            "socket {}: its directory belongs to {}; set TESSERA_SOCKET to a path in a directory of your own",
+            path.display(),
+            secure_fs::describe_user(owner)
+        ));
+    }
     let meta = match std::fs::symlink_metadata(path) {
         Ok(m) => m,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
@@ -42,6 +56,18 @@ pub fn claim_path(path: &Path) -> Result<(), String> {
     };
     if !meta.file_type().is_socket() {
         return Err(format!("{} exists and is not a socket; remove it or set TESSERA_SOCKET", path.display()));
+    }
+    if meta.uid() != secure_fs::euid() {
+        if dir == DirKind::Private {
+            return std::fs::remove_file(path)
+                .map_err(|e| format!("cannot remove the leftover socket {}: {e}", path.display()));
+        }
+        return Err(format!(
+            "socket {} belongs to {}, not to the daemon's user: another user may have created it to pose as the \
+             daemon; remove it (as root) or set TESSERA_SOCKET to a path in a directory of your own",
+            path.display(),
+            secure_fs::describe_user(meta.uid())
+        ));
     }
     match UnixStream::connect(path) {
         Ok(s) => {

@@ -1,0 +1,294 @@
+//! Creating and opening the files Tessera shares between processes of different users (the region, the
+//! vGPUs' live files, the daemon's lock) so that no other user can plant one: nothing is followed through
+//! a symbolic link, a file is created only with `O_EXCL` in a directory checked to be safe (its owner
+//! ours or root's, writable by nobody else unless sticky), a file that exists is checked by its owner,
+//! type, mode and link count before it is used, and a file that must be complete when others first see
+//! it is written under a temporary name and linked into place, never replacing anything.
+
+use std::ffi::CString;
+use std::fs::{File, Metadata};
+use std::os::fd::FromRawFd;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+
+/// This process's effective uid: whose the files it creates are.
+pub fn euid() -> u32 {
+    // SAFETY: geteuid cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// A user for messages: `uid 998 (tessera-test-b)`, or `uid 998` when the name is not in /etc/passwd.
+pub fn describe_user(uid: u32) -> String {
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+    let name = passwd.lines().find_map(|l| {
+        let mut fields = l.split(':');
+        let name = fields.next()?;
+        (fields.nth(1)?.parse::<u32>().ok()? == uid).then_some(name)
+    });
+    match name {
+        Some(n) => format!("uid {uid} ({n})"),
+        None => format!("uid {uid}"),
+    }
+}
+
+/// What a directory Tessera creates files in may be trusted with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DirKind {
+    /// Ours and writable by nobody else: whatever is in it was put there by this user (or by root), so a
+    /// file of the wrong owner in it is a leftover that may be removed.
+    Private,
+    /// Ours or root's, and either writable by nobody else or sticky (like `/tmp`): other users may add
+    /// names but not replace ours, so files are created with `O_EXCL` and existing ones are checked.
+    Trusted,
+    /// Another user's, writable by nobody else: files in it may be read, but never created.
+    Foreign(u32),
+}
+
+/// Checks the directory `dir` (not followed if it is a symbolic link): refused when it is a symbolic link,
+/// not a directory, or writable by users other than its owner without being sticky or root's or ours.
+pub fn check_dir(dir: &Path) -> Result<DirKind, String> {
+    let shown = dir.display();
+    let meta = std::fs::symlink_metadata(dir).map_err(|e| format!("directory {shown}: {e}"))?;
+    if meta.file_type().is_symlink() {
+        return Err(format!(
+            "directory {shown} is a symbolic link: Tessera keeps its files only in a real directory, which another \
+             user cannot point elsewhere; name the directory it points to instead"
+        ));
+    }
+    if !meta.is_dir() {
+        return Err(format!("{shown} is not a directory"));
+    }
+    let mode = meta.mode();
+    let others_write = mode & 0o022 != 0;
+    let sticky = mode & libc::S_ISVTX != 0;
+    let (owner, me) = (meta.uid(), euid());
+    match () {
+        () if owner == me && !others_write => Ok(DirKind::Private),
+        () if (owner == me || owner == 0) && (!others_write || sticky) => Ok(DirKind::Trusted),
+        () if !others_write => Ok(DirKind::Foreign(owner)),
+        () => Err(format!(
+            "directory {shown} (owner {}, mode {:04o}) may be written by other users and is not sticky: they \
+             could replace Tessera's files in it; use a directory only its owner may write",
+            describe_user(owner),
+            mode & 0o7777
+        )),
+    }
+}
+
+/// Creates directory `dir` with `mode` when it is missing (never through a symbolic link) and checks it is
+/// [`DirKind::Private`]: ours, not a symbolic link, writable by nobody else. Otherwise an error names it,
+/// its owner and its mode.
+pub fn ensure_private_dir(dir: &Path, mode: u32) -> Result<(), String> {
+    use std::os::unix::fs::DirBuilderExt;
+    match std::fs::DirBuilder::new().mode(mode).create(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(format!("cannot create directory {}: {e}", dir.display())),
+    }
+    match check_dir(dir)? {
+        DirKind::Private => Ok(()),
+        _ => {
+            let meta = std::fs::symlink_metadata(dir).map_err(|e| format!("directory {}: {e}", dir.display()))?;
+            Err(format!(
+                "directory {} belongs to {} with mode {:04o}, not to this user ({}) and writable only by it: \
+                 another user may have created it to take Tessera's files over; remove it (as root), or set the \
+                 path variables to a directory of your own",
+                dir.display(),
+                describe_user(meta.uid()),
+                meta.mode() & 0o7777,
+                describe_user(euid())
+            ))
+        }
+    }
+}
+
+/// Opens `path` (read-only, or read and write with `write`) without following a symbolic link and without
+/// blocking on a FIFO; close-on-exec.
+pub fn open_nofollow(path: &Path, write: bool) -> std::io::Result<File> {
+    let access = if write { libc::O_RDWR } else { libc::O_RDONLY };
+    open_raw(path, access | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC, 0)
+}
+
+/// Creates `path` with exactly `mode` (whatever the umask), failing if anything, even a dangling symbolic
+/// link, exists under that name; read and write, close-on-exec.
+pub fn create_exclusive(path: &Path, mode: u32) -> std::io::Result<File> {
+    let flags = libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    let file = open_raw(path, flags, mode)?;
+    file.set_permissions(std::fs::Permissions::from_mode(mode))?;
+    Ok(file)
+}
+
+fn open_raw(path: &Path, flags: libc::c_int, mode: u32) -> std::io::Result<File> {
+    let c = CString::new(path.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
+    // SAFETY: a NUL-terminated path; the returned descriptor, if any, is ours alone.
+    let fd = unsafe { libc::open(c.as_ptr(), flags, mode as libc::c_uint) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just opened and nothing else owns it.
+    Ok(unsafe { File::from_raw_fd(fd) })
+}
+
+/// Reopens `file`, opened at `path` read-only, for reading and writing, checking the name still leads to
+/// the same file (none swapped in meanwhile).
+pub fn reopen_writable(file: &File, path: &Path) -> std::io::Result<File> {
+    let writable = open_nofollow(path, true)?;
+    let (a, b) = (file.metadata()?, writable.metadata()?);
+    if (a.dev(), a.ino()) != (b.dev(), b.ino()) {
+        return Err(std::io::Error::other("it was replaced while being opened"));
+    }
+    Ok(writable)
+}
+
+/// What is wrong with an existing file for Tessera to use it as `owner`'s: not a regular file, another
+/// owner, more than one name (a hard link elsewhere would let its creator reach it), or a mode other
+/// than `mode`. `None` when nothing is.
+pub fn file_problem(meta: &Metadata, owner: u32, mode: Option<u32>) -> Option<String> {
+    if !meta.file_type().is_file() {
+        return Some("is not a regular file".into());
+    }
+    if meta.uid() != owner {
+        return Some(format!("belongs to {}, not to {}", describe_user(meta.uid()), describe_user(owner)));
+    }
+    if meta.nlink() != 1 {
+        return Some(format!("has {} names (hard links), not one", meta.nlink()));
+    }
+    match mode {
+        Some(m) if meta.mode() & 0o7777 != m => Some(format!("has mode {:04o}, not {m:04o}", meta.mode() & 0o7777)),
+        _ => None,
+    }
+}
+
+/// Creates `path` with `mode` complete: `fill` writes it under a temporary name (created `O_EXCL` beside
+/// it), which is then hard-linked to `path` (never replacing a file there) and removed. `Ok(None)` when
+/// `path` appeared meanwhile (another process created it first); errors name `path`.
+pub fn create_complete(
+    path: &Path,
+    mode: u32,
+    fill: impl FnOnce(&File) -> Result<(), String>,
+) -> Result<Option<File>, String> {
+    let fail = |what: &str, e: std::io::Error| format!("{}: {what}: {e}", path.display());
+    let (temp, file) = create_temporary(path, mode).map_err(|e| fail("cannot create a temporary file beside it", e))?;
+    let linked = fill(&file).and_then(|()| match std::fs::hard_link(&temp, path) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
+        Err(e) => Err(fail("cannot link it into place", e)),
+    });
+    let _ = std::fs::remove_file(&temp);
+    Ok(linked?.then_some(file))
+}
+
+/// A new file beside `path`, named after it and this process, created `O_EXCL` (another name is tried if a
+/// dead process of the same pid, or another user, left one).
+fn create_temporary(path: &Path, mode: u32) -> std::io::Result<(std::path::PathBuf, File)> {
+    let mut attempt = 0u32;
+    loop {
+        let mut name = path.as_os_str().to_owned();
+        name.push(format!(".new-{}-{attempt}", std::process::id()));
+        let temp = std::path::PathBuf::from(name);
+        match create_exclusive(&temp, mode) {
+            Ok(file) => return Ok((temp, file)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempt < 16 => attempt += 1,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// The pid holding an exclusive `flock` on `file`, from `/proc/locks` (the kernel's record, which no
+/// user can forge), when it is found and the process still exists.
+pub fn flock_holder(file: &File) -> Option<u32> {
+    let meta = file.metadata().ok()?;
+    let (major, minor) = (libc::major(meta.dev()), libc::minor(meta.dev()));
+    let locks = std::fs::read_to_string("/proc/locks").ok()?;
+    locks.lines().find_map(|line| {
+        // "1: FLOCK  ADVISORY  WRITE 1234 00:1a:5678 0 EOF"; waiters are "1: -> FLOCK ...".
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() < 6 || f[1] != "FLOCK" || f[3] != "WRITE" {
+            return None;
+        }
+        let id: Vec<&str> = f[5].split(':').collect();
+        let hex = |s: &str| u32::from_str_radix(s, 16).ok();
+        let same = id.len() == 3
+            && hex(id[0]) == Some(major)
+            && hex(id[1]) == Some(minor)
+            && id[2].parse::<u64>().ok() == Some(meta.ino());
+        let pid = f[4].parse::<u32>().ok().filter(|&p| p != 0)?;
+        (same && Path::new(&format!("/proc/{pid}")).exists()).then_some(pid)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(tag: &str) -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!("tessera-securefs-{}-{tag}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        d
+    }
+
+    #[test]
+    fn directories_are_classified_and_symbolic_links_refused() {
+        let d = scratch("dirs");
+        ensure_private_dir(&d, 0o711).unwrap();
+        assert_eq!(std::fs::symlink_metadata(&d).unwrap().mode() & 0o7777, 0o711);
+        assert_eq!(check_dir(&d), Ok(DirKind::Private));
+        let link = d.with_extension("link");
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&d, &link).unwrap();
+        let e = ensure_private_dir(&link, 0o711).unwrap_err();
+        assert!(e.contains("symbolic link") && e.contains(link.to_str().unwrap()), "{e}");
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let e = check_dir(&d).unwrap_err();
+        assert!(e.contains("not sticky") && e.contains("0777"), "{e}");
+        let e = ensure_private_dir(&d, 0o711).unwrap_err();
+        assert!(e.contains("not sticky"), "{e}");
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        assert_eq!(check_dir(&d), Ok(DirKind::Trusted));
+        std::fs::remove_file(&link).unwrap();
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn files_are_created_complete_and_never_replaced() {
+        let d = scratch("create");
+        ensure_private_dir(&d, 0o700).unwrap();
+        let path = d.join("f");
+        let made =
+            create_complete(&path, 0o644, |f| std::io::Write::write_all(&mut &*f, b"whole").map_err(|e| e.to_string()));
+        let file = made.unwrap().expect("created");
+        assert_eq!(std::fs::read(&path).unwrap(), b"whole");
+        assert_eq!(file_problem(&file.metadata().unwrap(), euid(), Some(0o644)), None);
+        let again =
+            create_complete(&path, 0o644, |f| std::io::Write::write_all(&mut &*f, b"other").map_err(|e| e.to_string()));
+        assert!(again.unwrap().is_none(), "an existing file is never replaced");
+        assert_eq!(std::fs::read(&path).unwrap(), b"whole");
+        assert_eq!(std::fs::read_dir(&d).unwrap().count(), 1, "no temporary file is left");
+        // A symbolic link is neither followed nor replaced.
+        let link = d.join("l");
+        std::os::unix::fs::symlink(&path, &link).unwrap();
+        assert_eq!(open_nofollow(&link, false).unwrap_err().raw_os_error(), Some(libc::ELOOP));
+        assert_eq!(create_exclusive(&link, 0o600).unwrap_err().kind(), std::io::ErrorKind::AlreadyExists);
+        // A second name is a problem, as another owner or mode is.
+        std::fs::hard_link(&path, d.join("h")).unwrap();
+        let meta = std::fs::metadata(&path).unwrap();
+        assert!(file_problem(&meta, euid(), None).unwrap().contains("2 names"));
+        assert!(file_problem(&meta, euid() + 1, None).unwrap().contains("belongs to"));
+        std::fs::remove_file(d.join("h")).unwrap();
+        let meta = std::fs::metadata(&path).unwrap();
+        assert!(file_problem(&meta, euid(), Some(0o600)).unwrap().contains("mode 0644"));
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn the_holder_of_a_lock_is_read_from_the_kernel() {
+        let d = scratch("lock");
+        ensure_private_dir(&d, 0o700).unwrap();
+        let file = create_exclusive(&d.join("lock"), 0o600).unwrap();
+        assert_eq!(flock_holder(&file), None);
+        let _held = crate::flock::FileLock::new(&file).unwrap();
+        assert_eq!(flock_holder(&file), Some(std::process::id()));
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}
