@@ -1,0 +1,243 @@
+//! Kill storms: six processes churn `cuMemAlloc`/`cuMemFree` of 1-256 MiB on one 4 GiB vGPU whose
+//! contexts cost 500 MiB each, and one of them, chosen at random, is SIGKILLed every 1-8 ms and replaced at
+//! once — on a vGPU the daemon manages and on one shared without a daemon. Throughout, the vGPU's usage
+//! and the device memory the simulated driver really gave its live processes stay within the quota; at the
+//! end, once every process is gone and a reclaim ran, nothing is charged and no process slot is left
+//! claimed. Also: a process that cannot open `/proc` (at its descriptor limit) never takes its live peers
+//! for dead.
+
+mod common;
+
+use common::tessera::Machine;
+use common::{GIB, MIB, Sim, at, finish, first_line, u64_at};
+use std::collections::HashSet;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+use tessera_ffi::reclaim;
+use tessera_ffi::region::{VgpuSlot, encode_name};
+use tessera_ffi::region_file::{Access, RegionFile};
+
+/// The vGPU's quota.
+const QUOTA: u64 = 4 * GIB;
+/// What a context costs on the simulated device.
+const CONTEXT: &str = "500MiB";
+/// Processes churning at once.
+const TENANTS: usize = 6;
+/// SIGKILLs per storm (two storms: 1,600 in all, counting the final ones).
+const KILLS: usize = 790;
+
+/// The vGPU's records as its processes share them: the region file mapped (and for a vGPU the daemon
+/// manages, its live file over the slot, as a joining process maps it).
+struct View {
+    file: RegionFile,
+    index: usize,
+}
+
+impl View {
+    /// Maps the region at `path` once it exists, and finds vGPU `name` in it.
+    fn open(path: &str, name: &str, managed: bool) -> View {
+        let encoded = encode_name(name).expect("a vGPU name");
+        let file = common::region::wait_for("the region file", Duration::from_secs(20), || {
+            std::path::Path::new(path).exists().then(|| RegionFile::open_as(path, Access::Joiner).ok()).flatten()
+        });
+        let index = common::region::wait_for(&format!("vGPU {name:?}"), Duration::from_secs(20), || {
+            file.lock().expect("lock the region").find(&encoded)
+        });
+        if managed {
+            file.map_live(index, None).expect("map the vGPU's live file");
+        }
+        View { file, index }
+    }
+
+    fn vgpu(&self) -> &VgpuSlot {
+        &self.file.region().vgpus[self.index]
+    }
+
+    /// Process slots that hold something or are claimed, described for a failure message (empty when the
+    /// vGPU is clean: every slot free, or a dead process's holding nothing).
+    fn leftovers(&self) -> Vec<String> {
+        let v = self.vgpu();
+        v.live
+            .procs
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| {
+                let pid = p.pid.load(Ordering::Acquire);
+                let (used, pending) = (p.used[0].load(Ordering::Acquire), p.pending.load(Ordering::Acquire));
+                (reclaim::is_tag(pid) || used != 0 || pending != 0)
+                    .then(|| format!("slot {i}: pid word {pid:#x}, used {used}, pending {pending}"))
+            })
+            .collect()
+    }
+}
+
+/// What the storm saw at its worst.
+#[derive(Debug, Default)]
+struct Worst {
+    used: u64,
+    real: u64,
+    samples: u64,
+}
+
+/// Device memory the simulated driver has given the processes in `live` on device 0.
+fn really_allocated(state: &simgpu::SharedState, live: &HashSet<u32>) -> u64 {
+    state
+        .processes()
+        .filter(|p| live.contains(&p.pid.load(Ordering::Acquire)))
+        .map(|p| p.memory[0].load(Ordering::Acquire))
+        .sum()
+}
+
+/// A small xorshift generator: the storm's instants and victims (its seed is printed on failure).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self, below: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % below
+    }
+}
+
+/// Runs a storm: `TENANTS` processes from `spawn`, one SIGKILLed every 1-8 ms and replaced, `KILLS`
+/// times, sampling the vGPU's usage and the driver's allocations before every kill; then kills the rest.
+/// Returns what it saw at its worst.
+fn storm(sim: &Sim, view: &View, spawn: impl Fn() -> Child) -> Worst {
+    let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64 | 1;
+    let mut rng = Rng(seed);
+    let mut tenants: Vec<Child> = (0..TENANTS).map(|_| spawn()).collect();
+    // The driver's state file exists once a process has started on the simulated GPU.
+    let state = common::region::wait_for("the simulated driver's state", Duration::from_secs(20), || {
+        let config = simgpu::Config::from_lookup(|k| sim.var(k).map(str::to_string)).ok()?;
+        std::path::Path::new(sim.var("SIMGPU_STATE")?)
+            .exists()
+            .then(|| simgpu::SharedState::open(&config, false).ok())?
+    });
+    let mut worst = Worst::default();
+    for _ in 0..KILLS {
+        let live: HashSet<u32> = tenants.iter().map(Child::id).collect();
+        let used = view.vgpu().used(0);
+        let real = really_allocated(&state, &live);
+        worst = Worst { used: worst.used.max(used), real: worst.real.max(real), samples: worst.samples + 1 };
+        assert!(used <= QUOTA, "the vGPU's usage ({used}) passed its quota ({QUOTA}); seed {seed}");
+        assert!(
+            real <= QUOTA,
+            "the driver gave the vGPU's processes {real} bytes, over the quota ({QUOTA}); seed {seed}"
+        );
+        let victim = &mut tenants[rng.next(TENANTS as u64) as usize];
+        victim.kill().expect("SIGKILL");
+        victim.wait().expect("reap");
+        *victim = spawn();
+        std::thread::sleep(Duration::from_micros(1000 + rng.next(7001)));
+    }
+    for mut t in tenants {
+        t.kill().expect("SIGKILL");
+        t.wait().expect("reap");
+    }
+    worst
+}
+
+/// The storm's churning process: quiet, with nothing to read or write.
+fn quiet(mut cmd: Command) -> Child {
+    cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).env("TESSERA_LOG", "error");
+    cmd.spawn().expect("spawn a churning process")
+}
+
+const CHURN: &[&str] = &["churn", "--min", "1MiB", "--max", "256MiB"];
+
+#[test]
+fn a_kill_storm_on_a_managed_vgpu_leaks_nothing_and_never_overshoots() {
+    let mut m = Machine::new("killstorm", "small");
+    let sim = std::mem::replace(&mut m.sim, Sim::new("placeholder"));
+    m.sim = sim.with("SIMGPU_MEMORY", "16GiB").with("SIMGPU_CONTEXT_MEMORY", CONTEXT);
+    m.start();
+    m.ok(&["vgpu", "create", "storm", "--device", "0", "--memory", "4GiB", "--share", "50"]);
+    let region = m.region().to_string_lossy().into_owned();
+    let view = View::open(&region, "storm", true);
+    let worst = storm(&m.sim, &view, || quiet(m.tenant("storm", CHURN)));
+    eprintln!("managed storm: {worst:?}");
+    // The daemon is killed before its tenants' slots are reclaimed: the restarted one must find them.
+    m.kill_daemon();
+    assert!(view.vgpu().attached().count() > 0, "dead tenants' slots are left for the restarted daemon");
+    m.start();
+    common::region::wait_for("the restarted daemon to reclaim every dead tenant", Duration::from_secs(20), || {
+        view.leftovers().is_empty().then_some(())
+    });
+    assert_eq!(view.vgpu().used(0), 0);
+    assert_eq!(m.show("storm")["used"].as_u64(), Some(0));
+    // Nothing left charged: the quota can be lowered to what a new process needs.
+    m.ok(&["vgpu", "set", "storm", "--memory", "1GiB"]);
+}
+
+#[test]
+fn a_kill_storm_on_a_vgpu_without_daemon_leaks_nothing_and_never_overshoots() {
+    let region = common::region::TestRegion::new("killstorm");
+    let sim = Sim::new("killstorm")
+        .with_shim()
+        .with("SIMGPU_DEVICES", "small")
+        .with("SIMGPU_MEMORY", "16GiB")
+        .with("SIMGPU_CONTEXT_MEMORY", CONTEXT)
+        .with("TESSERA_REGION", region.path())
+        .with("TESSERA_VGPU", "storm")
+        .with("TESSERA_MEMORY_LIMIT", "4GiB");
+    // A first process creates the region and the vGPU with its limit.
+    sim.ok(&["mem-info"]);
+    let view = View::open(region.path(), "storm", false);
+    let worst = storm(&sim, &view, || quiet(sim.command(CHURN)));
+    eprintln!("storm without daemon: {worst:?}");
+    // A last process joining reclaims every dead one (and exits cleanly, giving back its own context).
+    let last = sim.run(&["mem-info"]);
+    assert!(last.success, "{}", last.stderr);
+    assert_eq!(u64_at(&last.json, "total"), QUOTA, "{}", last.json);
+    assert_eq!(view.leftovers(), Vec::<String>::new(), "nothing charged, no slot left claimed");
+    assert_eq!(view.vgpu().used(0), 0);
+}
+
+#[test]
+fn a_process_at_its_descriptor_limit_never_takes_live_peers_for_dead() {
+    let region = common::region::TestRegion::new("emfile");
+    let sim = Sim::new("emfile")
+        .with_shim()
+        .with("SIMGPU_DEVICES", "small")
+        .with("TESSERA_REGION", region.path())
+        .with("TESSERA_VGPU", "fds")
+        .with("TESSERA_MEMORY_LIMIT", "1GiB")
+        .with("TESSERA_LOG", "error");
+    // Two live peers hold 128 MiB contexts and 256 MiB each: 256 MiB of the quota is left.
+    let peers: Vec<Child> = (0..2)
+        .map(|_| {
+            let mut p = sim.spawn(&["alloc", "--bytes", "256MiB"]);
+            assert_eq!(at(&first_line(&mut p), "allocated"), true);
+            p
+        })
+        .collect();
+    let view = View::open(region.path(), "fds", false);
+    let held = view.vgpu().used(0);
+    assert_eq!(held, 2 * (128 + 256) * MIB);
+    // A process without a descriptor to spare asks for blocks only the peers' memory could make room for:
+    // every refusal makes it look for dead processes, and /proc cannot be read.
+    let mut churner =
+        sim.command(&["churn", "--min", "257MiB", "--max", "512MiB", "--seconds", "2", "--exhaust-fds", "1"]);
+    let mut churner = churner.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let ready = first_line(&mut churner);
+    assert!(u64_at(&ready, "fds_opened") > 0, "{ready}");
+    let state = sim.driver_state();
+    let live: HashSet<u32> = peers.iter().map(Child::id).chain([churner.id()]).collect();
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < deadline {
+        let real = really_allocated(&state, &live);
+        assert!(real <= GIB, "the driver gave the vGPU's processes {real} bytes, over its 1 GiB quota");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let out = churner.wait_with_output().expect("the churning process");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report = common::finished(out).json;
+    assert_eq!(u64_at(&report, "granted"), 0, "only the peers' memory could have held a block: {report}");
+    assert!(u64_at(&report, "refused") > 0, "{report}");
+    assert_eq!(view.vgpu().used(0), held, "the live peers keep what they hold");
+    for p in peers {
+        finish(p);
+    }
+}
