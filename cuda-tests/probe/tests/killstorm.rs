@@ -12,7 +12,8 @@ use common::tessera::Machine;
 use common::{GIB, MIB, Sim, at, finish, first_line, u64_at};
 use std::collections::HashSet;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::Ordering;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use tessera_ffi::reclaim;
 use tessera_ffi::region::{VgpuSlot, encode_name};
@@ -102,40 +103,62 @@ impl Rng {
 }
 
 /// Runs a storm: `TENANTS` processes from `spawn`, one SIGKILLed every 1-8 ms and replaced, `KILLS`
-/// times, sampling the vGPU's usage and the driver's allocations before every kill; then kills the rest.
-/// Returns what it saw at its worst.
+/// times, then the rest killed. A watcher samples the vGPU's usage and what the driver gave its live
+/// processes all along, each sample while no process is being killed (a sample never mixes a process's
+/// memory, as the driver still shows it, with the room its death gave the others). Returns what it saw
+/// at its worst.
 fn storm(sim: &Sim, view: &View, spawn: impl Fn() -> Child) -> Worst {
     let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64 | 1;
     let mut rng = Rng(seed);
-    let mut tenants: Vec<Child> = (0..TENANTS).map(|_| spawn()).collect();
-    // The driver's state file exists once a process has started on the simulated GPU.
-    let state = common::region::wait_for("the simulated driver's state", Duration::from_secs(20), || {
-        let config = simgpu::Config::from_lookup(|k| sim.var(k).map(str::to_string)).ok()?;
-        std::path::Path::new(sim.var("SIMGPU_STATE")?)
-            .exists()
-            .then(|| simgpu::SharedState::open(&config, false).ok())?
+    let config = simgpu::Config::from_lookup(|k| sim.var(k).map(str::to_string)).expect("SIMGPU_* settings");
+    let state = simgpu::SharedState::open(&config, false).expect("the simulated driver's state");
+    let tenants: Mutex<Vec<Child>> = Mutex::new((0..TENANTS).map(|_| spawn()).collect());
+    let done = AtomicBool::new(false);
+    let worst = std::thread::scope(|scope| {
+        let watcher = scope.spawn(|| {
+            let mut worst = Worst::default();
+            while !done.load(Ordering::Acquire) {
+                {
+                    let tenants = tenants.lock().unwrap();
+                    let live: HashSet<u32> = tenants.iter().map(Child::id).collect();
+                    let used = view.vgpu().used(0);
+                    let real = really_allocated(&state, &live);
+                    worst =
+                        Worst { used: worst.used.max(used), real: worst.real.max(real), samples: worst.samples + 1 };
+                }
+                if worst.used > QUOTA || worst.real > QUOTA {
+                    break;
+                }
+                std::thread::sleep(Duration::from_micros(100));
+            }
+            worst
+        });
+        for _ in 0..KILLS {
+            let i = rng.next(TENANTS as u64) as usize;
+            {
+                let mut tenants = tenants.lock().unwrap();
+                tenants[i].kill().expect("SIGKILL");
+                tenants[i].wait().expect("reap");
+            }
+            let next = spawn();
+            tenants.lock().unwrap()[i] = next;
+            std::thread::sleep(Duration::from_micros(1000 + rng.next(7001)));
+            if watcher.is_finished() {
+                break;
+            }
+        }
+        done.store(true, Ordering::Release);
+        watcher.join().unwrap()
     });
-    let mut worst = Worst::default();
-    for _ in 0..KILLS {
-        let live: HashSet<u32> = tenants.iter().map(Child::id).collect();
-        let used = view.vgpu().used(0);
-        let real = really_allocated(&state, &live);
-        worst = Worst { used: worst.used.max(used), real: worst.real.max(real), samples: worst.samples + 1 };
-        assert!(used <= QUOTA, "the vGPU's usage ({used}) passed its quota ({QUOTA}); seed {seed}");
-        assert!(
-            real <= QUOTA,
-            "the driver gave the vGPU's processes {real} bytes, over the quota ({QUOTA}); seed {seed}"
-        );
-        let victim = &mut tenants[rng.next(TENANTS as u64) as usize];
-        victim.kill().expect("SIGKILL");
-        victim.wait().expect("reap");
-        *victim = spawn();
-        std::thread::sleep(Duration::from_micros(1000 + rng.next(7001)));
-    }
-    for mut t in tenants {
+    for mut t in tenants.into_inner().unwrap() {
         t.kill().expect("SIGKILL");
         t.wait().expect("reap");
     }
+    assert!(worst.used <= QUOTA, "the vGPU's usage passed its quota ({QUOTA}): {worst:?}; seed {seed}");
+    assert!(
+        worst.real <= QUOTA,
+        "the driver gave the vGPU's processes more than the quota ({QUOTA}): {worst:?}; seed {seed}"
+    );
     worst
 }
 
