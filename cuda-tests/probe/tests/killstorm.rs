@@ -107,12 +107,12 @@ impl Rng {
 /// processes all along, each sample while no process is being killed (a sample never mixes a process's
 /// memory, as the driver still shows it, with the room its death gave the others). Returns what it saw
 /// at its worst.
-fn storm(sim: &Sim, view: &View, spawn: impl Fn() -> Child) -> Worst {
+fn storm(sim: &Sim, view: &View, spawn: impl Fn(&[&str]) -> Child) -> Worst {
     let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64 | 1;
     let mut rng = Rng(seed);
     let config = simgpu::Config::from_lookup(|k| sim.var(k).map(str::to_string)).expect("SIMGPU_* settings");
     let state = simgpu::SharedState::open(&config, false).expect("the simulated driver's state");
-    let tenants: Mutex<Vec<Child>> = Mutex::new((0..TENANTS).map(|_| spawn()).collect());
+    let tenants: Mutex<Vec<Child>> = Mutex::new((0..TENANTS).map(|i| spawn(CHURN[i % 2])).collect());
     let done = AtomicBool::new(false);
     let worst = std::thread::scope(|scope| {
         let watcher = scope.spawn(|| {
@@ -136,12 +136,13 @@ fn storm(sim: &Sim, view: &View, spawn: impl Fn() -> Child) -> Worst {
         for _ in 0..KILLS {
             let i = rng.next(TENANTS as u64) as usize;
             {
+                // The victim leaves the live set as it dies: the driver may still show its memory for a while,
+                // after its room went to others.
                 let mut tenants = tenants.lock().unwrap();
                 tenants[i].kill().expect("SIGKILL");
                 tenants[i].wait().expect("reap");
+                tenants[i] = spawn(CHURN[rng.next(2) as usize]);
             }
-            let next = spawn();
-            tenants.lock().unwrap()[i] = next;
             std::thread::sleep(Duration::from_micros(1000 + rng.next(7001)));
             if watcher.is_finished() {
                 break;
@@ -168,7 +169,10 @@ fn quiet(mut cmd: Command) -> Child {
     cmd.spawn().expect("spawn a churning process")
 }
 
-const CHURN: &[&str] = &["churn", "--min", "1MiB", "--max", "256MiB"];
+/// What churning processes run: half of them 256 MiB blocks (which keep the quota contended: six
+/// contexts and six such blocks do not fit), half random sizes from 1 MiB to 256 MiB.
+const CHURN: [&[&str]; 2] =
+    [&["churn", "--min", "256MiB", "--max", "256MiB"], &["churn", "--min", "1MiB", "--max", "256MiB"]];
 
 #[test]
 fn a_kill_storm_on_a_managed_vgpu_leaks_nothing_and_never_overshoots() {
@@ -179,7 +183,7 @@ fn a_kill_storm_on_a_managed_vgpu_leaks_nothing_and_never_overshoots() {
     m.ok(&["vgpu", "create", "storm", "--device", "0", "--memory", "4GiB", "--share", "50"]);
     let region = m.region().to_string_lossy().into_owned();
     let view = View::open(&region, "storm", true);
-    let worst = storm(&m.sim, &view, || quiet(m.tenant("storm", CHURN)));
+    let worst = storm(&m.sim, &view, |args| quiet(m.tenant("storm", args)));
     eprintln!("managed storm: {worst:?}");
     // The daemon is killed before its tenants' slots are reclaimed: the restarted one must find them.
     m.kill_daemon();
@@ -205,15 +209,21 @@ fn a_kill_storm_on_a_vgpu_without_daemon_leaks_nothing_and_never_overshoots() {
         .with("TESSERA_REGION", region.path())
         .with("TESSERA_VGPU", "storm")
         .with("TESSERA_MEMORY_LIMIT", "4GiB");
-    // A first process creates the region and the vGPU with its limit.
-    sim.ok(&["mem-info"]);
+    // A process attached throughout (holding its context): the vGPU is never idle, so its usage is never
+    // started over on joining, and whatever the storm leaked would stay.
+    let mut anchor = sim.spawn(&["quota-race", "--chunk", "1MiB", "--count", "0"]);
+    assert_eq!(at(&first_line(&mut anchor), "ready"), true);
     let view = View::open(region.path(), "storm", false);
-    let worst = storm(&sim, &view, || quiet(sim.command(CHURN)));
+    let context = view.vgpu().used(0);
+    assert_eq!(context, 500 * MIB);
+    let worst = storm(&sim, &view, |args| quiet(sim.command(args)));
     eprintln!("storm without daemon: {worst:?}");
     // A last process joining reclaims every dead one (and exits cleanly, giving back its own context).
     let last = sim.run(&["mem-info"]);
     assert!(last.success, "{}", last.stderr);
     assert_eq!(u64_at(&last.json, "total"), QUOTA, "{}", last.json);
+    assert_eq!(view.vgpu().used(0), context, "only the anchor's context is left");
+    finish(anchor);
     assert_eq!(view.leftovers(), Vec::<String>::new(), "nothing charged, no slot left claimed");
     assert_eq!(view.vgpu().used(0), 0);
 }
