@@ -132,7 +132,7 @@ pub fn own_tag() -> Option<u32> {
 
 /// The claiming tag of process `pid` started at `start`; `None` for a pid no Linux process can have.
 pub fn claim_tag(pid: u32, start: u64) -> Option<u32> {
-    (pid != 0 && pid <= PID_MASK).then(|| CLAIMING | ((start as u32 & START_MASK) << PID_BITS) | pid)
+    (pid != 0 && pid <= PID_MASK).then_some(CLAIMING | ((start as u32 & START_MASK) << PID_BITS) | pid)
 }
 
 /// True when `word` (a slot's `pid`, or [`crate::region::VgpuLive::measuring`]) is a claiming tag.
@@ -196,12 +196,16 @@ pub fn clear(p: &ProcSlot, vgpu: &VgpuSlot) {
         p.used[d].store(0, Ordering::SeqCst);
     }
     p.pending.store(0, Ordering::SeqCst);
-    let inflight = p.inflight_ns.swap(0, Ordering::AcqRel).max(0);
+    // Out of the window before out of the slot: a clearer killed in between leaves the slot's share for
+    // whoever takes over to subtract again (at worst a window briefly wider, as it stops at zero), rather
+    // than a share no slot records any more, which would narrow the vGPU's window for good.
+    let inflight = p.inflight_ns.load(Ordering::Acquire).max(0);
     let _ = vgpu
         .live
         .sched
         .inflight_ns
         .fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| Some(w.saturating_sub(inflight).max(0)));
+    p.inflight_ns.store(0, Ordering::Release);
     p.soft.reset(0, 0);
     p.flags.store(0, Ordering::Relaxed);
     p.start_time.store(0, Ordering::Relaxed);
