@@ -123,16 +123,18 @@ fn charge_new(
     let h = handle();
     let cost = measure.finish(d);
     reg.cost[d] = Some(cost);
-    if let Some(turn) = turn {
-        q.publish_context_cost(d, cost);
-        drop(turn);
-    }
-    if let Err(e) = q.adjust(d, held, cost, WHAT) {
+    let adjusted = q.adjust(d, held, cost, WHAT);
+    if adjusted.is_err() {
         undo();
         q.release(d, held);
-        return Err(e);
     }
-    Ok((h, cost))
+    // Published once the headroom is given back, so that the processes waiting for the cost find the room
+    // this measurement did not need.
+    if turn.is_some() {
+        q.publish_context_cost(d, cost);
+    }
+    drop(turn);
+    adjusted.map(|()| (h, cost))
 }
 
 /// Gives back what a destroyed context owned: its allocations and arrays (the driver freed them).

@@ -25,7 +25,7 @@ const QUOTA: u64 = 4 * GIB;
 const CONTEXT: &str = "500MiB";
 /// Processes churning at once.
 const TENANTS: usize = 6;
-/// SIGKILLs per storm (two storms: 1,600 in all, counting the final ones).
+/// SIGKILLs per storm, besides the final six (two storms: 1,592 in all).
 const KILLS: usize = 790;
 
 /// The vGPU's records as its processes share them: the region file mapped (and for a vGPU the daemon
@@ -102,17 +102,29 @@ impl Rng {
     }
 }
 
+/// Churning processes, SIGKILLed and reaped when dropped (also when a check fails).
+struct Tenants(Vec<Child>);
+
+impl Drop for Tenants {
+    fn drop(&mut self) {
+        for t in &mut self.0 {
+            let _ = t.kill();
+            let _ = t.wait();
+        }
+    }
+}
+
 /// Runs a storm: `TENANTS` processes from `spawn`, one SIGKILLed every 1-8 ms and replaced, `KILLS`
-/// times, then the rest killed. A watcher samples the vGPU's usage and what the driver gave its live
+/// times; returns the processes still churning. A watcher samples the vGPU's usage and what the driver gave its live
 /// processes all along, each sample while no process is being killed (a sample never mixes a process's
-/// memory, as the driver still shows it, with the room its death gave the others). Returns what it saw
-/// at its worst.
-fn storm(sim: &Sim, view: &View, spawn: impl Fn(&[&str]) -> Child) -> Worst {
+/// memory, as the driver still shows it, with the room its death gave the others), and fails the test if
+/// either passed the quota.
+fn storm(sim: &Sim, view: &View, spawn: impl Fn(&[&str]) -> Child) -> Tenants {
     let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64 | 1;
     let mut rng = Rng(seed);
     let config = simgpu::Config::from_lookup(|k| sim.var(k).map(str::to_string)).expect("SIMGPU_* settings");
     let state = simgpu::SharedState::open(&config, false).expect("the simulated driver's state");
-    let tenants: Mutex<Vec<Child>> = Mutex::new((0..TENANTS).map(|i| spawn(CHURN[i % 2])).collect());
+    let tenants = Mutex::new(Tenants((0..TENANTS).map(|i| spawn(CHURN[i % 2])).collect()));
     let done = AtomicBool::new(false);
     let worst = std::thread::scope(|scope| {
         let watcher = scope.spawn(|| {
@@ -120,7 +132,7 @@ fn storm(sim: &Sim, view: &View, spawn: impl Fn(&[&str]) -> Child) -> Worst {
             while !done.load(Ordering::Acquire) {
                 {
                     let tenants = tenants.lock().unwrap();
-                    let live: HashSet<u32> = tenants.iter().map(Child::id).collect();
+                    let live: HashSet<u32> = tenants.0.iter().map(Child::id).collect();
                     let used = view.vgpu().used(0);
                     let real = really_allocated(&state, &live);
                     worst =
@@ -139,9 +151,9 @@ fn storm(sim: &Sim, view: &View, spawn: impl Fn(&[&str]) -> Child) -> Worst {
                 // The victim leaves the live set as it dies: the driver may still show its memory for a while,
                 // after its room went to others.
                 let mut tenants = tenants.lock().unwrap();
-                tenants[i].kill().expect("SIGKILL");
-                tenants[i].wait().expect("reap");
-                tenants[i] = spawn(CHURN[rng.next(2) as usize]);
+                tenants.0[i].kill().expect("SIGKILL");
+                tenants.0[i].wait().expect("reap");
+                tenants.0[i] = spawn(CHURN[rng.next(2) as usize]);
             }
             std::thread::sleep(Duration::from_micros(1000 + rng.next(7001)));
             if watcher.is_finished() {
@@ -151,16 +163,14 @@ fn storm(sim: &Sim, view: &View, spawn: impl Fn(&[&str]) -> Child) -> Worst {
         done.store(true, Ordering::Release);
         watcher.join().unwrap()
     });
-    for mut t in tenants.into_inner().unwrap() {
-        t.kill().expect("SIGKILL");
-        t.wait().expect("reap");
-    }
+    let tenants = tenants.into_inner().unwrap();
     assert!(worst.used <= QUOTA, "the vGPU's usage passed its quota ({QUOTA}): {worst:?}; seed {seed}");
     assert!(
         worst.real <= QUOTA,
         "the driver gave the vGPU's processes more than the quota ({QUOTA}): {worst:?}; seed {seed}"
     );
-    worst
+    eprintln!("storm: {worst:?}");
+    tenants
 }
 
 /// The storm's churning process: quiet, with nothing to read or write.
@@ -183,10 +193,10 @@ fn a_kill_storm_on_a_managed_vgpu_leaks_nothing_and_never_overshoots() {
     m.ok(&["vgpu", "create", "storm", "--device", "0", "--memory", "4GiB", "--share", "50"]);
     let region = m.region().to_string_lossy().into_owned();
     let view = View::open(&region, "storm", true);
-    let worst = storm(&m.sim, &view, |args| quiet(m.tenant("storm", args)));
-    eprintln!("managed storm: {worst:?}");
-    // The daemon is killed before its tenants' slots are reclaimed: the restarted one must find them.
+    let tenants = storm(&m.sim, &view, |args| quiet(m.tenant("storm", args)));
+    // The daemon is killed before the last tenants: the restarted one must find their slots and reclaim them.
     m.kill_daemon();
+    drop(tenants);
     assert!(view.vgpu().attached().count() > 0, "dead tenants' slots are left for the restarted daemon");
     m.start();
     common::region::wait_for("the restarted daemon to reclaim every dead tenant", Duration::from_secs(20), || {
@@ -216,8 +226,7 @@ fn a_kill_storm_on_a_vgpu_without_daemon_leaks_nothing_and_never_overshoots() {
     let view = View::open(region.path(), "storm", false);
     let context = view.vgpu().used(0);
     assert_eq!(context, 500 * MIB);
-    let worst = storm(&sim, &view, |args| quiet(sim.command(args)));
-    eprintln!("storm without daemon: {worst:?}");
+    drop(storm(&sim, &view, |args| quiet(sim.command(args))));
     // A last process joining reclaims every dead one (and exits cleanly, giving back its own context).
     let last = sim.run(&["mem-info"]);
     assert!(last.success, "{}", last.stderr);
