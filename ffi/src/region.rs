@@ -35,8 +35,8 @@
 //! - contexts: `context_cost[dev]` is what a context costs on the device as the vGPU's first measurement
 //!   found it ([`context_cost`] encodes it), reserved before every later context is created. While it is
 //!   unknown, first contexts are created one at a time: the process whose tag is in `measuring` (CAS from 0)
-//!   holds the remaining headroom (up to a cap) reserved while it creates and measures one, publishes the
-//!   cost, keeps exactly that, and clears `measuring`; a measurer found dead is taken over by tag.
+//!   holds the remaining headroom (up to a cap) reserved while it creates and measures one, keeps exactly
+//!   the cost reserved, publishes it and clears `measuring`; a measurer found dead is taken over by tag.
 //! - compute shares (see [`Sched`]): a launch takes `tokens` (nanoseconds of device time) with one atomic
 //!   subtraction when `tokens > 0`, the `inflight_ns` window allows it, the vGPU is not suspended and no
 //!   higher-priority vGPU is active on its device; otherwise it sleeps on the `epoch` futex word, counted in

@@ -13,8 +13,8 @@
 //!   which is still measured, the reservation then moved to what it really cost;
 //! - while no process of the vGPU knows the cost, one at a time across the vGPU: the measuring process
 //!   holds all the room left in the quota (up to [`MEASURE_HEADROOM`]) while it creates and measures its
-//!   context, publishes the cost, and keeps exactly that. Only a context that the whole room left cannot
-//!   hold exists, for as long as it takes to destroy it again, beyond the quota.
+//!   context, keeps exactly its cost reserved, then publishes the cost. Only a context that the whole room
+//!   left cannot hold exists, for as long as it takes to destroy it again, beyond the quota.
 //!
 //! A destroyed context (`cuCtxDestroy`, or a primary context released for the last time or reset) frees
 //! everything allocated in it, so its cost and its allocations go back to the quota.
