@@ -2,7 +2,7 @@
 //! scheduler, its compute share). A binary protocol between processes that may run different Tessera
 //! versions: the header's magic, version and layout size are checked on every open.
 //!
-//! Layout version 6: a header, the daemon's record and one scheduling record per device, then
+//! Layout version 7: a header, the daemon's record and one scheduling record per device, then
 //! [`MAX_VGPUS`] vGPU slots, each two [`AREA`]s: its [`VgpuConfig`] (name, quota, share, priority, flags)
 //! and its [`VgpuLive`] state (usage, the compute-share token bucket, the [`Pager`] requests of soft
 //! memory mode, its processes' slots with their [`SoftStats`], and the [`Timeline`] of its finished
@@ -19,12 +19,24 @@
 //! - what a process holds is recorded in its [`ProcSlot`] alone, the one source of truth: a vGPU's usage
 //!   on a device is the sum of its process slots' `used` ([`VgpuSlot::used`]), so a process killed at any
 //!   instruction leaves nothing charged that its slot does not show, and freeing its slot gives all of it
-//!   back. A reservation adds to the process's own `used` first (sequentially consistent), then sums the
-//!   slots below `procs_hwm`: over the limit, it takes its addition back and is refused. Of two racing
-//!   reservations the later adder always sees the earlier, so processes sharing a quota never overshoot it;
-//! - a process slot is claimed by a CAS of `pid` from 0 to a claiming tag, `procs_hwm` raised past it,
-//!   filled, then published by storing the owner's pid; whoever finds the owner dead (pid and start time no
-//!   longer match a live process) CASes `pid` to a claiming tag, zeroes the slot and frees it.
+//!   back. A reservation first adds its bytes to its slot's `pending` (sequentially consistent), then sums
+//!   `pending` and `used[dev]` of the slots below `procs_hwm` ([`VgpuSlot::charged`], each slot's `pending`
+//!   read before its `used`); within the limit it adds the bytes to `used[dev]` and only then takes them
+//!   out of `pending`, otherwise it takes them out and is refused. Of two racing reservations the later
+//!   adder always sees the earlier, so the `used` of a vGPU's slots never sum past its limit, not even for
+//!   an instant, and a process killed mid-reservation leaves only `pending` bytes, counted against new
+//!   reservations until its slot is reclaimed and never as usage;
+//! - a process slot is claimed by a CAS of `pid` from 0 to the claimer's tag
+//!   ([`crate::reclaim::claim_tag`]: bit 31, low bits of its start time, its pid), `procs_hwm` raised past
+//!   it, filled, then published by storing the owner's pid. Whoever finds the owner dead (`kill(pid, 0)` and
+//!   `/proc/PID/stat` say it is gone, a zombie, or another process with its pid; an error reading `/proc` is
+//!   not death) CASes `pid` to its own tag, zeroes the slot and frees it. A tag whose claimer is found dead
+//!   (killed while joining or reclaiming) is taken over the same way, so no slot stays claimed forever;
+//! - contexts: `context_cost[dev]` is what a context costs on the device as the vGPU's first measurement
+//!   found it ([`context_cost`] encodes it), reserved before every later context is created. While it is
+//!   unknown, first contexts are created one at a time: the process whose tag is in `measuring` (CAS from 0)
+//!   holds the remaining headroom (up to a cap) reserved while it creates and measures one, keeps exactly
+//!   the cost reserved, publishes it and clears `measuring`; a measurer found dead is taken over by tag.
 //! - compute shares (see [`Sched`]): a launch takes `tokens` (nanoseconds of device time) with one atomic
 //!   subtraction when `tokens > 0`, the `inflight_ns` window allows it, the vGPU is not suspended and no
 //!   higher-priority vGPU is active on its device; otherwise it sleeps on the `epoch` futex word, counted in
@@ -61,7 +73,7 @@ use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
 /// `TESSRGN1` in little-endian byte order.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"TESSRGN1");
 /// Layout version; bump on any change to the structures below.
-pub const VERSION: u32 = 6;
+pub const VERSION: u32 = 7;
 /// Devices per vGPU slot.
 pub const MAX_DEVICES: usize = 16;
 /// vGPU slots in a region.
@@ -136,8 +148,9 @@ pub const DEFAULT_WINDOW_NS: u64 = 1_000_000;
 /// its own, from its own file, with its own permissions.
 pub const AREA: usize = 64 * 1024;
 /// Process slots per vGPU: as many as [`VgpuLive`] holds within its [`AREA`] (each slot carries
-/// [`SoftStats`] since layout version 5, and its window share since version 6).
-pub const PROCS_PER_VGPU: usize = 108;
+/// [`SoftStats`] since layout version 5, its window share since version 6 and its pending reservations
+/// since version 7).
+pub const PROCS_PER_VGPU: usize = 107;
 
 /// A vGPU's configuration: written by whoever configures the vGPU (the daemon for a managed one), only
 /// read by its processes — a managed vGPU's processes map it read-only.
@@ -234,7 +247,8 @@ pub struct VgpuLive {
     /// The slot index the live file belongs to.
     pub slot: u32,
     /// What a context costs on each device, as the first process of the vGPU to create one there measured
-    /// it (0: not measured yet): later contexts are reserved at that cost before they are created.
+    /// it, encoded by [`context_cost`] (0: not measured yet): later contexts are reserved at that cost
+    /// before they are created.
     pub context_cost: [AtomicU64; MAX_DEVICES],
     /// Peak of the vGPU's usage ([`VgpuSlot::used`]) per device.
     pub peak: [AtomicU64; MAX_DEVICES],
@@ -243,8 +257,8 @@ pub struct VgpuLive {
     /// Every process slot ever claimed since the vGPU's usage last started over lies below this index, so
     /// that summing usage reads only those (it only grows while processes may be attached).
     pub procs_hwm: AtomicU32,
-    /// Pid of the process measuring a context's cost on a device whose cost is not known yet (0: none):
-    /// such first contexts are created one at a time.
+    /// Claiming tag ([`crate::reclaim::claim_tag`]) of the process measuring a context's cost on a device
+    /// whose cost is not known yet (0: none): such first contexts are created one at a time.
     pub measuring: AtomicU32,
     /// Compute share.
     pub sched: Sched,
@@ -445,11 +459,27 @@ impl VgpuSlot {
     /// Bytes in use on device `dev` by every process of the vGPU: the sum of its process slots' `used`
     /// (sequentially consistent loads, see the module documentation); 0 for a device out of range.
     pub fn used(&self, dev: usize) -> u64 {
+        self.sum(dev, false)
+    }
+
+    /// What a new reservation on device `dev` must fit beside: [`VgpuSlot::used`] plus every slot's
+    /// reservations in progress (`pending`, on whichever device: counting them everywhere errs on the side
+    /// of refusing).
+    pub fn charged(&self, dev: usize) -> u64 {
+        self.sum(dev, true)
+    }
+
+    fn sum(&self, dev: usize, with_pending: bool) -> u64 {
         if dev >= MAX_DEVICES {
             return 0;
         }
         let hwm = (self.live.procs_hwm.load(Ordering::SeqCst) as usize).min(PROCS_PER_VGPU);
-        self.live.procs[..hwm].iter().fold(0u64, |sum, p| sum.saturating_add(p.used[dev].load(Ordering::SeqCst)))
+        self.live.procs[..hwm].iter().fold(0u64, |sum, p| {
+            // `pending` first: a reservation moving from `pending` to `used` (added there first) is seen
+            // at least once.
+            let pending = if with_pending { p.pending.load(Ordering::SeqCst) } else { 0 };
+            sum.saturating_add(pending).saturating_add(p.used[dev].load(Ordering::SeqCst))
+        })
     }
 
     /// Whether any process is attached now (see [`VgpuSlot::attached`]).
@@ -481,6 +511,24 @@ impl VgpuSlot {
     }
 }
 
+/// The encoding of [`VgpuLive::context_cost`]: 0 while unknown, `u64::MAX` for a context measured as
+/// costing nothing (NVML unavailable), the cost in bytes otherwise.
+pub mod context_cost {
+    /// The cost a stored word says: `None` while unknown.
+    pub fn decode(word: u64) -> Option<u64> {
+        match word {
+            0 => None,
+            u64::MAX => Some(0),
+            c => Some(c),
+        }
+    }
+
+    /// The word that stores `cost`.
+    pub fn encode(cost: u64) -> u64 {
+        if cost == 0 { u64::MAX } else { cost }
+    }
+}
+
 /// `name` NUL-padded to [`NAME_LEN`] bytes; `None` when it is empty, holds a NUL or leaves no room for
 /// the terminating NUL.
 pub fn encode_name(name: &str) -> Option<[u8; NAME_LEN]> {
@@ -496,7 +544,8 @@ pub fn encode_name(name: &str) -> Option<[u8; NAME_LEN]> {
 /// One process attached to a vGPU, with what it holds (so a dead process's bytes can be reclaimed).
 #[repr(C)]
 pub struct ProcSlot {
-    /// Owner pid; 0 when free, `u32::MAX` while being reclaimed.
+    /// Owner pid; 0 when free, a claiming tag ([`crate::reclaim::claim_tag`]) while being filled or
+    /// reclaimed.
     pub pid: AtomicU32,
     /// [`flags::SOFT`] when the process took soft memory mode as it joined (written when the slot is
     /// claimed, before the pid is published; the process keeps that mode for its life).
@@ -508,6 +557,9 @@ pub struct ProcSlot {
     /// Estimated device time of the process's launches queued and not finished yet (its part of the vGPU's
     /// `inflight_ns`), so that what a process killed mid-launch had in the window can be given back.
     pub inflight_ns: AtomicI64,
+    /// Bytes of the process's reservations in progress, on any device (see the module documentation):
+    /// counted against new reservations, never as usage.
+    pub pending: AtomicU64,
     /// Its soft-mode memory (zero in hard mode).
     pub soft: SoftStats,
 }
@@ -516,7 +568,8 @@ impl ProcSlot {
     /// The owner's pid while a process is attached (not while the slot is free, claimed or reclaimed).
     pub fn attached_pid(&self) -> Option<u32> {
         match self.pid.load(Ordering::Acquire) {
-            0 | crate::reclaim::CLAIMING => None,
+            0 => None,
+            tag if crate::reclaim::is_tag(tag) => None,
             pid => Some(pid),
         }
     }
@@ -555,7 +608,7 @@ impl std::ops::Deref for Region {
     }
 }
 
-/// Size of a version-6 region file.
+/// Size of a version-7 region file.
 pub const LAYOUT_SIZE: usize = std::mem::size_of::<Region>();
 
 // Each area must hold its structure: a live area is mapped on its own, AREA bytes of its own file.
@@ -648,15 +701,15 @@ mod tests {
         assert_eq!(std::mem::size_of::<Sched>(), 4 * 4 + 9 * 8);
         assert_eq!(std::mem::size_of::<VgpuConfig>(), 8 + NAME_LEN + 8 * MAX_DEVICES + 24);
         assert_eq!(std::mem::size_of::<SoftStats>(), 7 * 8 + 2 * 4);
-        assert_eq!(std::mem::size_of::<ProcSlot>(), 16 + 8 * MAX_DEVICES + 8 + 64);
+        assert_eq!(std::mem::size_of::<ProcSlot>(), 16 + 8 * MAX_DEVICES + 16 + 64);
         assert_eq!(std::mem::size_of::<Pager>(), 4 * 4 + 8 * MAX_DEVICES + 8);
         assert_eq!(
             std::mem::size_of::<VgpuLive>(),
-            16 + 2 * 8 * MAX_DEVICES + 8 + 8 + 88 + 152 + PROCS_PER_VGPU * 216 + 32 + crate::timeline::RING * 40
+            16 + 2 * 8 * MAX_DEVICES + 8 + 8 + 88 + 152 + PROCS_PER_VGPU * 224 + 32 + crate::timeline::RING * 40
         );
         assert!(std::mem::size_of::<VgpuLive>() <= AREA, "fits its area");
         assert_eq!(std::mem::offset_of!(VgpuLive, pager), std::mem::offset_of!(VgpuLive, sched) + 88);
-        assert_eq!(std::mem::offset_of!(ProcSlot, soft), 16 + 8 * MAX_DEVICES + 8);
+        assert_eq!(std::mem::offset_of!(ProcSlot, soft), 16 + 8 * MAX_DEVICES + 16);
         assert_eq!(std::mem::size_of::<DeviceSched>(), 16);
         assert_eq!(std::mem::size_of::<crate::timeline::Entry>(), 40);
         assert_eq!(std::mem::size_of::<Timeline>(), 32 + crate::timeline::RING * 40);

@@ -16,7 +16,7 @@
 //! one, is [`crate::region_open`]'s.
 
 use crate::flock::FileLock;
-use crate::reclaim::{self, CLAIMING};
+use crate::reclaim;
 use crate::region::{
     AREA, DEFAULT_WINDOW_NS, LAYOUT_SIZE, MAX_DEVICES, MAX_VGPUS, NAME_LEN, PROCS_PER_VGPU, ProcSlot, Region,
     UNLIMITED, VERSION, VgpuSlot, encode_name, flags, live_offset, state,
@@ -70,13 +70,15 @@ pub fn set_limits(v: &VgpuSlot, limits: &Limits) {
     }
 }
 
-/// Starts a slot's usage figures over (peak, context costs): only for a slot no process is attached to.
+/// Starts a slot's usage figures over (peak, context costs, and any measuring turn a killed process left):
+/// only for a slot no process is attached to.
 pub fn reset_usage(v: &VgpuSlot) {
     let live = &v.live;
     for d in 0..MAX_DEVICES {
         live.peak[d].store(0, Ordering::Relaxed);
         live.context_cost[d].store(0, Ordering::Relaxed);
     }
+    live.measuring.store(0, Ordering::Relaxed);
     live.last_reclaim_ns.store(0, Ordering::Relaxed);
 }
 
@@ -339,21 +341,26 @@ impl Locked<'_> {
     }
 }
 
-/// Claims a process slot of `vgpu` for this process: pid CAS 0 → claiming, fill, publish the pid. The slot
-/// records the vGPU's memory mode now ([`flags::SOFT`]), which the process keeps for its life, and starts
-/// at the vGPU's current pager requests (a new process has nothing to swap out or defragment).
+/// Claims a process slot of `vgpu` for this process: pid CAS 0 → this process's claiming tag, fill,
+/// publish the pid (killed halfway, it leaves its tag, which the next scanner finds dead and clears). The
+/// slot records the vGPU's memory mode now ([`flags::SOFT`]), which the process keeps for its life, and
+/// starts at the vGPU's current pager requests (a new process has nothing to swap out or defragment).
 fn claim_process(vgpu: &VgpuSlot, name: &str) -> Result<usize, String> {
     let pid = std::process::id();
-    let start = reclaim::start_time(pid).ok_or_else(|| format!("cannot read /proc/{pid}/stat (is /proc mounted?)"))?;
+    let unreadable = || format!("cannot read /proc/{pid}/stat (is /proc mounted?)");
+    let start = reclaim::start_time(pid).ok_or_else(unreadable)?;
+    let tag = reclaim::own_tag().ok_or_else(unreadable)?;
     let pager = &vgpu.live.pager;
     for (i, p) in vgpu.live.procs.iter().enumerate() {
-        if p.pid.compare_exchange(0, CLAIMING, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+        if p.pid.compare_exchange(0, tag, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
             // Before the slot can hold anything: whoever sums the vGPU's usage from now on reads it.
             vgpu.live.procs_hwm.fetch_max(i as u32 + 1, Ordering::SeqCst);
             p.start_time.store(start, Ordering::Relaxed);
+            // A free slot holds nothing (whoever freed it zeroed it first); zeroed again all the same.
             for u in &p.used {
                 u.store(0, Ordering::SeqCst);
             }
+            p.pending.store(0, Ordering::SeqCst);
             p.inflight_ns.store(0, Ordering::Relaxed);
             p.soft.reset(pager.evict_seq.load(Ordering::Acquire), pager.defrag_seq.load(Ordering::Acquire));
             p.flags.store(vgpu.flags() & flags::SOFT, Ordering::Release);

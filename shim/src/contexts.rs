@@ -4,10 +4,17 @@
 //! What a context costs is what the driver reports for it: on the process's first context on a device,
 //! NVML's usage of this process on that device is read before and after the driver creates it (falling
 //! back to the device's total usage when NVML does not list the process, e.g. in a PID namespace). No
-//! other allocation can skew that first measurement: allocating needs a context on the device, and
-//! context operations are serialized here. Later contexts on the device cost the same, so they are
-//! reserved before the driver is asked, like any allocation; the first one is charged once measured and
-//! destroyed again if the quota cannot hold it. Without NVML a context is charged nothing (logged).
+//! other allocation of the process can skew that measurement: allocating needs a context on the device,
+//! and context operations are serialized here. Without NVML a context is charged nothing (logged).
+//!
+//! Every context is reserved in the quota before the driver is asked, and given back if creation fails:
+//! - at the cost this process measured, for its later contexts on the device;
+//! - at the cost the vGPU learned from another process ([`Quota::first_context`]), for its first one,
+//!   which is still measured, the reservation then moved to what it really cost;
+//! - while no process of the vGPU knows the cost, one at a time across the vGPU: the measuring process
+//!   holds all the room left in the quota (up to [`MEASURE_HEADROOM`]) while it creates and measures its
+//!   context, keeps exactly its cost reserved, then publishes the cost. Only a context that the whole room
+//!   left cannot hold exists, for as long as it takes to destroy it again, beyond the quota.
 //!
 //! A destroyed context (`cuCtxDestroy`, or a primary context released for the last time or reset) frees
 //! everything allocated in it, so its cost and its allocations go back to the quota.
@@ -15,7 +22,7 @@
 use crate::alloc_table::{Kind, TABLE};
 use crate::guard::{Res, Status, status};
 use crate::nvml_real::Session;
-use crate::quota::{self, Quota};
+use crate::quota::{self, FirstContext, Quota};
 use crate::{driver, log};
 use std::sync::{Mutex, MutexGuard};
 use tessera_ffi::region::MAX_DEVICES;
@@ -76,9 +83,14 @@ impl Measure {
     }
 }
 
-/// Creates a context on `d` through `real`, charging its cost: reserved first when known, otherwise
-/// measured around the call and charged after (calling `undo` if the quota cannot hold it). Returns the
-/// new context's handle (read by `handle`) and its cost.
+/// Room held in the quota while a context of unknown cost is measured: more than a context costs on any
+/// GPU we know of, and little enough not to starve the vGPU's other processes for that moment.
+pub const MEASURE_HEADROOM: u64 = 2 << 30;
+
+/// Creates a context on `d` through `real`, charging its cost: reserved before the driver is asked
+/// (see the module documentation), measured on the process's first context on the device and the
+/// reservation moved to the measured cost (calling `undo` if the quota cannot hold it). Returns the new
+/// context's handle (read by `handle`) and its cost.
 fn charge_new(
     q: &Quota,
     reg: &mut Registry,
@@ -88,32 +100,41 @@ fn charge_new(
     handle: impl FnOnce() -> u64,
     undo: impl FnOnce(),
 ) -> Res<(u64, u64)> {
-    let known = reg.cost[d];
-    let measure = match known {
-        Some(c) => {
-            q.reserve(d, c, WHAT)?;
-            None
+    if let Some(c) = reg.cost[d] {
+        q.reserve(d, c, WHAT)?;
+        if let Err(e) = status(real()) {
+            q.release(d, c);
+            return Err(e);
         }
-        None => Some(Measure::start(dev)),
+        return Ok((handle(), c));
+    }
+    let (held, turn) = match q.first_context(d) {
+        FirstContext::Known(c) => {
+            q.reserve(d, c, WHAT)?;
+            (c, None)
+        }
+        FirstContext::Measure(turn) => (q.reserve_up_to(d, MEASURE_HEADROOM, WHAT)?, Some(turn)),
     };
+    let measure = Measure::start(dev);
     if let Err(e) = status(real()) {
-        q.release(d, known.unwrap_or(0));
+        q.release(d, held);
         return Err(e);
     }
     let h = handle();
-    let cost = match (known, measure) {
-        (Some(c), _) => c,
-        (None, m) => {
-            let c = m.map_or(0, |m| m.finish(d));
-            reg.cost[d] = Some(c);
-            if let Err(e) = q.reserve(d, c, WHAT) {
-                undo();
-                return Err(e);
-            }
-            c
-        }
-    };
-    Ok((h, cost))
+    let cost = measure.finish(d);
+    reg.cost[d] = Some(cost);
+    let adjusted = q.adjust(d, held, cost, WHAT);
+    if adjusted.is_err() {
+        undo();
+        q.release(d, held);
+    }
+    // Published once the headroom is given back, so that the processes waiting for the cost find the room
+    // this measurement did not need.
+    if turn.is_some() {
+        q.publish_context_cost(d, cost);
+    }
+    drop(turn);
+    adjusted.map(|()| (h, cost))
 }
 
 /// Gives back what a destroyed context owned: its allocations and arrays (the driver freed them).

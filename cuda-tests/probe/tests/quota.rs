@@ -375,3 +375,76 @@ fn unusable_region_files_fail_cu_init_naming_the_file() {
     assert_eq!(u64_at(&run.json, "cuda_error"), INVALID_VALUE, "{}", run.stderr);
     assert!(run.stderr.contains("/nonexistent-dir/tessera.region"), "{}", run.stderr);
 }
+
+/// Watches the simulated device's memory in use (every process of `sim` belongs to one vGPU) on a thread
+/// of its own until the returned flag is set; the thread returns the most it saw.
+fn watch_device(sim: &Sim) -> (std::sync::Arc<std::sync::atomic::AtomicBool>, std::thread::JoinHandle<u64>) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let state = sim.driver_state();
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let flag = stop.clone();
+    let watcher = std::thread::spawn(move || {
+        let mut most = 0;
+        while !flag.load(Ordering::Acquire) {
+            most = most.max(state.device(0).used_memory.load(Ordering::Acquire));
+            std::thread::sleep(std::time::Duration::from_micros(50));
+        }
+        most
+    });
+    (stop, watcher)
+}
+
+/// Starts `n` processes at once that each create a context and hold it; returns those that got one (still
+/// holding it) and the stderr of those refused (checked to have failed with `CUDA_ERROR_OUT_OF_MEMORY`).
+fn start_at_once(sim: &Sim, n: usize) -> (Vec<Child>, Vec<String>) {
+    let children: Vec<Child> = (0..n).map(|_| sim.spawn(&["quota-race", "--chunk", "1MiB", "--count", "0"])).collect();
+    let (mut holding, mut refused) = (Vec::new(), Vec::new());
+    for mut c in children {
+        let line = first_line(&mut c);
+        if at(&line, "ready") == true {
+            holding.push(c);
+            continue;
+        }
+        let out = c.wait_with_output().expect("a refused process");
+        assert_eq!(u64_at(&line, "cuda_error"), OUT_OF_MEMORY, "{line}");
+        assert!(!out.status.success());
+        refused.push(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    (holding, refused)
+}
+
+#[test]
+fn contexts_starting_at_once_on_a_nearly_full_quota_are_reserved_before_they_are_created() {
+    // 500 MiB contexts on a quota of three and a half.
+    let region = RegionFile::new("contexts-at-once");
+    let sim = quota_sim("contexts-at-once", "1750MiB", &region)
+        .with("SIMGPU_MEMORY", "16GiB")
+        .with("SIMGPU_CONTEXT_MEMORY", "500MiB")
+        .with("TESSERA_VGPU", "ctx")
+        .with("TESSERA_LOG", "info");
+    let (stop, watcher) = watch_device(&sim);
+    // Nobody knows the cost yet: the first measures it (one at a time across the vGPU, holding the room
+    // left), the others reserve what it found before creating theirs.
+    let (holding, refused) = start_at_once(&sim, 8);
+    assert_eq!((holding.len(), refused.len()), (3, 5));
+    assert_eq!(region.used("ctx"), 1500 * MIB);
+    // The quota now has 250 MiB left, less than one context: the next eight know the cost and are refused
+    // before the driver is asked.
+    let (late, refused_late) = start_at_once(&sim, 8);
+    assert!(late.is_empty());
+    stop.store(true, std::sync::atomic::Ordering::Release);
+    let most = watcher.join().unwrap();
+    assert!(most <= 1750 * MIB, "the driver had {most} bytes in use, over the 1750 MiB quota");
+    for stderr in refused.iter().chain(&refused_late) {
+        assert!(stderr.contains("context creation") && stderr.contains("refused"), "{stderr}");
+        assert!(stderr.contains("1.7 GiB"), "the message names the quota: {stderr}");
+        assert!(
+            !stderr.contains("a context on device 0 costs"),
+            "created and measured before it was refused: {stderr}"
+        );
+    }
+    for c in holding {
+        finish(c);
+    }
+    assert_eq!(region.used("ctx"), 0);
+}

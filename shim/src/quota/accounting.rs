@@ -1,5 +1,6 @@
-//! The quota arithmetic on a vGPU slot and the process's own slot: a compare-and-swap loop that never
-//! lets `used` pass `limit`, and checked subtraction that never wraps below zero.
+//! The quota arithmetic on a vGPU slot and the process's own slot: a reservation is announced in the
+//! process's `pending` bytes before the vGPU's usage is summed, so that racing reservations never sum past
+//! `limit`, and only then moved to the process's `used`; subtraction never wraps below zero.
 
 use std::sync::atomic::Ordering;
 use tessera_ffi::reclaim::sub;
@@ -12,25 +13,52 @@ pub struct Refused {
     pub limit: u64,
     /// Bytes in use when the request was refused.
     pub used: u64,
+    /// Bytes other processes (or threads) were reserving at that moment, counted against the request.
+    pub pending: u64,
 }
 
-/// Takes `bytes` on device `dev`: the process's own record first, which is the source of truth (a process
-/// killed at any point leaves charged only what its slot shows, and reclaiming the slot gives it back),
-/// then the vGPU's usage summed over every process slot; over the limit the addition is taken back and the
-/// request refused. Sequentially consistent on both sides: of two racing reservations, the later adder
-/// sees the earlier one's bytes, so the vGPU never overshoots (it may refuse both, never admit both).
+/// Takes `bytes` on device `dev`. The process's own slot is the one record (a process killed at any point
+/// leaves charged only what its slot shows, and reclaiming the slot gives it back): the bytes go to its
+/// `pending` first, then the vGPU's usage and every reservation in progress are summed
+/// ([`VgpuSlot::charged`]); within the limit they move to `used` (added there before they leave `pending`),
+/// otherwise they leave `pending` and the request is refused. Sequentially consistent throughout: of two
+/// racing reservations the later one sees the earlier's bytes, so the vGPU's `used` never sums past its
+/// limit (racers may both be refused, never both admitted).
 pub fn reserve(vgpu: &VgpuSlot, me: &ProcSlot, dev: usize, bytes: u64) -> Result<(), Refused> {
     let limit = vgpu.config.limit[dev].load(Ordering::Acquire);
-    if me.used[dev].fetch_update(Ordering::SeqCst, Ordering::SeqCst, |u| u.checked_add(bytes)).is_err() {
-        return Err(Refused { limit, used: vgpu.used(dev) });
+    let refused = |charged: u64| {
+        let used = vgpu.used(dev);
+        Refused { limit, used, pending: charged.saturating_sub(used) }
+    };
+    if me.pending.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |p| p.checked_add(bytes)).is_err() {
+        return Err(refused(vgpu.charged(dev)));
     }
-    let total = vgpu.used(dev);
+    let total = vgpu.charged(dev);
     if total > limit || total == u64::MAX {
-        sub(&me.used[dev], bytes);
-        return Err(Refused { limit, used: total.saturating_sub(bytes) });
+        sub(&me.pending, bytes);
+        return Err(refused(total.saturating_sub(bytes)));
     }
-    vgpu.live.peak[dev].fetch_max(total, Ordering::Relaxed);
+    // Cannot overflow: `used[dev]` is part of `total`, which is less than u64::MAX.
+    me.used[dev].fetch_add(bytes, Ordering::SeqCst);
+    sub(&me.pending, bytes);
+    vgpu.live.peak[dev].fetch_max(vgpu.used(dev), Ordering::Relaxed);
     Ok(())
+}
+
+/// Takes as much of `bytes` on device `dev` as the quota has room for now (for reserving headroom while a
+/// context's unknown cost is measured); returns what it took, 0 when the quota is full.
+pub fn reserve_up_to(vgpu: &VgpuSlot, me: &ProcSlot, dev: usize, bytes: u64) -> u64 {
+    // Others may take room between the sum and the reservation: try again with what is left then.
+    for _ in 0..8 {
+        let room = vgpu.config.limit[dev].load(Ordering::Acquire).saturating_sub(vgpu.charged(dev)).min(bytes);
+        if room == 0 {
+            return 0;
+        }
+        if reserve(vgpu, me, dev, room).is_ok() {
+            return room;
+        }
+    }
+    0
 }
 
 /// Gives back `bytes` taken with [`reserve`].
@@ -63,9 +91,9 @@ pub(crate) mod tests {
     fn exactly_the_limit_fits_one_byte_more_does_not() {
         let (v, me) = slots(1000);
         assert_eq!(reserve(v, me, 0, 1000), Ok(()));
-        assert_eq!(reserve(v, me, 0, 1), Err(Refused { limit: 1000, used: 1000 }));
+        assert_eq!(reserve(v, me, 0, 1), Err(Refused { limit: 1000, used: 1000, pending: 0 }));
         release(me, 0, 400);
-        assert_eq!(reserve(v, me, 0, 401), Err(Refused { limit: 1000, used: 600 }));
+        assert_eq!(reserve(v, me, 0, 401), Err(Refused { limit: 1000, used: 600, pending: 0 }));
         assert_eq!(reserve(v, me, 0, 400), Ok(()));
         assert_eq!(v.live.peak[0].load(Ordering::Relaxed), 1000);
         assert_eq!(me.used[0].load(Ordering::Relaxed), 1000);
@@ -74,6 +102,7 @@ pub(crate) mod tests {
         assert!(reserve(v, me, 1, 1).is_err());
         assert!(reserve(v, me, 1, u64::MAX).is_err());
         assert_eq!(me.used[1].load(Ordering::Relaxed), u64::MAX - 1, "refusals take their addition back");
+        assert_eq!(me.pending.load(Ordering::Relaxed), 0);
     }
 
     #[test]
@@ -85,17 +114,44 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn racing_threads_never_overshoot() {
-        let (v, _) = slots(1 << 20);
+    fn a_reservation_cut_short_is_counted_against_others_never_as_usage() {
+        let (v, me) = slots(1000);
+        let killed = &v.live.procs[1];
+        // A process killed between announcing 300 bytes and moving them to its `used`.
+        killed.pending.store(300, Ordering::SeqCst);
+        assert_eq!(v.used(0), 0, "nothing is in use");
+        assert_eq!(reserve(v, me, 0, 701), Err(Refused { limit: 1000, used: 0, pending: 300 }));
+        assert_eq!(reserve(v, me, 0, 700), Ok(()));
+        assert_eq!(reserve_up_to(v, me, 0, 500), 0, "no room left");
+        // Reclaiming the dead slot (zeroing it) gives the room back.
+        killed.pending.store(0, Ordering::SeqCst);
+        assert_eq!(reserve_up_to(v, me, 0, 500), 300);
+        assert_eq!(reserve_up_to(v, me, 0, 500), 0);
+        assert_eq!(v.used(0), 1000);
+    }
+
+    #[test]
+    fn racing_processes_never_sum_past_the_limit_not_even_for_an_instant() {
+        const LIMIT: u64 = 1 << 20;
+        let (v, _) = slots(LIMIT);
+        let stop: &'static std::sync::atomic::AtomicBool = Box::leak(Box::default());
+        // Someone reading the vGPU's usage at any moment (as `tessera vgpu show` or cuMemGetInfo does).
+        let watcher = std::thread::spawn(move || {
+            let mut seen = 0;
+            while !stop.load(Ordering::Relaxed) {
+                seen = seen.max(v.used(0));
+            }
+            seen
+        });
         let threads: Vec<_> = (0..8)
-            .map(|_| {
+            .map(|t| {
                 std::thread::spawn(move || {
-                    let me: &ProcSlot = zeroed();
+                    // Each thread plays one process, with a slot of its own in the vGPU.
+                    let me = &v.live.procs[t];
                     let mut held = Vec::new();
                     for i in 0..20_000u64 {
-                        let bytes = 1 + (i * 7919) % 4096;
+                        let bytes = 1 + (i * 7919 + t as u64 * 104_729) % 65_536;
                         if reserve(v, me, 0, bytes).is_ok() {
-                            assert!(v.used(0) <= 1 << 20);
                             held.push(bytes);
                         }
                         if i % 3 == 0
@@ -115,7 +171,11 @@ pub(crate) mod tests {
         for t in threads {
             t.join().unwrap();
         }
+        stop.store(true, Ordering::Relaxed);
+        let seen = watcher.join().unwrap();
+        assert!(seen <= LIMIT, "usage seen at {seen}, over the limit of {LIMIT}");
         assert_eq!(v.used(0), 0);
-        assert!(v.live.peak[0].load(Ordering::Relaxed) <= 1 << 20);
+        let peak = v.live.peak[0].load(Ordering::Relaxed);
+        assert!(peak <= LIMIT && peak > LIMIT / 2, "the quota was contended: peak {peak}");
     }
 }

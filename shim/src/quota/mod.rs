@@ -1,7 +1,9 @@
 //! Memory quotas: each process accounts its device memory in a vGPU slot, shared through the region
 //! file by every process started with the same `TESSERA_VGPU`, or private to the process without one.
 //!
-//! - [`accounting`]: the compare-and-swap that keeps `used` at most `limit`;
+//! - [`accounting`]: reservations announced, checked against the sum of every process's usage, then
+//!   recorded in the process's own slot, so that `used` never sums past `limit`;
+//! - [`measuring`]: first contexts of a vGPU measured one at a time, and the context cost it learns;
 //! - [`reclaim`]: giving back what dead processes held (shared with the daemon, in `tessera_ffi`);
 //! - [`region`]: the region file and its slots.
 //!
@@ -9,7 +11,10 @@
 //! region file is touched: the shim stays transparent.
 
 mod accounting;
+mod measuring;
 mod region;
+
+pub use measuring::FirstContext;
 
 use crate::guard::{Res, Status};
 use crate::log;
@@ -26,6 +31,9 @@ pub struct Quota {
     /// How messages name it: `vGPU "team"` or `this process`.
     label: String,
 }
+
+/// Retries of a refused reservation that reclaiming, or waiting out others' reservations, may let through.
+const RETRIES: usize = 4;
 
 static QUOTA: OnceLock<Result<Option<Quota>, String>> = OnceLock::new();
 
@@ -96,31 +104,78 @@ impl Quota {
     }
 
     /// Takes `bytes` on device `dev` before `what` (e.g. `cuMemAlloc`) asks the driver for them. Over the
-    /// quota, dead processes are reclaimed and the request retried once; if it still does not fit, one
-    /// line naming the quota and the request is logged and `CUDA_ERROR_OUT_OF_MEMORY` returned.
+    /// quota, dead processes are reclaimed and the request retried; so is a request refused only for
+    /// reservations other processes were making at that instant (a few times: they last a few
+    /// instructions). If it still does not fit, one line naming the quota and the request is logged and
+    /// `CUDA_ERROR_OUT_OF_MEMORY` returned.
     pub fn reserve(&self, dev: usize, bytes: u64, what: &str) -> Res {
         let Some(_) = self.slots.vgpu.config.limit.get(dev) else { return Ok(()) };
         self.reclaim_if_due();
         let (vgpu, me) = (self.slots.vgpu, self.slots.me);
-        let refused = match accounting::reserve(vgpu, me, dev, bytes) {
+        let mut refused = match accounting::reserve(vgpu, me, dev, bytes) {
             Ok(()) => return Ok(()),
-            Err(r) if self.reclaim_now() == 0 => r,
-            Err(_) => match accounting::reserve(vgpu, me, dev, bytes) {
-                Ok(()) => return Ok(()),
-                Err(r) => r,
-            },
+            Err(r) => r,
         };
+        let mut reclaimed = self.reclaim_now() > 0;
+        for _ in 0..RETRIES {
+            let others_reserving = refused.pending > 0 && refused.used.saturating_add(bytes) <= refused.limit;
+            if !reclaimed && !others_reserving {
+                break;
+            }
+            if !reclaimed {
+                std::thread::yield_now();
+            }
+            reclaimed = false;
+            match accounting::reserve(vgpu, me, dev, bytes) {
+                Ok(()) => return Ok(()),
+                Err(r) => refused = r,
+            }
+        }
+        Err(self.refuse(dev, &format!("{what} of {} ({bytes} bytes)", format_size(bytes)), refused.limit))
+    }
+
+    /// Logs that `request` on device `dev` does not fit the quota of `limit` bytes; the error to return.
+    fn refuse(&self, dev: usize, request: &str, limit: u64) -> Status {
+        let used = self.used(dev);
         log::warn(format_args!(
-            "{what} of {} ({bytes} bytes) on device {dev} refused: over the memory quota of {}, {} ({} bytes) with {} \
-             ({} bytes) in use",
-            format_size(bytes),
+            "{request} on device {dev} refused: over the memory quota of {}, {} ({limit} bytes) with {} ({used} \
+             bytes) in use",
             self.label,
-            format_size(refused.limit),
-            refused.limit,
-            format_size(refused.used),
-            refused.used,
+            format_size(limit),
+            format_size(used),
         ));
-        Err(CUDA_ERROR_OUT_OF_MEMORY)
+        CUDA_ERROR_OUT_OF_MEMORY
+    }
+
+    /// Takes all the room left on device `dev`, up to `bytes`, before `what` asks the driver for something
+    /// of unknown size (a context whose cost is being measured); returns what it took. Nothing left is
+    /// refused as [`Quota::reserve`] refuses.
+    pub fn reserve_up_to(&self, dev: usize, bytes: u64, what: &str) -> Res<u64> {
+        if dev >= MAX_DEVICES {
+            return Ok(0);
+        }
+        self.reclaim_if_due();
+        let take = || accounting::reserve_up_to(self.slots.vgpu, self.slots.me, dev, bytes);
+        let held = match take() {
+            0 if self.reclaim_now() > 0 => take(),
+            held => held,
+        };
+        if held == 0 {
+            return Err(self.refuse(dev, &format!("{what} (of unknown size)"), self.limit(dev)));
+        }
+        Ok(held)
+    }
+
+    /// Waits until what a context costs on device `dev` is known to the quota, or this process may measure
+    /// it (see [`measuring`]).
+    pub fn first_context(&self, dev: usize) -> FirstContext {
+        measuring::first_context(self.slots.vgpu, dev, self.slots.region.is_some())
+    }
+
+    /// Records what a context costs on device `dev`, as this process measured it, for the quota's other
+    /// processes (the first measurement stands).
+    pub fn publish_context_cost(&self, dev: usize, cost: u64) {
+        measuring::publish(self.slots.vgpu, dev, cost);
     }
 
     /// Gives back `bytes` taken with [`Quota::reserve`] on device `dev`.

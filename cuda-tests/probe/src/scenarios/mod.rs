@@ -3,6 +3,7 @@
 mod alloc;
 mod arrivals;
 mod attributes;
+mod churn;
 mod graph;
 mod kernels;
 mod perthread;
@@ -142,6 +143,12 @@ const SCENARIOS: &[Scenario] = &[
         options: &["device", "ns"],
         summary: "on the thread's default stream (the _ptsz entry points, NULL stream): cuMemAllocAsync, spin(--ns), cuMemFreeAsync; whether the kernel had finished when the free returned",
         run: perthread::free_after_kernel,
+    },
+    Scenario {
+        name: "churn",
+        options: churn::OPTIONS,
+        summary: "cuMemAlloc and at once cuMemFree of random --min..--max sizes for --seconds (0: until killed), after --exhaust-fds 1 left no descriptor; granted and refused",
+        run: churn::run,
     },
     Scenario {
         name: "softmem",
