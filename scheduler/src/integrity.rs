@@ -11,7 +11,7 @@
 use std::io::ErrorKind;
 use std::os::unix::fs::MetadataExt;
 use std::sync::atomic::Ordering;
-use tessera_ffi::reclaim::{CLAIMING, clear};
+use tessera_ffi::reclaim::{clear, own_tag};
 use tessera_ffi::region::VgpuSlot;
 
 /// A file as `/proc/PID/maps` names it: its device's major and minor numbers and its inode.
@@ -108,10 +108,12 @@ pub fn judge(pid: u32, owner: u32, live: Option<FileId>) -> Option<Finding> {
 /// finds false, as a dead process's slot is freed; returns the pids freed and why.
 pub fn free_strays(v: &VgpuSlot, owner: u32, live: Option<FileId>) -> Vec<(u32, Finding)> {
     let mut freed = Vec::new();
+    // The daemon's own claiming tag: were it killed while clearing, the next scanner takes the slot over.
+    let Some(tag) = own_tag() else { return freed };
     for (_, pid, p) in v.attached() {
         let Some(finding) = judge(pid, owner, live) else { continue };
         // Claimed first, as reclaim does: two cleaners never give the same bytes back twice.
-        if p.pid.compare_exchange(pid, CLAIMING, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+        if p.pid.compare_exchange(pid, tag, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
             clear(p, v);
             freed.push((pid, finding));
         }
