@@ -196,6 +196,7 @@ pub fn clear(p: &ProcSlot, vgpu: &VgpuSlot) {
         p.used[d].store(0, Ordering::SeqCst);
     }
     p.pending.store(0, Ordering::SeqCst);
+    p.wanted.store(0, Ordering::Release);
     // Out of the window before out of the slot: a clearer killed in between leaves the slot's share for
     // whoever takes over to subtract again (at worst a window briefly wider, as it stops at zero), rather
     // than a share no slot records any more, which would narrow the vGPU's window for good.

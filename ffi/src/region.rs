@@ -61,9 +61,10 @@
 //!   number it carried out in its `evicted_seq` or `defragged_seq` (after updating its other stats, with
 //!   `Release`), numbers compared with [`seq_reached`] since they wrap. A new process's slot starts with
 //!   those at the vGPU's current requests (it has nothing to swap out or defragment yet).
-//! - memory broker: a soft process whose device allocation fails for lack of device memory adds the bytes
-//!   to its vGPU's [`Pager::want`] for the device, rings `sched.bell`, retries for a while and subtracts
-//!   them again once it got the memory or gave up. The daemon then asks soft vGPUs of the device that are
+//! - memory broker: a soft process whose device allocation fails for lack of device memory records the
+//!   device and the bytes in its slot's `wanted` ([`wanted`]), rings `sched.bell`, retries for a while and
+//!   clears it once it got the memory or gave up; a vGPU's want is the sum of its slots'
+//!   ([`VgpuSlot::wanted`]). The daemon then asks soft vGPUs of the device that are
 //!   not running (suspended, idle, or waiting for tokens) to swap out, and charges the requester the
 //!   swap-out time they spend for it (`sched.tokens` and [`Pager::swap_charged_ns`]).
 
@@ -73,7 +74,7 @@ use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
 /// `TESSRGN1` in little-endian byte order.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"TESSRGN1");
 /// Layout version; bump on any change to the structures below.
-pub const VERSION: u32 = 7;
+pub const VERSION: u32 = 8;
 /// Devices per vGPU slot.
 pub const MAX_DEVICES: usize = 16;
 /// vGPU slots in a region.
@@ -150,7 +151,7 @@ pub const AREA: usize = 64 * 1024;
 /// Process slots per vGPU: as many as [`VgpuLive`] holds within its [`AREA`] (each slot carries
 /// [`SoftStats`] since layout version 5, its window share since version 6 and its pending reservations
 /// since version 7).
-pub const PROCS_PER_VGPU: usize = 107;
+pub const PROCS_PER_VGPU: usize = 104;
 
 /// A vGPU's configuration: written by whoever configures the vGPU (the daemon for a managed one), only
 /// read by its processes — a managed vGPU's processes map it read-only.
@@ -282,9 +283,6 @@ pub struct Pager {
     pub defrag_seq: AtomicU32,
     /// Reserved, zero.
     pub reserved: u32,
-    /// Device memory this vGPU's processes wait for, per device: added by a process before it rings
-    /// `sched.bell`, subtracted when it got the memory or gave up.
-    pub want: [AtomicU64; MAX_DEVICES],
     /// Swap-out time of other vGPUs the daemon charged to this one (it asked for the memory).
     pub swap_charged_ns: AtomicU64,
 }
@@ -482,6 +480,15 @@ impl VgpuSlot {
         })
     }
 
+    /// Device memory the vGPU's attached processes wait for on device `dev` (soft mode): the sum of their
+    /// slots' `wanted` for that device.
+    pub fn wanted(&self, dev: usize) -> u64 {
+        self.attached()
+            .filter_map(|(_, _, p)| wanted::unpack(p.wanted.load(Ordering::Acquire)))
+            .filter(|&(d, _)| d == dev)
+            .fold(0u64, |sum, (_, bytes)| sum.saturating_add(bytes))
+    }
+
     /// Whether any process is attached now (see [`VgpuSlot::attached`]).
     pub fn has_processes(&self) -> bool {
         self.attached().next().is_some()
@@ -560,6 +567,10 @@ pub struct ProcSlot {
     /// Bytes of the process's reservations in progress, on any device (see the module documentation):
     /// counted against new reservations, never as usage.
     pub pending: AtomicU64,
+    /// Soft mode: device memory the process waits for ([`wanted`] packs the device and the bytes; 0: none),
+    /// set before it rings `sched.bell` and cleared when it got the memory or gave up. Its vGPU's want is
+    /// the sum of its slots' ([`VgpuSlot::wanted`]), so a process killed while waiting leaves none behind.
+    pub wanted: AtomicU64,
     /// Its soft-mode memory (zero in hard mode).
     pub soft: SoftStats,
 }
@@ -577,6 +588,22 @@ impl ProcSlot {
     /// Whether the process took soft memory mode when it joined.
     pub fn is_soft(&self) -> bool {
         self.flags.load(Ordering::Acquire) & flags::SOFT != 0
+    }
+}
+
+/// A process's `wanted` word ([`ProcSlot::wanted`]): the device in the top 8 bits, the bytes in the rest.
+pub mod wanted {
+    const BYTE_BITS: u32 = 56;
+    const BYTE_MASK: u64 = (1 << BYTE_BITS) - 1;
+
+    /// The word for `bytes` (at least 1, at most 2^56 - 1) wanted on device `dev`.
+    pub fn pack(dev: usize, bytes: u64) -> u64 {
+        ((dev as u64 & 0xff) << BYTE_BITS) | bytes.clamp(1, BYTE_MASK)
+    }
+
+    /// The device and bytes of a word; `None` for 0 (nothing wanted).
+    pub fn unpack(word: u64) -> Option<(usize, u64)> {
+        (word != 0).then_some(((word >> BYTE_BITS) as usize, word & BYTE_MASK))
     }
 }
 
@@ -696,20 +723,37 @@ mod tests {
     }
 
     #[test]
+    fn a_vgpus_want_is_its_attached_processes_and_leaves_with_them() {
+        let v = slot();
+        proc(v, 0, 10, true, 0, 0).wanted.store(wanted::pack(1, 300), Ordering::Release);
+        proc(v, 1, 11, true, 0, 0).wanted.store(wanted::pack(1, 200), Ordering::Release);
+        proc(v, 2, 12, true, 0, 0).wanted.store(wanted::pack(0, 7), Ordering::Release);
+        assert_eq!((v.wanted(0), v.wanted(1), v.wanted(2)), (7, 500, 0));
+        // Killed while waiting: reclaiming its slot takes its want with it (a vGPU-wide counter kept it).
+        let dead = &v.live.procs[1];
+        dead.pid.store(crate::reclaim::CLAIMING | 11, Ordering::Release);
+        assert_eq!(v.wanted(1), 300, "a slot being cleared wants nothing");
+        crate::reclaim::clear(dead, v);
+        assert_eq!((dead.wanted.load(Ordering::Relaxed), v.wanted(1)), (0, 300));
+        assert_eq!(wanted::unpack(wanted::pack(15, u64::MAX)), Some((15, (1 << 56) - 1)));
+        assert_eq!((wanted::unpack(0), wanted::unpack(wanted::pack(3, 0))), (None, Some((3, 1))));
+    }
+
+    #[test]
     fn layout_is_stable() {
         assert_eq!(std::mem::size_of::<Header>(), 32);
         assert_eq!(std::mem::size_of::<Sched>(), 4 * 4 + 9 * 8);
         assert_eq!(std::mem::size_of::<VgpuConfig>(), 8 + NAME_LEN + 8 * MAX_DEVICES + 24);
         assert_eq!(std::mem::size_of::<SoftStats>(), 7 * 8 + 2 * 4);
-        assert_eq!(std::mem::size_of::<ProcSlot>(), 16 + 8 * MAX_DEVICES + 16 + 64);
-        assert_eq!(std::mem::size_of::<Pager>(), 4 * 4 + 8 * MAX_DEVICES + 8);
+        assert_eq!(std::mem::size_of::<ProcSlot>(), 16 + 8 * MAX_DEVICES + 24 + 64);
+        assert_eq!(std::mem::size_of::<Pager>(), 4 * 4 + 8);
         assert_eq!(
             std::mem::size_of::<VgpuLive>(),
-            16 + 2 * 8 * MAX_DEVICES + 8 + 8 + 88 + 152 + PROCS_PER_VGPU * 224 + 32 + crate::timeline::RING * 40
+            16 + 2 * 8 * MAX_DEVICES + 8 + 8 + 88 + 24 + PROCS_PER_VGPU * 232 + 32 + crate::timeline::RING * 40
         );
         assert!(std::mem::size_of::<VgpuLive>() <= AREA, "fits its area");
         assert_eq!(std::mem::offset_of!(VgpuLive, pager), std::mem::offset_of!(VgpuLive, sched) + 88);
-        assert_eq!(std::mem::offset_of!(ProcSlot, soft), 16 + 8 * MAX_DEVICES + 16);
+        assert_eq!(std::mem::offset_of!(ProcSlot, soft), 16 + 8 * MAX_DEVICES + 24);
         assert_eq!(std::mem::size_of::<DeviceSched>(), 16);
         assert_eq!(std::mem::size_of::<crate::timeline::Entry>(), 40);
         assert_eq!(std::mem::size_of::<Timeline>(), 32 + crate::timeline::RING * 40);

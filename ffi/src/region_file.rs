@@ -102,11 +102,7 @@ pub fn reset_sched(v: &VgpuSlot) {
     for c in &s.charged_ns {
         c.store(0, Ordering::Relaxed);
     }
-    let pager = &v.live.pager;
-    for w in &pager.want {
-        w.store(0, Ordering::Relaxed);
-    }
-    pager.swap_charged_ns.store(0, Ordering::Relaxed);
+    v.live.pager.swap_charged_ns.store(0, Ordering::Relaxed);
 }
 
 /// True when the daemon manages the slot.
@@ -361,6 +357,7 @@ fn claim_process(vgpu: &VgpuSlot, name: &str) -> Result<usize, String> {
                 u.store(0, Ordering::SeqCst);
             }
             p.pending.store(0, Ordering::SeqCst);
+            p.wanted.store(0, Ordering::Relaxed);
             p.inflight_ns.store(0, Ordering::Relaxed);
             p.soft.reset(pager.evict_seq.load(Ordering::Acquire), pager.defrag_seq.load(Ordering::Acquire));
             p.flags.store(vgpu.flags() & flags::SOFT, Ordering::Release);

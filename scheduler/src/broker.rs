@@ -1,5 +1,5 @@
 //! The memory broker of one device (soft memory mode): when the processes of a soft vGPU wait for device
-//! memory the device does not have (their vGPU's `pager.want` for the device, announced by a ring of its
+//! memory the device does not have (the sum of their slots' `wanted` for the device, announced by a ring of its
 //! `bell`), the daemon asks soft vGPUs of the device that are not running to swap their pages out to host
 //! memory, and charges the requester the time they spend doing it, so that shares stay fair: the vGPU that
 //! needed the memory pays for making room, not the ones that made it.
@@ -238,16 +238,12 @@ impl Broker {
         seen.iter().any(Seen::requester) || self.asked.iter().any(Option::is_some)
     }
 
-    /// Reads slot `index` (a managed vGPU of the device), clearing the want a vGPU without processes left.
+    /// Reads slot `index` (a managed vGPU of the device).
     fn see(&self, region: &Region, index: usize, now_ns: u64) -> Seen {
         let v = &region.vgpus[index];
         let (c, s) = (&v.config, &v.live.sched);
         let f = v.flags();
         let processes = v.has_processes();
-        let want = &v.live.pager.want[self.device];
-        if !processes {
-            want.store(0, Ordering::Release);
-        }
         let resident = v.soft_totals().resident;
         let (pending, covers) = match &self.asked[index] {
             None => (false, None),
@@ -268,7 +264,7 @@ impl Broker {
             last_launch_ns: s.last_launch_ns.load(Ordering::Acquire),
             resident,
             // A process can only want memory within its quota: a larger figure is not to be believed.
-            want: want.load(Ordering::Acquire).min(c.limit[self.device].load(Ordering::Relaxed)),
+            want: v.wanted(self.device).min(c.limit[self.device].load(Ordering::Relaxed)),
             pending,
             covers,
         }
@@ -292,7 +288,7 @@ pub fn settle(charged: &mut [(u32, u64)], now: &[(u32, u64)]) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tessera_ffi::region::{priority, state};
+    use tessera_ffi::region::{priority, state, wanted};
 
     const MS: u64 = 1_000_000;
     const NOW: u64 = 10_000 * MS;
@@ -402,6 +398,12 @@ mod tests {
         p.pid.store(1000 + i as u32, Ordering::Release);
     }
 
+    /// Makes slot `i`'s process (see [`soft`]) want `bytes` of device 0 (0: nothing).
+    fn want(r: &Region, i: usize, bytes: u64) {
+        let word = if bytes == 0 { 0 } else { wanted::pack(0, bytes) };
+        r.vgpus[i].live.procs[2].wanted.store(word, Ordering::Release);
+    }
+
     #[test]
     fn victims_are_asked_once_and_their_swap_time_is_charged_to_the_requester() {
         let r = region();
@@ -410,7 +412,7 @@ mod tests {
         soft(r, 2, 300);
         soft(r, 3, 300);
         r.vgpus[3].config.flags.store(flags::MANAGED, Ordering::Relaxed);
-        r.vgpus[0].live.pager.want[0].store(200, Ordering::Release);
+        want(r, 0, 200);
         r.vgpus[0].live.sched.tokens.store(1_000, Ordering::Relaxed);
         let members = [0, 1, 2, 3];
         let mut b = Broker::new(0);
@@ -447,7 +449,7 @@ mod tests {
         assert_eq!(r.vgpus[2].live.pager.evict_seq.load(Ordering::Relaxed), 1);
         // The requester got its memory: nothing more is asked, and once the last request settles the
         // broker rests.
-        requester.pager.want[0].store(0, Ordering::Release);
+        want(r, 0, 0);
         r.vgpus[2].live.procs[2].soft.evicted_seq.store(1, Ordering::Release);
         assert!(b.tick(r, &members, NOW + 3 * MS + SETTLE_NS));
         assert!(!b.tick(r, &members, NOW + 3 * MS + 2 * SETTLE_NS));
@@ -458,7 +460,7 @@ mod tests {
         let r = region();
         soft(r, 0, 0);
         soft(r, 1, 300);
-        r.vgpus[0].live.pager.want[0].store(100, Ordering::Release);
+        want(r, 0, 100);
         let mut b = Broker::new(0);
         b.tick(r, &[0, 1], NOW);
         b.tick(r, &[0, 1], NOW + REASK_NS - 1);
@@ -471,7 +473,7 @@ mod tests {
         // The requester's process is gone: its want goes with it, and nobody is asked for it.
         r.vgpus[0].live.procs[2].pid.store(0, Ordering::Release);
         b.tick(r, &[0, 1], NOW + 3 * REASK_NS);
-        assert_eq!(r.vgpus[0].live.pager.want[0].load(Ordering::Relaxed), 0);
+        assert_eq!(r.vgpus[0].wanted(0), 0);
         assert_eq!(r.vgpus[1].live.pager.evict_seq.load(Ordering::Relaxed), 2);
     }
 

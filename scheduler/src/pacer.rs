@@ -423,7 +423,7 @@ mod tests {
         r.vgpus[1].live.procs[3].soft.resident.store(1 << 20, Ordering::Relaxed);
         let state = &mut Device::new(r, 0);
         assert!(!tick(r, 0, state, 100 * MS, MS).0, "nobody wants anything: the idle pace");
-        r.vgpus[0].live.pager.want[0].store(4096, Ordering::Relaxed);
+        r.vgpus[0].live.procs[3].wanted.store(tessera_ffi::region::wanted::pack(0, 4096), Ordering::Relaxed);
         assert!(tick(r, 0, state, 101 * MS, MS).0, "the broker is at work: the fast pace");
         assert_eq!(r.vgpus[1].live.pager.evict_seq.load(Ordering::Relaxed), 1, "the idle vGPU is asked");
     }

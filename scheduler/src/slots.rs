@@ -166,6 +166,6 @@ pub fn status(locked: &Locked, spec: &VgpuSpec) -> VgpuStatus {
     st.swap_in_ns = soft.swap_in_ns;
     let pager = &v.live.pager;
     st.swap_charged_ns = pager.swap_charged_ns.load(Ordering::Acquire);
-    st.wanted = pager.want[d].load(Ordering::Acquire);
+    st.wanted = v.wanted(d);
     st
 }

@@ -25,8 +25,8 @@ const QUOTA: u64 = 4 * GIB;
 const CONTEXT: &str = "500MiB";
 /// Processes churning at once.
 const TENANTS: usize = 6;
-/// SIGKILLs per storm, besides the final six (two storms: 1,592 in all).
-const KILLS: usize = 790;
+/// SIGKILLs per storm, besides the final six (two storms: 3,012 in all).
+const KILLS: usize = 1_500;
 
 /// The vGPU's records as its processes share them: the region file mapped (and for a vGPU the daemon
 /// manages, its live file over the slot, as a joining process maps it).

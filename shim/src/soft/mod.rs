@@ -32,7 +32,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 use tessera_ffi::cuda::{CUDA_ERROR_INVALID_CONTEXT, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_OUT_OF_MEMORY};
-use tessera_ffi::region::{MAX_DEVICES, ProcSlot, VgpuSlot, flags};
+use tessera_ffi::region::{MAX_DEVICES, ProcSlot, VgpuSlot, flags, wanted};
 
 /// Address space reserved per device (virtual only: it costs no device memory).
 const SPACE_BYTES: u64 = 256 << 30;
@@ -209,7 +209,7 @@ impl Soft {
     /// memory, and the daemon manages the vGPU, asks for `bytes()` on `device` and retries for up to
     /// `TESSERA_MEMORY_WAIT`.
     fn with_memory<T>(&self, device: usize, bytes: impl Fn() -> u64, mut f: impl FnMut() -> Res<T>) -> Res<T> {
-        let mut asked = Asked::new(self.vgpu, device);
+        let mut asked = Asked::new(self.vgpu, self.slot, device);
         let started = Instant::now();
         loop {
             match f() {
@@ -343,11 +343,13 @@ impl Soft {
     }
 }
 
-/// Device memory asked of the daemon for one waiting caller, withdrawn when dropped.
+/// Device memory asked of the daemon for one waiting caller (in the process's slot, which the daemon sums
+/// per vGPU), withdrawn when dropped.
 struct Asked {
     vgpu: Option<&'static VgpuSlot>,
+    slot: Option<&'static ProcSlot>,
     device: usize,
-    bytes: u64,
+    asked: bool,
     rung: Option<Instant>,
 }
 
@@ -355,8 +357,8 @@ struct Asked {
 const RING_EVERY: Duration = Duration::from_millis(50);
 
 impl Asked {
-    fn new(vgpu: Option<&'static VgpuSlot>, device: usize) -> Asked {
-        Asked { vgpu, device: device.min(MAX_DEVICES - 1), bytes: 0, rung: None }
+    fn new(vgpu: Option<&'static VgpuSlot>, slot: Option<&'static ProcSlot>, device: usize) -> Asked {
+        Asked { vgpu, slot, device: device.min(MAX_DEVICES - 1), asked: false, rung: None }
     }
 
     /// Whether waiting can help: only the daemon frees other vGPUs' memory.
@@ -367,9 +369,9 @@ impl Asked {
     /// Asks for `bytes` (once; later calls only ring again now and then).
     fn ask(&mut self, bytes: u64) {
         let Some(v) = self.vgpu else { return };
-        if self.bytes == 0 {
-            self.bytes = bytes.max(1);
-            v.live.pager.want[self.device].fetch_add(self.bytes, Ordering::AcqRel);
+        if let (false, Some(p)) = (self.asked, self.slot) {
+            self.asked = true;
+            p.wanted.store(wanted::pack(self.device, bytes), Ordering::Release);
         }
         if self.rung.is_none_or(|t| t.elapsed() >= RING_EVERY) {
             self.rung = Some(Instant::now());
@@ -380,10 +382,8 @@ impl Asked {
 
 impl Drop for Asked {
     fn drop(&mut self) {
-        if let Some(v) = self.vgpu
-            && self.bytes > 0
-        {
-            v.live.pager.want[self.device].fetch_sub(self.bytes, Ordering::AcqRel);
+        if let (true, Some(p)) = (self.asked, self.slot) {
+            p.wanted.store(0, Ordering::Release);
         }
     }
 }
