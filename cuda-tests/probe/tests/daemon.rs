@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::tessera::{Machine, mode};
+use common::tessera::{Machine, mode, report};
 use common::{GIB, MIB, OUT_OF_MEMORY, at, finish, first_line, go, u64_at};
 use serde_json::Value;
 use std::os::unix::fs::PermissionsExt;
@@ -230,20 +230,6 @@ fn unusable_region_and_state_files_are_clear_errors() {
 /// are shared).
 static TIMING: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-/// Starts `saturate` (500 us kernels, 4 deep) in vGPU `name` for `seconds`.
-fn saturate(m: &Machine, name: &str, seconds: &str) -> Child {
-    m.tenant(name, &["saturate", "--ns", "500us", "--seconds", seconds, "--depth", "4"])
-        .spawn()
-        .expect("spawn a tenant")
-}
-
-/// A finished `saturate` tenant's report.
-fn report(child: Child) -> Value {
-    let run = common::finished(child.wait_with_output().expect("wait for the tenant"));
-    assert!(run.success, "tenant failed: {}\n{}", run.json, run.stderr);
-    run.json
-}
-
 /// Fraction of its wall time a `saturate` report kept the engine busy.
 fn utilization(r: &Value) -> f64 {
     u64_at(r, "engine_ns") as f64 / u64_at(r, "wall_ns") as f64
@@ -270,20 +256,20 @@ fn shares_split_the_device_and_a_capped_idle_vgpu_keeps_others_to_theirs() {
     m.start();
     m.ok(&["vgpu", "create", "a", "--device", "0", "--memory", "1GiB", "--share", "20"]);
     m.ok(&["vgpu", "create", "b", "--device", "0", "--memory", "1GiB", "--share", "60"]);
-    let (a, b) = (saturate(&m, "a", "2"), saturate(&m, "b", "2"));
+    let (a, b) = (m.saturate("a", "2", None), m.saturate("b", "2", None));
     let (a, b) = (report(a), report(b));
     let ratio = u64_at(&b, "engine_ns") as f64 / u64_at(&a, "engine_ns") as f64;
     assert!((2.0..=4.5).contains(&ratio), "60% against 20%: b got {ratio:.2}x a's time\na: {a}\nb: {b}");
     // Alone, a vGPU of 20% absorbs what nobody uses (work-conserving)... On a quiet host it keeps the engine
     // 97.8-100% busy, with two busy loops competing for the 2 CPUs 81-95%. (It was 48-86% on a quiet host
     // while the refill loop, going idle, stopped hearing launches that wait for tokens for 100 ms.)
-    let alone = report(saturate(&m, "a", "1.5"));
+    let alone = report(m.saturate("a", "1.5", None));
     let gap = u64_at(&alone, "longest_gap_ns") as f64 / 1e6;
     eprintln!("alone at 20%: engine busy {:.3}, longest gap {gap:.1} ms", utilization(&alone));
     assert!(utilization(&alone) > 0.6, "alone at 20%, the engine was busy {:.2} of the time", utilization(&alone));
     // ...unless an idle vGPU is capped: then nobody exceeds their own share.
     m.ok(&["vgpu", "create", "reserved", "--device", "0", "--memory", "1GiB", "--share", "20", "--cap"]);
-    let held = utilization(&report(saturate(&m, "a", "1.5")));
+    let held = utilization(&report(m.saturate("a", "1.5", None)));
     assert!((0.05..=0.35).contains(&held), "held to 20% beside a capped idle vGPU, it got {held:.2}");
 }
 
@@ -294,7 +280,7 @@ fn each_vgpu_is_charged_the_device_time_its_kernels_took_not_their_stream_time()
     m.start();
     m.ok(&["vgpu", "create", "a", "--device", "0", "--memory", "1GiB", "--share", "30"]);
     m.ok(&["vgpu", "create", "b", "--device", "0", "--memory", "1GiB", "--share", "70"]);
-    let (a, b) = (saturate(&m, "a", "2"), saturate(&m, "b", "2"));
+    let (a, b) = (m.saturate("a", "2", None), m.saturate("b", "2", None));
     let (a, b) = (report(a), report(b));
     // Both queue behind each other all along: their events span twice or more what they ran.
     std::thread::sleep(std::time::Duration::from_millis(100));
@@ -330,10 +316,10 @@ fn a_high_vgpu_holds_lower_ones_and_suspend_stops_at_a_kernel_boundary() {
     m.start();
     m.ok(&["vgpu", "create", "lo", "--device", "0", "--memory", "1GiB", "--share", "50"]);
     m.ok(&["vgpu", "create", "hi", "--device", "0", "--memory", "1GiB", "--share", "50", "--priority", "high"]);
-    let lo = saturate(&m, "lo", "8");
+    let lo = m.saturate("lo", "8", None);
     wait_for_launches(&m, "lo", 0);
     // While the high vGPU works (1 s), the normal one waits; it continues once the high one is idle.
-    let hi = report(saturate(&m, "hi", "1"));
+    let hi = report(m.saturate("hi", "1", None));
     assert!(utilization(&hi) > 0.6, "high priority gets the device: {hi}");
     wait_for_launches(&m, "lo", launches(&m, "lo") + 50);
     // Suspended: no launch passes; resumed: they go on.
@@ -436,8 +422,8 @@ fn a_tenant_killed_mid_launch_leaves_nothing_behind() {
     m.start();
     m.ok(&["vgpu", "create", "a", "--device", "0", "--memory", "1GiB", "--share", "50"]);
     m.ok(&["vgpu", "create", "b", "--device", "0", "--memory", "1GiB", "--share", "50"]);
-    let other = saturate(&m, "b", "6");
-    let mut victim = saturate(&m, "a", "6");
+    let other = m.saturate("b", "6", None);
+    let mut victim = m.saturate("a", "6", None);
     wait_for_launches(&m, "a", 200);
     victim.kill().expect("SIGKILL the tenant");
     victim.wait().expect("reap it");
@@ -454,7 +440,7 @@ fn a_tenant_killed_mid_launch_leaves_nothing_behind() {
     };
     assert!(shown["tokens_ns"].as_i64().unwrap() >= -2_000_000, "more debt than the window: {shown}");
     // A new process of the vGPU gets its share at once.
-    let next = report(saturate(&m, "a", "1"));
+    let next = report(m.saturate("a", "1", None));
     assert!(utilization(&next) > 0.35, "the vGPU's next process is held back: {next}");
     report(other);
 }

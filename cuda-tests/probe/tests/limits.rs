@@ -5,36 +5,15 @@
 
 mod common;
 
+use common::region::TestRegion;
 use common::tessera::Machine;
 use common::{INVALID_VALUE, Sim, finished, u64_at};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
-use std::path::PathBuf;
-
-/// A region file private to one test, removed when dropped.
-struct Region(PathBuf);
-
-impl Region {
-    fn new(tag: &str) -> Region {
-        let p = std::env::temp_dir().join(format!("tessera-limits-test-{}-{tag}.region", std::process::id()));
-        let _ = std::fs::remove_file(&p);
-        Region(p)
-    }
-
-    fn path(&self) -> &str {
-        self.0.to_str().expect("UTF-8 temp path")
-    }
-}
-
-impl Drop for Region {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
 
 #[test]
 fn a_limit_that_is_not_utf8_fails_cu_init_naming_the_variable() {
-    let region = Region::new("utf8");
+    let region = TestRegion::new("utf8");
     let sim = Sim::new("utf8").with_shim().with("TESSERA_REGION", region.path());
     for (var, value) in [
         ("TESSERA_MEMORY_LIMIT", &b"4GiB\xff"[..]),
@@ -53,7 +32,7 @@ fn a_limit_that_is_not_utf8_fails_cu_init_naming_the_variable() {
 
 #[test]
 fn a_vgpu_no_daemon_manages_is_refused_to_a_process_without_a_limit() {
-    let region = Region::new("typo");
+    let region = TestRegion::new("typo");
     let sim = Sim::new("typo").with_shim().with("TESSERA_REGION", region.path()).with("TESSERA_VGPU", "typo");
     let run = sim.run(&["mem-info"]);
     assert!(!run.success, "ran without limits: {}", run.json);
@@ -76,7 +55,7 @@ fn a_vgpu_no_daemon_manages_is_refused_to_a_process_without_a_limit() {
 
 #[test]
 fn out_of_range_values_are_refused_by_the_variables_and_the_cli_alike() {
-    let region = Region::new("range");
+    let region = TestRegion::new("range");
     for (var, value) in [
         ("TESSERA_MEMORY_LIMIT", "0=0"),
         ("TESSERA_MEMORY_LIMIT", "0B"),

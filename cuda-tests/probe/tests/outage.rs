@@ -6,13 +6,12 @@
 
 mod common;
 
-use common::tessera::Machine;
+use common::tessera::{Machine, report};
 use common::u64_at;
 use simgpu::trace::Entry;
 use std::io::{BufRead, BufReader};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
-use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
@@ -22,21 +21,6 @@ static TIMING: std::sync::Mutex<()> = std::sync::Mutex::new(());
 /// Monotonic nanoseconds, the clock of the engine trace.
 fn now_ns() -> u64 {
     simgpu::state::now_ns()
-}
-
-/// Starts `saturate` (500 µs kernels, 4 deep) in vGPU `name` for `seconds`, tracing its kernels to `trace`.
-fn saturate(m: &Machine, name: &str, seconds: &str, trace: &Path) -> Child {
-    m.tenant(name, &["saturate", "--ns", "500us", "--seconds", seconds, "--depth", "4"])
-        .env("SIMGPU_ENGINE_TRACE", trace)
-        .spawn()
-        .expect("spawn a tenant")
-}
-
-/// A finished tenant's report, failing the test unless it succeeded.
-fn report(child: Child) -> serde_json::Value {
-    let run = common::finished(child.wait_with_output().expect("wait for the tenant"));
-    assert!(run.success, "tenant failed: {}\n{}", run.json, run.stderr);
-    run.json
 }
 
 /// The fraction of `[from, to)` the engine ran kernels of process `pid`.
@@ -59,7 +43,7 @@ fn managed_tenants_keep_their_shares_while_the_daemon_is_away_and_it_takes_contr
     m.ok(&["vgpu", "create", "a", "--device", "0", "--memory", "1GiB", "--share", "30"]);
     m.ok(&["vgpu", "create", "b", "--device", "0", "--memory", "1GiB", "--share", "70"]);
     let trace = m.file("engine.trace");
-    let (a, b) = (saturate(&m, "a", "10", &trace), saturate(&m, "b", "10", &trace));
+    let (a, b) = (m.saturate("a", "10", Some(&trace)), m.saturate("b", "10", Some(&trace)));
     let (pa, pb) = (a.id(), b.id());
     let start = Instant::now();
     while launches(&m, "a") < 200 || launches(&m, "b") < 200 {

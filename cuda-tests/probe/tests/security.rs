@@ -23,20 +23,6 @@ const OWNER: &str = "tessera-test-a";
 /// A third user, `nobody`.
 const NOBODY: u32 = 65534;
 
-/// The uid and gid of user `name`, created (a system user without a home) when missing; a concurrent
-/// creation by another test is tolerated.
-fn user(name: &str) -> (u32, u32) {
-    let id = |flag: &str| {
-        let out = Command::new("id").args([flag, name]).output().ok()?;
-        String::from_utf8_lossy(&out.stdout).trim().parse::<u32>().ok().filter(|_| out.status.success())
-    };
-    if id("-u").is_none() {
-        let _ = Command::new("useradd").args(["--system", "--no-create-home", name]).status();
-    }
-    let (uid, gid) = (id("-u"), id("-g"));
-    (uid.unwrap_or_else(|| panic!("cannot create user {name}")), gid.unwrap_or_else(|| panic!("no group of {name}")))
-}
-
 /// A directory outside the machine's (a user's default one), removed when dropped, even by a failing test.
 struct Removed(PathBuf);
 
@@ -148,7 +134,7 @@ for path in sys.argv[2:]:
 
 #[test]
 fn a_region_planted_by_another_user_is_refused_and_gains_it_nothing() {
-    let attacker = user(ATTACKER);
+    let attacker = common::user(ATTACKER);
     let m = Machine::new("sec-region", "small");
     let region = shared_dir(&m).join("tessera.region");
     let mut planter = plant(attacker, &region, "", false);
@@ -164,7 +150,7 @@ fn a_region_planted_by_another_user_is_refused_and_gains_it_nothing() {
 
 #[test]
 fn a_vgpu_file_planted_for_another_tenant_is_refused_and_cannot_reach_it() {
-    let attacker = user(ATTACKER);
+    let attacker = common::user(ATTACKER);
     let mut m = Machine::new("sec-live", "small");
     let region = shared_dir(&m).join("tessera.region");
     m.sim = std::mem::replace(&mut m.sim, common::Sim::new("unused")).with("TESSERA_REGION", region.to_str().unwrap());
@@ -194,7 +180,7 @@ fn a_vgpu_file_planted_for_another_tenant_is_refused_and_cannot_reach_it() {
 
 #[test]
 fn a_lock_held_by_another_user_is_refused_without_its_pid() {
-    let attacker = user(ATTACKER);
+    let attacker = common::user(ATTACKER);
     let m = Machine::new("sec-lock", "small");
     let region = shared_dir(&m).join("tessera.region");
     let lock = PathBuf::from(format!("{}.lock", region.display()));
@@ -210,7 +196,7 @@ fn a_lock_held_by_another_user_is_refused_without_its_pid() {
 
 #[test]
 fn the_default_directory_is_the_users_own_and_cannot_be_squatted() {
-    let owner = user(OWNER);
+    let owner = common::user(OWNER);
     let dir = PathBuf::from(format!("/dev/shm/tessera-{}", owner.0));
     let _ = std::fs::remove_dir_all(&dir);
     let _cleanup = Removed(dir.clone());
@@ -279,7 +265,7 @@ fn zeroed_and_linked_regions_are_refused_by_name() {
 
 #[test]
 fn the_shim_refuses_a_region_or_vgpu_file_of_another_user() {
-    let attacker = user(ATTACKER);
+    let attacker = common::user(ATTACKER);
     let mut m = Machine::new("sec-shim", "small");
     m.start();
     m.ok(&["vgpu", "create", "mine", "--device", "0", "--memory", "256MiB", "--share", "40", "--user", "nobody"]);
@@ -336,7 +322,7 @@ fn the_shim_refuses_a_region_or_vgpu_file_of_another_user() {
 
 #[test]
 fn a_socket_of_another_user_is_never_taken_for_the_daemons() {
-    let attacker = user(ATTACKER);
+    let attacker = common::user(ATTACKER);
     let mut m = Machine::new("sec-socket", "small");
     let socket = shared_dir(&m).join("tessera.sock");
     let script = r#"

@@ -7,13 +7,13 @@
 mod common;
 
 use common::region::{notify, poll_every};
-use common::tessera::Machine;
+use common::tessera::{Machine, report};
 use common::{MIB, OUT_OF_MEMORY, finish, first_line, u64_at};
 use serde_json::Value;
 use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Child, Command};
+use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -41,20 +41,6 @@ fn live(m: &Machine, name: &str) -> &'static VgpuLive {
     let region: &Region = map(&m.region(), LAYOUT_SIZE, false);
     let index = region.vgpus.iter().position(|v| v.name_bytes() == name.as_bytes()).expect("the vGPU's slot");
     map(Path::new(&live_path(m.region().to_str().unwrap(), index)), AREA, true)
-}
-
-/// Starts `saturate` (500 us kernels, 4 deep) in vGPU `name` for `seconds`.
-fn saturate(m: &Machine, name: &str, seconds: &str) -> Child {
-    m.tenant(name, &["saturate", "--ns", "500us", "--seconds", seconds, "--depth", "4"])
-        .spawn()
-        .expect("spawn a tenant")
-}
-
-/// A finished `saturate` tenant's report.
-fn report(child: Child) -> Value {
-    let run = common::finished(child.wait_with_output().expect("wait for the tenant"));
-    assert!(run.success, "tenant failed: {}\n{}", run.json, run.stderr);
-    run.json
 }
 
 /// vGPU `name` in a `vgpu list --json` answer.
@@ -98,7 +84,7 @@ fn a_tenant_keeping_its_bucket_full_is_suspended_and_its_honest_neighbours_never
     }
     let honest = ["b", "c"];
     // The honest vGPUs saturate the device for 26 s, as does the one that will cheat.
-    let (b, c, a) = (saturate(&m, "b", "26"), saturate(&m, "c", "26"), saturate(&m, "a", "26"));
+    let (b, c, a) = (m.saturate("b", "26", None), m.saturate("c", "26", None), m.saturate("a", "26", None));
     let started = Instant::now();
     std::thread::sleep(Duration::from_secs(2));
     assert!(!suspended(&m.show("a")), "suspended before it cheated");
@@ -166,19 +152,6 @@ fn a_tenant_keeping_its_bucket_full_is_suspended_and_its_honest_neighbours_never
     assert!(!log.contains("audit: vGPU \"b\"") && !log.contains("audit: vGPU \"c\""), "{log}");
 }
 
-/// A second user's uid, creating it when missing (another test may create it at the same time).
-fn second_user() -> u32 {
-    const NAME: &str = "tessera-test-b";
-    let id = || Command::new("id").args(["-u", NAME]).output().expect("id");
-    let mut out = id();
-    if !out.status.success() {
-        let _ = Command::new("useradd").args(["--system", "--no-create-home", NAME]).status();
-        out = id();
-    }
-    assert!(out.status.success(), "cannot create user {NAME}");
-    String::from_utf8_lossy(&out.stdout).trim().parse().expect("a uid")
-}
-
 /// Plants process `pid` (with its true start time) in process slot `i` of `live`, holding `bytes` on
 /// device 0, as a tenant writing its file could.
 fn plant(live: &VgpuLive, i: usize, pid: u32, bytes: u64) {
@@ -197,7 +170,7 @@ fn pids(v: &Value) -> Vec<u64> {
 fn planted_process_slots_are_freed_and_the_vgpu_can_be_removed() {
     // SAFETY: getuid cannot fail.
     assert_eq!(unsafe { libc::getuid() }, 0, "this test needs root, to run a process as another user");
-    let other = second_user();
+    let other = common::user("tessera-test-b").0;
     let mut m = Machine::new("tamper-slots", "small");
     m.start();
     m.ok(&["vgpu", "create", "p", "--device", "0", "--memory", "1GiB", "--share", "10", "--user", "tessera-test-b"]);

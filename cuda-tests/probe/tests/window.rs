@@ -8,20 +8,10 @@ mod common;
 
 use common::tessera::Machine;
 use memmap2::Mmap;
-use std::path::Path;
-use std::process::Child;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use tessera_ffi::region::{AREA, LAYOUT_SIZE, ProcSlot, Region, VgpuLive, encode_name, state};
 use tessera_ffi::region_file::live_path;
-
-/// Starts `saturate` (500 µs kernels, 4 deep) in vGPU `name` for `seconds`, tracing its kernels to `trace`.
-fn saturate(m: &Machine, name: &str, seconds: &str, trace: &Path) -> Child {
-    m.tenant(name, &["saturate", "--ns", "500us", "--seconds", seconds, "--depth", "4"])
-        .env("SIMGPU_ENGINE_TRACE", trace)
-        .spawn()
-        .expect("spawn a tenant")
-}
 
 /// Maps `path` read-only, checking it holds at least `size` bytes.
 fn map(path: &str, size: usize) -> Mmap {
@@ -56,8 +46,8 @@ fn a_process_killed_mid_launch_gives_its_part_of_the_window_back_at_once() {
     m.ok(&["vgpu", "create", "a", "--device", "0", "--memory", "1GiB", "--share", "50"]);
     m.ok(&["vgpu", "create", "b", "--device", "0", "--memory", "1GiB", "--share", "50"]);
     let trace = m.file("engine.trace");
-    let mut busy = saturate(&m, "b", "60", &trace);
-    let mut survivor = saturate(&m, "a", "60", &trace);
+    let mut busy = m.saturate("b", "60", Some(&trace));
+    let mut survivor = m.saturate("a", "60", Some(&trace));
 
     let region_path = m.region().to_string_lossy().into_owned();
     let region_map = map(&region_path, LAYOUT_SIZE);
@@ -83,7 +73,7 @@ fn a_process_killed_mid_launch_gives_its_part_of_the_window_back_at_once() {
     let began = simgpu::state::now_ns();
     let mut released = Vec::new();
     for round in 0..10u64 {
-        let mut victim = saturate(&m, "a", "60", &trace);
+        let mut victim = m.saturate("a", "60", Some(&trace));
         let pid = victim.id();
         wait("the victim to attach", &mut || slot_of(live, pid).is_some());
         let launched = sched.launches.load(Ordering::Acquire);

@@ -220,3 +220,17 @@ pub fn at<'a>(v: &'a Value, path: &str) -> &'a Value {
         _ => &v[key],
     })
 }
+
+/// The uid and gid of user `name`, created (a system user without a home) when missing; a concurrent
+/// creation by another test is tolerated. For tests run as root that need a second user.
+pub fn user(name: &str) -> (u32, u32) {
+    let id = |flag: &str| {
+        let out = Command::new("id").args([flag, name]).output().ok()?;
+        String::from_utf8_lossy(&out.stdout).trim().parse::<u32>().ok().filter(|_| out.status.success())
+    };
+    if id("-u").is_none() {
+        let _ = Command::new("useradd").args(["--system", "--no-create-home", name]).status();
+    }
+    let (uid, gid) = (id("-u"), id("-g"));
+    (uid.unwrap_or_else(|| panic!("cannot create user {name}")), gid.unwrap_or_else(|| panic!("no group of {name}")))
+}

@@ -86,6 +86,16 @@ impl Machine {
         serde_json::from_str(&self.ok(&["vgpu", "list", "--json"])).expect("vgpu list --json prints JSON")
     }
 
+    /// Starts `saturate` (500 µs kernels, 4 deep) in vGPU `name` for `seconds`, its kernels traced to
+    /// `trace` when given (`SIMGPU_ENGINE_TRACE`).
+    pub fn saturate(&self, name: &str, seconds: &str, trace: Option<&Path>) -> Child {
+        let mut cmd = self.tenant(name, &["saturate", "--ns", "500us", "--seconds", seconds, "--depth", "4"]);
+        if let Some(trace) = trace {
+            cmd.env("SIMGPU_ENGINE_TRACE", trace);
+        }
+        cmd.spawn().expect("spawn a tenant")
+    }
+
     /// Starts the daemon and waits until it answers (10 s at most).
     pub fn start(&mut self) {
         assert!(self.daemon.is_none(), "the daemon is running already");
@@ -160,4 +170,11 @@ impl Drop for Machine {
 pub fn mode(path: &Path) -> u32 {
     use std::os::unix::fs::PermissionsExt;
     std::fs::metadata(path).expect("stat").permissions().mode() & 0o7777
+}
+
+/// A finished tenant's report, failing the test unless it succeeded.
+pub fn report(child: Child) -> Value {
+    let run = super::finished(child.wait_with_output().expect("wait for the tenant"));
+    assert!(run.success, "tenant failed: {}\n{}", run.json, run.stderr);
+    run.json
 }
