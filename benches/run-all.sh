@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the compute-share benchmarks (a)-(f) with their default durations (25 + 25 + 20 + 25 + 15 + 15 s,
+# Runs the compute-share benchmarks (a)-(g) with their default durations (25 + 25 + 20 + 25 + 15 + 15 + 5 s,
 # plus start-up: about three minutes), one after the other so they never compete for the engine or the
 # CPUs, then the soft-memory benchmarks (`softmem`: allocation latency, swap throughput, defragmentation;
 # about a minute), then plots docs/shares.png. The host's load is printed before and after: the benchmarks
@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 
 cargo build --release --workspace
 echo "== host: $(nproc) CPUs; uptime before: $(uptime)"
-for scenario in a b c d e f; do
+for scenario in a b c d e f g; do
     ./target/release/shares "$scenario"
 done
 ./target/release/softmem
