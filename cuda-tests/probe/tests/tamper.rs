@@ -83,8 +83,9 @@ fn a_tenant_keeping_its_bucket_full_is_suspended_and_its_honest_neighbours_never
         m.ok(&["vgpu", "create", name, "--device", "0", "--memory", "1GiB", "--share", share]);
     }
     let honest = ["b", "c"];
-    // The honest vGPUs saturate the device for 26 s, as does the one that will cheat.
-    let (b, c, a) = (m.saturate("b", "26", None), m.saturate("c", "26", None), m.saturate("a", "26", None));
+    // The honest vGPUs saturate the device for 45 s, as does the one that will cheat: long enough for the
+    // slowest suspension allowed below and the measurements after it.
+    let (b, c, a) = (m.saturate("b", "45", None), m.saturate("c", "45", None), m.saturate("a", "45", None));
     let started = Instant::now();
     std::thread::sleep(Duration::from_secs(2));
     assert!(!suspended(&m.show("a")), "suspended before it cheated");
@@ -101,8 +102,11 @@ fn a_tenant_keeping_its_bucket_full_is_suspended_and_its_honest_neighbours_never
         }
     });
     let cheating = Instant::now();
-    // Suspended within the audit's 10 s window and a round or two (generous: a loaded host).
-    let reason = poll_every(Duration::from_millis(250), "the audit to suspend a", Duration::from_secs(20), || {
+    // Suspended once a 10 s window of the audit holds enough of the cheating: on a quiet host about 10 s
+    // after it began. The bound is functional (an audit that never judges fails it): on a loaded host the
+    // cheater's own launches get the CPU late, its overuse accrues more slowly, and a busy loop on each CPU
+    // beside the test has made it 20 s. The window's arithmetic is the audit's unit tests'.
+    let reason = poll_every(Duration::from_millis(250), "the audit to suspend a", Duration::from_secs(30), || {
         let list = m.list();
         none_suspended(&list, &honest);
         let a = entry(&list, "a");
@@ -111,7 +115,6 @@ fn a_tenant_keeping_its_bucket_full_is_suspended_and_its_honest_neighbours_never
     eprintln!("suspended after {:.1} s of cheating: {reason}", cheating.elapsed().as_secs_f64());
     let (took, entitled) = figures(&reason);
     assert!(took > entitled + 5.0 && reason.contains("of device 0 over 10 s"), "{reason}");
-    assert!(cheating.elapsed() < Duration::from_secs(16), "took {:?}", cheating.elapsed());
     let text = m.ok(&["vgpu", "list"]);
     assert!(text.contains("suspended (audit: took"), "{text}");
     assert!(m.ok(&["vgpu", "show", "a"]).contains(&format!("state:         suspended (audit: {reason})")));
@@ -129,8 +132,8 @@ fn a_tenant_keeping_its_bucket_full_is_suspended_and_its_honest_neighbours_never
     assert!(share(0) < 0.01, "a suspended vGPU ran: {:.3}", share(0));
     assert!(share(1) >= 0.47 && share(2) >= 0.37, "b {:.3}, c {:.3}", share(1), share(2));
 
-    // The honest vGPUs saturate to the end (at least 20 s in all) and are never suspended.
-    while started.elapsed() < Duration::from_secs(25) {
+    // The honest vGPUs saturate to the end (at least 40 s in all) and are never suspended.
+    while started.elapsed() < Duration::from_secs(44) {
         none_suspended(&m.list(), &honest);
         std::thread::sleep(Duration::from_millis(250));
     }
