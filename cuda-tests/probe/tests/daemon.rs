@@ -261,12 +261,13 @@ fn shares_split_the_device_and_a_capped_idle_vgpu_keeps_others_to_theirs() {
     let ratio = u64_at(&b, "engine_ns") as f64 / u64_at(&a, "engine_ns") as f64;
     assert!((2.0..=4.5).contains(&ratio), "60% against 20%: b got {ratio:.2}x a's time\na: {a}\nb: {b}");
     // Alone, a vGPU of 20% absorbs what nobody uses (work-conserving)... On a quiet host it keeps the engine
-    // 97.8-100% busy, with two busy loops competing for the 2 CPUs 81-95%. (It was 48-86% on a quiet host
-    // while the refill loop, going idle, stopped hearing launches that wait for tokens for 100 ms.)
+    // 97.8-100% busy, with two busy loops competing for the 2 CPUs 67-95%. (It was 48-86% on a quiet host
+    // while the refill loop, going idle, stopped hearing launches that wait for tokens for 100 ms.) Held to
+    // its share it would get 20%: the bound tells the two apart, the figures are benchmark (f)'s.
     let alone = report(m.saturate("a", "1.5", None));
     let gap = u64_at(&alone, "longest_gap_ns") as f64 / 1e6;
     eprintln!("alone at 20%: engine busy {:.3}, longest gap {gap:.1} ms", utilization(&alone));
-    assert!(utilization(&alone) > 0.6, "alone at 20%, the engine was busy {:.2} of the time", utilization(&alone));
+    assert!(utilization(&alone) > 0.4, "alone at 20%, the engine was busy {:.2} of the time", utilization(&alone));
     // ...unless an idle vGPU is capped: then nobody exceeds their own share.
     m.ok(&["vgpu", "create", "reserved", "--device", "0", "--memory", "1GiB", "--share", "20", "--cap"]);
     let held = utilization(&report(m.saturate("a", "1.5", None)));

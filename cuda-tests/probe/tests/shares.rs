@@ -156,9 +156,10 @@ fn a_high_vgpu_holds_lower_priorities_until_it_goes_idle() {
     std::thread::sleep(Duration::from_millis(500));
     // None, unless the high process left its queue empty for longer than the hold (a host hiccup on a
     // loaded machine): then a window's worth (two 500 µs kernels) may slip in each time. Seen: up to 6
-    // with 20% of the CPUs stolen. Unheld, the normal vGPU would launch about 500 here.
+    // with 20% of the CPUs stolen, 33 with a busy loop on each CPU beside the test. Unheld, the normal vGPU
+    // would launch about 500 here: the bound only tells held from not held.
     let slipped = launches(l) - held;
-    assert!(slipped <= 20, "a normal vGPU launched {slipped} kernels in 500 ms while a high one had work");
+    assert!(slipped <= 100, "a normal vGPU launched {slipped} kernels in 500 ms while a high one had work");
     assert!(launches(h) > hi_before + 100, "the high vGPU did not run alone: {} launches", launches(h) - hi_before);
     let hr = done(high);
     let after_high = launches(l);
