@@ -45,7 +45,7 @@ enum Stat {
 fn stat_with(pid: u32, read: &dyn Fn(&str) -> std::io::Result<String>) -> Stat {
     let text = match read(&format!("/proc/{pid}/stat")) {
         Ok(t) => t,
-        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT) | Some(libc::ESRCH)) => return Stat::Gone,
+        Err(e) if no_such_process(&e) => return Stat::Gone,
         Err(_) => return Stat::Unknown,
     };
     // The command name (field 2) may hold spaces and parentheses; the fields after it follow the last ')'.
@@ -58,6 +58,12 @@ fn stat_with(pid: u32, read: &dyn Fn(&str) -> std::io::Result<String>) -> Stat {
     parsed.map_or(Stat::Unknown, |(state, start)| Stat::Found(state, start))
 }
 
+/// Whether reading a `/proc/PID` file failed because the process does not exist (`ENOENT` or `ESRCH`), as
+/// opposed to any other failure, which tells nothing.
+pub fn no_such_process(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOENT) | Some(libc::ESRCH))
+}
+
 /// The real reader of `/proc` files.
 fn read_proc(path: &str) -> std::io::Result<String> {
     std::fs::read_to_string(path)
@@ -65,7 +71,7 @@ fn read_proc(path: &str) -> std::io::Result<String> {
 
 /// `kill(pid, 0)`: `Some(false)` when no such process exists (`ESRCH`), `Some(true)` when it exists (even
 /// one this user may not signal, `EPERM`), `None` when the call tells nothing. Opens no descriptor.
-fn exists(pid: u32) -> Option<bool> {
+pub fn exists(pid: u32) -> Option<bool> {
     if pid == 0 || pid > PID_MASK {
         return Some(false);
     }

@@ -8,10 +8,9 @@
 //! Nothing is freed on doubt: an error reading `/proc` other than "no such process" keeps the slot
 //! (liveness is never inferred from a failure to look).
 
-use std::io::ErrorKind;
 use std::os::unix::fs::MetadataExt;
 use std::sync::atomic::Ordering;
-use tessera_ffi::reclaim::{clear, own_tag};
+use tessera_ffi::reclaim::{clear, no_such_process, own_tag};
 use tessera_ffi::region::VgpuSlot;
 
 /// A file as `/proc/PID/maps` names it: its device's major and minor numbers and its inode.
@@ -56,12 +55,6 @@ impl std::fmt::Display for Finding {
             Finding::Detached => write!(f, "a process that does not map the vGPU's file"),
         }
     }
-}
-
-/// Whether reading a `/proc` file failed because the process does not exist (as opposed to any other
-/// failure, which tells nothing).
-fn no_such_process(e: &std::io::Error) -> bool {
-    e.kind() == ErrorKind::NotFound || e.raw_os_error() == Some(libc::ESRCH)
 }
 
 /// The uids (real, effective, saved, filesystem) of `pid` from the `Uid:` line of `/proc/PID/status`

@@ -19,7 +19,7 @@ use crate::fairness::{self, Member};
 use crate::refill::{self, Observed, Vgpu};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use tessera_ffi::futex;
-use tessera_ffi::reclaim::reclaim_vgpu;
+use tessera_ffi::reclaim::{self, reclaim_vgpu};
 use tessera_ffi::region::{DeviceSched, MAX_VGPUS, Region, Sched, VgpuSlot, flags, priority};
 
 /// Tick period while a vGPU on the device has demand.
@@ -111,16 +111,8 @@ fn release_dead_windows(v: &VgpuSlot, now_ns: u64, last: &mut u64) -> bool {
         return false;
     }
     *last = now_ns;
-    v.attached().any(|(_, pid, _)| !exists(pid)) && reclaim_vgpu(v, None) > 0
-}
-
-/// Whether a process `pid` exists (as far as `kill(pid, 0)` tells: only "no such process" says no).
-fn exists(pid: u32) -> bool {
-    let Ok(pid) = libc::pid_t::try_from(pid) else { return true };
-    // SAFETY: signal 0 sends nothing; it only checks that the process exists. `pid` is positive (an
-    // attached slot's pid is neither 0 nor the claiming tag), so it never names a process group.
-    let rc = unsafe { libc::kill(pid, 0) };
-    rc == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+    // Only a certain death counts (`kill(pid, 0)` saying "no such process"); opens no descriptor.
+    v.attached().any(|(_, pid, _)| reclaim::exists(pid) == Some(false)) && reclaim_vgpu(v, None) > 0
 }
 
 /// At the end of a hold, lets a lower-priority vGPU whose launches wait go at once with a window's worth
