@@ -454,7 +454,9 @@ fn traced(setup: &Setup, name: &str) -> Vec<Entry> {
 /// g: a process of a vGPU killed mid-launch again and again beside a survivor of its vGPU.
 fn killed_mid_launch(tail_seconds: f64) {
     let vgpus = [vgpu("a50", 50, true), vgpu("b50", 50, true)];
-    let run = KILL_ROUNDS as f64 * 2.0 * KILL_PERIOD.as_secs_f64() + tail_seconds + 2.0;
+    // Each round also waits for its victim to start (about 0.1 s here); the margin keeps the survivor and
+    // the busy vGPU running past the end of the measurement, which a run cut short would count as idle.
+    let run = KILL_ROUNDS as f64 * (2.0 * KILL_PERIOD.as_secs_f64() + 1.0) + tail_seconds + 2.0;
     let mut setup = Setup::start("g", &vgpus, run, true);
     std::thread::sleep(Duration::from_secs(1));
     let mut kills = Vec::new();
@@ -477,6 +479,16 @@ fn killed_mid_launch(tail_seconds: f64) {
     let end = simgpu::state::now_ns();
     setup.stop();
     let (survivor, busy) = (traced(&setup, "trace-a50"), traced(&setup, "trace-b50"));
+    // Both must have run to the end (the kernel on the engine when they were stopped is not traced): a run
+    // cut short would count as time the survivor was held back.
+    for (name, entries) in [("survivor", &survivor), ("busy vGPU", &busy)] {
+        let last = entries.last().map_or(0, |e| e.end_ns);
+        assert!(
+            last + 100_000_000 >= end,
+            "the {name}'s process stopped {:.0} ms before the end of the measurement",
+            (end - last) as f64 / 1e6
+        );
+    }
     // Alone from each kill until the next victim's first kernel, and from the last kill to the end.
     let alone: Vec<(u64, u64)> = (0..KILL_ROUNDS)
         .map(|k| {

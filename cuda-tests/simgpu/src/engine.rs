@@ -17,8 +17,13 @@ use crate::state::{DeviceState, ENGINE_SLOTS, SharedState, now_ns};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-/// How often a waiter checks that the queue position ahead of it still has a live owner.
+/// How often a waiter checks that the queue position being served still has a live owner.
 const LIVENESS_CHECK: Duration = Duration::from_millis(20);
+/// How often the waiter next in line checks it. A real driver tears a dead process's context down, and with
+/// it the kernel it had on the engine, as soon as the process is gone; the next in line checking often
+/// keeps the engine's idle time after a kill near that (it then takes the turn itself), while the waiters
+/// further back stay asleep.
+const NEXT_IN_LINE_CHECK: Duration = Duration::from_millis(1);
 /// A queue position whose owner never announced itself is skipped after this long.
 const UNCLAIMED_TIMEOUT_NS: u64 = 1_000_000_000;
 
@@ -73,7 +78,8 @@ fn wait_for_turn(dev: &DeviceState, ticket: u32) {
         if serving == ticket {
             return;
         }
-        futex::wait(&dev.now_serving, serving, LIVENESS_CHECK);
+        let next_in_line = serving.wrapping_add(1) == ticket;
+        futex::wait(&dev.now_serving, serving, if next_in_line { NEXT_IN_LINE_CHECK } else { LIVENESS_CHECK });
         if dev.now_serving.load(Ordering::Acquire) != serving {
             stuck_since = None;
             continue;
