@@ -109,8 +109,13 @@ mod tests {
 
     #[test]
     fn an_empty_option_is_an_error_naming_it() {
-        let cli = Cli::try_parse_from(["d", "--socket", ""]).unwrap();
+        let cli = Cli::try_parse_from(["d", "--region", ""]).unwrap();
         let e = options(cli.daemon, Vec::new()).unwrap_err();
-        assert!(e.contains("--socket") && e.contains("TESSERA_SOCKET"), "{e}");
+        assert!(e.contains("--region") && e.contains("TESSERA_REGION"), "{e}");
+        // clap refuses an empty path itself, naming the option.
+        for option in ["--socket", "--state-dir"] {
+            let e = Cli::try_parse_from(["d", option, ""]).err().expect(option).to_string();
+            assert!(e.contains(option), "{e}");
+        }
     }
 }
