@@ -5,7 +5,8 @@
 
 use crate::driver::Driver;
 use clap::Args;
-use std::path::PathBuf;
+use clap::builder::OsStringValueParser;
+use std::ffi::OsString;
 use tessera_scheduler::daemon::{self, Options};
 use tessera_scheduler::paths;
 
@@ -31,15 +32,15 @@ Processes join the daemon's vGPUs through the same region: give them the same TE
 pub struct DaemonArgs {
     /// Shared-memory file holding the vGPUs' settings and usage, which processes under the shim join
     /// [default: /dev/shm/tessera-$UID/tessera.region]
-    #[arg(long, value_name = "FILE", env = "TESSERA_REGION")]
-    region: Option<String>,
+    #[arg(long, value_name = "FILE", env = "TESSERA_REGION", value_parser = OsStringValueParser::new())]
+    region: Option<OsString>,
     /// Socket `tessera vgpu` talks to the daemon on [default: tessera.sock beside the default region]
-    #[arg(long, value_name = "PATH", env = "TESSERA_SOCKET")]
-    socket: Option<PathBuf>,
+    #[arg(long, value_name = "PATH", env = "TESSERA_SOCKET", value_parser = OsStringValueParser::new())]
+    socket: Option<OsString>,
     /// Folder where the daemon saves the vGPU configuration (vgpus.json)
     /// [default: $XDG_STATE_HOME/tessera, else ~/.local/state/tessera]
-    #[arg(long, value_name = "DIR", env = "TESSERA_STATE_DIR")]
-    state_dir: Option<PathBuf>,
+    #[arg(long, value_name = "DIR", env = "TESSERA_STATE_DIR", value_parser = OsStringValueParser::new())]
+    state_dir: Option<OsString>,
 }
 
 /// The total memory of each device the driver shows (`cuDeviceTotalMem`), by ordinal. The driver stays
@@ -53,12 +54,14 @@ fn device_memory() -> Result<Vec<u64>, String> {
     memory
 }
 
-/// A path given as an option or variable: an empty one is an error naming both.
-fn given<T: AsRef<std::ffi::OsStr>>(value: T, option: &str, var: &str) -> Result<T, String> {
-    if value.as_ref().is_empty() {
-        return Err(format!("{option} ({var}) is empty; give a path or leave it out"));
+/// A path given as an option or variable (taken as given by clap, so that the error is this one): an
+/// empty one, or one that is not UTF-8 (as the shim and `tessera vgpu` require), is an error naming both.
+fn given(value: OsString, option: &str, var: &str) -> Result<String, String> {
+    match value.into_string() {
+        Ok(v) if v.trim().is_empty() => Err(format!("{option} ({var}) is empty; give a path or leave it out")),
+        Ok(v) => Ok(v),
+        Err(v) => Err(format!("{option} ({var}) {v:?} is not valid UTF-8; give a path in plain text")),
     }
-    Ok(value)
 }
 
 /// The daemon's files: each option (or its variable) when given, else the default the shim and
@@ -69,11 +72,11 @@ fn options(args: DaemonArgs, devices: Vec<u64>) -> Result<Options, String> {
         None => paths::region()?,
     };
     let socket = match args.socket {
-        Some(s) => given(s, "--socket", "TESSERA_SOCKET")?,
+        Some(s) => given(s, "--socket", "TESSERA_SOCKET")?.into(),
         None => paths::socket()?,
     };
     let state_dir = match args.state_dir {
-        Some(d) => given(d, "--state-dir", "TESSERA_STATE_DIR")?,
+        Some(d) => given(d, "--state-dir", "TESSERA_STATE_DIR")?.into(),
         None => paths::state_dir()?,
     };
     Ok(Options { region, socket, state_dir, devices })
@@ -102,20 +105,28 @@ mod tests {
             .unwrap();
         let o = options(cli.daemon, vec![1 << 30]).unwrap();
         assert_eq!(o.region, "/r/x.region");
-        assert_eq!(o.socket, PathBuf::from("/r/x.sock"));
-        assert_eq!(o.state_dir, PathBuf::from("/s"));
+        assert_eq!(o.socket, std::path::PathBuf::from("/r/x.sock"));
+        assert_eq!(o.state_dir, std::path::PathBuf::from("/s"));
         assert_eq!(o.devices, vec![1 << 30]);
     }
 
     #[test]
     fn an_empty_option_is_an_error_naming_it() {
-        let cli = Cli::try_parse_from(["d", "--region", ""]).unwrap();
-        let e = options(cli.daemon, Vec::new()).unwrap_err();
-        assert!(e.contains("--region") && e.contains("TESSERA_REGION"), "{e}");
-        // clap refuses an empty path itself, naming the option.
-        for option in ["--socket", "--state-dir"] {
-            let e = Cli::try_parse_from(["d", option, ""]).err().expect(option).to_string();
-            assert!(e.contains(option), "{e}");
+        use std::os::unix::ffi::OsStrExt;
+        let not_utf8 = std::ffi::OsStr::from_bytes(b"/tmp/\xff");
+        for (option, var) in
+            [("--region", "TESSERA_REGION"), ("--socket", "TESSERA_SOCKET"), ("--state-dir", "TESSERA_STATE_DIR")]
+        {
+            for (value, problem) in [
+                (std::ffi::OsStr::new(""), "is empty"),
+                (std::ffi::OsStr::new(" "), "is empty"),
+                (not_utf8, "not valid UTF-8"),
+            ] {
+                let cli =
+                    Cli::try_parse_from([std::ffi::OsStr::new("d"), std::ffi::OsStr::new(option), value]).unwrap();
+                let e = options(cli.daemon, Vec::new()).unwrap_err();
+                assert!(e.contains(option) && e.contains(var) && e.contains(problem), "{e}");
+            }
         }
     }
 }
