@@ -1,9 +1,47 @@
 //! `tessera daemon`: runs the host scheduler in the foreground (under systemd, a terminal, or a test).
-//! Its files come from `TESSERA_REGION`, `TESSERA_SOCKET` and `TESSERA_STATE_DIR`; the devices vGPUs may
-//! be placed on are the CUDA driver's (the simulated one's when the machine has no GPU).
+//! Its files come from `--region`, `--socket` and `--state-dir`, each also read from its variable
+//! (`TESSERA_REGION`, `TESSERA_SOCKET`, `TESSERA_STATE_DIR`, which the shim and `tessera vgpu` read too);
+//! the devices vGPUs may be placed on are the CUDA driver's (the simulated one's when the machine has no GPU).
 
 use crate::driver::Driver;
+use clap::Args;
+use clap::builder::OsStringValueParser;
+use std::ffi::OsString;
 use tessera_scheduler::daemon::{self, Options};
+use tessera_scheduler::paths;
+
+/// The variables the daemon reads besides its options', listed by `tessera daemon --help`.
+const MORE_VARIABLES: &str = "\
+Other variables it reads:
+  XDG_STATE_HOME, HOME      the default state directory: $XDG_STATE_HOME/tessera, else ~/.local/state/tessera
+  TESSERA_REAL_LIBCUDA      the real CUDA driver, whose devices vGPUs are placed on
+                            [default: libcuda.so.1 on the loader's path]
+  TESSERA_REAL_LIBNVML      the real NVML, for the audit of each process's device time
+                            [default: libnvidia-ml.so.1 on the loader's path]
+  TESSERA_LIB_DIR           where the simulated driver is, on a machine without an NVIDIA driver
+                            [default: ../lib/tessera beside the tessera executable, or beside it in a build tree]
+  SIMGPU_DEVICES, SIMGPU_MEMORY, SIMGPU_STATE, ...
+                            the simulated GPU's settings, without an NVIDIA driver (see `tessera simgpu env`)
+
+Processes join the daemon's vGPUs through the same region: give them the same TESSERA_REGION (and
+`tessera vgpu` the same TESSERA_SOCKET). SIGTERM, SIGINT and SIGHUP stop it cleanly.";
+
+/// Options of `tessera daemon`; each may be given by its variable instead.
+#[derive(Args)]
+#[command(after_help = MORE_VARIABLES)]
+pub struct DaemonArgs {
+    /// Shared-memory file holding the vGPUs' settings and usage, which processes under the shim join
+    /// [default: /dev/shm/tessera-$UID/tessera.region]
+    #[arg(long, value_name = "FILE", env = "TESSERA_REGION", value_parser = OsStringValueParser::new())]
+    region: Option<OsString>,
+    /// Socket `tessera vgpu` talks to the daemon on [default: tessera.sock beside the default region]
+    #[arg(long, value_name = "PATH", env = "TESSERA_SOCKET", value_parser = OsStringValueParser::new())]
+    socket: Option<OsString>,
+    /// Folder where the daemon saves the vGPU configuration (vgpus.json)
+    /// [default: $XDG_STATE_HOME/tessera, else ~/.local/state/tessera]
+    #[arg(long, value_name = "DIR", env = "TESSERA_STATE_DIR", value_parser = OsStringValueParser::new())]
+    state_dir: Option<OsString>,
+}
 
 /// The total memory of each device the driver shows (`cuDeviceTotalMem`), by ordinal. The driver stays
 /// loaded for the daemon's life.
@@ -16,8 +54,79 @@ fn device_memory() -> Result<Vec<u64>, String> {
     memory
 }
 
+/// A path given as an option or variable (taken as given by clap, so that the error is this one): an
+/// empty one, or one that is not UTF-8 (as the shim and `tessera vgpu` require), is an error naming both.
+fn given(value: OsString, option: &str, var: &str) -> Result<String, String> {
+    match value.into_string() {
+        Ok(v) if v.trim().is_empty() => Err(format!("{option} ({var}) is empty; give a path or leave it out")),
+        Ok(v) => Ok(v),
+        Err(v) => Err(format!("{option} ({var}) {v:?} is not valid UTF-8; give a path in plain text")),
+    }
+}
+
+/// The daemon's files: each option (or its variable) when given, else the default the shim and
+/// `tessera vgpu` use too.
+fn options(args: DaemonArgs, devices: Vec<u64>) -> Result<Options, String> {
+    let region = match args.region {
+        Some(r) => given(r, "--region", "TESSERA_REGION")?,
+        None => paths::region()?,
+    };
+    let socket = match args.socket {
+        Some(s) => given(s, "--socket", "TESSERA_SOCKET")?.into(),
+        None => paths::socket()?,
+    };
+    let state_dir = match args.state_dir {
+        Some(d) => given(d, "--state-dir", "TESSERA_STATE_DIR")?.into(),
+        None => paths::state_dir()?,
+    };
+    Ok(Options { region, socket, state_dir, devices })
+}
+
 /// Runs the daemon; returns only when it cannot start (a signal ends it with status 0).
-pub fn run() -> Result<(), String> {
-    let options = Options::from_env(device_memory()?)?;
+pub fn run(args: DaemonArgs) -> Result<(), String> {
+    let options = options(args, device_memory()?)?;
     daemon::run(options)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        daemon: DaemonArgs,
+    }
+
+    #[test]
+    fn options_given_on_the_command_line_are_used() {
+        let cli = Cli::try_parse_from(["d", "--region", "/r/x.region", "--socket", "/r/x.sock", "--state-dir", "/s"])
+            .unwrap();
+        let o = options(cli.daemon, vec![1 << 30]).unwrap();
+        assert_eq!(o.region, "/r/x.region");
+        assert_eq!(o.socket, std::path::PathBuf::from("/r/x.sock"));
+        assert_eq!(o.state_dir, std::path::PathBuf::from("/s"));
+        assert_eq!(o.devices, vec![1 << 30]);
+    }
+
+    #[test]
+    fn an_empty_option_is_an_error_naming_it() {
+        use std::os::unix::ffi::OsStrExt;
+        let not_utf8 = std::ffi::OsStr::from_bytes(b"/tmp/\xff");
+        for (option, var) in
+            [("--region", "TESSERA_REGION"), ("--socket", "TESSERA_SOCKET"), ("--state-dir", "TESSERA_STATE_DIR")]
+        {
+            for (value, problem) in [
+                (std::ffi::OsStr::new(""), "is empty"),
+                (std::ffi::OsStr::new(" "), "is empty"),
+                (not_utf8, "not valid UTF-8"),
+            ] {
+                let cli =
+                    Cli::try_parse_from([std::ffi::OsStr::new("d"), std::ffi::OsStr::new(option), value]).unwrap();
+                let e = options(cli.daemon, Vec::new()).unwrap_err();
+                assert!(e.contains(option) && e.contains(var) && e.contains(problem), "{e}");
+            }
+        }
+    }
 }

@@ -1,5 +1,5 @@
 //! Loading a CUDA driver for the CLI's own use: the real `libcuda.so.1` when the machine has one,
-//! otherwise the simulated one built beside this executable.
+//! otherwise the simulated one in this `tessera`'s library folder ([`crate::lib_dir`]).
 
 use libloading::Library;
 use std::ffi::{c_char, c_int, c_uint};
@@ -28,7 +28,7 @@ impl Driver {
         if let Some(lib) = open_real() {
             return Ok(Driver { lib, origin: Origin::Real });
         }
-        let folder = crate::simgpu_cmd::library_folder()?;
+        let folder = crate::lib_dir::simgpu_folder()?;
         // SAFETY: our own simulated driver; its initializers only set up Rust statics.
         let lib = unsafe { Library::new(folder.join("libcuda.so.1")) }
             .map_err(|e| format!("cannot load the simulated driver from {}: {e}", folder.display()))?;
@@ -41,7 +41,7 @@ impl Driver {
         // SAFETY: loading the CUDA driver runs its initializers, which is what every CUDA program does.
         let lib = unsafe { Library::new("libcuda.so.1") }.map_err(|e| format!("cannot load libcuda.so.1: {e}"))?;
         let origin = if lib_is_simulated(&lib) {
-            Origin::Simulated(crate::simgpu_cmd::library_folder().unwrap_or_default())
+            Origin::Simulated(crate::lib_dir::simgpu_folder().unwrap_or_default())
         } else {
             Origin::Real
         };

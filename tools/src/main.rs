@@ -1,11 +1,13 @@
 //! `tessera`: the command-line front end of Tessera.
 
 mod account;
+mod completions;
 mod daemon_cmd;
 mod demo;
 mod driver;
 mod grid;
 mod info;
+mod lib_dir;
 mod load;
 mod run;
 mod signals;
@@ -30,7 +32,7 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Run the host scheduler daemon in the foreground: it owns the shared region, keeps the vGPU
     /// configuration across restarts and refills every vGPU's compute share.
-    Daemon,
+    Daemon(daemon_cmd::DaemonArgs),
     /// Manage vGPUs through the daemon: `tessera vgpu create team-a --device 0 --memory 8GiB --share 30`.
     Vgpu {
         #[command(subcommand)]
@@ -45,6 +47,9 @@ enum Command {
         #[command(subcommand)]
         command: simgpu_cmd::SimgpuCommand,
     },
+    /// Print a shell completion script: `tessera completions bash > ~/.local/share/bash-completion/completions/tessera`
+    /// (`tools/install.sh` installs them for bash, zsh and fish).
+    Completions(completions::CompletionsArgs),
     /// The demo's workload: spin kernels under the shim (`tessera run --vgpu NAME -- tessera load`).
     #[command(hide = true)]
     Load(load::LoadArgs),
@@ -56,10 +61,11 @@ fn main() -> ExitCode {
         Command::Run(args) => return run::run(args),
         Command::Demo(args) => demo::run(args),
         Command::Load(args) => load::run(args),
-        Command::Daemon => daemon_cmd::run(),
+        Command::Daemon(args) => daemon_cmd::run(args),
         Command::Vgpu { command } => vgpu_cmd::run(command),
         Command::Info => info::run(),
         Command::Simgpu { command } => simgpu_cmd::run(command),
+        Command::Completions(args) => completions::run::<Cli>(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,9 +1,10 @@
 //! `tessera run`: runs a command under the shim, so a user never types a library path. It preloads the
-//! installed `libtessera.so` (ahead of anything already in `LD_PRELOAD`), passes the quota and vGPU as the
+//! installed `libtessera.so` (found as [`crate::lib_dir`] says) (ahead of anything already in `LD_PRELOAD`), passes the quota and vGPU as the
 //! shim's variables, adds the simulated GPU's environment when the machine has no NVIDIA driver, sets
 //! `NVIDIA_TF32_OVERRIDE=0` when the vGPU has tensor cores off (before any CUDA library of the command can
 //! start), and `exec`s the command: its exit status is `tessera run`'s.
 
+use crate::lib_dir::SHIM;
 use clap::Args;
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
@@ -14,9 +15,6 @@ use tessera_ffi::region::flags::TENSOR_CORES_OFF;
 use tessera_ffi::region_file;
 use tessera_ffi::units::{VGPU_NAME_FORM, parse_memory_limit, valid_vgpu_name};
 use tessera_scheduler::paths;
-
-/// File name of the shim.
-const SHIM: &str = "libtessera.so";
 
 /// Arguments of `tessera run`.
 #[derive(Args)]
@@ -47,17 +45,9 @@ pub fn vgpu_value(text: &str) -> Result<String, String> {
     }
 }
 
-/// The installed shim: in `TESSERA_LIB_DIR` when set, else beside this executable or in `../lib`.
+/// The shim of this `tessera` (see [`crate::lib_dir`]), checked to be preloadable.
 fn shim_library() -> Result<PathBuf, String> {
-    let exe = std::env::current_exe().map_err(|e| format!("cannot locate the tessera executable: {e}"))?;
-    let beside = exe.parent().map(Path::to_path_buf);
-    let candidates: Vec<PathBuf> = match std::env::var_os("TESSERA_LIB_DIR") {
-        Some(dir) => vec![PathBuf::from(dir)],
-        None => beside.iter().flat_map(|d| [d.clone(), d.join("../lib")]).collect(),
-    };
-    let found = candidates.iter().map(|d| d.join(SHIM)).find(|p| p.is_file());
-    let path = found.ok_or_else(|| format!("{SHIM} not found in {candidates:?}; build it or set TESSERA_LIB_DIR"))?;
-    let path = path.canonicalize().map_err(|e| format!("{}: {e}", path.display()))?;
+    let path = crate::lib_dir::shim()?;
     let text = path.to_str().ok_or_else(|| format!("{} is not valid UTF-8", path.display()))?;
     if text.contains([' ', ':']) {
         return Err(format!("{text} cannot be preloaded: LD_PRELOAD splits paths at spaces and colons"));
@@ -107,7 +97,7 @@ fn environment(args: &RunArgs, shim: &Path) -> Result<Vec<(String, String)>, Str
         env.push((var.into(), value.into()));
     }
     if !crate::driver::real_driver_present() {
-        let folder = crate::simgpu_cmd::library_folder()?;
+        let folder = crate::lib_dir::simgpu_folder()?;
         let old = std::env::var("LD_LIBRARY_PATH").ok();
         for (key, value) in simgpu::libdir::environment(&folder, old.as_deref()) {
             let already = std::env::var(&key).ok();

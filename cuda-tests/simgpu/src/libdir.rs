@@ -23,8 +23,10 @@ const LINKS: [(&str, &str); 6] = [
     ("libcublas.so", CUBLAS_FILE),
 ];
 
-/// Finds the folder holding the built libraries: `TESSERA_LIB_DIR` if set, else beside `exe` or in its
-/// parent (test binaries live in `target/<profile>/deps`), else `../lib` beside it (an installed layout).
+/// Finds the folder holding the built libraries, for the tests and benchmarks: `TESSERA_LIB_DIR` if set,
+/// else beside `exe` or in its parent (test binaries live in `target/<profile>/deps`), else
+/// `../lib/tessera` beside it (the layout `tools/install.sh` makes). The `tessera` command decides with
+/// its own `lib_dir` module, which also requires `libtessera.so` there.
 pub fn find_build_dir(exe: &Path) -> io::Result<PathBuf> {
     let mut candidates: Vec<PathBuf> = Vec::new();
     if let Some(dir) = std::env::var_os("TESSERA_LIB_DIR") {
@@ -34,7 +36,7 @@ pub fn find_build_dir(exe: &Path) -> io::Result<PathBuf> {
         candidates.push(dir.to_path_buf());
         if let Some(up) = dir.parent() {
             candidates.push(up.to_path_buf());
-            candidates.push(up.join("lib"));
+            candidates.push(up.join("lib/tessera"));
         }
     }
     candidates.iter().find(|d| d.join(DRIVER_FILE).is_file() && d.join(NVML_FILE).is_file()).cloned().ok_or_else(|| {

@@ -1,0 +1,150 @@
+//! Where `tessera` finds its libraries: `libtessera.so` and the simulated GPU's libraries, always together
+//! in one folder. This module alone decides it, for every command (`run`, `info`, `daemon`, `simgpu`,
+//! the demo). The folder is `TESSERA_LIB_DIR` when set (and nothing else, so a wrong value is an error,
+//! not a silent fallback), else the first of these, relative to the running executable:
+//!
+//! - `<exe dir>/../lib/tessera`: an installed `tessera` (`tools/install.sh`: `PREFIX/bin/tessera`);
+//! - `<exe dir>`: the build tree (`target/release/tessera`);
+//! - `<exe dir>/..`: test programs of the build tree (`target/release/deps/...`).
+
+use simgpu::libdir::{DRIVER_FILE, NVML_FILE};
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+/// File name of the shim.
+pub const SHIM: &str = "libtessera.so";
+
+/// The files a library folder must hold (the simulated cuBLAS is optional: only programs that load
+/// cuBLAS need it).
+const REQUIRED: [&str; 3] = [SHIM, DRIVER_FILE, NVML_FILE];
+
+/// The folder below the installation prefix that holds the libraries (`PREFIX/lib/tessera`).
+pub const INSTALLED: &str = "lib/tessera";
+
+/// The library folder of this `tessera`, as an absolute path; see the module documentation.
+pub fn lib_dir() -> Result<PathBuf, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("cannot locate the tessera executable: {e}"))?;
+    find(&exe, std::env::var_os("TESSERA_LIB_DIR"))
+}
+
+/// `libtessera.so` in [`lib_dir`].
+pub fn shim() -> Result<PathBuf, String> {
+    Ok(lib_dir()?.join(SHIM))
+}
+
+/// The folder of links that makes programs load the simulated GPU (`<lib dir>/simgpu`), created or
+/// refreshed if needed (an install creates it, so a read-only system install works).
+pub fn simgpu_folder() -> Result<PathBuf, String> {
+    let dir = lib_dir()?;
+    simgpu::libdir::prepare(&dir).map_err(|e| format!("cannot create {}/simgpu: {e}", dir.display()))
+}
+
+/// The folders tried for executable `exe`, in order, without an override.
+fn candidates(exe: &Path) -> Vec<PathBuf> {
+    let Some(bin) = exe.parent() else { return Vec::new() };
+    let mut list = vec![bin.join("..").join(INSTALLED), bin.to_path_buf()];
+    list.extend(bin.parent().map(Path::to_path_buf));
+    list
+}
+
+/// The files of [`REQUIRED`] that `dir` lacks.
+fn missing(dir: &Path) -> Vec<&'static str> {
+    REQUIRED.into_iter().filter(|f| !dir.join(f).is_file()).collect()
+}
+
+/// The library folder for executable `exe`, with `override_dir` the value of `TESSERA_LIB_DIR`.
+fn find(exe: &Path, override_dir: Option<OsString>) -> Result<PathBuf, String> {
+    let absolute = |dir: &Path| dir.canonicalize().map_err(|e| format!("{}: {e}", dir.display()));
+    if let Some(dir) = override_dir {
+        if dir.is_empty() {
+            return Err("TESSERA_LIB_DIR is empty; give the folder holding libtessera.so or unset it".into());
+        }
+        let dir = PathBuf::from(dir);
+        return match missing(&dir) {
+            lacking if lacking.is_empty() => absolute(&dir),
+            lacking => Err(format!(
+                "TESSERA_LIB_DIR={} lacks {}; point it at the folder holding {} (an install's lib/tessera, or \
+                 target/release after `cargo build --release`), or unset it",
+                dir.display(),
+                lacking.join(", "),
+                REQUIRED.join(", ")
+            )),
+        };
+    }
+    let tried = candidates(exe);
+    match tried.iter().find(|d| missing(d).is_empty()) {
+        Some(dir) => absolute(dir),
+        None => Err(format!(
+            "{} not found together in any of {}; install Tessera with tools/install.sh, build it with `cargo \
+             build --release --workspace`, or set TESSERA_LIB_DIR",
+            REQUIRED.join(", "),
+            tried.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ")
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fresh temporary directory for one test.
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("tessera-lib-dir-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    fn put_libraries(dir: &Path) {
+        std::fs::create_dir_all(dir).unwrap();
+        for f in REQUIRED {
+            std::fs::write(dir.join(f), b"").unwrap();
+        }
+    }
+
+    #[test]
+    fn an_installed_tessera_finds_lib_tessera_beside_its_bin() {
+        let root = scratch("installed");
+        put_libraries(&root.join("lib/tessera"));
+        std::fs::create_dir_all(root.join("bin")).unwrap();
+        let found = find(&root.join("bin/tessera"), None).unwrap();
+        assert_eq!(found, root.join("lib/tessera").canonicalize().unwrap());
+        std::fs::remove_dir_all(root).unwrap();
+    }
+
+    #[test]
+    fn the_build_tree_and_its_test_programs_find_target_release() {
+        let root = scratch("build");
+        put_libraries(&root);
+        std::fs::create_dir_all(root.join("deps")).unwrap();
+        assert_eq!(find(&root.join("tessera"), None).unwrap(), root.canonicalize().unwrap());
+        assert_eq!(find(&root.join("deps/probe-1234"), None).unwrap(), root.canonicalize().unwrap());
+        std::fs::remove_dir_all(root).unwrap();
+    }
+
+    #[test]
+    fn the_override_wins_and_a_wrong_one_is_an_error_naming_it() {
+        let root = scratch("override");
+        put_libraries(&root.join("lib/tessera"));
+        put_libraries(&root.join("elsewhere"));
+        let exe = root.join("bin/tessera");
+        let found = find(&exe, Some(root.join("elsewhere").into())).unwrap();
+        assert_eq!(found, root.join("elsewhere").canonicalize().unwrap());
+        let e = find(&exe, Some(root.join("bin").into())).unwrap_err();
+        assert!(e.contains("TESSERA_LIB_DIR=") && e.contains("libtessera.so"), "{e}");
+        assert!(find(&exe, Some("".into())).unwrap_err().contains("empty"));
+        std::fs::remove_dir_all(root).unwrap();
+    }
+
+    #[test]
+    fn not_found_names_every_folder_tried() {
+        let root = scratch("missing");
+        std::fs::write(root.join(SHIM), b"").unwrap(); // the shim alone is not enough
+        let e = find(&root.join("bin/tessera"), None).unwrap_err();
+        for tried in candidates(&root.join("bin/tessera")) {
+            assert!(e.contains(&tried.display().to_string()), "{e}");
+        }
+        assert!(e.contains("install.sh") && e.contains("TESSERA_LIB_DIR"), "{e}");
+        std::fs::remove_dir_all(root).unwrap();
+    }
+}
