@@ -25,10 +25,19 @@
         if (result_ != CUDA_SUCCESS) die("%s = %d", EXPORTED(call), (int)result_);        \
     } while (0)
 
-/* simgpu runs vector_add_f32 by its entry name; the body does not matter. */
-static const char PTX[] =
-    ".version 8.0\n.target sm_80\n.address_size 64\n"
-    ".visible .entry vector_add_f32(.param .u64 a, .param .u64 b, .param .u64 c, .param .u64 n)\n{\n ret;\n}\n";
+/* The test kernels, cuda-tests/kernels/kernels.ptx (real PTX; simgpu runs vector_add_f32 by its entry
+ * name), embedded NUL-terminated at build time: the harness passes the folder as TESSERA_KERNELS_DIR. */
+#ifndef TESSERA_KERNELS_DIR
+#error "build with -DTESSERA_KERNELS_DIR=\"<path to cuda-tests/kernels>\""
+#endif
+__asm__(".section .rodata\n"
+        ".globl tessera_kernels_ptx\n"
+        ".hidden tessera_kernels_ptx\n"
+        "tessera_kernels_ptx:\n"
+        ".incbin \"" TESSERA_KERNELS_DIR "/kernels.ptx\"\n"
+        ".byte 0\n"
+        ".previous\n");
+extern const char tessera_kernels_ptx[];
 
 static void report_addresses(void) {
     ADDRESS(cuInit);
@@ -113,7 +122,7 @@ int main(int argc, char **argv) {
 
     CUmodule module;
     CUfunction vector_add;
-    CU(cuModuleLoadData(&module, PTX));
+    CU(cuModuleLoadData(&module, tessera_kernels_ptx));
     CU(cuModuleGetFunction(&vector_add, module, "vector_add_f32"));
     unsigned long long n = N;
     void *params[] = {&da, &db, &dc, &n};

@@ -1,53 +1,31 @@
-//! The probe's PTX module and typed launchers for its kernels.
+//! The probe's PTX modules and typed launchers for their kernels.
 //!
-//! simgpu runs kernels by entry name (`spin`, `fill_u32`, `vector_add_f32`, `saxpy_f32`; anything else
-//! costs `SIMGPU_KERNEL_TIME`), so the bodies here are placeholders: only the entry names and parameter
-//! lists matter. cudarc's `load_module` needs its `nvrtc` feature, so the module is loaded through
-//! `cudarc::driver::result` and launched with `cuLaunchKernel`.
+//! The kernels are real PTX that computes its results on a GPU: `spin` is the product's
+//! (`tools/kernels/spin.ptx`, the one `tessera load` and the demo launch), the others are the test
+//! programs' (`cuda-tests/kernels/kernels.ptx`, which `cuda-tests/c/direct.c` embeds too). simgpu runs
+//! `spin`, `fill_u32`, `vector_add_f32` and `saxpy_f32` by entry name; anything else costs
+//! `SIMGPU_KERNEL_TIME`. cudarc's `load_module` needs its `nvrtc` feature, so the modules are loaded
+//! through `cudarc::driver::result` and launched with `cuLaunchKernel`.
 
 use crate::fail::{During, Outcome};
 use cudarc::driver::{CudaContext, CudaStream, result, sys};
 use std::ffi::{CString, c_void};
 use std::sync::Arc;
 
-/// The module: the four built-ins plus `custom_kernel`, which simgpu does not know.
-pub const PTX: &str = r#"
-.version 8.0
-.target sm_80
-.address_size 64
+/// The module holding `spin(ns)`.
+pub const SPIN_PTX: &str = include_str!("../../../tools/kernels/spin.ptx");
 
-.visible .entry spin(.param .u64 ns)
-{
-    ret;
-}
-
-.visible .entry fill_u32(.param .u64 dst, .param .u32 value, .param .u64 n)
-{
-    ret;
-}
-
-.visible .entry vector_add_f32(.param .u64 a, .param .u64 b, .param .u64 c, .param .u64 n)
-{
-    ret;
-}
-
-.visible .entry saxpy_f32(.param .f32 a, .param .u64 x, .param .u64 y, .param .u64 n)
-{
-    ret;
-}
-
-.visible .entry custom_kernel(.param .u64 data)
-{
-    ret;
-}
-"#;
+/// The module holding `fill_u32`, `vector_add_f32`, `saxpy_f32` and `custom_kernel` (which simgpu does not
+/// know).
+pub const PTX: &str = include_str!("../../kernels/kernels.ptx");
 
 /// Threads per block of every launch.
 const BLOCK: u64 = 256;
 
-/// The loaded module and its functions; unloaded on drop.
+/// The loaded modules and their functions; unloaded on drop.
 pub struct Kernels {
     ctx: Arc<CudaContext>,
+    spin_module: sys::CUmodule,
     module: sys::CUmodule,
     spin: sys::CUfunction,
     fill_u32: sys::CUfunction,
@@ -62,32 +40,38 @@ fn arg<T>(value: &mut T) -> *mut c_void {
 }
 
 impl Kernels {
-    /// Loads [`PTX`] into `ctx` and looks up every entry.
+    /// Loads [`SPIN_PTX`] and [`PTX`] into `ctx` and looks up every entry.
     pub fn load(ctx: &Arc<CudaContext>) -> Outcome<Kernels> {
         ctx.bind_to_thread().during("cuCtxSetCurrent")?;
-        let image = CString::new(PTX).expect("PTX has no NUL");
-        // SAFETY: the image is a NUL-terminated PTX string that outlives the call.
-        let module =
-            unsafe { result::module::load_data(image.as_ptr() as *const c_void) }.during("cuModuleLoadData")?;
+        let load = |ptx: &str| {
+            let image = CString::new(ptx).expect("PTX has no NUL");
+            // SAFETY: the image is a NUL-terminated PTX string that outlives the call.
+            unsafe { result::module::load_data(image.as_ptr() as *const c_void) }.during("cuModuleLoadData")
+        };
+        let spin_module = load(SPIN_PTX)?;
+        // From here on, `Drop` unloads whatever was loaded.
         let mut kernels = Kernels {
             ctx: ctx.clone(),
-            module,
+            spin_module,
+            module: std::ptr::null_mut(),
             spin: std::ptr::null_mut(),
             fill_u32: std::ptr::null_mut(),
             vector_add_f32: std::ptr::null_mut(),
             saxpy_f32: std::ptr::null_mut(),
             custom: std::ptr::null_mut(),
         };
-        let get = |name: &str| {
+        kernels.module = load(PTX)?;
+        let get = |module: sys::CUmodule, name: &str| {
             let c_name = CString::new(name).expect("entry names have no NUL");
             // SAFETY: `module` was just loaded and is unloaded only when `kernels` drops.
             unsafe { result::module::get_function(module, c_name) }.during(&format!("cuModuleGetFunction({name})"))
         };
-        kernels.spin = get("spin")?;
-        kernels.fill_u32 = get("fill_u32")?;
-        kernels.vector_add_f32 = get("vector_add_f32")?;
-        kernels.saxpy_f32 = get("saxpy_f32")?;
-        kernels.custom = get("custom_kernel")?;
+        kernels.spin = get(kernels.spin_module, "spin")?;
+        let module = kernels.module;
+        kernels.fill_u32 = get(module, "fill_u32")?;
+        kernels.vector_add_f32 = get(module, "vector_add_f32")?;
+        kernels.saxpy_f32 = get(module, "saxpy_f32")?;
+        kernels.custom = get(module, "custom_kernel")?;
         Ok(kernels)
     }
 
@@ -127,7 +111,7 @@ impl Kernels {
     /// `custom_kernel(data)`: a kernel simgpu does not know, costing `SIMGPU_KERNEL_TIME`.
     pub fn custom(&self, stream: &CudaStream) -> Outcome<()> {
         let mut data: u64 = 0;
-        // SAFETY: the kernel's body does nothing; it takes one u64.
+        // SAFETY: the kernel takes one u64 and, given null, touches no memory.
         unsafe { self.launch(stream, self.custom, 1, &mut [arg(&mut data)]) }
     }
 
@@ -167,7 +151,11 @@ impl Kernels {
 impl Drop for Kernels {
     fn drop(&mut self) {
         let _ = self.ctx.bind_to_thread();
-        // SAFETY: the module was loaded in `load` and its functions are not used after this.
-        let _ = unsafe { result::module::unload(self.module) };
+        for module in [self.spin_module, self.module] {
+            if !module.is_null() {
+                // SAFETY: a module loaded in `load`, unloaded once; its functions are not used after this.
+                let _ = unsafe { result::module::unload(module) };
+            }
+        }
     }
 }

@@ -177,6 +177,61 @@ mod tests {
         );
     }
 
+    /// The modules the project ships: the product's `spin` and the test programs' kernels.
+    const SPIN_MODULE: &str = include_str!("../../../tools/kernels/spin.ptx");
+    const KERNELS_MODULE: &str = include_str!("../../kernels/kernels.ptx");
+
+    #[test]
+    fn finds_the_entries_of_the_shipped_modules() {
+        // Real bodies: comments, labels, braces, predicated branches, `ld.global`/`st.global` and
+        // `cvta.to.global` inside functions (none of them a module-scope `.global`).
+        let spin = parse(format!("{SPIN_MODULE}\0").as_bytes()).unwrap();
+        assert_eq!(spin, Module { entries: vec!["spin".into()], globals: vec![] });
+        let kernels = parse(format!("{KERNELS_MODULE}\0").as_bytes()).unwrap();
+        assert_eq!(
+            kernels,
+            Module {
+                entries: vec!["fill_u32".into(), "vector_add_f32".into(), "saxpy_f32".into(), "custom_kernel".into()],
+                globals: vec![],
+            }
+        );
+        // Without the terminating NUL too (a file's contents).
+        assert_eq!(parse(KERNELS_MODULE.as_bytes()).unwrap(), kernels);
+    }
+
+    /// The sizes of `.param` declarations of entry `name` in `module`, in order.
+    fn declared_param_sizes(module: &str, name: &str) -> Vec<usize> {
+        let text = strip_comments(module);
+        let start = text.find(&format!(".entry {name}(")).unwrap_or_else(|| panic!("no entry {name}"));
+        let list = &text[start..][..text[start..].find(')').expect("closing parenthesis")];
+        list.split(".param").skip(1).map(|p| type_size(p.split_whitespace().next().unwrap()).unwrap()).collect()
+    }
+
+    #[test]
+    fn the_shipped_kernels_take_the_parameters_the_simulator_decodes() {
+        use crate::kernels::Builtin;
+        assert_eq!(declared_param_sizes(SPIN_MODULE, "spin"), Builtin::Spin.param_sizes());
+        for (name, builtin) in [
+            ("fill_u32", Builtin::FillU32),
+            ("vector_add_f32", Builtin::VectorAddF32),
+            ("saxpy_f32", Builtin::SaxpyF32),
+        ] {
+            assert_eq!(Builtin::from_name(name), Some(builtin));
+            assert_eq!(declared_param_sizes(KERNELS_MODULE, name), builtin.param_sizes(), "{name}");
+        }
+        assert_eq!(Builtin::from_name("custom_kernel"), None, "custom_kernel is one simgpu does not know");
+    }
+
+    #[test]
+    fn labels_predicates_and_block_comments_hide_no_entry() {
+        let text = "/* .entry hidden_in_a_block_comment(.param .u64 x) { ret; } */\n\
+            .version 7.0\n.target sm_50\n.address_size 64\n\
+            .visible .entry\nsplit_line(\n.param .u64 p\n)\n{\n.reg .pred %p<2>;\n\
+            $L_top: // a label; .entry in a comment(\n\
+            @%p1 bra $L_top;\n{ .reg .b32 %inner; }\nret;\n}\n";
+        assert_eq!(parse(text.as_bytes()).unwrap().entries, vec!["split_line"]);
+    }
+
     #[test]
     fn rejects_binaries_and_garbage() {
         assert_eq!(parse(b"\x7fELF\x02\x01"), Err(ImageError::Binary));

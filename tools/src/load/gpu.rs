@@ -9,27 +9,8 @@ use tessera_ffi::sys::{CUcontext, CUdevice, CUdeviceptr, CUevent, CUfunction, CU
 
 /// `spin(u64 ns)`: one thread busy-waits on the GPU's nanosecond timer (`%globaltimer`) until `ns` have
 /// passed, so it takes that long on a real GPU; simgpu recognises the built-in by its entry name and
-/// occupies its engine for `ns`.
-pub const SPIN_PTX: &str = r#"
-.version 6.0
-.target sm_50
-.address_size 64
-
-.visible .entry spin(.param .u64 spin_ns)
-{
-    .reg .pred %p<2>;
-    .reg .b64 %rd<5>;
-
-    ld.param.u64 %rd1, [spin_ns];
-    mov.u64 %rd2, %globaltimer;
-    add.u64 %rd3, %rd2, %rd1;
-$L_wait:
-    mov.u64 %rd4, %globaltimer;
-    setp.lt.u64 %p1, %rd4, %rd3;
-    @%p1 bra $L_wait;
-    ret;
-}
-"#;
+/// occupies its engine for `ns`. The one copy of the kernel, which the test probe loads too.
+pub const SPIN_PTX: &str = include_str!("../../kernels/spin.ptx");
 
 /// `CU_STREAM_NON_BLOCKING`.
 const NON_BLOCKING: c_uint = 1;

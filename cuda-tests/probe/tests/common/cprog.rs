@@ -98,6 +98,7 @@ impl CBuild {
         gcc.args(["-std=gnu11", "-O1", "-g", "-Wall", "-Wextra", "-Werror", "-D_GNU_SOURCE"])
             .arg(format!("-I{}", cuda_include_dir().display()))
             .arg(format!("-I{}", sources.display()))
+            .arg(format!("-DTESSERA_KERNELS_DIR=\"{}\"", workspace().join("cuda-tests/kernels").display()))
             .args(&self.flags)
             .arg("-o")
             .arg(&tmp)

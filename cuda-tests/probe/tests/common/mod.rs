@@ -75,6 +75,21 @@ pub fn shim_path() -> PathBuf {
 /// Set in the test process to run every scenario under the shim with no `TESSERA_` setting (transparency).
 pub const UNDER_SHIM: &str = "TESSERA_TEST_UNDER_SHIM";
 
+/// Set to `real` in the test process (as `tools/real-gpu-check.sh` does) to run programs on the machine's
+/// NVIDIA driver: the simulated GPU's library folder and `SIMGPU_` settings stay out of their environment,
+/// so `libcuda.so.1` is the system's. Unset or `simulated`: the simulated driver.
+pub const DRIVER: &str = "TESSERA_TEST_DRIVER";
+
+/// True when [`DRIVER`] selects the real driver; any other value than `real` or `simulated` fails the test.
+pub fn real_driver() -> bool {
+    match std::env::var_os(DRIVER) {
+        None => false,
+        Some(v) if v == "simulated" => false,
+        Some(v) if v == "real" => true,
+        Some(v) => panic!("{DRIVER}={v:?} is neither `real` nor `simulated`"),
+    }
+}
+
 impl Sim {
     /// A machine with the default devices and a state file unique to `tag` and this process.
     pub fn new(tag: &str) -> Sim {
@@ -87,7 +102,7 @@ impl Sim {
         ));
         let _ = std::fs::remove_file(&state);
         let old = std::env::var("LD_LIBRARY_PATH").ok();
-        let mut env = simgpu::libdir::environment(&folder, old.as_deref());
+        let mut env = if real_driver() { Vec::new() } else { simgpu::libdir::environment(&folder, old.as_deref()) };
         env.retain(|(k, _)| k != "SIMGPU_STATE");
         env.push(("SIMGPU_STATE".into(), state.to_string_lossy().into_owned()));
         let sim = Sim { env, state };
