@@ -67,6 +67,8 @@ fn two_saturating_processes_each_get_half_the_engine() {
     // Kernel counts tell the same story as engine time.
     let (ka, kb) = (f64_at(ra, "kernels"), f64_at(rb, "kernels"));
     assert!((0.40..=0.60).contains(&(ka / (ka + kb))), "kernel counts are lopsided ({summary})");
-    assert!(total >= 0.85 * wall, "the engine was busy {:.1}% of the wall time ({summary})", total / wall * 100.0);
+    // Functional, not a performance figure: a missed hand-on leaves a 2 ms kernel waiting for the 20 ms
+    // liveness check (about 10% busy); a loaded host's late wake-ups were seen to cost up to 23%.
+    assert!(total >= 0.6 * wall, "the engine was busy {:.1}% of the wall time ({summary})", total / wall * 100.0);
     assert!(total <= 1.01 * wall, "engine time exceeds wall time: kernels overlapped ({summary})");
 }
