@@ -59,7 +59,8 @@ impl Machine {
         let child = self.command("tessera", &["daemon"]).stdout(Stdio::null()).spawn().expect("spawn tessera daemon");
         self.daemon = Some(child);
         let socket = self.dir.join("tessera.sock");
-        tessera_scheduler::client::wait_until_ready(&socket, Duration::from_secs(10), || Ok(()))
+        tessera_client::Client::new(&socket)
+            .wait_until_ready(Duration::from_secs(10), || Ok(()))
             .unwrap_or_else(|e| panic!("tessera daemon: {e}"));
     }
 

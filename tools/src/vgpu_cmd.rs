@@ -5,10 +5,10 @@
 //! request changes nothing (status 1).
 
 use clap::{Args, Subcommand, ValueEnum};
+use tessera_client::{Achieved, Change, Client, Mode, PagerReport, Priority, Request, VgpuSpec, VgpuStatus};
 use tessera_ffi::units::{format_size, parse_duration_ns, parse_quota, parse_share};
-use tessera_scheduler::config::{Change, MAX_WINDOW_NS, MIN_WINDOW_NS, Mode, Priority, VgpuSpec};
-use tessera_scheduler::protocol::{PagerReport, Request, VgpuStatus};
-use tessera_scheduler::{client, paths};
+use tessera_scheduler::config::{MAX_WINDOW_NS, MIN_WINDOW_NS};
+use tessera_scheduler::paths;
 
 /// Subcommands of `tessera vgpu`.
 #[derive(Subcommand)]
@@ -350,6 +350,11 @@ fn details(v: &VgpuStatus) -> String {
         + "\n"
 }
 
+/// The `show` line of the share achieved lately.
+fn achieved_line(a: &Achieved) -> String {
+    format!("achieved:      {:.1}% of the device over the last 1 s, {:.1}% over 10 s\n", a.last_1s_pct, a.last_10s_pct)
+}
+
 /// Attached processes that run in the other mode than the vGPU's (they joined before it changed), said
 /// after the mode; empty when there are none.
 fn mode_note(v: &VgpuStatus) -> String {
@@ -419,11 +424,8 @@ fn defragged(name: &str, r: &PagerReport) -> String {
 
 /// Runs one `tessera vgpu` subcommand.
 pub fn run(command: VgpuCommand) -> Result<(), String> {
-    let socket = paths::socket()?;
-    let response = client::send(&socket, &request(&command))?;
-    if !response.ok {
-        return Err(response.error.unwrap_or_else(|| "the daemon refused the request".into()));
-    }
+    let client = Client::new(paths::socket()?);
+    let response = client.request(&request(&command))?;
     let first = response.vgpus.first();
     let out = match (&command, first) {
         (VgpuCommand::List { json: true }, _) => {
@@ -436,7 +438,11 @@ pub fn run(command: VgpuCommand) -> Result<(), String> {
         (VgpuCommand::Show { json: true, .. }, Some(v)) => {
             serde_json::to_string_pretty(v).map_err(|e| e.to_string())? + "\n"
         }
-        (VgpuCommand::Show { .. }, Some(v)) => details(v),
+        (VgpuCommand::Show { name, .. }, Some(v)) => {
+            // The achieved share is a second request: a daemon that cannot answer it still shows the rest.
+            let achieved = client.stats(Some(name)).ok().and_then(|s| s.vgpus.first().map(|v| v.achieved));
+            details(v) + &achieved.map_or(String::new(), |a| achieved_line(&a))
+        }
         (VgpuCommand::Create(a), Some(v)) => format!("created vGPU {}: {}\n", a.name, summary(&v.spec)),
         (VgpuCommand::Set(a), Some(v)) if a.mode.is_some() => format!(
             "vGPU {}: {}\nthe memory mode applies to processes started from now on{}\n",

@@ -124,12 +124,14 @@ impl Machine {
     pub fn start_daemon(&mut self) -> Result<(), String> {
         self.daemon = Some(self.spawn("the daemon", "daemon", libc::SIGTERM, &["daemon"])?);
         let socket = self.socket();
-        tessera_scheduler::client::wait_until_ready(&socket, DAEMON_START, || {
+        let failed = |e: String| tessera_client::Error::new(tessera_client::ErrorCode::Unavailable, e);
+        let ready = tessera_client::Client::new(&socket).wait_until_ready(DAEMON_START, || {
             if signals::stop_requested() {
-                return Err("interrupted".into());
+                return Err(failed("interrupted".into()));
             }
-            self.check()
-        })
+            self.check().map_err(failed)
+        });
+        ready.map_err(String::from)
     }
 
     /// Starts `tessera load ARGS` in vGPU `vgpu` under the shim; returns its pid (`tessera run` `exec`s).
