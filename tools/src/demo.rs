@@ -150,8 +150,7 @@ fn create(machine: &Machine, t: &Tenant) -> Result<(), String> {
     let mut spec = VgpuSpec::new(t.name, DEVICE, t.quota, t.share);
     spec.cap = t.cap;
     spec.priority = if t.high { Priority::High } else { Priority::Normal };
-    let client = tessera_client::Client::new(machine.socket());
-    client.create(spec).map(drop).map_err(|e| format!("cannot create vGPU {}: {e}", t.name))
+    machine.create(spec).map(drop).map_err(|e| format!("cannot create vGPU {}: {e}", t.name))
 }
 
 /// Waits until every vGPU has launched a kernel; the snapshot then starts the run.
