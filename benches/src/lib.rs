@@ -67,6 +67,11 @@ impl Machine {
         Client::new(local::private_socket(&self.dir))
     }
 
+    /// The daemon's pid (0 when it is not running).
+    pub fn daemon_pid(&self) -> u32 {
+        self.daemon.as_ref().map_or(0, LocalDaemon::pid)
+    }
+
     /// Creates a vGPU through the daemon, panicking on a refusal.
     pub fn create(&self, spec: VgpuSpec) {
         let name = spec.name.clone();
