@@ -117,12 +117,20 @@ fn stats_answer_at_10_hz_with_achieved_shares_near_the_configured_ones() {
         d.busy.last_10s_pct
     );
     assert!(d.span_10s_ns >= 9_500_000_000 && d.span_1s_ns >= 900_000_000, "{shown}");
-    // Loose, functional bounds: both saturate, so each gets about its share, and b more than a.
-    assert!((18.0..=42.0).contains(&a.achieved.last_10s_pct), "a (30%) over 10 s: {shown}");
-    assert!((50.0..=85.0).contains(&b.achieved.last_10s_pct), "b (70%) over 10 s: {shown}");
-    assert!((10.0..=50.0).contains(&a.achieved.last_1s_pct), "a (30%) over 1 s: {shown}");
-    assert!((40.0..=90.0).contains(&b.achieved.last_1s_pct), "b (70%) over 1 s: {shown}");
-    assert!(b.achieved.last_10s_pct > a.achieved.last_10s_pct, "{shown}");
+    // Loose, functional bounds. Both saturate, so they split what the device ran by their shares; how
+    // much it ran depends on the host (its CPUs run the simulated engine and the tenants: 99% on a quiet
+    // host, 57% seen under a parallel build), so the split is checked against the device's busy share,
+    // and neither may be far over its share.
+    assert!(d.busy.last_10s_pct >= 25.0 && d.busy.last_1s_pct >= 15.0, "the device barely ran: {shown}");
+    let of_busy = |v: &VgpuStats, long: bool| match long {
+        true => v.achieved.last_10s_pct / d.busy.last_10s_pct * 100.0,
+        false => v.achieved.last_1s_pct / d.busy.last_1s_pct * 100.0,
+    };
+    assert!((20.0..=40.0).contains(&of_busy(a, true)), "a (30%) over 10 s: {shown}");
+    assert!((60.0..=80.0).contains(&of_busy(b, true)), "b (70%) over 10 s: {shown}");
+    assert!((10.0..=50.0).contains(&of_busy(a, false)), "a (30%) over 1 s: {shown}");
+    assert!((50.0..=90.0).contains(&of_busy(b, false)), "b (70%) over 1 s: {shown}");
+    assert!(a.achieved.last_10s_pct <= 42.0 && b.achieved.last_10s_pct <= 85.0, "over a share: {shown}");
     assert!(d.busy.last_10s_pct >= a.achieved.last_10s_pct + b.achieved.last_10s_pct - 0.5, "{shown}");
     assert!(d.busy.last_10s_pct <= 100.5, "{shown}");
     assert_eq!((d.share_configured, d.vgpus.clone()), (100, vec!["a".to_string(), "b".to_string()]));
@@ -134,6 +142,9 @@ fn stats_answer_at_10_hz_with_achieved_shares_near_the_configured_ones() {
         assert!(v.launches > 0 && v.device_ns > 0 && v.wait_ns > 0, "{shown}");
     }
     assert_eq!(d.memory_used, a.memory.used + b.memory.used);
+    let shown = m.ok(&["vgpu", "show", "a"]);
+    assert!(shown.contains("achieved:") && shown.contains("over the last 1 s"), "{shown}");
+    assert!(m.ok(&["vgpu", "list"]).contains("ACHIEVED"));
     let one = client.stats(Some("a")).unwrap();
     assert_eq!((one.vgpus.len(), one.devices.len()), (1, 1), "{one:?}");
     for mut t in tenants {
