@@ -271,7 +271,7 @@ mod tests {
             (a.memory, a.priority, a.tensor_cores, a.suspended, a.share),
             (2 << 30, Priority::High, false, true, 30)
         );
-        let f = region_flags(&a);
+        let f = region_flags(a);
         assert_eq!(
             f,
             region::flags::MANAGED | region::flags::CAP | region::flags::TENSOR_CORES_OFF | region::flags::SUSPENDED
