@@ -73,11 +73,16 @@ pub fn stats(region: &Region, specs: &[VgpuSpec], devices: &[u64], only: Option<
         .iter()
         .zip(&readings)
         .map(|(&device, r)| {
-            let on: Vec<&VgpuStats> = vgpus.iter().filter(|v| v.device == device).collect();
+            // Every vGPU of the device, also those `only` leaves out of `vgpus`.
+            let used = specs
+                .iter()
+                .filter(|s| s.device == device)
+                .filter_map(|s| slot(region, &s.name))
+                .fold(0u64, |sum, (_, v)| sum.saturating_add(v.used(device as usize)));
             DeviceStats {
                 device,
                 memory_total: devices.get(device as usize).copied().unwrap_or(0),
-                memory_used: on.iter().fold(0u64, |sum, v| sum.saturating_add(v.memory.used)),
+                memory_used: used,
                 share_configured: specs.iter().filter(|s| s.device == device).map(|s| s.share).sum(),
                 busy: r.busy,
                 span_1s_ns: r.span_1s_ns,

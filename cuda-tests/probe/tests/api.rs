@@ -147,6 +147,8 @@ fn stats_answer_at_10_hz_with_achieved_shares_near_the_configured_ones() {
     assert!(m.ok(&["vgpu", "list"]).contains("ACHIEVED"));
     let one = client.stats(Some("a")).unwrap();
     assert_eq!((one.vgpus.len(), one.devices.len()), (1, 1), "{one:?}");
+    assert!(one.devices[0].memory_used >= one.vgpus[0].memory.used + b.memory.used / 2, "b's memory counts: {one:?}");
+    assert_eq!(one.devices[0].vgpus, ["a", "b"], "{one:?}");
     for mut t in tenants {
         let _ = t.kill();
         let _ = t.wait();
