@@ -2,7 +2,8 @@
 # Runs the compute-share benchmarks (a)-(g) with their default durations (25 + 25 + 20 + 25 + 15 + 15 + 5 s,
 # plus start-up: about three minutes), one after the other so they never compete for the engine or the
 # CPUs, then the soft-memory benchmarks (`softmem`: allocation latency, swap throughput, defragmentation;
-# about a minute), then plots docs/shares.png. The host's load is printed before and after: the benchmarks
+# about a minute), then the daemon API's cost (`api`: one `stats` request, client and daemon side; about
+# 20 s), then plots docs/shares.png. The host's load is printed before and after: the benchmarks
 # measure a simulated engine and device whose timing depends on the host scheduling its threads promptly.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,5 +14,6 @@ for scenario in a b c d e f g; do
     ./target/release/shares "$scenario"
 done
 ./target/release/softmem
+./target/release/api
 echo "== uptime after: $(uptime)"
 python3 benches/plot.py

@@ -8,6 +8,8 @@ use simgpu::meter::EngineMeter;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use tessera_client::local::{self, LocalDaemon};
+use tessera_client::{Client, VgpuSpec};
 
 /// The build folder holding `tessera`, `simgpu-probe` and the libraries.
 pub fn build_dir() -> PathBuf {
@@ -21,7 +23,7 @@ pub struct Machine {
     pub dir: PathBuf,
     env: Vec<(String, String)>,
     bin: PathBuf,
-    daemon: Option<Child>,
+    daemon: Option<LocalDaemon>,
 }
 
 impl Machine {
@@ -38,29 +40,42 @@ impl Machine {
             ("SIMGPU_DEVICES".into(), profile.into()),
             ("SIMGPU_STATE".into(), dir.join("simgpu.state").to_string_lossy().into_owned()),
         ]);
-        env.extend(tessera_scheduler::paths::private_environment(&dir));
+        env.extend(local::private_environment(&dir));
         Machine { dir, env, bin, daemon: None }
     }
 
     /// A command from the build folder with the machine's environment.
     pub fn command(&self, program: &str, args: &[&str]) -> Command {
         let mut cmd = Command::new(self.bin.join(program));
-        cmd.args(args).envs(self.env.iter().map(|(k, v)| (k, v)));
-        for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("TESSERA_") || k.starts_with("SIMGPU_")) {
-            if !self.env.iter().any(|(e, _)| *e == k) {
-                cmd.env_remove(k);
-            }
-        }
+        cmd.args(args);
+        local::isolate(&mut cmd, &self.env, &[]);
         cmd
     }
 
     /// Starts `tessera daemon` and waits until it answers.
     pub fn start_daemon(&mut self) {
-        let child = self.command("tessera", &["daemon"]).stdout(Stdio::null()).spawn().expect("spawn tessera daemon");
-        self.daemon = Some(child);
-        let socket = self.dir.join("tessera.sock");
-        tessera_scheduler::client::wait_until_ready(&socket, Duration::from_secs(10), || Ok(()))
+        let mut cmd = self.command("tessera", &["daemon"]);
+        cmd.stdout(Stdio::null());
+        let socket = local::private_socket(&self.dir);
+        let daemon = LocalDaemon::start(cmd, &socket, local::START_TIMEOUT, || Ok(()))
             .unwrap_or_else(|e| panic!("tessera daemon: {e}"));
+        self.daemon = Some(daemon);
+    }
+
+    /// The client of the machine's daemon.
+    pub fn client(&self) -> Client {
+        Client::new(local::private_socket(&self.dir))
+    }
+
+    /// The daemon's pid (0 when it is not running).
+    pub fn daemon_pid(&self) -> u32 {
+        self.daemon.as_ref().map_or(0, LocalDaemon::pid)
+    }
+
+    /// Creates a vGPU through the daemon, panicking on a refusal.
+    pub fn create(&self, spec: VgpuSpec) {
+        let name = spec.name.clone();
+        self.client().create(spec).unwrap_or_else(|e| panic!("create vGPU {name}: {e}"));
     }
 
     /// Runs `tessera ARGS`, panicking with its stderr on failure; returns its stdout.
@@ -112,9 +127,8 @@ impl Machine {
 
 impl Drop for Machine {
     fn drop(&mut self) {
-        if let Some(mut d) = self.daemon.take() {
-            let _ = d.kill();
-            let _ = d.wait();
+        if let Some(d) = self.daemon.take() {
+            d.kill();
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }

@@ -5,7 +5,7 @@
 //! region and the state file took it.
 
 use serde::{Deserialize, Serialize};
-use tessera_ffi::region::{self, DEFAULT_WINDOW_NS, MAX_DEVICES, MAX_VGPUS};
+use tessera_ffi::region::{self, MAX_DEVICES, MAX_VGPUS};
 use tessera_ffi::units::{MAX_QUOTA, VGPU_NAME_FORM, format_size, valid_vgpu_name};
 
 /// The machine's devices as the rules need them: each device's total memory in bytes, by ordinal (the
@@ -17,139 +17,41 @@ pub const MIN_WINDOW_NS: u64 = 1_000;
 /// Longest window a vGPU may have.
 pub const MAX_WINDOW_NS: u64 = 1_000_000_000;
 
-/// Scheduling priority of a vGPU on its device.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Priority {
-    /// Gets the share others leave only after `normal` vGPUs had theirs.
-    Low,
-    /// The default.
-    #[default]
-    Normal,
-    /// While it has work, lower priorities on its device get no tokens.
-    High,
-}
+pub use tessera_client::spec::{Change, Mode, Priority, VgpuSpec};
 
-impl Priority {
-    /// The region's [`region::priority`] value.
-    pub fn region_value(self) -> u32 {
-        match self {
-            Priority::Low => region::priority::LOW,
-            Priority::Normal => region::priority::NORMAL,
-            Priority::High => region::priority::HIGH,
-        }
-    }
-
-    /// The name the CLI and the JSON use.
-    pub fn name(self) -> &'static str {
-        match self {
-            Priority::Low => "low",
-            Priority::Normal => "normal",
-            Priority::High => "high",
-        }
+/// The region's [`region::priority`] value of `priority`.
+pub fn priority_value(priority: Priority) -> u32 {
+    match priority {
+        Priority::Low => region::priority::LOW,
+        Priority::Normal => region::priority::NORMAL,
+        Priority::High => region::priority::HIGH,
     }
 }
 
-/// How a vGPU's device memory is served.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Mode {
-    /// Every allocation is the driver's own memory, refused when the device has none left (the default).
-    #[default]
-    Hard,
-    /// Memory is virtualized by the shim: pooled, defragmented and swapped to host memory, so quotas of
-    /// soft vGPUs may add up to more than the device has. Processes read the mode when they join.
-    Soft,
-}
-
-impl Mode {
-    /// The name the CLI and the JSON use.
-    pub fn name(self) -> &'static str {
-        match self {
-            Mode::Hard => "hard",
-            Mode::Soft => "soft",
-        }
+/// The region's [`region::flags`] for `spec` (always [`region::flags::MANAGED`]).
+pub fn region_flags(spec: &VgpuSpec) -> u32 {
+    let mut f = region::flags::MANAGED;
+    if spec.cap {
+        f |= region::flags::CAP;
     }
-}
-
-fn default_true() -> bool {
-    true
-}
-
-fn default_window() -> u64 {
-    DEFAULT_WINDOW_NS
-}
-
-/// One vGPU as configured: everything the daemon persists about it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct VgpuSpec {
-    /// Its name, as processes give it in `TESSERA_VGPU`.
-    pub name: String,
-    /// Device ordinal its quota and share apply to.
-    pub device: u32,
-    /// Memory quota on that device, in bytes.
-    pub memory: u64,
-    /// Share of the device's time, in percent.
-    pub share: u32,
-    /// Never exceeds its share, and its idle share is not given to others.
-    #[serde(default)]
-    pub cap: bool,
-    /// Priority on its device.
-    #[serde(default)]
-    pub priority: Priority,
-    /// Tensor cores allowed (off: TF32 disabled, cuBLAS math modes pedantic).
-    #[serde(default = "default_true")]
-    pub tensor_cores: bool,
-    /// Most queued-but-unfinished device time, in nanoseconds.
-    #[serde(default = "default_window")]
-    pub window_ns: u64,
-    /// Suspended: its launches wait at the next kernel boundary.
-    #[serde(default)]
-    pub suspended: bool,
-    /// The user (uid) whose processes may join it (`None`: the daemon's own user).
-    #[serde(default)]
-    pub user: Option<u32>,
-    /// Memory mode (state files written before modes existed hold none: hard).
-    #[serde(default)]
-    pub mode: Mode,
-}
-
-impl VgpuSpec {
-    /// A spec with the defaults for everything but name, device, memory and share.
-    pub fn new(name: &str, device: u32, memory: u64, share: u32) -> VgpuSpec {
-        VgpuSpec {
-            name: name.to_string(),
-            device,
-            memory,
-            share,
-            cap: false,
-            priority: Priority::Normal,
-            tensor_cores: true,
-            window_ns: DEFAULT_WINDOW_NS,
-            suspended: false,
-            user: None,
-            mode: Mode::Hard,
-        }
+    if !spec.tensor_cores {
+        f |= region::flags::TENSOR_CORES_OFF;
     }
-
-    /// The region's [`region::flags`] for this spec (always [`region::flags::MANAGED`]).
-    pub fn region_flags(&self) -> u32 {
-        let mut f = region::flags::MANAGED;
-        if self.cap {
-            f |= region::flags::CAP;
-        }
-        if !self.tensor_cores {
-            f |= region::flags::TENSOR_CORES_OFF;
-        }
-        if self.suspended {
-            f |= region::flags::SUSPENDED;
-        }
-        if self.mode == Mode::Soft {
-            f |= region::flags::SOFT;
-        }
-        f
+    if spec.suspended {
+        f |= region::flags::SUSPENDED;
     }
+    if spec.mode == Mode::Soft {
+        f |= region::flags::SOFT;
+    }
+    f
+}
 
+/// The rules that concern one vGPU alone.
+trait Checked {
+    fn check(&self, devices: Devices<'_>) -> Result<(), String>;
+}
+
+impl Checked for VgpuSpec {
     /// Checks everything that concerns this vGPU alone, on a machine with `devices`. Nothing here trusts
     /// the request (or the state file): every field is checked.
     fn check(&self, devices: Devices<'_>) -> Result<(), String> {
@@ -194,49 +96,6 @@ pub fn check_device(device: u32, devices: u32) -> Result<(), String> {
         0 => Err(format!("device {device} does not exist: this machine has no GPU")),
         1 => Err(format!("device {device} does not exist: this machine has 1 GPU, device 0")),
         n => Err(format!("device {device} does not exist: this machine has {n} GPUs, devices 0 to {}", n - 1)),
-    }
-}
-
-/// What `tessera vgpu set` changes; `None` keeps the current value.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Change {
-    /// New share, in percent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub share: Option<u32>,
-    /// New memory quota, in bytes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub memory: Option<u64>,
-    /// New priority.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub priority: Option<Priority>,
-    /// Tensor cores on or off.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tensor_cores: Option<bool>,
-    /// New window, in nanoseconds.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub window_ns: Option<u64>,
-    /// New memory mode (processes that join afterwards take it; running ones keep theirs).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mode: Option<Mode>,
-}
-
-impl Change {
-    /// True when it changes nothing.
-    pub fn is_empty(&self) -> bool {
-        *self == Change::default()
-    }
-
-    /// `spec` with the change applied.
-    fn apply(&self, spec: &VgpuSpec) -> VgpuSpec {
-        VgpuSpec {
-            share: self.share.unwrap_or(spec.share),
-            memory: self.memory.unwrap_or(spec.memory),
-            priority: self.priority.unwrap_or(spec.priority),
-            tensor_cores: self.tensor_cores.unwrap_or(spec.tensor_cores),
-            window_ns: self.window_ns.unwrap_or(spec.window_ns),
-            mode: self.mode.unwrap_or(spec.mode),
-            ..spec.clone()
-        }
     }
 }
 
@@ -362,6 +221,11 @@ mod tests {
     }
 
     #[test]
+    fn the_wire_default_window_is_the_regions() {
+        assert_eq!(tessera_client::DEFAULT_WINDOW_NS, tessera_ffi::region::DEFAULT_WINDOW_NS);
+    }
+
+    #[test]
     fn shares_of_one_device_sum_to_at_most_100() {
         let c = Config::default().create(spec("a", 0, 30), TWO).unwrap();
         let c = c.create(spec("b", 0, 70), TWO).unwrap();
@@ -407,14 +271,14 @@ mod tests {
             (a.memory, a.priority, a.tensor_cores, a.suspended, a.share),
             (2 << 30, Priority::High, false, true, 30)
         );
-        let f = a.region_flags();
+        let f = region_flags(a);
         assert_eq!(
             f,
             region::flags::MANAGED | region::flags::CAP | region::flags::TENSOR_CORES_OFF | region::flags::SUSPENDED
         );
         let soft = c.set("a", &Change { mode: Some(Mode::Soft), ..Change::default() }, ONE).unwrap();
         assert_eq!(soft.get("a").unwrap().mode, Mode::Soft);
-        assert_eq!(soft.get("a").unwrap().region_flags() & region::flags::SOFT, region::flags::SOFT);
+        assert_eq!(region_flags(soft.get("a").unwrap()) & region::flags::SOFT, region::flags::SOFT);
         let text = serde_json::to_string(&soft).unwrap();
         assert!(text.contains(r#""mode":"soft""#), "{text}");
         assert_eq!(serde_json::from_str::<Config>(&text).unwrap(), soft);

@@ -1,6 +1,6 @@
-//! The host scheduler: the `tessera daemon` that owns the shared region, persists the vGPU configuration
-//! and refills every managed vGPU's token bucket by its compute share; and the client side the `tessera
-//! vgpu` commands use to talk to it.
+//! The host scheduler: the `tessera daemon` that owns the shared region, persists the vGPU configuration,
+//! refills every managed vGPU's token bucket by its compute share, and answers its API (whose clients use
+//! the `tessera-client` crate).
 //!
 //! - [`config`]: vGPU specs and the rules every change keeps; [`store`]: their file, written atomically;
 //! - [`slots`]: writing specs into the region and reading usage back; [`manager`]: carrying out requests;
@@ -9,7 +9,9 @@
 //!   (pure); [`charger`]: applying it to the vGPUs from their timelines; [`broker`]: finding device
 //!   memory for soft-mode vGPUs by asking idle ones to swap out; [`pacer`]: the per-device loop that
 //!   charges, brokers and refills;
-//! - [`protocol`], [`server`], [`client`]: JSON lines over a unix socket;
+//! - [`protocol`], [`server`]: the daemon's API, JSON lines over a unix socket (the wire types and the
+//!   client are the `tessera-client` crate's); [`history`]: the device time each vGPU and device
+//!   achieved over the last seconds, which [`monitor`] reports with the rest of `stats`;
 //! - [`integrity`]: validating the process slots tenants can write; [`recount`]: their memory counts; [`audit`]: holding each vGPU to the
 //!   device time the daemon granted it, measured by the driver ([`nvml_usage`]); [`watch`]: both, every
 //!   second;
@@ -18,13 +20,14 @@
 pub mod audit;
 pub mod broker;
 pub mod charger;
-pub mod client;
 pub mod config;
 pub mod daemon;
 pub mod fairness;
+pub mod history;
 pub mod integrity;
 pub mod ledger;
 pub mod manager;
+pub mod monitor;
 pub mod nvml_usage;
 pub mod pacer;
 pub mod paths;

@@ -6,7 +6,7 @@
 use crate::audit::Overuse;
 use crate::config::{Config, Mode, VgpuSpec};
 use crate::integrity::{self, FileId};
-use crate::protocol::{DEFRAG_TIMEOUT, PagerReport, Request, Response, VgpuStatus};
+use crate::protocol::{DEFRAG_TIMEOUT, Error, ErrorCode, PagerReport, Reply, Request, VgpuStatus};
 use crate::slots;
 use crate::store::Store;
 use std::collections::HashMap;
@@ -63,12 +63,12 @@ impl Manager {
     }
 
     /// Carries out one request.
-    pub fn handle(&self, request: Request) -> Response {
+    pub fn handle(&self, request: Request) -> Reply {
         let lifted = match &request {
             Request::Resume { name } | Request::Rm { name } => Some(name.clone()),
             _ => None,
         };
-        let mut response = self.carry_out(request).unwrap_or_else(Response::error);
+        let mut response = self.carry_out(request).unwrap_or_else(|e| Reply::failure(&e));
         let mut audits = self.audits();
         if let Some(name) = lifted.filter(|_| response.ok) {
             audits.remove(&name);
@@ -126,18 +126,27 @@ impl Manager {
         config.vgpus.iter().filter_map(|s| Some((slots::find(&locked, &s.name)?, slots::owner(s)))).collect()
     }
 
-    fn carry_out(&self, request: Request) -> Result<Response, String> {
+    fn carry_out(&self, request: Request) -> Result<Reply, Error> {
         let mut config = self.config();
         let devices = self.devices.as_slice();
         let vgpus = match request {
+            Request::Version => {
+                return Ok(Reply { release: Some(env!("CARGO_PKG_VERSION").into()), ..Reply::ok(Vec::new()) });
+            }
+            Request::Stats { name } => {
+                // Read without the region's lock or reclaiming dead processes: polled at 10 Hz, it stays a read.
+                let only = name.map(|n| config.get(&n).cloned().code(ErrorCode::NotFound)).transpose()?;
+                let stats = crate::monitor::stats(self.region.region(), &config.vgpus, &self.devices, only.as_ref());
+                return Ok(Reply { stats: Some(stats), ..Reply::ok(Vec::new()) });
+            }
             Request::List => {
-                let locked = self.region.lock()?;
+                let locked = self.region.lock().code(ErrorCode::Internal)?;
                 locked.reclaim_dead();
                 config.vgpus.iter().map(|s| slots::status(&locked, s)).collect()
             }
             Request::Show { name } => {
-                let spec = config.get(&name)?;
-                let locked = self.region.lock()?;
+                let spec = config.get(&name).code(ErrorCode::NotFound)?;
+                let locked = self.region.lock().code(ErrorCode::Internal)?;
                 locked.reclaim_dead();
                 vec![slots::status(&locked, spec)]
             }
@@ -151,73 +160,73 @@ impl Manager {
                 return self.ask_pagers(&name, PagerRequest::Evict, DEFRAG_TIMEOUT, DEFRAG_POLL);
             }
             Request::Create { spec } => {
-                let next = config.create(spec.clone(), devices)?;
+                let code = if config.get(&spec.name).is_ok() { ErrorCode::AlreadyExists } else { ErrorCode::Invalid };
+                let next = config.create(spec.clone(), devices).code(code)?;
                 let name = spec.name.clone();
                 self.commit(
                     &mut config,
                     next,
                     &name,
-                    |l| slots::place(l, &spec, false).map(drop),
+                    |l| slots::place(l, &spec, false).map(drop).code(ErrorCode::Unavailable),
                     |l| slots::remove(l, &spec.name),
                 )?
             }
             Request::Set { name, change } => {
-                let next = config.set(&name, &change, devices)?;
+                config.get(&name).code(ErrorCode::NotFound)?;
+                let next = config.set(&name, &change, devices).code(ErrorCode::Invalid)?;
                 self.reconfigure(&mut config, next, &name, change.memory.is_some())?
             }
             Request::Suspend { name } => {
-                let next = config.suspend(&name, true, devices)?;
+                config.get(&name).code(ErrorCode::NotFound)?;
+                let next = config.suspend(&name, true, devices).code(ErrorCode::Invalid)?;
                 self.reconfigure(&mut config, next, &name, false)?
             }
             Request::Resume { name } => {
-                let next = config.suspend(&name, false, devices)?;
+                config.get(&name).code(ErrorCode::NotFound)?;
+                let next = config.suspend(&name, false, devices).code(ErrorCode::Invalid)?;
                 self.reconfigure(&mut config, next, &name, false)?
             }
             Request::Rm { name } => {
-                let old = config.get(&name)?.clone();
-                let next = config.remove(&name)?;
+                let old = config.get(&name).code(ErrorCode::NotFound)?.clone();
+                let next = config.remove(&name).code(ErrorCode::Invalid)?;
                 self.commit(
                     &mut config,
                     next,
                     &name,
                     |l| {
                         free_strays_of(l, &old);
-                        slots::remove(l, &name)
+                        slots::remove(l, &name).code(ErrorCode::InUse)
                     },
                     |l| slots::place(l, &old, true).map(drop),
                 )?
             }
         };
-        Ok(Response::ok(vgpus))
+        Ok(Reply::ok(vgpus))
     }
 
     /// Has every soft-mode process of soft vGPU `name` carry out `kind` (defragment, or swap out), waiting
     /// (polling every `poll`, neither the configuration nor the region locked meanwhile) until each has or
     /// died, at most `timeout`. Reports the memory the processes held before and after. Nothing attached
     /// is nothing to do, not an error; a hard vGPU, an unknown one or a timeout is.
-    fn ask_pagers(
-        &self,
-        name: &str,
-        kind: PagerRequest,
-        timeout: Duration,
-        poll: Duration,
-    ) -> Result<Response, String> {
+    fn ask_pagers(&self, name: &str, kind: PagerRequest, timeout: Duration, poll: Duration) -> Result<Reply, Error> {
         let (doing, nothing_to) = match kind {
             PagerRequest::Defrag => ("defragmenting", "defragment"),
             PagerRequest::Evict => ("swapping out", "swap out"),
         };
         let (index, asked, target, mut report) = {
             let config = self.config();
-            let spec = config.get(name)?;
+            let spec = config.get(name).code(ErrorCode::NotFound)?;
             if spec.mode == Mode::Hard {
-                return Err(format!(
-                    "vGPU {name} is in hard mode: its memory is not virtualized, nothing to {nothing_to}"
+                return Err(Error::new(
+                    ErrorCode::Invalid,
+                    format!("vGPU {name} is in hard mode: its memory is not virtualized, nothing to {nothing_to}"),
                 ));
             }
-            let locked = self.region.lock()?;
+            let locked = self.region.lock().code(ErrorCode::Internal)?;
             locked.reclaim_dead();
             let index = slots::find(&locked, name)
-                .ok_or_else(|| format!("vGPU {name:?} has no slot in region file {}", locked.path()))?;
+                .ok_or_else(|| format!("vGPU {name:?} has no slot in region file {}", locked.path()))
+                .code(ErrorCode::Internal)?;
             let v = &locked.region().vgpus[index];
             let mut asked = Vec::new();
             let mut report = PagerReport::default();
@@ -249,23 +258,24 @@ impl Manager {
                 }
                 if Instant::now() >= deadline {
                     let list: Vec<String> = lagging.iter().map(u32::to_string).collect();
-                    return Err(format!(
-                        "vGPU {name}: {} process(es) did not finish {doing} within {} s (pid {}); the \
-                         request stands and they may still carry it out",
+                    let e = format!(
+                        "vGPU {name}: {} process(es) did not finish {doing} within {} s (pid {}); the request \
+                         stands and they may still carry it out",
                         lagging.len(),
                         timeout.as_secs(),
                         list.join(", ")
-                    ));
+                    );
+                    return Err(Error::new(ErrorCode::Timeout, e));
                 }
                 std::thread::sleep(poll);
             }
         }
         let config = self.config();
-        let locked = self.region.lock()?;
+        let locked = self.region.lock().code(ErrorCode::Internal)?;
         let after = locked.region().vgpus[index].soft_totals();
         (report.held_after, report.fragmentation_pct_after) = (after.held(), after.fragmentation_pct());
         let vgpus = config.get(name).map(|s| vec![slots::status(&locked, s)]).unwrap_or_default();
-        Ok(Response { pager: Some(report), ..Response::ok(vgpus) })
+        Ok(Reply { pager: Some(report), ..Reply::ok(vgpus) })
     }
 
     /// Writes vGPU `name`'s new spec from `next` into its slot (checking the quota against its usage when
@@ -276,9 +286,9 @@ impl Manager {
         next: Config,
         name: &str,
         memory: bool,
-    ) -> Result<Vec<VgpuStatus>, String> {
-        let old = config.get(name)?.clone();
-        let new = next.get(name)?.clone();
+    ) -> Result<Vec<VgpuStatus>, Error> {
+        let old = config.get(name).code(ErrorCode::NotFound)?.clone();
+        let new = next.get(name).code(ErrorCode::NotFound)?.clone();
         let slot = |l: &Locked| {
             slots::find(l, name).ok_or_else(|| format!("vGPU {name:?} has no slot in region file {}", l.path()))
         };
@@ -287,9 +297,9 @@ impl Manager {
             next,
             name,
             |l| {
-                let index = slot(l)?;
+                let index = slot(l).code(ErrorCode::Internal)?;
                 if memory {
-                    slots::set_memory(l, index, &new)
+                    slots::set_memory(l, index, &new).code(ErrorCode::InUse)
                 } else {
                     slots::configure(&l.region().vgpus[index], &new);
                     Ok(())
@@ -306,16 +316,16 @@ impl Manager {
         config: &mut Config,
         next: Config,
         name: &str,
-        apply: impl FnOnce(&Locked) -> Result<(), String>,
+        apply: impl FnOnce(&Locked) -> Result<(), Error>,
         undo: impl FnOnce(&Locked) -> Result<(), String>,
-    ) -> Result<Vec<VgpuStatus>, String> {
-        let locked = self.region.lock()?;
+    ) -> Result<Vec<VgpuStatus>, Error> {
+        let locked = self.region.lock().code(ErrorCode::Internal)?;
         apply(&locked)?;
         if let Err(e) = self.store.save(&next) {
             if let Err(u) = undo(&locked) {
                 eprintln!("tessera daemon: could not undo a change after failing to save it: {u}");
             }
-            return Err(e);
+            return Err(Error::new(ErrorCode::Internal, e));
         }
         *config = next;
         Ok(config.get(name).map(|s| vec![slots::status(&locked, s)]).unwrap_or_default())
@@ -324,6 +334,17 @@ impl Manager {
     /// The vGPUs as configured now.
     pub fn specs(&self) -> Vec<VgpuSpec> {
         self.config().vgpus.clone()
+    }
+}
+
+/// Gives a failure described by a string its [`ErrorCode`].
+trait Code<T> {
+    fn code(self, code: ErrorCode) -> Result<T, Error>;
+}
+
+impl<T> Code<T> for Result<T, String> {
+    fn code(self, code: ErrorCode) -> Result<T, Error> {
+        self.map_err(|message| Error::new(code, message))
     }
 }
 
@@ -595,6 +616,8 @@ mod tests {
         // Nobody answers: a timeout naming the process.
         let e =
             m.ask_pagers("s", PagerRequest::Defrag, Duration::from_millis(50), Duration::from_millis(5)).unwrap_err();
+        assert_eq!(e.code, ErrorCode::Timeout);
+        let e = e.message;
         assert!(e.contains(&format!("pid {}", std::process::id())) && e.contains("did not finish"), "{e}");
         // A process that joined in hard mode is not asked.
         me.me.flags.store(0, Ordering::Release);

@@ -3,7 +3,7 @@
 //! default in the user's own directory `/dev/shm/tessera-<uid>` (mode 0711, created and checked when a file
 //! is made there, see [`tessera_ffi::region_open`]), which no other user can create files in.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// A set variable's value, read as bytes; an empty one, or one that is not UTF-8, is an error naming it.
 fn var(name: &str) -> Result<Option<String>, String> {
@@ -43,13 +43,4 @@ pub fn state_dir() -> Result<PathBuf, String> {
     }
 }
 
-/// The variables that give a daemon, its CLI and its processes files of their own in `dir` (region,
-/// socket, state directory): a private machine that never touches the user's daemon.
-pub fn private_environment(dir: &Path) -> Vec<(String, String)> {
-    let path = |f: &str| dir.join(f).to_string_lossy().into_owned();
-    vec![
-        ("TESSERA_REGION".into(), path("tessera.region")),
-        ("TESSERA_SOCKET".into(), path("tessera.sock")),
-        ("TESSERA_STATE_DIR".into(), path("state")),
-    ]
-}
+pub use tessera_client::local::private_environment;

@@ -4,10 +4,10 @@
 //! is an error naming its pid (from the kernel's credentials of the connection). A socket of another user
 //! is never connected to or removed, unless it is in the daemon's private directory, where it can only be
 //! a leftover: it is an error naming its owner. Each connection sends JSON request lines and gets
-//! one JSON response line for each.
+//! one JSON reply line for each (see [`crate::protocol`] and `docs/protocol.md`).
 
 use crate::manager::Manager;
-use crate::protocol::{MAX_LINE, Request, Response};
+use crate::protocol::{self, Error, ErrorCode, MAX_LINE, Reply};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
@@ -172,7 +172,8 @@ impl Shedder {
         let answered = self.spare.take().is_some() && {
             let accepted = listener.accept();
             if let Ok((mut stream, _)) = accepted {
-                let answer = Response::error(format!("the daemon is out of resources: {reason}; try again"));
+                let e = format!("the daemon is out of resources: {reason}; try again");
+                let answer = Reply::failure(&Error::new(ErrorCode::Unavailable, e));
                 if let Ok(mut text) = serde_json::to_string(&answer) {
                     text.push('\n');
                     let _ = stream.set_write_timeout(Some(BACKOFF));
@@ -219,16 +220,15 @@ fn converse(stream: UnixStream, manager: &Manager, allowed: bool) -> std::io::Re
         if n == 0 {
             return Ok(());
         }
+        let failed = |code, message: String| Reply::failure(&Error::new(code, message));
         let response = if !allowed {
-            Response::error("permission denied: only the daemon's owner may manage vGPUs".into())
+            failed(ErrorCode::PermissionDenied, "permission denied: only the daemon's owner may manage vGPUs".into())
         } else if n > MAX_LINE {
-            Response::error(format!("request longer than {MAX_LINE} bytes"))
+            failed(ErrorCode::BadRequest, format!("request longer than {MAX_LINE} bytes"))
         } else {
-            match serde_json::from_str::<Request>(&line) {
+            match protocol::parse(&line) {
                 Ok(request) => manager.handle(request),
-                Err(e) => {
-                    Response::error(format!("malformed request ({e}); is the tessera command the daemon's version?"))
-                }
+                Err(e) => Reply::failure(&e),
             }
         };
         let mut text = serde_json::to_string(&response).map_err(std::io::Error::other)?;

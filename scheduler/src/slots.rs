@@ -4,7 +4,7 @@
 //! that only that user's processes can join it), freeing slots, and reading back each vGPU's usage. Every
 //! function here runs under the region's lock ([`Locked`]).
 
-use crate::config::{VgpuSpec, bytes};
+use crate::config::{VgpuSpec, bytes, priority_value, region_flags};
 use crate::protocol::VgpuStatus;
 use std::sync::atomic::Ordering;
 use tessera_ffi::futex;
@@ -84,11 +84,11 @@ pub fn configure(v: &VgpuSlot, spec: &VgpuSpec) {
     let c = &v.config;
     c.device.store(spec.device, Ordering::Relaxed);
     c.share.store(spec.share, Ordering::Relaxed);
-    c.priority.store(spec.priority.region_value(), Ordering::Relaxed);
+    c.priority.store(priority_value(spec.priority), Ordering::Relaxed);
     c.window_ns.store(spec.window_ns, Ordering::Relaxed);
     // The audit's mark stays while the vGPU stays suspended.
     let audit = if spec.suspended { c.flags.load(Ordering::Acquire) & flags::AUDIT } else { 0 };
-    c.flags.store(spec.region_flags() | audit, Ordering::Release);
+    c.flags.store(region_flags(spec) | audit, Ordering::Release);
     notify(&v.live.sched);
     crate::pacer::roster_changed();
 }

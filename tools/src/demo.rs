@@ -16,10 +16,8 @@ use machine::Machine;
 use std::collections::VecDeque;
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
+use tessera_client::{Priority, VgpuSpec};
 use tessera_ffi::units::format_size;
-use tessera_scheduler::client;
-use tessera_scheduler::config::{Priority, VgpuSpec};
-use tessera_scheduler::protocol::Request;
 
 /// Arguments of `tessera demo`.
 #[derive(Args)]
@@ -130,7 +128,7 @@ fn introduction(machine: &Machine, seconds: u64) -> Result<String, String> {
 fn demonstrate(machine: &mut Machine, seconds: u64) -> Result<(), String> {
     machine.start_daemon()?;
     for t in &TENANTS {
-        create(&machine.socket(), t)?;
+        create(machine, t)?;
     }
     let backstop = (seconds + 30).to_string();
     let mut pids = Vec::new();
@@ -148,16 +146,11 @@ fn demonstrate(machine: &mut Machine, seconds: u64) -> Result<(), String> {
 }
 
 /// Creates vGPU `t` through the daemon.
-fn create(socket: &std::path::Path, t: &Tenant) -> Result<(), String> {
+fn create(machine: &Machine, t: &Tenant) -> Result<(), String> {
     let mut spec = VgpuSpec::new(t.name, DEVICE, t.quota, t.share);
     spec.cap = t.cap;
     spec.priority = if t.high { Priority::High } else { Priority::Normal };
-    let response = client::send(socket, &Request::Create { spec })?;
-    if response.ok {
-        Ok(())
-    } else {
-        Err(format!("cannot create vGPU {}: {}", t.name, response.error.unwrap_or_default()))
-    }
+    machine.create(spec).map(drop).map_err(|e| format!("cannot create vGPU {}: {e}", t.name))
 }
 
 /// Waits until every vGPU has launched a kernel; the snapshot then starts the run.

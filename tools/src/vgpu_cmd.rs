@@ -5,10 +5,10 @@
 //! request changes nothing (status 1).
 
 use clap::{Args, Subcommand, ValueEnum};
+use tessera_client::{Achieved, Change, Client, Mode, PagerReport, Priority, Request, Stats, VgpuSpec, VgpuStatus};
 use tessera_ffi::units::{format_size, parse_duration_ns, parse_quota, parse_share};
-use tessera_scheduler::config::{Change, MAX_WINDOW_NS, MIN_WINDOW_NS, Mode, Priority, VgpuSpec};
-use tessera_scheduler::protocol::{PagerReport, Request, VgpuStatus};
-use tessera_scheduler::{client, paths};
+use tessera_scheduler::config::{MAX_WINDOW_NS, MIN_WINDOW_NS};
+use tessera_scheduler::paths;
 
 /// Subcommands of `tessera vgpu`.
 #[derive(Subcommand)]
@@ -271,11 +271,12 @@ fn has_soft_memory(v: &VgpuStatus) -> bool {
     v.spec.mode == Mode::Soft || v.soft_processes > 0
 }
 
-/// The `list` table.
-fn table(vgpus: &[VgpuStatus]) -> String {
+/// The `list` table; `stats` (when the daemon gave them) add the share each vGPU achieved over the last
+/// 10 s.
+fn table(vgpus: &[VgpuStatus], stats: Option<&Stats>) -> String {
     let header = [
-        "NAME", "DEVICE", "MEMORY", "USED", "MODE", "RESIDENT", "SWAPPED", "POOLED", "FRAG", "SHARE", "PRIORITY",
-        "TENSOR", "WINDOW", "STATE", "PROCS",
+        "NAME", "DEVICE", "MEMORY", "USED", "MODE", "RESIDENT", "SWAPPED", "POOLED", "FRAG", "SHARE", "ACHIEVED",
+        "PRIORITY", "TENSOR", "WINDOW", "STATE", "PROCS",
     ];
     let rows: Vec<Vec<String>> = vgpus
         .iter()
@@ -293,6 +294,9 @@ fn table(vgpus: &[VgpuStatus]) -> String {
                 soft(format_size(v.pooled)),
                 soft(format!("{}%", v.fragmentation_pct)),
                 format!("{}%{}", s.share, if s.cap { " cap" } else { "" }),
+                stats
+                    .and_then(|st| st.vgpus.iter().find(|a| a.name == s.name))
+                    .map_or("-".to_string(), |a| format!("{:.1}%", a.achieved.last_10s_pct)),
                 s.priority.name().to_string(),
                 (if s.tensor_cores { "on" } else { "off" }).to_string(),
                 duration(s.window_ns),
@@ -348,6 +352,11 @@ fn details(v: &VgpuStatus) -> String {
     .collect::<Vec<_>>()
     .join("\n")
         + "\n"
+}
+
+/// The `show` line of the share achieved lately.
+fn achieved_line(a: &Achieved) -> String {
+    format!("achieved:      {:.1}% of the device over the last 1 s, {:.1}% over 10 s\n", a.last_1s_pct, a.last_10s_pct)
 }
 
 /// Attached processes that run in the other mode than the vGPU's (they joined before it changed), said
@@ -419,11 +428,8 @@ fn defragged(name: &str, r: &PagerReport) -> String {
 
 /// Runs one `tessera vgpu` subcommand.
 pub fn run(command: VgpuCommand) -> Result<(), String> {
-    let socket = paths::socket()?;
-    let response = client::send(&socket, &request(&command))?;
-    if !response.ok {
-        return Err(response.error.unwrap_or_else(|| "the daemon refused the request".into()));
-    }
+    let client = Client::new(paths::socket()?);
+    let response = client.request(&request(&command))?;
     let first = response.vgpus.first();
     let out = match (&command, first) {
         (VgpuCommand::List { json: true }, _) => {
@@ -432,11 +438,15 @@ pub fn run(command: VgpuCommand) -> Result<(), String> {
         (VgpuCommand::List { json: false }, _) if response.vgpus.is_empty() => {
             "no vGPUs; create one with `tessera vgpu create`\n".into()
         }
-        (VgpuCommand::List { json: false }, _) => table(&response.vgpus),
+        (VgpuCommand::List { json: false }, _) => table(&response.vgpus, client.stats(None).ok().as_ref()),
         (VgpuCommand::Show { json: true, .. }, Some(v)) => {
             serde_json::to_string_pretty(v).map_err(|e| e.to_string())? + "\n"
         }
-        (VgpuCommand::Show { .. }, Some(v)) => details(v),
+        (VgpuCommand::Show { name, .. }, Some(v)) => {
+            // The achieved share is a second request: a daemon that cannot answer it still shows the rest.
+            let achieved = client.stats(Some(name)).ok().and_then(|s| s.vgpus.first().map(|v| v.achieved));
+            details(v) + &achieved.map_or(String::new(), |a| achieved_line(&a))
+        }
         (VgpuCommand::Create(a), Some(v)) => format!("created vGPU {}: {}\n", a.name, summary(&v.spec)),
         (VgpuCommand::Set(a), Some(v)) if a.mode.is_some() => format!(
             "vGPU {}: {}\nthe memory mode applies to processes started from now on{}\n",
@@ -515,11 +525,16 @@ mod tests {
     #[test]
     fn soft_memory_is_reported_and_hard_vgpus_show_none() {
         let hard = VgpuStatus { spec: VgpuSpec::new("h", 0, 1 << 30, 10), ..VgpuStatus::default() };
-        let out = table(&[soft_status(), hard.clone()]);
+        let out = table(&[soft_status(), hard.clone()], None);
         let lines: Vec<&str> = out.lines().collect();
         assert!(lines[0].contains("MODE") && lines[0].contains("RESIDENT") && lines[0].contains("FRAG"), "{out}");
         assert!(lines[1].contains("soft") && lines[1].contains("600.0 MiB") && lines[1].contains("30%"), "{out}");
         assert!(lines[2].contains("hard") && lines[2].contains(" -"), "{out}");
+        let achieved = Achieved { last_1s_pct: 1.0, last_10s_pct: 12.34 };
+        let h = tessera_client::VgpuStats { name: "h".into(), achieved, ..Default::default() };
+        let stats = Stats { vgpus: vec![h], ..Stats::default() };
+        assert!(table(std::slice::from_ref(&hard), Some(&stats)).contains(" 12.3% "), "the 10 s share");
+        assert!(achieved_line(&achieved).contains("1.0% of the device over the last 1 s, 12.3% over 10 s"));
         let shown = details(&soft_status());
         assert!(shown.contains("mode:          soft (1 running process(es)"), "{shown}");
         assert!(shown.contains("2.0 GiB in host memory") && shown.contains("3.0 ms of other vGPUs'"), "{shown}");
@@ -533,7 +548,7 @@ mod tests {
         let mut v = VgpuStatus { audit: Some(why.into()), ..VgpuStatus::default() };
         v.spec.suspended = true;
         let expected = format!("suspended (audit: {why})");
-        assert!(table(std::slice::from_ref(&v)).contains(&expected) && details(&v).contains(&expected));
+        assert!(table(std::slice::from_ref(&v), None).contains(&expected) && details(&v).contains(&expected));
         v.audit = None;
         assert!(details(&v).contains("state:         suspended\n"));
         v.spec.suspended = false;

@@ -12,9 +12,9 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
+use tessera_client::local::{self, LocalDaemon};
+use tessera_client::{Error, ErrorCode, VgpuSpec, VgpuStatus};
 
-/// How long the daemon may take to answer.
-const DAEMON_START: Duration = Duration::from_secs(10);
 /// How long a child may take to stop after SIGTERM before it is killed.
 const STOP_GRACE: Duration = Duration::from_secs(5);
 /// `TESSERA_` variables a child may inherit from the user: where the libraries are and logging.
@@ -35,7 +35,7 @@ pub struct Machine {
     pub simgpu: Option<simgpu::Config>,
     exe: PathBuf,
     env: Vec<(String, String)>,
-    daemon: Option<Running>,
+    daemon: Option<(LocalDaemon, PathBuf)>,
     loads: Vec<Running>,
 }
 
@@ -44,7 +44,7 @@ impl Machine {
     pub fn new() -> Result<Machine, String> {
         let exe = std::env::current_exe().map_err(|e| format!("cannot locate the tessera executable: {e}"))?;
         let dir = std::env::temp_dir().join(format!("tessera-demo-{}", std::process::id()));
-        let mut env = tessera_scheduler::paths::private_environment(&dir);
+        let mut env = local::private_environment(&dir);
         let simgpu = if crate::driver::real_driver_present() {
             None
         } else {
@@ -85,22 +85,14 @@ impl Machine {
     }
 
     /// `tessera ARGS` with the machine's environment, logging to `logs/<log>.log`, in a process group of
-    /// its own, and sent `death` by the kernel if the demo dies.
-    fn spawn(&self, what: &str, log: &str, death: libc::c_int, args: &[&str]) -> Result<Running, String> {
+    /// its own, and sent `death` by the kernel if the demo dies; not started yet.
+    fn command(&self, log: &str, death: libc::c_int, args: &[&str]) -> Result<(Command, PathBuf), String> {
         let log = self.dir.join("logs").join(format!("{log}.log"));
         let file = std::fs::File::create(&log).map_err(|e| format!("cannot create {}: {e}", log.display()))?;
         let err = file.try_clone().map_err(|e| format!("{}: {e}", log.display()))?;
         let mut cmd = Command::new(&self.exe);
         cmd.args(args).stdin(Stdio::null()).stdout(file).stderr(err).process_group(0);
-        // Names compared as bytes and removed as they are: one that is not UTF-8 must not slip through.
-        for (key, _) in std::env::vars_os() {
-            let name = key.as_encoded_bytes();
-            let kept = key.to_str().is_some_and(|k| KEPT.contains(&k));
-            if (name.starts_with(b"TESSERA_") && !kept) || name.starts_with(b"SIMGPU_") {
-                cmd.env_remove(&key);
-            }
-        }
-        cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
+        local::isolate(&mut cmd, &self.env, &KEPT);
         let parent = std::process::id() as libc::pid_t;
         // SAFETY: runs in the child between fork and exec and only makes async-signal-safe calls (prctl,
         // getppid, _exit). The death signal survives the exec of `tessera run` into the load.
@@ -115,6 +107,12 @@ impl Machine {
                 Ok(())
             })
         };
+        Ok((cmd, log))
+    }
+
+    /// Starts [`Machine::command`].
+    fn spawn(&self, what: &str, log: &str, death: libc::c_int, args: &[&str]) -> Result<Running, String> {
+        let (mut cmd, log) = self.command(log, death, args)?;
         let child = cmd.spawn().map_err(|e| format!("cannot start {what}: {e}"))?;
         Ok(Running { what: what.into(), child, log })
     }
@@ -122,14 +120,32 @@ impl Machine {
     /// Starts `tessera daemon` and waits until it answers. Should the demo die, the daemon gets SIGTERM and
     /// stops cleanly.
     pub fn start_daemon(&mut self) -> Result<(), String> {
-        self.daemon = Some(self.spawn("the daemon", "daemon", libc::SIGTERM, &["daemon"])?);
+        let (cmd, log) = self.command("daemon", libc::SIGTERM, &["daemon"])?;
         let socket = self.socket();
-        tessera_scheduler::client::wait_until_ready(&socket, DAEMON_START, || {
+        let started = LocalDaemon::start(cmd, &socket, local::START_TIMEOUT, || {
             if signals::stop_requested() {
-                return Err("interrupted".into());
+                return Err(Error::new(ErrorCode::Unavailable, "interrupted"));
             }
-            self.check()
-        })
+            self.check().map_err(|e| Error::new(ErrorCode::Unavailable, e))
+        });
+        match started {
+            Ok(daemon) => {
+                self.daemon = Some((daemon, log));
+                Ok(())
+            }
+            Err(e) if e.message.starts_with("the daemon exited") => {
+                Err(format!("the daemon exited early:\n{}", tail(&log)))
+            }
+            Err(e) => Err(e.message),
+        }
+    }
+
+    /// Creates a vGPU through the daemon.
+    pub fn create(&self, spec: VgpuSpec) -> Result<VgpuStatus, Error> {
+        match &self.daemon {
+            Some((daemon, _)) => daemon.create(spec),
+            None => Err(Error::new(ErrorCode::Unavailable, "the demo's daemon is not running")),
+        }
     }
 
     /// Starts `tessera load ARGS` in vGPU `vgpu` under the shim; returns its pid (`tessera run` `exec`s).
@@ -148,7 +164,12 @@ impl Machine {
     /// An error naming the first child that has exited (nothing should, before it is stopped), with the
     /// end of its log.
     pub fn check(&mut self) -> Result<(), String> {
-        for r in self.daemon.iter_mut().chain(self.loads.iter_mut()) {
+        if let Some((daemon, log)) = self.daemon.as_mut()
+            && let Some(status) = daemon.try_wait()
+        {
+            return Err(format!("the daemon exited ({}) early:\n{}", describe(status), tail(log)));
+        }
+        for r in self.loads.iter_mut() {
             if let Ok(Some(status)) = r.child.try_wait() {
                 return Err(format!("{} exited ({}) early:\n{}", r.what, describe(status), tail(&r.log)));
             }
@@ -167,8 +188,8 @@ impl Machine {
         for r in loads {
             finish(r, report);
         }
-        if let Some(r) = self.daemon.take() {
-            terminate(&r.child);
+        if let Some((daemon, log)) = self.daemon.take() {
+            let r = Running { what: "the daemon".into(), child: daemon.terminate(), log };
             finish(r, report);
         }
     }
@@ -176,7 +197,8 @@ impl Machine {
 
 impl Drop for Machine {
     fn drop(&mut self) {
-        for mut r in self.loads.drain(..).chain(self.daemon.take()) {
+        // A daemon still here is killed as its `LocalDaemon` drops.
+        for mut r in self.loads.drain(..) {
             let _ = r.child.kill();
             let _ = r.child.wait();
         }

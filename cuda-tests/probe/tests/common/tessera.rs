@@ -6,7 +6,9 @@ use super::{Sim, build_dir};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use tessera_client::Client;
+use tessera_client::local::LocalDaemon;
 
 /// The `tessera` executable cargo built beside the libraries (the build folder may be `deps/`, which
 /// holds the libraries too).
@@ -24,7 +26,7 @@ pub struct Machine {
     pub sim: Sim,
     /// Where the region, socket and state directory are.
     pub dir: PathBuf,
-    daemon: Option<Child>,
+    daemon: Option<LocalDaemon>,
 }
 
 impl Machine {
@@ -99,37 +101,32 @@ impl Machine {
     /// Starts the daemon and waits until it answers (10 s at most).
     pub fn start(&mut self) {
         assert!(self.daemon.is_none(), "the daemon is running already");
-        let child = self.command(&["daemon"]).stderr(Stdio::piped()).spawn().expect("spawn tessera daemon");
-        self.daemon = Some(child);
-        let start = Instant::now();
-        while !self.tessera(&["vgpu", "list"]).status.success() {
-            if let Some(status) = self.daemon.as_mut().and_then(|d| d.try_wait().ok().flatten()) {
-                let out = self.daemon.take().unwrap().wait_with_output().expect("daemon output");
-                panic!("tessera daemon exited with {status}: {}", String::from_utf8_lossy(&out.stderr));
-            }
-            assert!(start.elapsed() < Duration::from_secs(10), "tessera daemon did not answer within 10 s");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let mut cmd = self.command(&["daemon"]);
+        cmd.stderr(Stdio::piped());
+        let daemon = LocalDaemon::start(cmd, &self.socket(), Duration::from_secs(10), || Ok(()))
+            .unwrap_or_else(|e| panic!("tessera daemon: {e}"));
+        self.daemon = Some(daemon);
+    }
+
+    /// The client of the machine's daemon.
+    pub fn client(&self) -> Client {
+        Client::new(self.socket())
     }
 
     /// The running daemon's pid.
     pub fn daemon_pid(&self) -> u32 {
-        self.daemon.as_ref().expect("a running daemon").id()
+        self.daemon.as_ref().expect("a running daemon").pid()
     }
 
     /// Kills the daemon with SIGKILL (it leaves its socket behind).
     pub fn kill_daemon(&mut self) {
-        let mut d = self.daemon.take().expect("a running daemon");
-        d.kill().expect("SIGKILL the daemon");
-        d.wait().expect("reap the daemon");
+        self.daemon.take().expect("a running daemon").kill();
     }
 
     /// Stops the daemon with SIGTERM and returns its stderr.
     pub fn stop_daemon(&mut self) -> Output {
         let d = self.daemon.take().expect("a running daemon");
-        // SAFETY: kill sends a signal to the daemon we started and have not reaped yet.
-        assert_eq!(unsafe { libc::kill(d.id() as i32, libc::SIGTERM) }, 0);
-        d.wait_with_output().expect("wait for the daemon")
+        d.terminate().wait_with_output().expect("wait for the daemon")
     }
 
     /// A tenant: `tessera run --vgpu VGPU -- simgpu-probe ARGS`, with piped stdio (it sees the machine's
@@ -158,10 +155,7 @@ impl Machine {
 
 impl Drop for Machine {
     fn drop(&mut self) {
-        if let Some(mut d) = self.daemon.take() {
-            let _ = d.kill();
-            let _ = d.wait();
-        }
+        drop(self.daemon.take());
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
