@@ -2,7 +2,6 @@
 //!
 //! - [`cuda`]: CUDA driver result codes as plain integers.
 //! - [`cublas`]: the cuBLAS math modes and status codes of the tensor-core policy.
-//! - [`cuda_ext`]: the entry points cudarc does not declare (`_ptsz`/`_ptds`, the checkpoint API).
 //! - [`proc_address`]: the real driver's `cuGetProcAddress` answers, as data.
 //! - [`region`]: the versioned shared-memory region processes of one vGPU share.
 //! - [`region_file`]: opening, checking and claiming slots of that region (shim and daemon alike);
@@ -15,7 +14,6 @@
 
 pub mod cublas;
 pub mod cuda;
-pub mod cuda_ext;
 pub mod flock;
 pub mod futex;
 pub mod nvml;
