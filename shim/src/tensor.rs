@@ -34,10 +34,10 @@ pub fn set_math_mode(handle: *mut c_void, mode: u32, real: impl FnOnce() -> Stat
         return status(real());
     }
     log::debug(format_args!("cublasSetMathMode: mode {mode} given as {forced}: this vGPU has tensor cores off"));
-    match crate::table::real_fns::cublasSetMathMode.get() {
+    match crate::real::cublasSetMathMode.get() {
         // SAFETY: the real cublasSetMathMode, with the caller's handle and a valid math mode.
         Some(f) => status(unsafe { f(handle, forced) }),
-        None => Err(crate::hooks::missing(Lib::Cublas)),
+        None => Err(crate::real::missing(Lib::Cublas)),
     }
 }
 
