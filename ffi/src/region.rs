@@ -211,6 +211,25 @@ pub struct Sched {
     pub charged_ns: [AtomicI64; 2],
 }
 
+impl Sched {
+    /// Announces a change of the vGPU's scheduling state (tokens granted, a hold or suspension changed):
+    /// increments `epoch` and wakes the launches sleeping on it, with no system call when none is.
+    ///
+    /// Both sides are sequentially consistent, which is what skipping the wake-up needs: a waiting
+    /// launch reads `epoch`, checks the state, adds itself to `waiters` and sleeps only while `epoch` still
+    /// has the value it read (the futex compares atomically). In the single order of these operations,
+    /// either its `waiters` increment comes before this load of `waiters` (then it is woken), or this
+    /// `epoch` increment comes before its increment and so before the futex's comparison (then it does
+    /// not sleep). With `Release`/`Acquire` alone the load of `waiters` could be ordered before the
+    /// increment of `epoch`, and a launch could sleep through a grant until its liveness timeout.
+    pub fn wake_waiters(&self) {
+        self.epoch.fetch_add(1, Ordering::SeqCst);
+        if self.waiters.load(Ordering::SeqCst) > 0 {
+            crate::futex::wake_all(&self.epoch);
+        }
+    }
+}
+
 /// Scheduling state of one device.
 #[repr(C)]
 pub struct DeviceSched {
