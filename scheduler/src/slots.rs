@@ -7,8 +7,9 @@
 use crate::config::{VgpuSpec, bytes};
 use crate::protocol::VgpuStatus;
 use std::sync::atomic::Ordering;
+use tessera_ffi::region::file::Locked;
+use tessera_ffi::region::settings::{is_managed, set_limits};
 use tessera_ffi::region::{MAX_DEVICES, Sched, UNLIMITED, VgpuSlot, encode_name, flags};
-use tessera_ffi::region_file::{Locked, is_managed, set_limits};
 
 /// The slot of vGPU `name`, if the region has one.
 pub fn find(locked: &Locked, name: &str) -> Option<usize> {

@@ -62,7 +62,7 @@ fn vgpu_with_tensor_cores_off() -> Option<String> {
     std::env::var_os("TESSERA_VGPU")?;
     let config = Config::from_lookup(|k| std::env::var_os(k)).ok()?;
     let vgpu = config.vgpu?;
-    let flags = tessera_ffi::region_file::vgpu_flags(&config.region, &vgpu).ok()??;
+    let flags = tessera_ffi::region::file::vgpu_flags(&config.region, &vgpu).ok()??;
     (flags & TENSOR_CORES_OFF != 0).then_some(vgpu)
 }
 

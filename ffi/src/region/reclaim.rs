@@ -13,7 +13,7 @@
 //! middle leaves its tag; a later scanner that finds the tag's process dead takes the slot over with its
 //! own tag and finishes the job (clearing is idempotent), so no slot is ever stuck.
 
-use crate::region::{MAX_DEVICES, ProcSlot, Region, VgpuSlot};
+use super::layout::{MAX_DEVICES, ProcSlot, Region, VgpuSlot};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// Minimum time between two amortized scans of one vGPU.
@@ -141,7 +141,7 @@ pub fn claim_tag(pid: u32, start: u64) -> Option<u32> {
     (pid != 0 && pid <= PID_MASK).then_some(CLAIMING | ((start as u32 & START_MASK) << PID_BITS) | pid)
 }
 
-/// True when `word` (a slot's `pid`, or [`crate::region::VgpuLive::measuring`]) is a claiming tag.
+/// True when `word` (a slot's `pid`, or [`super::layout::VgpuLive::measuring`]) is a claiming tag.
 pub fn is_tag(word: u32) -> bool {
     word & CLAIMING != 0
 }
