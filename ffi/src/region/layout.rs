@@ -18,6 +18,16 @@ pub const NAME_LEN: usize = 64;
 /// A limit meaning "no quota on this device".
 pub const UNLIMITED: u64 = u64::MAX;
 
+/// The bit of a slot's `pid` word (and of [`VgpuLive::measuring`]) that marks it claimed (being filled or
+/// cleared) by the process the other bits name (see [`super::reclaim::claim_tag`]). Linux pids stay below
+/// `PID_MAX_LIMIT` (2^22), so no pid has it.
+pub const CLAIMING: u32 = 1 << 31;
+
+/// True when `word` (a slot's `pid`, or [`VgpuLive::measuring`]) is a claiming tag.
+pub fn is_tag(word: u32) -> bool {
+    word & CLAIMING != 0
+}
+
 /// Slot states.
 pub mod state {
     /// Unused.
@@ -533,7 +543,7 @@ impl ProcSlot {
     pub fn attached_pid(&self) -> Option<u32> {
         match self.pid.load(Ordering::Acquire) {
             0 => None,
-            tag if super::reclaim::is_tag(tag) => None,
+            tag if is_tag(tag) => None,
             pid => Some(pid),
         }
     }
@@ -684,7 +694,7 @@ mod tests {
         assert_eq!((v.wanted(0), v.wanted(1), v.wanted(2)), (7, 500, 0));
         // Killed while waiting: reclaiming its slot takes its want with it (a vGPU-wide counter kept it).
         let dead = &v.live.procs[1];
-        dead.pid.store(crate::region::reclaim::CLAIMING | 11, Ordering::Release);
+        dead.pid.store(CLAIMING | 11, Ordering::Release);
         assert_eq!(v.wanted(1), 300, "a slot being cleared wants nothing");
         crate::region::reclaim::clear(dead, v);
         assert_eq!((dead.wanted.load(Ordering::Relaxed), v.wanted(1)), (0, 300));
