@@ -1,5 +1,5 @@
 //! The daemon's life: it takes ownership of the region (one daemon per region, by a lock file beside it,
-//! created as safely as the region, see [`tessera_ffi::region_open`]),
+//! created as safely as the region, see [`tessera_ffi::region::open`]),
 //! opens the region and its saved configuration, re-attaches to the vGPUs already there, then runs one
 //! refill loop per device, a once-a-second reclaim of dead processes' memory, the once-a-second watch
 //! over what tenants can write (slots and the audit, see [`crate::watch`]), and the socket server.
@@ -18,10 +18,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tessera_ffi::futex::monotonic_ns;
-use tessera_ffi::reclaim::reclaim_dead;
 use tessera_ffi::region::MAX_DEVICES;
-use tessera_ffi::region_file::{Access, RegionFile};
-use tessera_ffi::region_open::checked_dir;
+use tessera_ffi::region::open::checked_dir;
+use tessera_ffi::region::reclaim::reclaim_dead;
+use tessera_ffi::region::{file::RegionFile, open::Access};
 use tessera_ffi::secure_fs::{self, DirKind};
 
 /// Where the daemon keeps its files, and the machine's device count.

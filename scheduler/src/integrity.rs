@@ -3,15 +3,15 @@
 //! the vGPU's live file (every process that joins a managed vGPU does, before it publishes its pid). A
 //! slot the daemon positively knows to be false — the process is gone, belongs to another user (pid 1 of
 //! root planted in a user's vGPU), or does not map the file — is freed as a dead process's would be (see
-//! [`tessera_ffi::reclaim::clear`]): its bytes go back and it no longer blocks `tessera vgpu rm`.
+//! [`tessera_ffi::region::reclaim::clear`]): its bytes go back and it no longer blocks `tessera vgpu rm`.
 //!
 //! Nothing is freed on doubt: an error reading `/proc` other than "no such process" keeps the slot
 //! (liveness is never inferred from a failure to look).
 
 use std::os::unix::fs::MetadataExt;
 use std::sync::atomic::Ordering;
-use tessera_ffi::reclaim::{clear, no_such_process, own_tag};
 use tessera_ffi::region::VgpuSlot;
+use tessera_ffi::region::reclaim::{clear, no_such_process, own_tag};
 
 /// A file as `/proc/PID/maps` names it: its device's major and minor numbers and its inode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,7 +117,7 @@ pub fn free_strays(v: &VgpuSlot, owner: u32, live: Option<FileId>) -> Vec<(u32, 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tessera_ffi::reclaim::start_time;
+    use tessera_ffi::region::reclaim::start_time;
 
     fn slot() -> &'static VgpuSlot {
         // SAFETY: VgpuSlot is integers and atomics, valid when zero.

@@ -13,9 +13,9 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
-use tessera_ffi::reclaim::is_alive;
+use tessera_ffi::region::reclaim::is_alive;
 use tessera_ffi::region::{PagerRequest, flags};
-use tessera_ffi::region_file::{Locked, RegionFile, live_path};
+use tessera_ffi::region::{file::Locked, file::RegionFile, open::live_path};
 
 /// How often a `defrag` request looks whether the processes are done: they defragment in milliseconds to
 /// seconds, and each look is a few atomic loads.
@@ -581,7 +581,7 @@ mod tests {
         // Nobody attached: nothing to do.
         let resp = m.handle(defrag("s"));
         assert!(resp.ok && resp.pager.as_ref().is_some_and(|r| r.processes.is_empty()), "{resp:?}");
-        let me = tessera_ffi::region_file::attach(f.region.path(), "s", None).unwrap();
+        let me = tessera_ffi::region::attach::attach(f.region.path(), "s", None).unwrap();
         assert!(me.me.is_soft());
         let stats = &me.me.soft;
         stats.resident.store(600, Ordering::Release);
@@ -630,7 +630,7 @@ mod tests {
         let f = Fixture::new("rm");
         let m = f.manager();
         ok(&m, create("a", 10));
-        let attached = tessera_ffi::region_file::attach(f.region.path(), "a", None).unwrap();
+        let attached = tessera_ffi::region::attach::attach(f.region.path(), "a", None).unwrap();
         assert_eq!(
             attached.vgpu.config.limit[0].load(Ordering::Relaxed),
             1 << 30,

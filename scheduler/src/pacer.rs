@@ -19,7 +19,7 @@ use crate::fairness::{self, Member};
 use crate::refill::{self, Observed, Vgpu};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use tessera_ffi::futex;
-use tessera_ffi::reclaim::{self, reclaim_vgpu};
+use tessera_ffi::region::reclaim::{self, reclaim_vgpu};
 use tessera_ffi::region::{DeviceSched, MAX_VGPUS, Region, Sched, VgpuSlot, flags, priority};
 
 /// Tick period while a vGPU on the device has demand.
@@ -341,7 +341,7 @@ mod tests {
 
     /// Attaches process `pid` (alive or not) in process slot `slot` of `v`.
     fn attach(v: &VgpuSlot, slot: usize, pid: u32) {
-        let start = tessera_ffi::reclaim::start_time(pid).unwrap_or(1);
+        let start = tessera_ffi::region::reclaim::start_time(pid).unwrap_or(1);
         v.live.procs[slot].start_time.store(start, Ordering::Relaxed);
         v.live.procs[slot].pid.store(pid, Ordering::Release);
     }

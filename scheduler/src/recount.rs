@@ -10,8 +10,8 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use tessera_ffi::reclaim::sub;
 use tessera_ffi::region::Region;
+use tessera_ffi::region::reclaim::sub;
 
 /// Shortfall below which a count is believed.
 pub const TOLERANCE: u64 = 64 << 20;

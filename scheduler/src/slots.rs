@@ -7,9 +7,9 @@
 use crate::config::{VgpuSpec, bytes, priority_value, region_flags};
 use crate::protocol::VgpuStatus;
 use std::sync::atomic::Ordering;
-use tessera_ffi::futex;
+use tessera_ffi::region::file::Locked;
+use tessera_ffi::region::settings::{is_managed, set_limits};
 use tessera_ffi::region::{MAX_DEVICES, Sched, UNLIMITED, VgpuSlot, encode_name, flags};
-use tessera_ffi::region_file::{Locked, is_managed, set_limits};
 
 /// The slot of vGPU `name`, if the region has one.
 pub fn find(locked: &Locked, name: &str) -> Option<usize> {
@@ -93,10 +93,9 @@ pub fn configure(v: &VgpuSlot, spec: &VgpuSpec) {
     crate::pacer::roster_changed();
 }
 
-/// Increments the vGPU's epoch and wakes its waiting launches (they re-read the state).
+/// Tells the vGPU's waiting launches that its state changed (they re-read it): [`Sched::wake_waiters`].
 pub fn notify(s: &Sched) {
-    s.epoch.fetch_add(1, Ordering::Release);
-    futex::wake_all(&s.epoch);
+    s.wake_waiters();
 }
 
 /// Frees the slot of vGPU `name` unless processes are attached to it.

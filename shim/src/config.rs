@@ -107,7 +107,7 @@ impl Config {
         let region = match get("TESSERA_REGION")? {
             Some(r) if r.trim().is_empty() => return Err(err("TESSERA_REGION")("is empty; give a file path".into())),
             Some(r) => r,
-            None => tessera_ffi::region_file::default_path(),
+            None => tessera_ffi::region::open::default_path(),
         };
         let compute_share =
             get("TESSERA_COMPUTE_SHARE")?.map(|v| parse_share(&v).map_err(err("TESSERA_COMPUTE_SHARE"))).transpose()?;

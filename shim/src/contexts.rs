@@ -149,7 +149,7 @@ pub fn create(pctx: *mut CUcontext, dev: CUdevice, real: impl FnOnce() -> Status
     // SAFETY (both closures): run only after the driver succeeded, so `pctx` holds the new context.
     let read = || unsafe { *pctx } as u64;
     let destroy = || {
-        if let Some(f) = crate::table::real_fns::cuCtxDestroy_v2.get() {
+        if let Some(f) = crate::real::cuCtxDestroy_v2.get() {
             // SAFETY: destroys the context the driver just created for us.
             unsafe { f(*pctx) };
         }
@@ -183,7 +183,7 @@ pub fn primary_retain(pctx: *mut CUcontext, dev: CUdevice, real: impl FnOnce() -
     // SAFETY: run only after the driver succeeded, so `pctx` holds the primary context.
     let read = || unsafe { *pctx } as u64;
     let release = || {
-        if let Some(f) = crate::table::real_fns::cuDevicePrimaryCtxRelease_v2.get() {
+        if let Some(f) = crate::real::cuDevicePrimaryCtxRelease_v2.get() {
             // SAFETY: drops the one reference just taken, which destroys the context again.
             unsafe { f(dev) };
         }

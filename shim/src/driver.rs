@@ -6,23 +6,14 @@
 //! is per ordinal.
 
 use crate::guard::{Res, status};
-use crate::real::{Lib, RealFn};
+use crate::real::{
+    cuCtxGetCurrent as CTX_GET_CURRENT, cuCtxGetDevice as CTX_GET_DEVICE, cuCtxPopCurrent_v2 as CTX_POP,
+    cuCtxPushCurrent_v2 as CTX_PUSH, cuDeviceGetCount as DEVICE_COUNT, cuDeviceGetUuid as DEVICE_UUID,
+    cuDeviceGetUuid_v2 as DEVICE_UUID_V2, cuDevicePrimaryCtxGetState as PRIMARY_STATE,
+};
 use std::ffi::{c_int, c_uint};
 use tessera_ffi::region::MAX_DEVICES;
 use tessera_ffi::sys::{CUcontext, CUdevice, CUuuid};
-
-static CTX_GET_DEVICE: RealFn<unsafe extern "C" fn(*mut CUdevice) -> u32> = RealFn::new(Lib::Cuda, c"cuCtxGetDevice");
-static CTX_GET_CURRENT: RealFn<unsafe extern "C" fn(*mut CUcontext) -> u32> =
-    RealFn::new(Lib::Cuda, c"cuCtxGetCurrent");
-static PRIMARY_STATE: RealFn<unsafe extern "C" fn(CUdevice, *mut c_uint, *mut c_int) -> u32> =
-    RealFn::new(Lib::Cuda, c"cuDevicePrimaryCtxGetState");
-static DEVICE_UUID_V2: RealFn<unsafe extern "C" fn(*mut CUuuid, CUdevice) -> u32> =
-    RealFn::new(Lib::Cuda, c"cuDeviceGetUuid_v2");
-static DEVICE_UUID: RealFn<unsafe extern "C" fn(*mut CUuuid, CUdevice) -> u32> =
-    RealFn::new(Lib::Cuda, c"cuDeviceGetUuid");
-static DEVICE_COUNT: RealFn<unsafe extern "C" fn(*mut c_int) -> u32> = RealFn::new(Lib::Cuda, c"cuDeviceGetCount");
-static CTX_PUSH: RealFn<unsafe extern "C" fn(CUcontext) -> u32> = RealFn::new(Lib::Cuda, c"cuCtxPushCurrent_v2");
-static CTX_POP: RealFn<unsafe extern "C" fn(*mut CUcontext) -> u32> = RealFn::new(Lib::Cuda, c"cuCtxPopCurrent_v2");
 
 /// Runs `f` with context `ctx` pushed current on the calling thread, then pops it (the thread's own
 /// current context is back); the push's error if `ctx` cannot be pushed, not-supported if the driver

@@ -1,9 +1,9 @@
-//! The one table of intercepted functions, and what it generates.
+//! What the one table of intercepted functions ([`crate::table`]) generates here.
 //!
-//! Each line of [`hooks!`](crate::hooks) declares an intercepted symbol once: its library, exact exported
+//! Each line of the table declares an intercepted symbol once: its library, exact exported
 //! name, C signature, optionally `/ per_thread_name` for the `_ptsz`/`_ptds` variant sharing the handler,
 //! and the handler. From it come the
-//! exported entry point, the lazily resolved pointer to the real function, and the [`Hook`] row that
+//! exported entry point, the lazily resolved pointer to the real function (in [`crate::real`]), and the [`Hook`] row that
 //! `dlsym`, `dlvsym` and `cuGetProcAddress` consult. Adding a hook is one line.
 //!
 //! A handler receives the call's arguments and a closure that calls the real function with them
@@ -34,51 +34,22 @@ impl Hook {
     }
 }
 
-/// What a call of a real function that the real library does not export returns.
-pub fn missing(lib: Lib) -> u32 {
-    match lib {
-        Lib::Cuda => tessera_ffi::cuda::CUDA_ERROR_NOT_SUPPORTED,
-        Lib::Nvml => tessera_ffi::nvml::NVML_ERROR_FUNCTION_NOT_FOUND,
-        Lib::Cublas => tessera_ffi::cublas::CUBLAS_STATUS_NOT_SUPPORTED,
-    }
-}
-
 /// Declares intercepted functions (see the module documentation).
 macro_rules! hooks {
     ($(
         $lib:ident fn $name:ident $args:tt $(/ $pt:ident)? => $(@$wrap:ident)? $handler:path;
     )*) => {
-        /// Pointers to the real functions, resolved on first use.
-        #[allow(non_upper_case_globals)]
-        pub mod real_fns {
-            use super::*;
-            $(
-                hooks!(@real $lib $name $args);
-                $(hooks!(@real $lib $pt $args);)?
-            )*
-        }
-
         $(
             hooks!(@entries $lib $name [$($pt)?] $args [$(@$wrap)?] $handler);
         )*
 
         /// Every intercepted symbol.
-        pub static HOOKS: &[crate::hooks::Hook] = &[
+        pub static HOOKS: &[Hook] = &[
             $(
                 hooks!(@row $lib $name),
                 $(hooks!(@row $lib $pt),)?
             )*
         ];
-    };
-    (@real $lib:ident $name:ident ($($arg:ident : $ty:ty),* $(,)?)) => {
-        pub static $name: crate::real::RealFn<unsafe extern "C" fn($($ty),*) -> u32> =
-            crate::real::RealFn::new(crate::real::Lib::$lib, {
-                const NAME: &std::ffi::CStr = match std::ffi::CStr::from_bytes_with_nul(concat!(stringify!($name), "\0").as_bytes()) {
-                    Ok(n) => n,
-                    Err(_) => panic!("hook names contain no NUL"),
-                };
-                NAME
-            });
     };
     (@entries $lib:ident $name:ident [$($pt:ident)?] $args:tt $wrap:tt $handler:path) => {
         hooks!(@entry $lib $name $args => $wrap $handler);
@@ -103,25 +74,37 @@ macro_rules! hooks {
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> u32 {
             crate::guard::call(stringify!($name), || {
                 crate::log::trace(format_args!("call {}", stringify!($name)));
-                let $r = || match real_fns::$name.get() {
+                let $r = || match crate::real::$name.get() {
                     // SAFETY: the real function has this exact C signature.
                     Some(f) => unsafe { f($($arg),*) },
-                    None => crate::hooks::missing(crate::real::Lib::$lib),
+                    None => crate::real::missing(crate::real::Lib::$lib),
                 };
                 $call
             })
         }
     };
     (@row $lib:ident $name:ident) => {
-        crate::hooks::Hook { name: stringify!($name), lib: crate::real::Lib::$lib, entry: $name as *const () }
+        Hook { name: stringify!($name), lib: Lib::$lib, entry: $name as *const () }
     };
 }
 
-pub(crate) use hooks;
+// The exported entry points and [`HOOKS`], from the one table. The handler modules and the names the
+// table's lines use are in scope for it here.
+use crate::{init, memory, nvml, proc_address, soft, tensor};
+use std::ffi::{c_char, c_int, c_uchar, c_uint, c_ulonglong, c_ushort};
+use tessera_ffi::nvml::{NvmlDevice, NvmlMemory, NvmlMemoryV2};
+use tessera_ffi::sys::{
+    CUDA_ARRAY_DESCRIPTOR, CUDA_ARRAY3D_DESCRIPTOR, CUDA_MEMCPY2D, CUDA_MEMCPY3D, CUDA_MEMCPY3D_BATCH_OP,
+    CUDA_MEMCPY3D_PEER, CUarray, CUcontext, CUctxCreateParams, CUdevice, CUdeviceptr, CUexecAffinityParam, CUfunction,
+    CUgraphExec, CUlaunchConfig, CUmemAllocationProp, CUmemGenericAllocationHandle, CUmemcpyAttributes, CUmemoryPool,
+    CUmipmappedArray, CUstream,
+};
+
+crate::table::intercepted!(hooks);
 
 /// The hook named `name`, if the symbol is intercepted.
 pub fn find(name: &[u8]) -> Option<&'static Hook> {
-    crate::table::HOOKS.iter().find(|h| h.name.as_bytes() == name)
+    HOOKS.iter().find(|h| h.name.as_bytes() == name)
 }
 
 /// The hook substituting for the real driver function at `addr` (how `cuGetProcAddress` answers are
@@ -129,7 +112,7 @@ pub fn find(name: &[u8]) -> Option<&'static Hook> {
 pub fn for_real_address(addr: *mut c_void) -> Option<&'static Hook> {
     static BY_REAL: OnceLock<Vec<(usize, &'static Hook)>> = OnceLock::new();
     let table = BY_REAL.get_or_init(|| {
-        let mut v: Vec<(usize, &'static Hook)> = crate::table::HOOKS
+        let mut v: Vec<(usize, &'static Hook)> = HOOKS
             .iter()
             .filter(|h| h.lib == Lib::Cuda)
             .filter_map(|h| {
@@ -152,7 +135,7 @@ mod tests {
     /// A misspelt hook would export a name no program calls and intercept nothing.
     #[test]
     fn every_driver_hook_is_a_symbol_the_real_driver_exports() {
-        for hook in crate::table::HOOKS.iter().filter(|h| h.lib == Lib::Cuda) {
+        for hook in super::HOOKS.iter().filter(|h| h.lib == Lib::Cuda) {
             assert!(
                 tessera_ffi::proc_address::is_exported(hook.name) || hook.name == "cuGetProcAddress_v2_ptsz",
                 "{} is not an exported driver symbol",

@@ -150,7 +150,7 @@ pub fn alloc_pitch(
     let (ptr, pitch) = unsafe { (written(dptr), written(pitch)) };
     let actual = (pitch as u64).saturating_mul(height as u64);
     if let Err(e) = q.adjust(d, estimate, actual, what) {
-        if let Some(free) = crate::table::real_fns::cuMemFree_v2.get() {
+        if let Some(free) = crate::real::cuMemFree_v2.get() {
             // SAFETY: frees the allocation the driver just made for us.
             unsafe { free(ptr) };
         }

@@ -7,26 +7,17 @@
 //! loaded by this.
 
 use crate::driver;
-use crate::real::{Lib, RealFn};
+use crate::real::{
+    Lib, nvmlDeviceGetComputeRunningProcesses_v3 as PROCESSES, nvmlDeviceGetHandleByIndex_v2 as BY_INDEX,
+    nvmlDeviceGetHandleByUUID as BY_UUID, nvmlDeviceGetIndex as GET_INDEX, nvmlDeviceGetMemoryInfo as MEMORY_INFO,
+    nvmlDeviceGetUUID as GET_UUID, nvmlInit_v2 as INIT, nvmlShutdown as SHUTDOWN,
+};
 use std::ffi::{CStr, CString, c_char, c_uint};
 use std::sync::Mutex;
 use tessera_ffi::nvml::{
     NVML_DEVICE_UUID_V2_BUFFER_SIZE, NVML_ERROR_INSUFFICIENT_SIZE, NvmlDevice, NvmlMemory, NvmlProcessInfo,
 };
 use tessera_ffi::sys::CUdevice;
-
-static INIT: RealFn<unsafe extern "C" fn() -> u32> = RealFn::new(Lib::Nvml, c"nvmlInit_v2");
-static SHUTDOWN: RealFn<unsafe extern "C" fn() -> u32> = RealFn::new(Lib::Nvml, c"nvmlShutdown");
-static BY_UUID: RealFn<unsafe extern "C" fn(*const c_char, *mut NvmlDevice) -> u32> =
-    RealFn::new(Lib::Nvml, c"nvmlDeviceGetHandleByUUID");
-static BY_INDEX: RealFn<unsafe extern "C" fn(c_uint, *mut NvmlDevice) -> u32> =
-    RealFn::new(Lib::Nvml, c"nvmlDeviceGetHandleByIndex_v2");
-static PROCESSES: RealFn<unsafe extern "C" fn(NvmlDevice, *mut c_uint, *mut NvmlProcessInfo) -> u32> =
-    RealFn::new(Lib::Nvml, c"nvmlDeviceGetComputeRunningProcesses_v3");
-static GET_UUID: RealFn<unsafe extern "C" fn(NvmlDevice, *mut c_char, c_uint) -> u32> =
-    RealFn::new(Lib::Nvml, c"nvmlDeviceGetUUID");
-static GET_INDEX: RealFn<unsafe extern "C" fn(NvmlDevice, *mut c_uint) -> u32> =
-    RealFn::new(Lib::Nvml, c"nvmlDeviceGetIndex");
 
 /// `usedGpuMemory` when NVML cannot tell (`NVML_VALUE_NOT_AVAILABLE`).
 const NOT_AVAILABLE: u64 = u64::MAX;
@@ -80,7 +71,7 @@ impl Session {
     pub fn device_used(&self, device: NvmlDevice) -> Option<u64> {
         let mut m = NvmlMemory::default();
         // SAFETY: nvmlDeviceGetMemoryInfo's C signature; `m` is a valid output.
-        (unsafe { crate::table::real_fns::nvmlDeviceGetMemoryInfo.get()?(device, &mut m) } == 0).then_some(m.used)
+        (unsafe { MEMORY_INFO.get()?(device, &mut m) } == 0).then_some(m.used)
     }
 }
 

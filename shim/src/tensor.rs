@@ -34,10 +34,10 @@ pub fn set_math_mode(handle: *mut c_void, mode: u32, real: impl FnOnce() -> Stat
         return status(real());
     }
     log::debug(format_args!("cublasSetMathMode: mode {mode} given as {forced}: this vGPU has tensor cores off"));
-    match crate::table::real_fns::cublasSetMathMode.get() {
+    match crate::real::cublasSetMathMode.get() {
         // SAFETY: the real cublasSetMathMode, with the caller's handle and a valid math mode.
         Some(f) => status(unsafe { f(handle, forced) }),
-        None => Err(crate::hooks::missing(Lib::Cublas)),
+        None => Err(crate::real::missing(Lib::Cublas)),
     }
 }
 
@@ -62,7 +62,7 @@ fn vgpu_with_tensor_cores_off() -> Option<String> {
     std::env::var_os("TESSERA_VGPU")?;
     let config = Config::from_lookup(|k| std::env::var_os(k)).ok()?;
     let vgpu = config.vgpu?;
-    let flags = tessera_ffi::region_file::vgpu_flags(&config.region, &vgpu).ok()??;
+    let flags = tessera_ffi::region::file::vgpu_flags(&config.region, &vgpu).ok()??;
     (flags & TENSOR_CORES_OFF != 0).then_some(vgpu)
 }
 

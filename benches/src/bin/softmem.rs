@@ -47,7 +47,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use tessera_benches::{CpuTimes, HostTimer, Lateness, Machine, nearest_rank, verdict};
 use tessera_ffi::region::{PagerRequest, VgpuSlot, encode_name, seq_reached};
-use tessera_ffi::region_file::{Access, RegionFile};
+use tessera_ffi::region::{file::RegionFile, open::Access};
 
 const GIB: f64 = (1u64 << 30) as f64;
 const MIB: u64 = 1 << 20;

@@ -181,7 +181,7 @@ fn the_socket_and_files_belong_to_the_owner_only() {
     // Other users' processes may read the region (read-only), and join only a vGPU made for them.
     assert_eq!(mode(&m.region()), 0o644);
     assert_eq!(
-        mode(std::path::Path::new(&tessera_ffi::region_file::live_path(m.region().to_str().unwrap(), 0))),
+        mode(std::path::Path::new(&tessera_ffi::region::open::live_path(m.region().to_str().unwrap(), 0))),
         0o600
     );
     assert_eq!(mode(&m.file("state")), 0o700);
@@ -374,7 +374,7 @@ fn a_tenant_can_write_neither_another_vgpus_state_nor_its_own_quota() {
     m.ok(&["vgpu", "create", "mine", "--device", "0", "--memory", "256MiB", "--share", "40", "--user", "nobody"]);
     m.ok(&["vgpu", "create", "theirs", "--device", "0", "--memory", "1GiB", "--share", "40"]);
     let region = m.region().to_str().unwrap().to_string();
-    let live = |i| tessera_ffi::region_file::live_path(&region, i);
+    let live = |i| tessera_ffi::region::open::live_path(&region, i);
     assert!(m.ok(&["vgpu", "show", "mine"]).contains(&format!("uid {TENANT_UID}")));
     // The simulated GPU's own state must be the tenant's to write (a real driver needs no such file).
     let gpu = m.dir.join("tenant-gpu");

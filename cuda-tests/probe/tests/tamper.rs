@@ -17,9 +17,9 @@ use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-use tessera_ffi::reclaim::start_time;
+use tessera_ffi::region::open::live_path;
+use tessera_ffi::region::reclaim::start_time;
 use tessera_ffi::region::{AREA, LAYOUT_SIZE, Region, VgpuLive};
-use tessera_ffi::region_file::live_path;
 
 /// Serializes the tests that measure time (the machine's cores are shared).
 static TIMING: std::sync::Mutex<()> = std::sync::Mutex::new(());

@@ -16,7 +16,7 @@
 //! it.
 
 use super::events;
-use crate::real::{Lib, RealFn};
+use crate::real::cuStreamCreate as STREAM_CREATE;
 use std::ffi::c_uint;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use tessera_ffi::futex::monotonic_ns;
@@ -32,9 +32,6 @@ const TRIES: usize = 20;
 const RETRY_NS: u64 = 10_000_000;
 /// `CU_STREAM_NON_BLOCKING`: the reference stream never waits for the legacy default stream.
 const STREAM_NON_BLOCKING: c_uint = 1;
-
-static STREAM_CREATE: RealFn<unsafe extern "C" fn(*mut CUstream, c_uint) -> u32> =
-    RealFn::new(Lib::Cuda, c"cuStreamCreate");
 
 /// The references of one context.
 pub struct Clock {

@@ -10,7 +10,11 @@
 use super::clock::Clock;
 use crate::driver::{self, Site};
 use crate::log;
-use crate::real::{Lib, RealFn};
+use crate::real::{
+    cuEventCreate as EVENT_CREATE, cuEventElapsedTime as EVENT_ELAPSED, cuEventQuery as EVENT_QUERY,
+    cuEventRecord as EVENT_RECORD, cuEventSynchronize as EVENT_SYNCHRONIZE, cuStreamIsCapturing as STREAM_IS_CAPTURING,
+    cuThreadExchangeStreamCaptureMode as EXCHANGE_CAPTURE_MODE,
+};
 use std::ffi::{c_int, c_uint};
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
@@ -28,26 +32,6 @@ const EVENT_BLOCKING_SYNC: c_uint = 1;
 const CAPTURE_NONE: c_int = 0;
 /// `CU_STREAM_CAPTURE_MODE_RELAXED`.
 const CAPTURE_MODE_RELAXED: c_int = 2;
-
-/// `cuEventCreate`, not intercepted (also soft mode's swap marks).
-pub(crate) static EVENT_CREATE: RealFn<unsafe extern "C" fn(*mut CUevent, c_uint) -> u32> =
-    RealFn::new(Lib::Cuda, c"cuEventCreate");
-/// `cuEventRecord`.
-pub(crate) static EVENT_RECORD: RealFn<unsafe extern "C" fn(CUevent, CUstream) -> u32> =
-    RealFn::new(Lib::Cuda, c"cuEventRecord");
-/// `cuEventSynchronize`.
-pub(crate) static EVENT_SYNCHRONIZE: RealFn<unsafe extern "C" fn(CUevent) -> u32> =
-    RealFn::new(Lib::Cuda, c"cuEventSynchronize");
-/// `cuEventDestroy_v2`.
-pub(crate) static EVENT_DESTROY: RealFn<unsafe extern "C" fn(CUevent) -> u32> =
-    RealFn::new(Lib::Cuda, c"cuEventDestroy_v2");
-static EVENT_QUERY: RealFn<unsafe extern "C" fn(CUevent) -> u32> = RealFn::new(Lib::Cuda, c"cuEventQuery");
-static EVENT_ELAPSED: RealFn<unsafe extern "C" fn(*mut f32, CUevent, CUevent) -> u32> =
-    RealFn::new(Lib::Cuda, c"cuEventElapsedTime");
-static STREAM_IS_CAPTURING: RealFn<unsafe extern "C" fn(CUstream, *mut c_int) -> u32> =
-    RealFn::new(Lib::Cuda, c"cuStreamIsCapturing");
-static EXCHANGE_CAPTURE_MODE: RealFn<unsafe extern "C" fn(*mut c_int) -> u32> =
-    RealFn::new(Lib::Cuda, c"cuThreadExchangeStreamCaptureMode");
 
 /// One start/end pair.
 struct Pair {

@@ -216,7 +216,7 @@ impl Gate {
                 d.high_until_ns.fetch_min(now + HIGH_IDLE_NS, Ordering::AcqRel);
                 for v in self.region.iter().flat_map(|r| &r.vgpus) {
                     if v.live.sched.waiters.load(Ordering::SeqCst) > 0 {
-                        notify(&v.live.sched);
+                        v.live.sched.wake_waiters();
                     }
                 }
             }
@@ -275,17 +275,9 @@ impl Gate {
         }
     }
 
+    /// Announces a state change of the vGPU to its waiting launches ([`Sched::wake_waiters`]).
     fn notify(&self) {
-        notify(self.sched());
-    }
-}
-
-/// Announces a state change of `s`: increments `epoch` and wakes its sleepers, if any (no system call
-/// otherwise). Sequentially consistent with [`Gate::wait`]'s read of `epoch` and count of `waiters`.
-fn notify(s: &Sched) {
-    s.epoch.fetch_add(1, Ordering::SeqCst);
-    if s.waiters.load(Ordering::SeqCst) > 0 {
-        futex::wake_all(&s.epoch);
+        self.sched().wake_waiters();
     }
 }
 
@@ -383,8 +375,7 @@ mod tests {
         }
         let granted = now_ns();
         s.tokens.store(1_000_000, Ordering::SeqCst);
-        s.epoch.fetch_add(1, Ordering::SeqCst);
-        futex::wake_all(&s.epoch);
+        s.wake_waiters();
         let a = waiter.join().unwrap();
         assert_eq!(a.charged, INITIAL_ESTIMATE_NS);
         assert!(s.last_launch_ns.load(Ordering::Relaxed) >= granted);

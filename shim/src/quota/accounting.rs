@@ -3,7 +3,7 @@
 //! `limit`, and only then moved to the process's `used`; subtraction never wraps below zero.
 
 use std::sync::atomic::Ordering;
-use tessera_ffi::reclaim::sub;
+use tessera_ffi::region::reclaim::sub;
 use tessera_ffi::region::{ProcSlot, VgpuSlot};
 
 /// A reservation the quota cannot hold.

@@ -7,7 +7,7 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 use tessera_ffi::futex;
-use tessera_ffi::reclaim;
+use tessera_ffi::region::reclaim;
 use tessera_ffi::region::{VgpuSlot, context_cost};
 
 /// Longest a process waits for another to measure (creating a context takes well under a second; a

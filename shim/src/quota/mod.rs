@@ -21,7 +21,7 @@ use crate::log;
 use region::{Attached, Limits};
 use std::sync::OnceLock;
 use tessera_ffi::cuda::{CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_OUT_OF_MEMORY};
-use tessera_ffi::reclaim;
+use tessera_ffi::region::reclaim;
 use tessera_ffi::region::{MAX_DEVICES, UNLIMITED};
 use tessera_ffi::units::format_size;
 

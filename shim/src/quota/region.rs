@@ -1,8 +1,9 @@
 //! The slots a process accounts in: a vGPU's in the shared region file, joined by name through the one
-//! implementation the daemon uses too ([`tessera_ffi::region_file`]), or the private quota of a process
+//! implementation the daemon uses too ([`tessera_ffi::region::attach`]), or the private quota of a process
 //! started without `TESSERA_VGPU`, which goes through the same accounting on slots of its own.
 
-pub use tessera_ffi::region_file::{Attached, Limits, attach_with_share, describe};
+pub use tessera_ffi::region::attach::{Attached, attach_with_share};
+pub use tessera_ffi::region::settings::{Limits, describe};
 
 use std::sync::atomic::Ordering;
 use tessera_ffi::region::{VgpuSlot, state};

@@ -4,15 +4,15 @@
 //! allocations and must not be charged as such.
 
 use crate::guard::{Res, status};
-use crate::launch::events::{EVENT_CREATE, EVENT_DESTROY, EVENT_RECORD, EVENT_SYNCHRONIZE};
-use crate::real::{Lib, RealFn};
-// The real functions of intercepted calls, declared once by the hook table.
-use crate::table::real_fns::{
-    cuDevicePrimaryCtxRetain as PRIMARY_RETAIN, cuMemCreate as CREATE, cuMemMap as MAP, cuMemRelease as RELEASE,
-    cuMemUnmap as UNMAP, cuMemcpyDtoD_v2 as DTOD, cuMemcpyDtoHAsync_v2 as DTOH_ASYNC,
+use crate::real::{
+    cuCtxSynchronize as SYNCHRONIZE, cuDevicePrimaryCtxRetain as PRIMARY_RETAIN, cuEventCreate as EVENT_CREATE,
+    cuEventDestroy_v2 as EVENT_DESTROY, cuEventRecord as EVENT_RECORD, cuEventSynchronize as EVENT_SYNCHRONIZE,
+    cuMemAddressReserve as RESERVE, cuMemAllocHost_v2 as HOST_ALLOC, cuMemCreate as CREATE, cuMemFreeHost as HOST_FREE,
+    cuMemGetAllocationGranularity as GRANULARITY, cuMemMap as MAP, cuMemRelease as RELEASE,
+    cuMemSetAccess as SET_ACCESS, cuMemUnmap as UNMAP, cuMemcpyDtoD_v2 as DTOD, cuMemcpyDtoHAsync_v2 as DTOH_ASYNC,
     cuMemcpyHtoDAsync_v2 as HTOD_ASYNC,
 };
-use std::ffi::{c_ulonglong, c_void};
+use std::ffi::c_void;
 use tessera_ffi::sys::{
     CUcontext, CUdeviceptr, CUevent, CUmemAccess_flags, CUmemAccessDesc, CUmemAllocationGranularity_flags,
     CUmemAllocationProp, CUmemAllocationType, CUmemGenericAllocationHandle, CUmemLocationType,
@@ -52,20 +52,8 @@ pub trait Backend: Send + Sync {
     fn host_free(&self, p: *mut u8, len: u64);
 }
 
-type Fn0 = unsafe extern "C" fn() -> u32;
 /// `CU_EVENT_DISABLE_TIMING`: a mark needs no timestamp.
 const CU_EVENT_DISABLE_TIMING: u32 = 2;
-static GRANULARITY: RealFn<
-    unsafe extern "C" fn(*mut usize, *const CUmemAllocationProp, CUmemAllocationGranularity_flags) -> u32,
-> = RealFn::new(Lib::Cuda, c"cuMemGetAllocationGranularity");
-static RESERVE: RealFn<unsafe extern "C" fn(*mut CUdeviceptr, usize, usize, CUdeviceptr, c_ulonglong) -> u32> =
-    RealFn::new(Lib::Cuda, c"cuMemAddressReserve");
-static SET_ACCESS: RealFn<unsafe extern "C" fn(CUdeviceptr, usize, *const CUmemAccessDesc, usize) -> u32> =
-    RealFn::new(Lib::Cuda, c"cuMemSetAccess");
-static SYNCHRONIZE: RealFn<Fn0> = RealFn::new(Lib::Cuda, c"cuCtxSynchronize");
-static HOST_ALLOC: RealFn<unsafe extern "C" fn(*mut *mut c_void, usize) -> u32> =
-    RealFn::new(Lib::Cuda, c"cuMemAllocHost_v2");
-static HOST_FREE: RealFn<unsafe extern "C" fn(*mut c_void) -> u32> = RealFn::new(Lib::Cuda, c"cuMemFreeHost");
 
 /// `CUDA_ERROR_NOT_SUPPORTED`, for a driver without the VMM entry points.
 const NOT_SUPPORTED: u32 = tessera_ffi::cuda::CUDA_ERROR_NOT_SUPPORTED;

@@ -5,7 +5,7 @@
 use super::active;
 use crate::guard::{Res, Status, status};
 use crate::log;
-use crate::real::{Lib, RealFn};
+use crate::real::cuStreamSynchronize as SYNC;
 use std::ffi::{c_uint, c_ulonglong, c_void};
 use tessera_ffi::cuda::{CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_NOT_FOUND, CUDA_ERROR_NOT_SUPPORTED};
 use tessera_ffi::sys::{CUdeviceptr, CUpointer_attribute as A, CUstream};
@@ -142,7 +142,6 @@ pub fn handle_for_address_range(
 
 /// Waits for the work queued on `stream` (before a soft allocation it may use is freed).
 pub fn synchronize_stream(stream: CUstream) -> Res {
-    static SYNC: RealFn<unsafe extern "C" fn(CUstream) -> u32> = RealFn::new(Lib::Cuda, c"cuStreamSynchronize");
     let f = SYNC.get().ok_or(CUDA_ERROR_NOT_SUPPORTED)?;
     // SAFETY: cuStreamSynchronize's C signature; the stream is the program's.
     status(unsafe { f(stream) })

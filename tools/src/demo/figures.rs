@@ -7,7 +7,7 @@ use simgpu::SharedState;
 use simgpu::meter::EngineMeter;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
-use tessera_ffi::region_file::RegionFile;
+use tessera_ffi::region::file::RegionFile;
 
 /// One vGPU's figures at one instant.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -19,8 +19,8 @@
 //!   creates it complete for that user, and replaces one that is not so in its own private directory
 //!   (elsewhere it refuses it, naming the file and its owner).
 
-use crate::region::{AREA, Head, Header, LAYOUT_SIZE, LIVE_MAGIC, MAGIC, MAX_DEVICES, MAX_VGPUS, PROCS_PER_VGPU};
-use crate::region::{Region, VERSION, VgpuLive};
+use super::layout::{AREA, Head, Header, LAYOUT_SIZE, LIVE_MAGIC, MAGIC, MAX_DEVICES, MAX_VGPUS, PROCS_PER_VGPU};
+use super::layout::{Region, VERSION, VgpuLive};
 use crate::secure_fs::{self, DirKind, create_complete, euid, file_problem, open_nofollow, reopen_writable};
 use std::fs::File;
 use std::mem::offset_of;
@@ -295,10 +295,22 @@ fn check_live(file: &File, path: &str, index: usize) -> Result<(), String> {
     Ok(())
 }
 
+/// The default region: `tessera.region` in the user's own directory in shared memory,
+/// [`default_dir`] (`TESSERA_REGION` overrides it).
+pub fn default_path() -> String {
+    default_dir().join(DEFAULT_REGION_NAME).to_string_lossy().into_owned()
+}
+
+/// The path of slot `index`'s live file, for the region file at `region`.
+pub fn live_path(region: &str, index: usize) -> String {
+    format!("{region}.vgpu{index:02}")
+}
+
 #[cfg(test)]
 mod tests {
+    use super::super::attach::attach;
+    use super::super::file::RegionFile;
     use super::*;
-    use crate::region_file::{RegionFile, attach, live_path};
     use std::os::unix::fs::PermissionsExt;
 
     /// A user other than the test's (root's, in CI): `nobody`.

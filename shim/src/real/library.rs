@@ -1,8 +1,7 @@
-//! The real libraries underneath the shim and lazily resolved pointers into them.
+//! Loading the real libraries underneath the shim, and addresses in them.
 
-use crate::dl::real_dlsym;
+use super::libc_dl::real_dlsym;
 use std::ffi::{CStr, CString, c_void};
-use std::marker::PhantomData;
 use std::sync::OnceLock;
 
 /// A library the shim intercepts.
@@ -64,6 +63,21 @@ fn file_of(addr: *mut c_void) -> String {
     unsafe { CStr::from_ptr(info.dli_fname) }.to_string_lossy().into_owned()
 }
 
+/// The loaded object `addr` belongs to (its base address), if any.
+fn object_of(addr: *const c_void) -> Option<usize> {
+    // SAFETY: an all-zero Dl_info is a valid value for dladdr to overwrite.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    // SAFETY: dladdr only reads loader data and writes `info`.
+    (unsafe { libc::dladdr(addr, &mut info) } != 0).then_some(info.dli_fbase as usize)
+}
+
+/// True when `addr` is in the shim's own object: a "real" library that resolves there is the shim
+/// itself (asked for by mistake), and calling it would come straight back.
+fn in_the_shim(addr: *mut c_void) -> bool {
+    let ours = object_of(in_the_shim as *const c_void);
+    ours.is_some() && object_of(addr) == ours
+}
+
 /// The message `dlerror` holds.
 fn dl_error() -> String {
     // SAFETY: dlerror returns a thread-local NUL-terminated message or NULL.
@@ -86,8 +100,7 @@ fn open(lib: Lib) -> Result<usize, String> {
         return Err(format!("cannot load the real library {path:?} (set {var}): {}", dl_error()));
     }
     let theirs = real_dlsym(handle, lib.probe_symbol());
-    let ours = crate::hooks::find(lib.probe_symbol().to_bytes()).map(|h| h.address());
-    if theirs.is_null() || Some(theirs) == ours {
+    if theirs.is_null() || in_the_shim(theirs) {
         // SAFETY: drops the reference just taken; nothing from this library is in use.
         unsafe { libc::dlclose(handle) };
         return Err(format!(
@@ -136,28 +149,4 @@ pub fn is_loaded(lib: Lib) -> bool {
 /// Address of `name` in the real library, or NULL when it lacks it (or cannot be loaded).
 pub fn address(lib: Lib, name: &CStr) -> *mut c_void {
     handle(lib).map_or(std::ptr::null_mut(), |h| real_dlsym(h, name))
-}
-
-/// A real entry point of type `F` (an `unsafe extern "C" fn`), resolved on first use.
-pub struct RealFn<F> {
-    lib: Lib,
-    name: &'static CStr,
-    slot: OnceLock<usize>,
-    kind: PhantomData<F>,
-}
-
-impl<F: Copy> RealFn<F> {
-    /// An unresolved entry point `name` of `lib`.
-    pub const fn new(lib: Lib, name: &'static CStr) -> Self {
-        RealFn { lib, name, slot: OnceLock::new(), kind: PhantomData }
-    }
-
-    /// The function, or `None` when the real library does not export it.
-    pub fn get(&self) -> Option<F> {
-        const { assert!(std::mem::size_of::<F>() == std::mem::size_of::<usize>()) };
-        let addr = *self.slot.get_or_init(|| address(self.lib, self.name) as usize);
-        // SAFETY: F is the function-pointer type of this symbol (declared once in the hook table), and
-        // the address is non-zero.
-        (addr != 0).then(|| unsafe { std::mem::transmute_copy::<usize, F>(&addr) })
-    }
 }

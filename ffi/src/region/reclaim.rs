@@ -13,15 +13,14 @@
 //! middle leaves its tag; a later scanner that finds the tag's process dead takes the slot over with its
 //! own tag and finishes the job (clearing is idempotent), so no slot is ever stuck.
 
-use crate::region::{MAX_DEVICES, ProcSlot, Region, VgpuSlot};
+// The tag's marker bit is part of the layout (a slot's `pid` word); re-exported with the rest of the tags.
+pub use super::layout::{CLAIMING, is_tag};
+use super::layout::{MAX_DEVICES, ProcSlot, Region, VgpuSlot};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// Minimum time between two amortized scans of one vGPU.
 pub const INTERVAL_NS: u64 = 1_000_000_000;
 
-/// The bit of a slot's `pid` word that marks it claimed (being filled or cleared) by the process the other
-/// bits name (see [`claim_tag`]). Linux pids stay below `PID_MAX_LIMIT` (2^22), so no pid has it.
-pub const CLAIMING: u32 = 1 << 31;
 /// Bits of a claiming tag holding the claimer's pid.
 const PID_BITS: u32 = 22;
 const PID_MASK: u32 = (1 << PID_BITS) - 1;
@@ -139,11 +138,6 @@ pub fn own_tag() -> Option<u32> {
 /// The claiming tag of process `pid` started at `start`; `None` for a pid no Linux process can have.
 pub fn claim_tag(pid: u32, start: u64) -> Option<u32> {
     (pid != 0 && pid <= PID_MASK).then_some(CLAIMING | ((start as u32 & START_MASK) << PID_BITS) | pid)
-}
-
-/// True when `word` (a slot's `pid`, or [`crate::region::VgpuLive::measuring`]) is a claiming tag.
-pub fn is_tag(word: u32) -> bool {
-    word & CLAIMING != 0
 }
 
 /// True unless the process that wrote claiming tag `tag` is certainly dead (see [`is_alive`]).

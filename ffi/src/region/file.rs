@@ -1,0 +1,214 @@
+//! The region file (layout in [`super::layout`]): opened and checked under `flock` (created complete, see
+//! [`super::open`]) and mapped; [`Locked`] holds its lock while slots are claimed or configured
+//! ([`super::claim`]). A managed vGPU's live area is its own file ([`super::open::live_path`]), which the
+//! daemon creates for the vGPU's user and maps over the slot ([`RegionFile::map_live`]).
+
+use super::layout::{AREA, LAYOUT_SIZE, Region, VERSION, VgpuSlot, encode_name, live_offset, state};
+use super::open::{Access, check_header, checked_dir, header_matches, live_path, open_live, open_region};
+use crate::flock::FileLock;
+use crate::secure_fs::DirKind;
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::ptr::NonNull;
+use std::sync::{Mutex, MutexGuard};
+
+/// The shared mapping of a whole region file; unmapped when dropped (with whatever was mapped over it).
+pub(super) struct Mapping(pub(super) NonNull<Region>);
+
+// SAFETY: the mapping is shared memory; every field written after initialization is an atomic, except
+// names, which are written only under the file lock (see `Locked::name_slot` in `claim`).
+unsafe impl Send for Mapping {}
+// SAFETY: as above.
+unsafe impl Sync for Mapping {}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly what `map` mapped; nothing borrowed from it outlives the owning RegionFile.
+        unsafe { libc::munmap(self.0.as_ptr().cast(), LAYOUT_SIZE) };
+    }
+}
+
+/// An open, checked region file and its mapping.
+pub struct RegionFile {
+    pub(super) file: File,
+    pub(super) map: Mapping,
+    pub(super) path: String,
+    pub(super) writable: bool,
+    /// What the directory holding it may be trusted with (whether the daemon may replace a live file).
+    pub(super) dir: DirKind,
+    /// `flock` excludes other open files, not other threads using this one: they take this first.
+    threads: Mutex<()>,
+}
+
+impl RegionFile {
+    /// Opens the region at `path` for a user's processes that share it as peers ([`Access::Peer`]).
+    pub fn open(path: &str) -> Result<RegionFile, String> {
+        RegionFile::open_as(path, Access::Peer)
+    }
+
+    /// Opens the region at `path` as `access` says, creating it complete when it is missing (and may be
+    /// created), in a directory checked for it ([`super::open`]); an existing file must be a
+    /// version-[`VERSION`] region of this layout, owned as `access` requires. Errors name the file and what
+    /// to do.
+    pub fn open_as(path: &str, access: Access) -> Result<RegionFile, String> {
+        let fail = |what: &str, e: std::io::Error| format!("region file {path}: {what}: {e}");
+        let dir = checked_dir(std::path::Path::new(path)).map_err(|e| format!("region file {path}: {e}"))?;
+        let (file, writable) = open_region(path, access, dir)?;
+        let lock = if writable { FileLock::new(&file) } else { FileLock::shared(&file) };
+        let lock = lock.map_err(|e| fail("cannot lock", e))?;
+        let len = file.metadata().map_err(|e| fail("cannot stat", e))?.len();
+        if len != LAYOUT_SIZE as u64 {
+            return Err(format!(
+                "region file {path} has {len} bytes, a version-{VERSION} Tessera region has {LAYOUT_SIZE}: it is \
+                 truncated, foreign or from another Tessera version; remove it (no Tessera program may be running) \
+                 or set TESSERA_REGION"
+            ));
+        }
+        let prot = if writable { libc::PROT_READ | libc::PROT_WRITE } else { libc::PROT_READ };
+        let map = map(&file, prot).map_err(|e| fail("cannot map", e))?;
+        // SAFETY: `map` covers the whole file and lives until the end of this function or in the result; the
+        // header is read only (atomic magic, integers written before the file was linked into place).
+        check_header(unsafe { &map.0.as_ref().head.header }, path)?;
+        drop(lock);
+        Ok(RegionFile { file, map, path: path.to_string(), writable, dir, threads: Mutex::new(()) })
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// The region, for lock-free atomic access.
+    pub fn region(&self) -> &Region {
+        // SAFETY: checked or initialized in `open`; mapped as long as `self` lives.
+        unsafe { self.map.0.as_ref() }
+    }
+
+    /// Takes the file lock (and excludes this process's other threads) to claim or configure slots; a
+    /// read-only file takes the shared lock, enough to read names.
+    pub fn lock(&self) -> Result<Locked<'_>, String> {
+        let threads = self.threads.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let file = if self.writable { FileLock::new(&self.file) } else { FileLock::shared(&self.file) };
+        let file = file.map_err(|e| format!("region file {}: cannot lock: {e}", self.path))?;
+        Ok(Locked { owner: self, _threads: threads, _file: file })
+    }
+
+    /// Maps slot `index`'s live file over the slot's live area of this mapping (the daemon's: it reads and
+    /// writes every managed vGPU's state where its processes do). With `owner`, the file must be that user's
+    /// and is created for it (mode 0600) when it does not exist, starting from what the region's own area
+    /// holds; without, it must exist and be this user's.
+    pub fn map_live(&self, index: usize, owner: Option<u32>) -> Result<(), String> {
+        let from = owner.map(|uid| (uid, &self.region().vgpus[index].live));
+        let live = open_live(&live_path(&self.path, index), index, self.dir, from)?;
+        // SAFETY: the area lies inside our mapping, which we own; the live file has AREA bytes.
+        unsafe { overlay(self.map.0.as_ptr(), index, &live, libc::PROT_READ | libc::PROT_WRITE, 0) }
+            .map_err(|e| format!("{}: cannot map: {e}", live_path(&self.path, index)))
+    }
+
+    /// Maps the region file's own live area of slot `index` back in place of its live file and removes
+    /// that file (the vGPU is gone).
+    pub fn unmap_live(&self, index: usize) -> Result<(), String> {
+        let prot = if self.writable { libc::PROT_READ | libc::PROT_WRITE } else { libc::PROT_READ };
+        // SAFETY: as in `map_live`; the region file has LAYOUT_SIZE bytes.
+        unsafe { overlay(self.map.0.as_ptr(), index, &self.file, prot, live_offset(index)) }
+            .map_err(|e| format!("region file {}: cannot map: {e}", self.path))?;
+        match std::fs::remove_file(live_path(&self.path, index)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(format!("{}: cannot remove: {e}", live_path(&self.path, index)))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Keeps the mapping for the rest of the process (the shim's slots live as long as the program).
+    pub fn leak(self) -> &'static Region {
+        let RegionFile { map, .. } = self;
+        let base = map.0;
+        std::mem::forget(map);
+        // SAFETY: the mapping is never unmapped now; checked or initialized in `open`.
+        unsafe { &*base.as_ptr() }
+    }
+}
+
+/// Maps the whole region file shared, with protection `prot` (`PROT_READ`, with `PROT_WRITE` to change it).
+pub(super) fn map(file: &File, prot: libc::c_int) -> std::io::Result<Mapping> {
+    // SAFETY: a fresh shared mapping of LAYOUT_SIZE bytes of an open file that has that size.
+    let p = unsafe { libc::mmap(std::ptr::null_mut(), LAYOUT_SIZE, prot, libc::MAP_SHARED, file.as_raw_fd(), 0) };
+    match NonNull::new(p.cast::<Region>()) {
+        Some(base) if p != libc::MAP_FAILED => Ok(Mapping(base)),
+        _ => Err(std::io::Error::last_os_error()),
+    }
+}
+
+/// Maps [`AREA`] bytes of `file` from `offset` over slot `index`'s live area of the mapping at `base`.
+///
+/// # Safety
+/// `base` is a whole-region mapping the caller owns; nothing may hold a non-atomic reference into the area.
+pub(super) unsafe fn overlay(
+    base: *mut Region,
+    index: usize,
+    file: &File,
+    prot: libc::c_int,
+    offset: usize,
+) -> std::io::Result<()> {
+    // SAFETY: per the contract the target range lies inside the caller's mapping, so MAP_FIXED replaces only
+    // our own pages; the live offset is a multiple of AREA, hence of the page size.
+    let p = unsafe {
+        let at = base.cast::<u8>().add(live_offset(index));
+        libc::mmap(at.cast(), AREA, prot, libc::MAP_SHARED | libc::MAP_FIXED, file.as_raw_fd(), offset as libc::off_t)
+    };
+    if p == libc::MAP_FAILED { Err(std::io::Error::last_os_error()) } else { Ok(()) }
+}
+
+/// The region while this process holds its lock: slots may be found, claimed, named and freed.
+pub struct Locked<'a> {
+    pub(super) owner: &'a RegionFile,
+    _threads: MutexGuard<'a, ()>,
+    _file: FileLock<'a>,
+}
+
+impl Locked<'_> {
+    /// The region (derived afresh after every name written under the lock).
+    pub fn region(&self) -> &Region {
+        self.owner.region()
+    }
+
+    /// The region file, for mapping live files.
+    pub fn file(&self) -> &RegionFile {
+        self.owner
+    }
+
+    /// The region file's path, for messages.
+    pub fn path(&self) -> &str {
+        self.owner.path()
+    }
+}
+
+/// vGPU `name`'s [`flags`] as the region at `path` holds them now, without joining it or changing anything:
+/// the file is opened and mapped read-only (never created) and searched under a shared lock, since names are
+/// written under the exclusive one. `Ok(None)` when there is no such vGPU; an error names the file. For
+/// deciding what a vGPU allows before a program's CUDA libraries start (the tensor-core policy).
+pub fn vgpu_flags(path: &str, name: &str) -> Result<Option<u32>, String> {
+    let encoded = encode_name(name).ok_or_else(|| format!("{name:?} is not a vGPU name"))?;
+    let fail = |what: &str, e: std::io::Error| format!("region file {path}: {what}: {e}");
+    let file =
+        crate::secure_fs::open_nofollow(std::path::Path::new(path), false).map_err(|e| fail("cannot open", e))?;
+    super::open::check_readable(&file.metadata().map_err(|e| fail("cannot stat", e))?, path)?;
+    let _lock = FileLock::shared(&file).map_err(|e| fail("cannot lock", e))?;
+    let len = file.metadata().map_err(|e| fail("cannot stat", e))?.len();
+    if len != LAYOUT_SIZE as u64 {
+        return Err(format!(
+            "region file {path} has {len} bytes, a version-{VERSION} Tessera region has {LAYOUT_SIZE}"
+        ));
+    }
+    let map = map(&file, libc::PROT_READ).map_err(|e| fail("cannot map", e))?;
+    // SAFETY: the mapping covers the whole file and lives until the end of this function; Region is atomics
+    // and integers, valid for any bits, and is only read: plain reads of what is written under the lock we
+    // hold, and atomic loads of at most 8 bytes, which read-only memory allows.
+    let region = unsafe { map.0.as_ref() };
+    if !header_matches(&region.header) {
+        return Err(format!("region file {path} is not a version-{VERSION} Tessera region"));
+    }
+    let slot = region.vgpus.iter().find(|v| v.state() == state::READY && v.config.name == encoded);
+    Ok(slot.map(VgpuSlot::flags))
+}

@@ -1,0 +1,209 @@
+//! Opening, claiming and joining the region file, end to end in one process.
+
+use super::attach::*;
+use super::file::*;
+use super::layout::*;
+use super::open::*;
+use super::settings::*;
+use std::sync::atomic::Ordering;
+
+fn temp(tag: &str) -> String {
+    let p = std::env::temp_dir().join(format!("tessera-region-test-{}-{tag}", std::process::id()));
+    let _ = std::fs::remove_file(&p);
+    p.to_string_lossy().into_owned()
+}
+
+fn limits(bytes: u64) -> Limits {
+    [bytes; MAX_DEVICES]
+}
+
+#[test]
+fn creates_joins_and_shares_one_vgpu() {
+    let path = temp("share");
+    let a = attach(&path, "team", Some(&limits(1 << 30))).unwrap();
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), LAYOUT_SIZE as u64);
+    let b = attach(&path, "team", None).unwrap();
+    assert_eq!(a.vgpu_index, b.vgpu_index);
+    assert_ne!(a.me_index, b.me_index);
+    assert_eq!(b.vgpu.config.limit[3].load(Ordering::Relaxed), 1 << 30, "adopted");
+    let c = attach_with_share(&path, "other", None, true).unwrap();
+    assert_ne!(c.vgpu_index, a.vgpu_index);
+    assert_eq!(c.vgpu.config.limit[0].load(Ordering::Relaxed), UNLIMITED, "a share, no memory quota");
+    std::fs::remove_file(&path).unwrap();
+}
+
+#[test]
+fn conflicting_limit_is_refused_while_the_vgpu_is_in_use() {
+    let path = temp("conflict");
+    let _a = attach(&path, "team", Some(&limits(1 << 30))).unwrap();
+    let e = attach(&path, "team", Some(&limits(2 << 30))).err().unwrap();
+    assert!(e.contains("conflicts") && e.contains(&path) && e.contains("1.0 GiB"), "{e}");
+    attach(&path, "team", Some(&limits(1 << 30))).unwrap();
+    std::fs::remove_file(&path).unwrap();
+}
+
+#[test]
+fn a_managed_vgpu_keeps_its_limit_and_its_slot() {
+    let path = temp("managed");
+    let file = RegionFile::open(&path).unwrap();
+    let name = encode_name("svc").unwrap();
+    let index = {
+        let locked = file.lock().unwrap();
+        let i = locked.claim_slot(&name).unwrap();
+        let v = &locked.region().vgpus[i];
+        set_limits(v, &limits(1 << 30));
+        v.config.flags.store(flags::MANAGED, Ordering::Release);
+        locked.file().map_live(i, Some(uid())).unwrap();
+        i
+    };
+    // The daemon and the joining process share the live state; the configuration is the daemon's.
+    file.region().vgpus[index].live.sched.tokens.store(77, Ordering::Release);
+    // Nobody attached, yet another limit is refused and none adopts the daemon's.
+    let e = attach(&path, "svc", Some(&limits(2 << 30))).err().unwrap();
+    assert!(e.contains("set by the Tessera daemon") && e.contains("tessera vgpu set svc"), "{e}");
+    let a = attach(&path, "svc", None).unwrap();
+    assert_eq!((a.vgpu_index as usize, a.vgpu.config.limit[0].load(Ordering::Relaxed)), (index, 1 << 30));
+    assert_eq!(a.vgpu.live.sched.tokens.load(Ordering::Acquire), 77);
+    a.me.used[0].store(5, Ordering::Release);
+    assert_eq!(file.region().vgpus[index].live.procs[a.me_index.unwrap()].used[0].load(Ordering::Acquire), 5);
+    assert!(read_only(&a.vgpu.config) && !read_only(&a.vgpu.live), "only the live area is writable");
+    attach(&path, "svc", Some(&limits(1 << 30))).unwrap();
+    // Every other slot taken by idle unmanaged vGPUs: a new name reuses one of those, never the managed one.
+    for n in 0..MAX_VGPUS - 1 {
+        let locked = file.lock().unwrap();
+        locked.claim_slot(&encode_name(&format!("idle{n}")).unwrap()).unwrap();
+    }
+    let locked = file.lock().unwrap();
+    let reused = locked.claim_slot(&encode_name("late").unwrap()).unwrap();
+    assert_ne!(reused, index);
+    assert_eq!(locked.find(&name), Some(index));
+    drop(locked);
+    // A live file of another slot, or no vGPU file at all, is refused by name.
+    std::fs::rename(live_path(&path, index), live_path(&path, 60)).unwrap();
+    let e = attach(&path, "svc", None).err().unwrap();
+    assert!(e.contains(&live_path(&path, index)) && e.contains("cannot open"), "{e}");
+    std::fs::copy(live_path(&path, 60), live_path(&path, index)).unwrap();
+    std::fs::copy(live_path(&path, 60), live_path(&path, 61)).unwrap();
+    assert!(file.map_live(61, None).unwrap_err().contains("of slot"));
+    file.unmap_live(index).unwrap();
+    assert!(std::fs::metadata(live_path(&path, index)).is_err(), "removed with its vGPU");
+    for f in [path.clone(), live_path(&path, 60), live_path(&path, 61)] {
+        std::fs::remove_file(f).unwrap();
+    }
+}
+
+fn uid() -> u32 {
+    // SAFETY: getuid cannot fail.
+    unsafe { libc::getuid() }
+}
+
+/// Whether the page holding `x` is mapped without write permission (from /proc/self/maps).
+fn read_only<T>(x: &T) -> bool {
+    let at = std::ptr::from_ref(x) as usize;
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    maps.lines().any(|l| {
+        let mut parts = l.split_whitespace();
+        let range = parts.next().unwrap();
+        let perms = parts.next().unwrap();
+        let (a, b) = range.split_once('-').unwrap();
+        let (a, b) = (usize::from_str_radix(a, 16).unwrap(), usize::from_str_radix(b, 16).unwrap());
+        (a..b).contains(&at) && perms.starts_with("r-")
+    })
+}
+
+#[test]
+fn while_a_daemon_lives_unknown_names_are_refused() {
+    let path = temp("daemon");
+    let file = RegionFile::open(&path).unwrap();
+    let d = &file.region().daemon;
+    d.pid.store(std::process::id(), Ordering::Release);
+    d.heartbeat_ns.store(crate::futex::monotonic_ns(), Ordering::Release);
+    let e = attach(&path, "nosuch", None).err().unwrap();
+    assert!(e.contains("no vGPU \"nosuch\"") && e.contains("tessera vgpu create nosuch"), "{e}");
+    // A silent daemon is gone: processes may create vGPUs again.
+    d.heartbeat_ns.store(crate::futex::monotonic_ns().saturating_sub(DAEMON_SILENCE_NS), Ordering::Release);
+    attach(&path, "nosuch", Some(&limits(1 << 30))).unwrap();
+    std::fs::remove_file(&path).unwrap();
+}
+
+#[test]
+fn without_a_daemon_a_process_with_no_limit_cannot_set_up_a_vgpu() {
+    let path = temp("nolimit");
+    let e = attach(&path, "typo", None).err().unwrap();
+    assert!(e.contains("\"typo\"") && e.contains(&path), "{e}");
+    assert!(e.contains("tessera vgpu create typo") && e.contains("TESSERA_MEMORY_LIMIT"), "{e}");
+    assert!(e.contains("TESSERA_COMPUTE_SHARE"), "{e}");
+    let file = RegionFile::open(&path).unwrap();
+    assert_eq!(file.lock().unwrap().find(&encode_name("typo").unwrap()), None, "no slot was made");
+    // Left behind by a process that had a limit and is gone: still no way in without one.
+    let gone = attach(&path, "left", Some(&limits(1 << 30))).unwrap();
+    gone.me.pid.store(0, Ordering::Release);
+    assert!(attach(&path, "left", None).err().unwrap().contains("tessera vgpu create left"));
+    attach_with_share(&path, "left", None, true).unwrap();
+    std::fs::remove_file(&path).unwrap();
+}
+
+#[test]
+fn foreign_and_truncated_files_are_refused_by_name() {
+    let path = temp("foreign");
+    std::fs::write(&path, b"not a region").unwrap();
+    let e = attach(&path, "x", None).err().unwrap();
+    assert!(e.contains(&path) && e.contains("truncated"), "{e}");
+    std::fs::write(&path, vec![0xAB; LAYOUT_SIZE]).unwrap();
+    let e = attach(&path, "x", None).err().unwrap();
+    assert!(e.contains(&path) && e.contains(&format!("not a version-{VERSION}")), "{e}");
+    std::fs::remove_file(&path).unwrap();
+    let e = attach("/nonexistent-dir/region", "x", None).err().unwrap();
+    assert!(e.contains("/nonexistent-dir/region"), "{e}");
+}
+
+#[test]
+fn flags_are_read_without_joining_or_creating() {
+    let path = temp("peek");
+    assert!(vgpu_flags(&path, "svc").unwrap_err().contains(&path));
+    assert!(std::fs::metadata(&path).is_err(), "never created by a reader");
+    let file = RegionFile::open(&path).unwrap();
+    {
+        let locked = file.lock().unwrap();
+        let i = locked.claim_slot(&encode_name("svc").unwrap()).unwrap();
+        locked.region().vgpus[i].config.flags.store(flags::MANAGED | flags::TENSOR_CORES_OFF, Ordering::Release);
+    }
+    assert_eq!(vgpu_flags(&path, "svc"), Ok(Some(flags::MANAGED | flags::TENSOR_CORES_OFF)));
+    assert_eq!(vgpu_flags(&path, "other"), Ok(None));
+    let v = &file.region().vgpus;
+    assert!(v.iter().all(|v| v.live.procs.iter().all(|p| p.pid.load(Ordering::Relaxed) == 0)), "nothing joined");
+    drop(file);
+    std::fs::write(&path, b"not a region").unwrap();
+    assert!(vgpu_flags(&path, "svc").unwrap_err().contains("bytes"));
+    std::fs::remove_file(&path).unwrap();
+}
+
+#[test]
+fn a_joining_process_takes_the_mode_of_the_moment_and_the_current_requests() {
+    let path = temp("soft");
+    let file = RegionFile::open(&path).unwrap();
+    let index = file.lock().unwrap().claim_slot(&encode_name("svc").unwrap()).unwrap();
+    let v = &file.region().vgpus[index];
+    let hard = attach(&path, "svc", Some(&limits(1 << 30))).unwrap();
+    v.config.flags.store(flags::SOFT, Ordering::Release);
+    v.live.pager.request(crate::region::PagerRequest::Evict);
+    v.live.pager.request(crate::region::PagerRequest::Defrag);
+    v.live.pager.request(crate::region::PagerRequest::Defrag);
+    let soft = attach(&path, "svc", None).unwrap();
+    assert!(!hard.me.is_soft() && soft.me.is_soft(), "the mode is read once, when joining");
+    assert_eq!(
+        (soft.me.soft.evicted_seq.load(Ordering::Relaxed), soft.me.soft.defragged_seq.load(Ordering::Relaxed)),
+        (1, 2)
+    );
+    assert_eq!(v.lagging(crate::region::PagerRequest::Defrag, 2).next(), None);
+    std::fs::remove_file(&path).unwrap();
+}
+
+#[test]
+fn limits_are_described_for_people() {
+    assert_eq!(describe(&limits(UNLIMITED)), "no limit");
+    assert_eq!(describe(&limits(512 << 20)), "512.0 MiB on every device");
+    let mut l = limits(UNLIMITED);
+    l[0] = 1 << 30;
+    assert_eq!(describe(&l), "0=1.0 GiB (no limit elsewhere)");
+}
