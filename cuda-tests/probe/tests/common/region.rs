@@ -73,10 +73,9 @@ impl TestRegion {
     }
 }
 
-/// Announces a change of `s` as the protocol requires: increments `epoch` and wakes its sleepers.
+/// Announces a change of `s` as the protocol requires (the daemon's and the shim's one wake-up).
 pub fn notify(s: &Sched) {
-    s.epoch.fetch_add(1, Ordering::SeqCst);
-    tessera_ffi::futex::wake_all(&s.epoch);
+    s.wake_waiters();
 }
 
 impl Drop for TestRegion {
