@@ -2,7 +2,7 @@
 # NVIDIA's CUDA headers (cuda.h), for the C test programs in cuda-tests/c: installs the PyPI package
 # nvidia-cuda-runtime-cu12 into TARGET_DIR/pydeps when it is missing, then prints the include folder.
 # Idempotent and safe to run from several processes at once (the test binaries call it, and so does
-# tools/test-all.sh before the tests). Needs python3 with pip; fails loudly without them.
+# tools/test-all.sh before the tests); see tools/pip-once.sh. Needs python3 with pip the first time.
 #
 # Usage: tools/cuda-headers.sh [TARGET_DIR]    (default: the workspace's target folder)
 set -euo pipefail
@@ -11,23 +11,5 @@ target=${1:-"$(dirname "$0")/../target"}
 deps="$target/pydeps"
 include="$deps/nvidia/cuda_runtime/include"
 
-if [ ! -f "$include/cuda.h" ]; then
-    mkdir -p "$target"
-    exec 9>"$target/.pydeps.lock"
-    flock 9
-    if [ ! -f "$include/cuda.h" ]; then
-        echo "installing $package into $deps (for cuda.h)" >&2
-        staging=$(mktemp -d "$target/.pydeps.XXXXXX")
-        trap 'rm -rf "$staging"' EXIT
-        PIP_ROOT_USER_ACTION=ignore python3 -m pip install --disable-pip-version-check --no-input --quiet \
-            --target "$staging" "$package" >&2
-        [ -f "$staging/nvidia/cuda_runtime/include/cuda.h" ] || {
-            echo "$package installed no nvidia/cuda_runtime/include/cuda.h" >&2
-            exit 1
-        }
-        rm -rf "$deps"
-        mv "$staging" "$deps"
-        trap - EXIT
-    fi
-fi
+"$(dirname "$0")/pip-once.sh" "$package" "$deps" nvidia/cuda_runtime/include/cuda.h
 cd "$include" && pwd
