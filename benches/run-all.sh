@@ -3,7 +3,8 @@
 # plus start-up: about three minutes), one after the other so they never compete for the engine or the
 # CPUs, then the soft-memory benchmarks (`softmem`: allocation latency, swap throughput, defragmentation;
 # about a minute), then the daemon API's cost (`api`: one `stats` request, client and daemon side; about
-# 20 s), then plots docs/shares.png. The host's load is printed before and after: the benchmarks
+# 20 s), then what the shim adds to a launch and an allocation (`overhead`, issue 15: a C client natively,
+# under the shim and in vGPUs, interleaved; about two minutes), then plots docs/shares.png. The host's load is printed before and after: the benchmarks
 # measure a simulated engine and device whose timing depends on the host scheduling its threads promptly.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,5 +16,6 @@ for scenario in a b c d e f g; do
 done
 ./target/release/softmem
 ./target/release/api
+./target/release/overhead
 echo "== uptime after: $(uptime)"
 python3 benches/plot.py
