@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Runs the compute-share benchmarks (a)-(g) with their default durations (25 + 25 + 20 + 25 + 15 + 15 + 5 s,
-# plus start-up: about three minutes), one after the other so they never compete for the engine or the
+# Runs the compute-share benchmarks (a)-(h) with their default durations (25 + 25 + 20 + 25 + 15 + 15 + 5 s,
+# and 7 × 15 s for (h), plus start-up: about five minutes), one after the other so they never compete for the engine or the
 # CPUs, then the soft-memory benchmarks (`softmem`: allocation latency, swap throughput, defragmentation;
 # about a minute), then the daemon API's cost (`api`: one `stats` request, client and daemon side; about
 # 20 s), then what the shim adds to a launch and an allocation (`overhead`, issue 15: a C client natively,
@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 
 cargo build --release --workspace
 echo "== host: $(nproc) CPUs; uptime before: $(uptime)"
-for scenario in a b c d e f g; do
+for scenario in a b c d e f g h; do
     ./target/release/shares "$scenario"
 done
 ./target/release/softmem
