@@ -60,6 +60,9 @@ __attribute__((noreturn, format(printf, 1, 2))) static void fail(const char *for
     va_start(args, format);
     vsnprintf(text, sizeof text, format, args);
     va_end(args);
+    /* The message goes into a JSON string: no quote or backslash may end it early. */
+    for (char *c = text; *c; c++)
+        if (*c == '"' || *c == '\\' || (unsigned char)*c < 0x20) *c = '\'';
     printf("{\"scenario\":\"overhead\",\"error\":\"%s\"}\n", text);
     fflush(stdout);
     exit(1);

@@ -430,3 +430,27 @@ fn main() {
         late.stalled_percent
     );
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn median_of_odd_and_even_counts() {
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), 2.5);
+        assert!(median(Vec::new()).is_nan());
+    }
+
+    #[test]
+    fn calls_per_operation_are_totals_over_every_round() {
+        let s = |median_ns, count, thread_extra, other| Sample { median_ns, count, thread_extra, other };
+        // Two rounds of five operations; the first operation: 100 + 300 launches, 400 + 0 shim calls.
+        let rounds = vec![vec![s(10.0, 100, 400, 10); 5], vec![s(30.0, 300, 0, 30); 5]];
+        let f = figures(&rounds);
+        assert_eq!(f.thread[0], 1.0);
+        assert_eq!(f.other[0], 0.1);
+        assert_eq!(f.ns[0], 20.0);
+        assert_eq!(f.range[0], (10.0, 30.0));
+    }
+}

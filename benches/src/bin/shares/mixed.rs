@@ -18,6 +18,7 @@
 //! engine time from simgpu's state file.
 
 use super::{BUSY_TARGET, Duration, STEP, Series, TOLERANCE, WARMUP_S, shares, windows};
+use std::io::Read;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use tessera_benches::{Machine, cbuild, sample, verdict};
@@ -52,15 +53,26 @@ fn args<'a>(program: (&'a str, &'a str), seconds: &'a str) -> [&'a str; 8] {
 fn measure(m: &Machine, mut children: [Child; 2], seconds: f64) -> Series {
     let groups = vec![vec![children[0].id()], vec![children[1].id()]];
     let series = sample(&m.state(), &groups, STEP, Duration::from_secs_f64(seconds), |_| {});
+    // They run 2 s longer than the sampling: one that has exited failed, and the figures mean nothing.
+    let early: Vec<String> = children
+        .iter_mut()
+        .filter_map(|c| {
+            let status = c.try_wait().ok().flatten()?;
+            let mut text = String::new();
+            let _ = c.stdout.take().map(|mut o| o.read_to_string(&mut text));
+            Some(format!("pid {} exited early ({status}): {}", c.id(), text.trim()))
+        })
+        .collect();
     for c in &mut children {
         let _ = c.kill();
         let _ = c.wait();
     }
+    assert!(early.is_empty(), "a spin client stopped before the measurement's end: {}", early.join("; "));
     series
 }
 
 fn spawn(mut cmd: Command) -> Child {
-    cmd.stdout(Stdio::null()).spawn().expect("spawn the spin client")
+    cmd.stdout(Stdio::piped()).spawn().expect("spawn the spin client")
 }
 
 /// The case's two programs without Tessera: how busy they keep the engine on their own.
