@@ -4,6 +4,8 @@
 //! of the host under it: its CPU use and steal ([`CpuTimes`]) and how late a periodic thread runs
 //! ([`HostTimer`]).
 
+pub mod cbuild;
+
 use simgpu::meter::EngineMeter;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -107,6 +109,13 @@ impl Machine {
     /// `simgpu-probe ARGS` under the shim in no vGPU (`tessera run` without `--vgpu`).
     pub fn standalone_probe_command(&self, args: &[&str]) -> Command {
         self.probe_run(&[], args)
+    }
+
+    /// `tessera run OPTIONS -- PROGRAM ARGS`: any program (e.g. a C client of [`cbuild`]) under the shim.
+    pub fn shim_command(&self, options: &[&str], program: &Path, args: &[&str]) -> Command {
+        let program = program.to_string_lossy().into_owned();
+        let all: Vec<&str> = [&["run"][..], options, &["--", &program], args].concat();
+        self.command("tessera", &all)
     }
 
     /// `tessera run OPTIONS -- simgpu-probe ARGS`.

@@ -10,6 +10,9 @@
 //!   daemon's refill loop has to hear a waiting launch at once (it was 50-86% busy while it did not).
 //! - `g` (issue 13): a vGPU (50) of two processes beside a busy one (50); one of its processes is SIGKILLed
 //!   mid-launch 10 times (started again each time): what the other gets of the vGPU's share meanwhile.
+//! - `h` (issue 15): kernels of different lengths, 30/70: 50 µs against 5 ms kernels, reversed, and
+//!   programs mixing both on one stream and on two, each beside the same programs without Tessera
+//!   ([`mixed`]).
 //!
 //! `cargo run --release -p tessera-benches --bin shares -- X [seconds]` runs scenario `X` (default
 //! durations: 25 s for a, b and d, 20 s for c, 15 s for e and f) and writes `target/bench/shares-X.csv` (share per
@@ -62,6 +65,9 @@
 //! stole (`/proc/stat`), and how late a thread sleeping 1 ms at a time (as the daemon's refill loop does)
 //! woke up: the simulated engine, the shim and the daemon are all threads of this host, and a late thread
 //! shows in the figures.
+
+#[path = "shares/mixed.rs"]
+mod mixed;
 
 use serde_json::{Value, json};
 use simgpu::trace::{self, Entry};
@@ -713,6 +719,7 @@ fn main() {
         "c" => 20.0,
         "e" | "f" => 15.0,
         "g" => 5.0,
+        "h" => 15.0,
         _ => 25.0,
     };
     let seconds: f64 = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(default);
@@ -744,8 +751,13 @@ fn main() {
             seconds,
             || killed_mid_launch(seconds),
         ),
+        "h" => with_host_load(
+            "(h) kernels of different lengths, 30/70, each case beside a control without Tessera",
+            seconds * 7.0,
+            || mixed::mixed_lengths(seconds),
+        ),
         other => {
-            eprintln!("unknown scenario {other:?}; use a, b, c, d, e, f or g (benches/run-all.sh runs them all)");
+            eprintln!("unknown scenario {other:?}; use a, b, c, d, e, f, g or h (benches/run-all.sh runs them all)");
             std::process::exit(2);
         }
     }

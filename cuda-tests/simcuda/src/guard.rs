@@ -1,5 +1,5 @@
-//! The boundary every exported function crosses: panics become `CUDA_ERROR_UNKNOWN`, `Result`s become
-//! codes, and output pointers are checked before they are written.
+//! The boundary every exported function crosses: the call is counted ([`crate::calls`]), panics become
+//! `CUDA_ERROR_UNKNOWN`, `Result`s become codes, and output pointers are checked before they are written.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use tessera_ffi::cuda::*;
@@ -9,6 +9,7 @@ pub(crate) type CuRes<T = ()> = Result<T, CuResult>;
 
 /// Runs an implementation, turning its result (or a panic) into a `CUresult`.
 pub(crate) fn entry(f: impl FnOnce() -> CuRes) -> CuResult {
+    crate::calls::count();
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(())) => CUDA_SUCCESS,
         Ok(Err(code)) => code,
@@ -21,6 +22,7 @@ pub(crate) fn entry(f: impl FnOnce() -> CuRes) -> CuResult {
 
 /// Body of every generated stub.
 pub(crate) fn not_supported(name: &str) -> CuResult {
+    crate::calls::count();
     if std::env::var_os("SIMGPU_TRACE").is_some() {
         eprintln!("simgpu: {name} is not simulated (CUDA_ERROR_NOT_SUPPORTED)");
     }

@@ -67,6 +67,7 @@ pub extern "C" fn cuGetErrorName(error: CuResult, text: *mut *const c_char) -> C
 /// `cuGetExportTable`: the runtime's private tables are not simulated.
 #[unsafe(no_mangle)]
 pub extern "C" fn cuGetExportTable(_table: *mut *const c_void, _id: *const c_void) -> CuResult {
+    crate::calls::count();
     CUDA_ERROR_NOT_SUPPORTED
 }
 

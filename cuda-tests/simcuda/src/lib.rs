@@ -7,6 +7,7 @@
 #[macro_use]
 mod guard;
 mod array;
+mod calls;
 mod context;
 mod copy;
 mod device;
