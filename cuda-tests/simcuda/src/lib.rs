@@ -7,6 +7,7 @@
 #[macro_use]
 mod guard;
 mod array;
+mod capture_mode;
 mod context;
 mod copy;
 mod device;
@@ -24,8 +25,8 @@ mod vmm;
 
 #[allow(unused_imports)]
 use {
-    array::*, context::*, copy::*, device::*, event::*, graph::*, init::*, launch::*, memory::*, module::*, pool::*,
-    stream::*, vmm::*,
+    array::*, capture_mode::*, context::*, copy::*, device::*, event::*, graph::*, init::*, launch::*, memory::*,
+    module::*, pool::*, stream::*, vmm::*,
 };
 
 include!(concat!(env!("OUT_DIR"), "/exports.rs"));

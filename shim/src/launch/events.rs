@@ -12,7 +12,7 @@ use crate::driver::{self, Site};
 use crate::log;
 use crate::real::{
     cuEventCreate as EVENT_CREATE, cuEventElapsedTime as EVENT_ELAPSED, cuEventQuery as EVENT_QUERY,
-    cuEventRecord as EVENT_RECORD, cuEventSynchronize as EVENT_SYNCHRONIZE, cuStreamIsCapturing as STREAM_IS_CAPTURING,
+    cuEventRecord as EVENT_RECORD, cuEventSynchronize as EVENT_SYNCHRONIZE,
     cuThreadExchangeStreamCaptureMode as EXCHANGE_CAPTURE_MODE,
 };
 use std::ffi::{c_int, c_uint};
@@ -28,8 +28,6 @@ pub const MAX_POOLS: usize = 16;
 /// `CU_EVENT_DEFAULT` and `CU_EVENT_BLOCKING_SYNC`.
 const EVENT_DEFAULT: c_uint = 0;
 const EVENT_BLOCKING_SYNC: c_uint = 1;
-/// `CU_STREAM_CAPTURE_STATUS_NONE`.
-const CAPTURE_NONE: c_int = 0;
 /// `CU_STREAM_CAPTURE_MODE_RELAXED`.
 const CAPTURE_MODE_RELAXED: c_int = 2;
 
@@ -206,15 +204,6 @@ pub fn elapsed_ns(a: usize, b: usize) -> Option<i64> {
     // SAFETY: cuEventElapsedTime's C signature; `ms` is a valid output and both events are ours.
     let ok = EVENT_ELAPSED.get().is_some_and(|f| unsafe { f(&mut ms, a as CUevent, b as CUevent) } == 0);
     ok.then(|| (ms as f64 * 1e6).round() as i64)
-}
-
-/// Whether `stream` is being captured into a graph (nothing runs then, so nothing is gated or measured);
-/// `None` when the driver cannot tell (the launch is passed through for the driver to judge).
-pub fn capturing(stream: CUstream) -> Option<bool> {
-    let Some(f) = STREAM_IS_CAPTURING.get() else { return Some(false) };
-    let mut status: c_int = CAPTURE_NONE;
-    // SAFETY: cuStreamIsCapturing's C signature; `status` is a valid output.
-    (unsafe { f(stream, &mut status) } == 0).then_some(status != CAPTURE_NONE)
 }
 
 /// Puts the calling thread in relaxed capture mode, so that its event calls never interfere with a

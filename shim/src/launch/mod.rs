@@ -17,6 +17,7 @@
 //! bucket. `high` priority holds lower ones on the launch's own device.
 
 mod admission;
+pub mod capture;
 mod clock;
 pub(crate) mod events;
 mod feedback;
@@ -31,7 +32,7 @@ use feedback::Item;
 use gate::Gate;
 
 pub use admission::ring;
-pub use events::capturing;
+pub use capture::capturing;
 use std::ffi::{c_uint, c_void};
 use std::sync::OnceLock;
 use std::sync::atomic::Ordering;
@@ -122,7 +123,7 @@ fn private_slot() -> &'static VgpuSlot {
 fn gated<const PER_THREAD: bool>(stream: CUstream, kind: Kind, real: impl FnOnce() -> Status) -> Res {
     let Some(gate) = active() else { return crate::soft::around(real) };
     let stream = explicit_stream::<PER_THREAD>(stream);
-    if events::capturing(stream) != Some(false) {
+    if capture::capturing(stream) != Some(false) {
         return status(real());
     }
     let pool = events::current();
