@@ -12,7 +12,9 @@
 //! destroyed mid-capture) costs one driver call per launch, never a launch gated inside a capture.
 
 use crate::guard::{Res, Status, status};
-use crate::real::cuStreamIsCapturing as STREAM_IS_CAPTURING;
+use crate::real::{
+    cuStreamIsCapturing as STREAM_IS_CAPTURING, cuThreadExchangeStreamCaptureMode as EXCHANGE_CAPTURE_MODE,
+};
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use tessera_ffi::cuda::{CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, CUDA_ERROR_STREAM_CAPTURE_UNMATCHED};
@@ -23,6 +25,8 @@ static IN_PROGRESS: AtomicUsize = AtomicUsize::new(0);
 
 /// `CU_STREAM_CAPTURE_STATUS_NONE`.
 const CAPTURE_NONE: c_int = 0;
+/// `CU_STREAM_CAPTURE_MODE_RELAXED`.
+const MODE_RELAXED: c_int = 2;
 
 /// Captures in progress in the process (as far as the shim has seen begin and end).
 pub fn in_progress() -> usize {
@@ -40,6 +44,35 @@ pub fn capturing(stream: CUstream) -> Option<bool> {
     let mut state: c_int = CAPTURE_NONE;
     // SAFETY: cuStreamIsCapturing's C signature; `state` is a valid output.
     (unsafe { f(stream, &mut state) } == 0).then_some(state != CAPTURE_NONE)
+}
+
+/// Swaps the calling thread's capture mode for `mode`, returning the previous one (`None` when the
+/// driver has no capture modes).
+fn exchange_mode(mode: c_int) -> Option<c_int> {
+    let f = EXCHANGE_CAPTURE_MODE.get()?;
+    let mut m = mode;
+    // SAFETY: cuThreadExchangeStreamCaptureMode's C signature; `m` is a valid in/out value.
+    (unsafe { f(&mut m) } == 0).then_some(m)
+}
+
+/// Puts the calling thread (one of the shim's own) in relaxed capture mode for good, so that its calls
+/// never invalidate a program's global-mode capture (best effort: drivers without the call have no modes).
+pub fn relax_thread() {
+    let _ = exchange_mode(MODE_RELAXED);
+}
+
+/// Runs `f`, which makes the shim's own driver calls on a program's thread, in relaxed capture mode while
+/// a capture is in progress, so that they never invalidate it; the thread's mode is restored after.
+pub fn relaxed<T>(f: impl FnOnce() -> T) -> T {
+    if in_progress() == 0 {
+        return f();
+    }
+    let previous = exchange_mode(MODE_RELAXED);
+    let out = f();
+    if let Some(mode) = previous {
+        let _ = exchange_mode(mode);
+    }
+    out
 }
 
 /// Counts a capture begun by `real` (given back if the driver refuses it).

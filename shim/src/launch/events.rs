@@ -13,9 +13,8 @@ use crate::log;
 use crate::real::{
     cuEventCreate as EVENT_CREATE, cuEventElapsedTime as EVENT_ELAPSED, cuEventQuery as EVENT_QUERY,
     cuEventRecord as EVENT_RECORD, cuEventSynchronize as EVENT_SYNCHRONIZE,
-    cuThreadExchangeStreamCaptureMode as EXCHANGE_CAPTURE_MODE,
 };
-use std::ffi::{c_int, c_uint};
+use std::ffi::c_uint;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 use tessera_ffi::sys::{CUevent, CUstream};
@@ -28,8 +27,6 @@ pub const MAX_POOLS: usize = 16;
 /// `CU_EVENT_DEFAULT` and `CU_EVENT_BLOCKING_SYNC`.
 const EVENT_DEFAULT: c_uint = 0;
 const EVENT_BLOCKING_SYNC: c_uint = 1;
-/// `CU_STREAM_CAPTURE_MODE_RELAXED`.
-const CAPTURE_MODE_RELAXED: c_int = 2;
 
 /// One start/end pair.
 struct Pair {
@@ -204,14 +201,4 @@ pub fn elapsed_ns(a: usize, b: usize) -> Option<i64> {
     // SAFETY: cuEventElapsedTime's C signature; `ms` is a valid output and both events are ours.
     let ok = EVENT_ELAPSED.get().is_some_and(|f| unsafe { f(&mut ms, a as CUevent, b as CUevent) } == 0);
     ok.then(|| (ms as f64 * 1e6).round() as i64)
-}
-
-/// Puts the calling thread in relaxed capture mode, so that its event calls never interfere with a
-/// program's global-mode stream capture (best effort: drivers without the call have no capture modes).
-pub fn relax_capture_mode() {
-    let mut mode = CAPTURE_MODE_RELAXED;
-    if let Some(f) = EXCHANGE_CAPTURE_MODE.get() {
-        // SAFETY: cuThreadExchangeStreamCaptureMode's C signature; `mode` is a valid in/out value.
-        unsafe { f(&mut mode) };
-    }
 }

@@ -128,7 +128,7 @@ impl Latest {
 }
 
 fn run(gate: &'static Gate) {
-    events::relax_capture_mode();
+    super::capture::relax_thread();
     let Some(queue) = QUEUE.get() else { return };
     let mut latest = Latest(Vec::new());
     loop {
