@@ -23,7 +23,7 @@ use std::sync::{Mutex, OnceLock};
 use tessera_ffi::sys::{CUevent, CUstream};
 
 /// End events per context: launches beyond this many unfinished ones are charged their estimate only.
-pub const PAIRS: usize = 256;
+pub const EVENTS: usize = 256;
 /// Contexts measured at once.
 pub const MAX_POOLS: usize = 16;
 
@@ -84,9 +84,9 @@ fn create(ctx: u64) -> Option<&'static Pool> {
         log::warn(format_args!("more than {MAX_POOLS} contexts launch work: launches in more are not measured"));
         return None;
     };
-    let slots: Box<[Slot]> = (0..PAIRS).map_while(|_| new_slot()).collect();
-    if slots.len() < PAIRS {
-        log::warn(format_args!("only {} of {PAIRS} events could be created in context {ctx:#x}", slots.len()));
+    let slots: Box<[Slot]> = (0..EVENTS).map_while(|_| new_slot()).collect();
+    if slots.len() < EVENTS {
+        log::warn(format_args!("only {} of {EVENTS} events could be created in context {ctx:#x}", slots.len()));
     }
     let pool = Box::leak(Box::new(Pool {
         site,

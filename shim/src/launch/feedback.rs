@@ -34,15 +34,15 @@ use std::sync::{Once, OnceLock};
 use std::time::Duration;
 use tessera_ffi::futex;
 
-/// Measurements queued at most: every pair of every pool can be in the queue at once.
-const CAPACITY: usize = events::PAIRS * events::MAX_POOLS;
+/// Measurements queued at most: every event of every pool can be in the queue at once.
+const CAPACITY: usize = events::EVENTS * events::MAX_POOLS;
 
 /// One measured launch.
 pub struct Item {
     /// Its context's pool.
     pub pool: &'static Pool,
     /// Its end event in the pool.
-    pub pair: usize,
+    pub event: usize,
     /// The stream it was launched on (explicit: never NULL for the per-thread default stream).
     pub stream: usize,
     /// What the gate charged it.
@@ -95,37 +95,37 @@ fn start(gate: &'static Gate) {
     }
 }
 
-/// The pair each pool's latest-ending launch used, kept so the next launch's overlap with it is known.
+/// The event each pool's latest-ending launch used, kept so the next launch's overlap with it is known.
 struct Latest(Vec<(&'static Pool, usize)>);
 
 impl Latest {
     /// What `item` (measured at `own`) adds to the device time already charged for its context.
     fn charge(&mut self, item: &Item, own: i64) -> i64 {
-        let (pool, pair) = (item.pool, item.pair);
+        let (pool, event) = (item.pool, item.event);
         let Some(held) = self.0.iter_mut().find(|(p, _)| std::ptr::eq(*p, pool)) else {
-            self.0.push((pool, pair));
+            self.0.push((pool, event));
             return own;
         };
-        match pool.between_ends(held.1, pair) {
+        match pool.between_ends(held.1, event) {
             Some(after) if after <= 0 => {
                 // Ended within what an earlier launch was already charged for.
-                pool.release(pair);
+                pool.release(event);
                 0
             }
             after => {
                 pool.release(held.1);
-                held.1 = pair;
+                held.1 = event;
                 after.map_or(own, |a| own.min(a))
             }
         }
     }
 
-    /// Lets go of the pairs of retired pools.
+    /// Lets go of the events of retired pools.
     fn forget_retired(&mut self) {
-        self.0.retain(|(p, pair)| {
+        self.0.retain(|(p, event)| {
             let keep = !p.is_retired();
             if !keep {
-                p.release(*pair);
+                p.release(*event);
             }
             keep
         });
@@ -175,8 +175,8 @@ fn run(gate: &'static Gate) {
             IDLE.store(0, Ordering::SeqCst);
             continue;
         };
-        let Some(end) = item.pool.ended(item.pair) else {
-            item.pool.release(item.pair);
+        let Some(end) = item.pool.ended(item.event) else {
+            item.pool.release(item.event);
             latest.forget_retired();
             gate.settle(&item.admission, item.kind, item.admission.estimate);
             continue;

@@ -155,7 +155,7 @@ fn gated<const PER_THREAD: bool>(stream: CUstream, kind: Kind, real: impl FnOnce
     let measured = slot.is_some_and(|(pool, i)| {
         let queued = pool.record(i, stream) && {
             let held_up = admission::now_ns() - launched_ns > HELD_UP_NS;
-            let item = Item { pool, pair: i, stream: stream as usize, admission, kind, launched_ns, held_up };
+            let item = Item { pool, event: i, stream: stream as usize, admission, kind, launched_ns, held_up };
             feedback::push(gate, item).is_ok()
         };
         if !queued {
