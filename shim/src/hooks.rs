@@ -96,8 +96,8 @@ use tessera_ffi::nvml::{NvmlDevice, NvmlMemory, NvmlMemoryV2};
 use tessera_ffi::sys::{
     CUDA_ARRAY_DESCRIPTOR, CUDA_ARRAY3D_DESCRIPTOR, CUDA_MEMCPY2D, CUDA_MEMCPY3D, CUDA_MEMCPY3D_BATCH_OP,
     CUDA_MEMCPY3D_PEER, CUarray, CUcontext, CUctxCreateParams, CUdevice, CUdeviceptr, CUexecAffinityParam, CUfunction,
-    CUgraphExec, CUlaunchConfig, CUmemAllocationProp, CUmemGenericAllocationHandle, CUmemcpyAttributes, CUmemoryPool,
-    CUmipmappedArray, CUstream,
+    CUgraph, CUgraphEdgeData, CUgraphExec, CUgraphNode, CUlaunchConfig, CUmemAllocationProp,
+    CUmemGenericAllocationHandle, CUmemcpyAttributes, CUmemoryPool, CUmipmappedArray, CUstream,
 };
 
 crate::table::intercepted!(hooks);

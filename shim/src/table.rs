@@ -109,6 +109,13 @@ macro_rules! intercepted {
             Cuda fn cuGraphLaunch(exec: CUgraphExec, stream: CUstream) => crate::launch::graph::<false>;
             Cuda fn cuGraphLaunch_ptsz(exec: CUgraphExec, stream: CUstream) => crate::launch::graph::<true>;
 
+            // Stream capture: launches recorded into a graph are not gated, and the shim counts captures in
+            // progress so that a launch asks the driver about its stream only while one is.
+            Cuda fn cuStreamBeginCapture(stream: CUstream) / cuStreamBeginCapture_ptsz => crate::launch::capture::begin;
+            Cuda fn cuStreamBeginCapture_v2(stream: CUstream, mode: c_int) / cuStreamBeginCapture_v2_ptsz => crate::launch::capture::begin_v2;
+            Cuda fn cuStreamBeginCaptureToGraph(stream: CUstream, graph: CUgraph, deps: *const CUgraphNode, data: *const CUgraphEdgeData, count: usize, mode: c_int) / cuStreamBeginCaptureToGraph_ptsz => crate::launch::capture::begin_to_graph;
+            Cuda fn cuStreamEndCapture(stream: CUstream, graph: *mut CUgraph) / cuStreamEndCapture_ptsz => crate::launch::capture::end;
+
             // Tensor-core policy: tensor-op math modes become pedantic on a vGPU with tensor cores off.
             Cublas fn cublasSetMathMode(handle: *mut c_void, mode: u32) => tensor::set_math_mode;
         }

@@ -297,6 +297,7 @@ pub extern "C" fn cuCtxGetDevice_v2(dev: *mut CUdevice, ctx: CUcontext) -> CuRes
 #[unsafe(no_mangle)]
 pub extern "C" fn cuCtxSynchronize() -> CuResult {
     entry(|| {
+        crate::capture_mode::unsafe_call()?;
         current()?.synchronize();
         Ok(())
     })

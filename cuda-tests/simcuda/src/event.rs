@@ -122,6 +122,7 @@ stream_variants! {
 #[unsafe(no_mangle)]
 pub extern "C" fn cuEventSynchronize(ev: CUevent) -> CuResult {
     entry(|| {
+        crate::capture_mode::unsafe_call()?;
         let e = driver()?.events.get(ev as u64)?;
         e.wait(e.recorded());
         Ok(())
@@ -131,7 +132,10 @@ pub extern "C" fn cuEventSynchronize(ev: CUevent) -> CuResult {
 /// `cuEventQuery`.
 #[unsafe(no_mangle)]
 pub extern "C" fn cuEventQuery(ev: CUevent) -> CuResult {
-    entry(|| if driver()?.events.get(ev as u64)?.done() { Ok(()) } else { Err(CUDA_ERROR_NOT_READY) })
+    entry(|| {
+        crate::capture_mode::unsafe_call()?;
+        if driver()?.events.get(ev as u64)?.done() { Ok(()) } else { Err(CUDA_ERROR_NOT_READY) }
+    })
 }
 
 fn elapsed(ms: *mut f32, start: CUevent, end: CUevent) -> CuRes {

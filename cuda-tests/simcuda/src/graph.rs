@@ -1,5 +1,6 @@
 //! CUDA graphs as recorded operation sequences: stream capture, instantiation and launch.
 
+use crate::capture_mode;
 use crate::driver::driver;
 use crate::guard::{CuRes, ensure, entry, out};
 use crate::stream::{DefaultStream, Op, StreamKind, resolve};
@@ -16,6 +17,10 @@ pub struct Capture {
     pub ops: Vec<Op>,
     /// Capture sequence id.
     pub id: u64,
+    /// Its mode, thread and validity.
+    begun: capture_mode::Begun,
+    /// The graph it adds to (`cuStreamBeginCaptureToGraph`), instead of a new one.
+    into: Option<u64>,
 }
 
 /// A graph: the operations of one captured sequence, in order.
@@ -34,31 +39,62 @@ static CAPTURE_IDS: AtomicU64 = AtomicU64::new(1);
 const STATUS_NONE: c_int = 0;
 const STATUS_ACTIVE: c_int = 1;
 
-fn begin(h: CUstream, mode: DefaultStream) -> CuRes {
+fn begin(h: CUstream, mode: DefaultStream, capture_mode: c_int, into: Option<CUgraph>) -> CuRes {
     let s = resolve(h, mode)?;
     if s.kind == StreamKind::Legacy {
         return Err(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
     }
+    let into = match into {
+        Some(g) => Some(driver()?.graphs.get(g as u64).map(|_| g as u64)?),
+        None => None,
+    };
     let mut c = s.capture.lock();
     if c.is_some() {
         return Err(CUDA_ERROR_ILLEGAL_STATE);
     }
-    *c = Some(Capture { ops: Vec::new(), id: CAPTURE_IDS.fetch_add(1, Ordering::Relaxed) });
+    let id = CAPTURE_IDS.fetch_add(1, Ordering::Relaxed);
+    let begun = capture_mode::begin(id, capture_mode)?;
+    *c = Some(Capture { ops: Vec::new(), id, begun, into });
     Ok(())
 }
 
 stream_variants! {
-    /// `cuStreamBeginCapture`.
-    fn cuStreamBeginCapture / cuStreamBeginCapture_ptsz(h: CUstream) => |m| begin(h, m);
-    /// `cuStreamBeginCapture_v2`: every capture mode records the same way.
-    fn cuStreamBeginCapture_v2 / cuStreamBeginCapture_v2_ptsz(h: CUstream, _mode: c_int) => |m| begin(h, m);
+    /// `cuStreamBeginCapture`: in global mode.
+    fn cuStreamBeginCapture / cuStreamBeginCapture_ptsz(h: CUstream) => |m| begin(h, m, capture_mode::GLOBAL, None);
+    /// `cuStreamBeginCapture_v2`.
+    fn cuStreamBeginCapture_v2 / cuStreamBeginCapture_v2_ptsz(h: CUstream, mode: c_int) => |m| begin(h, m, mode, None);
+    /// `cuStreamBeginCaptureToGraph`: the captured work is added to `graph` (the simulation keeps no
+    /// dependency nodes, so `deps` and `data` are not read).
+    fn cuStreamBeginCaptureToGraph / cuStreamBeginCaptureToGraph_ptsz(
+        h: CUstream,
+        graph: CUgraph,
+        _deps: *const CUgraphNode,
+        _data: *const std::ffi::c_void,
+        _count: usize,
+        mode: c_int,
+    ) => |m| begin(h, m, mode, Some(graph));
 }
 
 fn end(h: CUstream, graph: *mut CUgraph, mode: DefaultStream) -> CuRes {
     ensure(!graph.is_null())?;
     let s = resolve(h, mode)?;
-    let c = s.capture.lock().take().ok_or(CUDA_ERROR_ILLEGAL_STATE)?;
-    let g = driver()?.graphs.insert(Arc::new(Graph { ops: Mutex::new(c.ops) }));
+    let c = {
+        let mut held = s.capture.lock();
+        capture_mode::may_end(&held.as_ref().ok_or(CUDA_ERROR_ILLEGAL_STATE)?.begun)?;
+        held.take().ok_or(CUDA_ERROR_ILLEGAL_STATE)?
+    };
+    if let Err(invalidated) = capture_mode::end(c.id, &c.begun) {
+        out(graph, std::ptr::null_mut())?;
+        return Err(invalidated);
+    }
+    let d = driver()?;
+    let g = match c.into {
+        Some(g) => {
+            d.graphs.get(g)?.ops.lock().extend(c.ops);
+            g
+        }
+        None => d.graphs.insert(Arc::new(Graph { ops: Mutex::new(c.ops) })),
+    };
     out(graph, g as CUgraph)
 }
 

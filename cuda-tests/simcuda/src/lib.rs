@@ -8,6 +8,7 @@
 mod guard;
 mod array;
 mod calls;
+mod capture_mode;
 mod context;
 mod copy;
 mod device;
@@ -25,8 +26,8 @@ mod vmm;
 
 #[allow(unused_imports)]
 use {
-    array::*, context::*, copy::*, device::*, event::*, graph::*, init::*, launch::*, memory::*, module::*, pool::*,
-    stream::*, vmm::*,
+    array::*, capture_mode::*, context::*, copy::*, device::*, event::*, graph::*, init::*, launch::*, memory::*,
+    module::*, pool::*, stream::*, vmm::*,
 };
 
 include!(concat!(env!("OUT_DIR"), "/exports.rs"));

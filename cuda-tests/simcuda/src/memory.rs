@@ -169,7 +169,10 @@ fn alloc_device(dptr: *mut CUdeviceptr, size: usize, kind: Kind) -> CuRes {
 /// `cuMemAlloc_v2`.
 #[unsafe(no_mangle)]
 pub extern "C" fn cuMemAlloc_v2(dptr: *mut CUdeviceptr, size: usize) -> CuResult {
-    entry(|| alloc_device(dptr, size, Kind::Device))
+    entry(|| {
+        crate::capture_mode::unsafe_call()?;
+        alloc_device(dptr, size, Kind::Device)
+    })
 }
 
 /// `cuMemAllocManaged`.

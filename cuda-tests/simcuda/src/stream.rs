@@ -332,7 +332,10 @@ fn wait_event(h: CUstream, ev: CUevent, default: DefaultStream) -> CuRes {
 
 stream_variants! {
     /// `cuStreamSynchronize`.
-    fn cuStreamSynchronize / cuStreamSynchronize_ptsz(h: CUstream) => |m| resolve(h, m).map(|s| s.synchronize());
+    fn cuStreamSynchronize / cuStreamSynchronize_ptsz(h: CUstream) => |m| {
+        crate::capture_mode::unsafe_call()?;
+        resolve(h, m).map(|s| s.synchronize())
+    };
     /// `cuStreamQuery`: `CUDA_ERROR_NOT_READY` while work is pending.
     fn cuStreamQuery / cuStreamQuery_ptsz(h: CUstream) => |m| if resolve(h, m)?.idle() { Ok(()) } else { Err(CUDA_ERROR_NOT_READY) };
     /// `cuStreamWaitEvent`: later work waits for the event's latest recording.

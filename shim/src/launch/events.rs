@@ -1,50 +1,47 @@
-//! The CUDA events that measure launches: a fixed ring of (start, end) pairs per context, created on the
+//! The CUDA events that measure launches: a fixed ring of end events per context, created on the
 //! context's first gated launch (the only allocation and the only lock, off the fast path afterwards),
 //! handed out and given back with one compare-and-swap each. Also the driver calls around them.
 //!
-//! End events are created with `CU_EVENT_BLOCKING_SYNC`, so the measurement thread sleeps in
-//! `cuEventSynchronize` instead of spinning a core. A pool whose events stop working (its context was
-//! destroyed) is retired, and its slot reused once its pairs have all come back. The measurement thread
-//! gives a pool a [`Clock`] when it first needs the absolute times of its events.
+//! A launch records one event, after it: when the kernel ended. When it started is not asked of the driver
+//! (that would be a second call per launch): it is the later of its submission and the end of the launch
+//! before it on its stream (see [`feedback`](super::feedback)). The events are created with
+//! `CU_EVENT_BLOCKING_SYNC`, so the measurement thread sleeps in `cuEventSynchronize` instead of spinning
+//! a core. A pool whose events stop working (its context was destroyed) is retired, and its slot reused
+//! once its events have all come back. The measurement thread gives a pool a [`Clock`] when it first
+//! needs the absolute times of its events.
 
 use super::clock::Clock;
 use crate::driver::{self, Site};
 use crate::log;
 use crate::real::{
     cuEventCreate as EVENT_CREATE, cuEventElapsedTime as EVENT_ELAPSED, cuEventQuery as EVENT_QUERY,
-    cuEventRecord as EVENT_RECORD, cuEventSynchronize as EVENT_SYNCHRONIZE, cuStreamIsCapturing as STREAM_IS_CAPTURING,
-    cuThreadExchangeStreamCaptureMode as EXCHANGE_CAPTURE_MODE,
+    cuEventRecord as EVENT_RECORD, cuEventSynchronize as EVENT_SYNCHRONIZE,
 };
-use std::ffi::{c_int, c_uint};
+use std::ffi::c_uint;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 use tessera_ffi::sys::{CUevent, CUstream};
 
-/// Event pairs per context: launches beyond this many unfinished ones are charged their estimate only.
-pub const PAIRS: usize = 256;
+/// End events per context: launches beyond this many unfinished ones are charged their estimate only.
+pub const EVENTS: usize = 256;
 /// Contexts measured at once.
 pub const MAX_POOLS: usize = 16;
 
 /// `CU_EVENT_DEFAULT` and `CU_EVENT_BLOCKING_SYNC`.
 const EVENT_DEFAULT: c_uint = 0;
 const EVENT_BLOCKING_SYNC: c_uint = 1;
-/// `CU_STREAM_CAPTURE_STATUS_NONE`.
-const CAPTURE_NONE: c_int = 0;
-/// `CU_STREAM_CAPTURE_MODE_RELAXED`.
-const CAPTURE_MODE_RELAXED: c_int = 2;
 
-/// One start/end pair.
-struct Pair {
-    start: usize,
+/// One end event, and whether a launch holds it.
+struct Slot {
     end: usize,
     busy: AtomicBool,
 }
 
-/// The event pairs of one context.
+/// The end events of one context.
 pub struct Pool {
     /// The context and its device.
     pub site: Site,
-    pairs: Box<[Pair]>,
+    slots: Box<[Slot]>,
     next: AtomicUsize,
     retired: AtomicBool,
     /// Absolute times of the context's events (made by the measurement thread, on first use).
@@ -80,20 +77,20 @@ fn create(ctx: u64) -> Option<&'static Pool> {
     let reusable = |slot: &AtomicPtr<Pool>| {
         // SAFETY: as in `published`.
         unsafe { slot.load(Ordering::Acquire).as_ref() }.is_none_or(|p| {
-            p.retired.load(Ordering::Acquire) && p.pairs.iter().all(|e| !e.busy.load(Ordering::Acquire))
+            p.retired.load(Ordering::Acquire) && p.slots.iter().all(|e| !e.busy.load(Ordering::Acquire))
         })
     };
     let Some(slot) = POOLS.iter().find(|s| reusable(s)) else {
         log::warn(format_args!("more than {MAX_POOLS} contexts launch work: launches in more are not measured"));
         return None;
     };
-    let pairs: Box<[Pair]> = (0..PAIRS).map_while(|_| new_pair()).collect();
-    if pairs.len() < PAIRS {
-        log::warn(format_args!("only {} of {PAIRS} event pairs could be created in context {ctx:#x}", pairs.len()));
+    let slots: Box<[Slot]> = (0..EVENTS).map_while(|_| new_slot()).collect();
+    if slots.len() < EVENTS {
+        log::warn(format_args!("only {} of {EVENTS} events could be created in context {ctx:#x}", slots.len()));
     }
     let pool = Box::leak(Box::new(Pool {
         site,
-        pairs,
+        slots,
         next: AtomicUsize::new(0),
         retired: AtomicBool::new(false),
         clock: OnceLock::new(),
@@ -132,62 +129,58 @@ pub fn synchronize(event: usize) -> bool {
     EVENT_SYNCHRONIZE.get().is_some_and(|f| unsafe { f(event as CUevent) } == 0)
 }
 
-fn new_pair() -> Option<Pair> {
-    Some(Pair { start: new_event(EVENT_DEFAULT)?, end: new_event(EVENT_BLOCKING_SYNC)?, busy: AtomicBool::new(false) })
+fn new_slot() -> Option<Slot> {
+    Some(Slot { end: new_event(EVENT_BLOCKING_SYNC)?, busy: AtomicBool::new(false) })
 }
 
 impl Pool {
-    /// Takes a free pair (one compare-and-swap); `None` when the ring is full.
+    /// Takes a free event (one compare-and-swap); `None` when the ring is full.
     pub fn acquire(&self) -> Option<usize> {
-        let n = self.pairs.len();
-        // Two tries: the measurement thread keeps one pair (the latest end) out of turn.
+        let n = self.slots.len();
+        // Two tries: the measurement thread keeps one event (the latest end) out of turn.
         (0..2).map(|_| self.next.fetch_add(1, Ordering::Relaxed) % n.max(1)).find(|&i| {
-            n > 0 && self.pairs[i].busy.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_ok()
+            n > 0 && self.slots[i].busy.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_ok()
         })
     }
 
-    /// Gives pair `i` back.
+    /// Gives event `i` back.
     pub fn release(&self, i: usize) {
-        self.pairs[i].busy.store(false, Ordering::Release);
+        self.slots[i].busy.store(false, Ordering::Release);
     }
 
-    /// Records pair `i`'s start (or end) event on `stream`; on failure the pool is retired.
-    pub fn record(&self, i: usize, end: bool, stream: CUstream) -> bool {
-        let p = &self.pairs[i];
-        let ok = record_event(if end { p.end } else { p.start }, stream);
+    /// Records event `i` on `stream`, after the launch it measures; on failure the pool is retired.
+    pub fn record(&self, i: usize, stream: CUstream) -> bool {
+        let ok = record_event(self.slots[i].end, stream);
         if !ok {
             self.retire();
         }
         ok
     }
 
-    /// Waits for pair `i` to complete and returns its device time; `None` (and the pool retired) when
-    /// the driver cannot tell.
-    pub fn measure(&self, i: usize) -> Option<i64> {
-        let p = &self.pairs[i];
-        let elapsed = synchronize(p.end).then(|| elapsed_ns(p.start, p.end)).flatten();
-        if elapsed.is_none() {
+    /// Waits for event `i` and returns when (monotonic ns) it was reached: when its launch ended. `None`
+    /// (and the pool retired) when the driver cannot tell, or its context's events cannot be placed on
+    /// the host clock. Measurement thread only: the first call makes the context's [`Clock`], and a call
+    /// may re-base it.
+    pub fn ended(&self, i: usize) -> Option<u64> {
+        let clock = synchronize(self.slots[i].end)
+            .then(|| self.clock.get_or_init(|| Clock::new(self.site.ctx)).as_ref())
+            .flatten();
+        let end = clock.and_then(|c| {
+            c.rebase_if_due(super::admission::now_ns());
+            c.absolute(self.slots[i].end)
+        });
+        if end.is_none() {
             self.retire();
         }
-        elapsed
+        end
     }
 
-    /// When (monotonic ns) pair `i`'s launch started and ended, once it has completed; `None` when the
-    /// context's events cannot be placed on the host clock. Measurement thread only: the first call makes
-    /// the context's [`Clock`], and a call may re-base it.
-    pub fn span(&self, i: usize) -> Option<(u64, u64)> {
-        let clock = self.clock.get_or_init(|| Clock::new(self.site.ctx)).as_ref()?;
-        clock.rebase_if_due(super::admission::now_ns());
-        let p = &self.pairs[i];
-        Some((clock.absolute(p.start)?, clock.absolute(p.end)?))
-    }
-
-    /// Device time from pair `from`'s end to pair `to`'s end (negative when `to` ended first).
+    /// Device time from event `from` to event `to` (negative when `to` ended first).
     pub fn between_ends(&self, from: usize, to: usize) -> Option<i64> {
-        elapsed_ns(self.pairs[from].end, self.pairs[to].end)
+        elapsed_ns(self.slots[from].end, self.slots[to].end)
     }
 
-    /// Stops handing out this pool's pairs (its context is gone); a new pool replaces it.
+    /// Stops handing out this pool's slots (its context is gone); a new pool replaces it.
     pub fn retire(&self) {
         if !self.retired.swap(true, Ordering::AcqRel) {
             log::debug(format_args!("event pool of context {:#x} retired", self.site.ctx));
@@ -206,23 +199,4 @@ pub fn elapsed_ns(a: usize, b: usize) -> Option<i64> {
     // SAFETY: cuEventElapsedTime's C signature; `ms` is a valid output and both events are ours.
     let ok = EVENT_ELAPSED.get().is_some_and(|f| unsafe { f(&mut ms, a as CUevent, b as CUevent) } == 0);
     ok.then(|| (ms as f64 * 1e6).round() as i64)
-}
-
-/// Whether `stream` is being captured into a graph (nothing runs then, so nothing is gated or measured);
-/// `None` when the driver cannot tell (the launch is passed through for the driver to judge).
-pub fn capturing(stream: CUstream) -> Option<bool> {
-    let Some(f) = STREAM_IS_CAPTURING.get() else { return Some(false) };
-    let mut status: c_int = CAPTURE_NONE;
-    // SAFETY: cuStreamIsCapturing's C signature; `status` is a valid output.
-    (unsafe { f(stream, &mut status) } == 0).then_some(status != CAPTURE_NONE)
-}
-
-/// Puts the calling thread in relaxed capture mode, so that its event calls never interfere with a
-/// program's global-mode stream capture (best effort: drivers without the call have no capture modes).
-pub fn relax_capture_mode() {
-    let mut mode = CAPTURE_MODE_RELAXED;
-    if let Some(f) = EXCHANGE_CAPTURE_MODE.get() {
-        // SAFETY: cuThreadExchangeStreamCaptureMode's C signature; `mode` is a valid in/out value.
-        unsafe { f(&mut mode) };
-    }
 }

@@ -1,6 +1,10 @@
 //! Feeding measured device time back: each measured launch is pushed (lock-free, no allocation) into a
 //! bounded queue that one background thread, started on first use, drains in launch order. For each it
-//! waits for the end event and reads the time between the pair's events.
+//! waits for the end event and places it on the host clock. The launch started at the later of its
+//! submission and the end of the launch before it on the same stream (its start is not recorded: that
+//! would cost a second driver call per launch). Work the stream ran in between that the shim does not
+//! measure (a copy, a library's own kernel) thus counts as the launch's, when no other vGPU's kernel
+//! ended meanwhile.
 //!
 //! For a vGPU the daemon manages, the launch's absolute start and end (see [`clock`](super::clock)) go
 //! to its vGPU's timeline, from which the daemon charges exactly the device time the kernel took: on a
@@ -9,9 +13,8 @@
 //!
 //! Otherwise (standalone `TESSERA_COMPUTE_SHARE`, a managed vGPU whose daemon is away, or a launch that
 //! could not be published) the process
-//! corrects its bucket itself by what it measured: from the start event (when its stream reached the
-//! launch) to the end event, less whatever part of that an earlier launch of the same context already
-//! covered (work of the process's other streams ahead of it). Queueing behind other processes' work is
+//! corrects its bucket itself by what it measured: from its start to its end, less whatever part of
+//! that an earlier launch of the same context already covered (work of the process's other streams ahead of it). Queueing behind other processes' work is
 //! charged too — a standalone share's limitation: it is a ceiling that waiting on a busy device makes
 //! stricter — bounded by their windows. That time is also what the estimate of the next launches learns
 //! from (a published launch's estimate is what the daemon charges such launches).
@@ -31,23 +34,25 @@ use std::sync::{Once, OnceLock};
 use std::time::Duration;
 use tessera_ffi::futex;
 
-/// Measurements queued at most: every pair of every pool can be in the queue at once.
-const CAPACITY: usize = events::PAIRS * events::MAX_POOLS;
+/// Measurements queued at most: every event of every pool can be in the queue at once.
+const CAPACITY: usize = events::EVENTS * events::MAX_POOLS;
 
 /// One measured launch.
 pub struct Item {
     /// Its context's pool.
     pub pool: &'static Pool,
-    /// Its pair in the pool.
-    pub pair: usize,
+    /// Its end event in the pool.
+    pub event: usize,
+    /// The stream it was launched on (explicit: never NULL for the per-thread default stream).
+    pub stream: usize,
     /// What the gate charged it.
     pub admission: Admission,
     /// What it was.
     pub kind: Kind,
     /// Host time (monotonic ns) just before it was submitted: when it may have started at the earliest.
     pub launched_ns: u64,
-    /// The launching thread was held up around the launch (see `HELD_UP_NS`): the span between the
-    /// events may hold host time besides the kernel's, so it is charged at most its estimate.
+    /// The launching thread was held up around the launch (see `HELD_UP_NS`): its span may hold host
+    /// time besides the kernel's, so it is charged at most its estimate.
     pub held_up: bool,
 }
 
@@ -90,47 +95,72 @@ fn start(gate: &'static Gate) {
     }
 }
 
-/// The pair each pool's latest-ending launch used, kept so the next launch's overlap with it is known.
+/// The event each pool's latest-ending launch used, kept so the next launch's overlap with it is known.
 struct Latest(Vec<(&'static Pool, usize)>);
 
 impl Latest {
     /// What `item` (measured at `own`) adds to the device time already charged for its context.
     fn charge(&mut self, item: &Item, own: i64) -> i64 {
-        let (pool, pair) = (item.pool, item.pair);
+        let (pool, event) = (item.pool, item.event);
         let Some(held) = self.0.iter_mut().find(|(p, _)| std::ptr::eq(*p, pool)) else {
-            self.0.push((pool, pair));
+            self.0.push((pool, event));
             return own;
         };
-        match pool.between_ends(held.1, pair) {
+        match pool.between_ends(held.1, event) {
             Some(after) if after <= 0 => {
                 // Ended within what an earlier launch was already charged for.
-                pool.release(pair);
+                pool.release(event);
                 0
             }
             after => {
                 pool.release(held.1);
-                held.1 = pair;
+                held.1 = event;
                 after.map_or(own, |a| own.min(a))
             }
         }
     }
 
-    /// Lets go of the pairs of retired pools.
+    /// Lets go of the events of retired pools.
     fn forget_retired(&mut self) {
-        self.0.retain(|(p, pair)| {
+        self.0.retain(|(p, event)| {
             let keep = !p.is_retired();
             if !keep {
-                p.release(*pair);
+                p.release(*event);
             }
             keep
         });
     }
 }
 
+/// Streams whose last measured end is remembered, per process.
+const STREAMS: usize = 64;
+
+/// When the last measured launch on each recently used stream ended (monotonic ns), by context pool and
+/// stream: a launch on the stream cannot have started before. The oldest entry makes room for a new one.
+struct StreamEnds(Vec<(&'static Pool, usize, u64)>);
+
+impl StreamEnds {
+    /// Remembers that `item` ended at `end`, returning when the launch before it on its stream ended.
+    fn swap(&mut self, item: &Item, end: u64) -> Option<u64> {
+        let found = self.0.iter().position(|(p, s, _)| std::ptr::eq(*p, item.pool) && *s == item.stream);
+        let entry = match found {
+            Some(i) => self.0.remove(i),
+            None => {
+                if self.0.len() >= STREAMS {
+                    self.0.remove(0);
+                }
+                (item.pool, item.stream, 0)
+            }
+        };
+        self.0.push((item.pool, item.stream, end.max(entry.2)));
+        found.map(|_| entry.2)
+    }
+}
+
 fn run(gate: &'static Gate) {
-    events::relax_capture_mode();
+    super::capture::relax_thread();
     let Some(queue) = QUEUE.get() else { return };
-    let mut latest = Latest(Vec::new());
+    let (mut latest, mut ends) = (Latest(Vec::new()), StreamEnds(Vec::new()));
     loop {
         // Busy from before the look at the queue, so that `drain` never sees an item neither queued nor
         // being settled.
@@ -145,25 +175,22 @@ fn run(gate: &'static Gate) {
             IDLE.store(0, Ordering::SeqCst);
             continue;
         };
-        let Some(own) = item.pool.measure(item.pair) else {
-            item.pool.release(item.pair);
+        let Some(end) = item.pool.ended(item.event) else {
+            item.pool.release(item.event);
             latest.forget_retired();
             gate.settle(&item.admission, item.kind, item.admission.estimate);
             continue;
         };
-        // Its start is the later of its start event and its submission: on an idle stream the start event
-        // is timestamped before the launch is submitted, and the host's time in between is not the
-        // kernel's (the device may even run other work meanwhile).
-        let span = gate
-            .publishes()
-            .then(|| item.pool.span(item.pair))
-            .flatten()
-            .map(|(start, end)| (start.max(item.launched_ns).min(end), end));
+        // Its start: it was submitted at `launched_ns`, and its stream reached it once the launch before
+        // it there had ended (on an idle stream, the host's time before the submission is not the
+        // kernel's; the device may even run other work meanwhile).
+        let start = ends.swap(&item, end).map_or(item.launched_ns, |e| e.max(item.launched_ns)).min(end);
+        let own = (end - start) as i64;
         let bound = item.held_up.then_some(item.admission.estimate);
-        let charge = latest.charge(&item, own.max(0));
+        let charge = latest.charge(&item, own);
         let charge = bound.map_or(charge, |b| charge.min(b));
         latest.forget_retired();
-        let published = span.is_some_and(|(start, end)| gate.publish(&item.admission, item.kind, start, end, bound));
+        let published = gate.publishes() && gate.publish(&item.admission, item.kind, start, end, bound);
         if published {
             gate.learn(item.kind, charge);
         } else {

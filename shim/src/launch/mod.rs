@@ -1,6 +1,6 @@
 //! Compute shares: every kernel launch (`cuLaunchKernel`, `cuLaunchKernelEx`, `cuLaunchCooperativeKernel`,
 //! `cuGraphLaunch` and their `_ptsz` variants) first passes its vGPU's [`gate`], and its device time is
-//! measured with CUDA [`events`] and fed back ([`feedback`]) so that tokens are charged by the time the
+//! measured with one CUDA event after it ([`events`]) and fed back ([`feedback`]) so that tokens are charged by the time the
 //! work actually took: for a vGPU the daemon manages, by the daemon, from the absolute times ([`clock`])
 //! of every kernel on its vGPU's timeline; otherwise by the process itself. While the daemon is away, its
 //! vGPUs' processes refill and settle themselves at their last configured share ([`outage`]).
@@ -11,12 +11,13 @@
 //! variable is then ignored with a warning. With neither `TESSERA_VGPU` nor `TESSERA_COMPUTE_SHARE` the
 //! gate does nothing at all: no event, no thread.
 //!
-//! Launches recorded into a graph by stream capture run nothing and pass ungated; the graph's launches
+//! Launches recorded into a graph by stream capture run nothing and pass ungated ([`capture`]); the graph's launches
 //! are gated. A managed vGPU's share is of its device (`Sched::device`): launches on other devices pass
 //! ungated, as its quota leaves them unlimited; otherwise launches on every device draw from the one
 //! bucket. `high` priority holds lower ones on the launch's own device.
 
 mod admission;
+pub mod capture;
 mod clock;
 pub(crate) mod events;
 mod feedback;
@@ -31,7 +32,7 @@ use feedback::Item;
 use gate::Gate;
 
 pub use admission::ring;
-pub use events::capturing;
+pub use capture::capturing;
 use std::ffi::{c_uint, c_void};
 use std::sync::OnceLock;
 use std::sync::atomic::Ordering;
@@ -51,7 +52,8 @@ pub fn explicit_stream<const PER_THREAD: bool>(stream: CUstream) -> CUstream {
 }
 
 /// Longest a launch may take from its clock read before submitting to the return of its end event's
-/// record for the span between its events to count as the kernel's own: a thread held up longer
+/// record for its span (from submission or the previous end on its stream to its end) to count as the
+/// kernel's own: a thread held up longer
 /// (preempted, say) may have let the kernel finish long before the end event was recorded, which an
 /// idle stream then timestamps late, or submitted it long after the start was read.
 const HELD_UP_NS: u64 = 50_000;
@@ -122,7 +124,7 @@ fn private_slot() -> &'static VgpuSlot {
 fn gated<const PER_THREAD: bool>(stream: CUstream, kind: Kind, real: impl FnOnce() -> Status) -> Res {
     let Some(gate) = active() else { return crate::soft::around(real) };
     let stream = explicit_stream::<PER_THREAD>(stream);
-    if events::capturing(stream) != Some(false) {
+    if capture::capturing(stream) != Some(false) {
         return status(real());
     }
     let pool = events::current();
@@ -133,34 +135,28 @@ fn gated<const PER_THREAD: bool>(stream: CUstream, kind: Kind, real: impl FnOnce
     if !gate.governs(device) {
         return crate::soft::around(real);
     }
-    let pair = pool.and_then(|p| Some((p, p.acquire()?)));
-    let admission = gate.admit(device, kind, pair.is_some());
-    let pair = pair.filter(|&(p, i)| {
-        let started = p.record(i, false, stream);
-        if !started {
-            p.release(i);
-        }
-        started
-    });
+    let slot = pool.and_then(|p| Some((p, p.acquire()?)));
+    let admission = gate.admit(device, kind, slot.is_some());
     // The soft-mode hold is taken after the tokens: a launch waiting for them leaves its memory free to
-    // be swapped out. The kernel cannot start before `launched_ns` (a vDSO clock read): on an idle stream
-    // the start event is timestamped before the launch is even submitted.
+    // be swapped out. The kernel cannot start before `launched_ns` (a vDSO clock read), which is when it
+    // started at the latest on an idle stream.
     let mut launched_ns = 0;
     let submitted = crate::soft::around(|| {
         launched_ns = admission::now_ns();
         real()
     });
     if let Err(code) = submitted {
-        if let Some((p, i)) = pair {
+        if let Some((p, i)) = slot {
             p.release(i);
         }
         gate.refund(&admission);
         return Err(code);
     }
-    let measured = pair.is_some_and(|(pool, i)| {
-        let queued = pool.record(i, true, stream) && {
+    let measured = slot.is_some_and(|(pool, i)| {
+        let queued = pool.record(i, stream) && {
             let held_up = admission::now_ns() - launched_ns > HELD_UP_NS;
-            feedback::push(gate, Item { pool, pair: i, admission, kind, launched_ns, held_up }).is_ok()
+            let item = Item { pool, event: i, stream: stream as usize, admission, kind, launched_ns, held_up };
+            feedback::push(gate, item).is_ok()
         };
         if !queued {
             pool.release(i);

@@ -12,8 +12,9 @@ use tessera_ffi::nvml::{NvmlDevice, NvmlMemory, NvmlMemoryV2, NvmlProcessInfo};
 use tessera_ffi::sys::{
     CUDA_ARRAY_DESCRIPTOR, CUDA_ARRAY3D_DESCRIPTOR, CUDA_MEMCPY2D, CUDA_MEMCPY3D, CUDA_MEMCPY3D_BATCH_OP,
     CUDA_MEMCPY3D_PEER, CUarray, CUcontext, CUctxCreateParams, CUdevice, CUdeviceptr, CUevent, CUexecAffinityParam,
-    CUfunction, CUgraphExec, CUlaunchConfig, CUmemAccessDesc, CUmemAllocationGranularity_flags, CUmemAllocationProp,
-    CUmemGenericAllocationHandle, CUmemcpyAttributes, CUmemoryPool, CUmipmappedArray, CUstream, CUuuid,
+    CUfunction, CUgraph, CUgraphEdgeData, CUgraphExec, CUgraphNode, CUlaunchConfig, CUmemAccessDesc,
+    CUmemAllocationGranularity_flags, CUmemAllocationProp, CUmemGenericAllocationHandle, CUmemcpyAttributes,
+    CUmemoryPool, CUmipmappedArray, CUstream, CUuuid,
 };
 
 /// Declares `pub static name: RealFn<..>` for lines in the table's syntax (the handler, if any, is

@@ -103,9 +103,11 @@ impl Driver {
         p
     }
 
-    /// Runs `f` with this device's context current on the calling thread (restoring the previous one).
+    /// Runs `f` with this device's context current on the calling thread (restoring the previous one), in
+    /// relaxed capture mode while a capture is in progress: the swapper's synchronizing calls must not
+    /// invalidate a program's global-mode capture on another thread.
     fn in_context<T>(&self, f: impl FnOnce() -> Res<T>) -> Res<T> {
-        crate::driver::in_context(self.ctx, f).flatten()
+        crate::launch::capture::relaxed(|| crate::driver::in_context(self.ctx, f).flatten())
     }
 }
 
