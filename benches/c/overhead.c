@@ -37,42 +37,8 @@
 #include <string.h>
 #include <time.h>
 
-/* tools/kernels/spin.ptx (the product's spin kernel; simgpu runs it by entry name), embedded
- * NUL-terminated at build time: the benchmark passes the folder as TESSERA_KERNELS_DIR. */
-#ifndef TESSERA_KERNELS_DIR
-#error "build with -DTESSERA_KERNELS_DIR=\"<path to tools/kernels>\""
-#endif
-__asm__(".section .rodata\n"
-        ".globl overhead_spin_ptx\n"
-        ".hidden overhead_spin_ptx\n"
-        "overhead_spin_ptx:\n"
-        ".incbin \"" TESSERA_KERNELS_DIR "/spin.ptx\"\n"
-        ".byte 0\n"
-        ".previous\n");
-extern const char overhead_spin_ptx[];
-
-#define SPELLED(x) #x
-#define NAME(x) SPELLED(x)
-
-__attribute__((noreturn, format(printf, 1, 2))) static void fail(const char *format, ...) {
-    char text[512];
-    va_list args;
-    va_start(args, format);
-    vsnprintf(text, sizeof text, format, args);
-    va_end(args);
-    /* The message goes into a JSON string: no quote or backslash may end it early. */
-    for (char *c = text; *c; c++)
-        if (*c == '"' || *c == '\\' || (unsigned char)*c < 0x20) *c = '\'';
-    printf("{\"scenario\":\"overhead\",\"error\":\"%s\"}\n", text);
-    fflush(stdout);
-    exit(1);
-}
-
-#define CU(call)                                                                    \
-    do {                                                                            \
-        CUresult result_ = (call);                                                  \
-        if (result_ != CUDA_SUCCESS) fail("%s = %d", NAME(call), (int)result_);     \
-    } while (0)
+#define BENCH_SCENARIO "overhead"
+#include "bench.h"
 
 typedef int (*driver_calls_fn)(uint64_t *thread, uint64_t *process);
 static driver_calls_fn driver_calls;
@@ -222,7 +188,7 @@ int main(int argc, char **argv) {
     CU(cuDevicePrimaryCtxRetain(&ctx, dev));
     CU(cuCtxSetCurrent(ctx));
     CU(cuStreamCreate(&b.stream, CU_STREAM_NON_BLOCKING));
-    CU(cuModuleLoadData(&module, overhead_spin_ptx));
+    CU(cuModuleLoadData(&module, bench_spin_ptx));
     CU(cuModuleGetFunction(&b.spin, module, "spin"));
     b.zero = 0;
     b.params[0] = &b.zero;

@@ -22,41 +22,11 @@
 #include <string.h>
 #include <time.h>
 
-#ifndef TESSERA_KERNELS_DIR
-#error "build with -DTESSERA_KERNELS_DIR=\"<path to tools/kernels>\""
-#endif
-__asm__(".section .rodata\n"
-        ".globl spin_client_ptx\n"
-        ".hidden spin_client_ptx\n"
-        "spin_client_ptx:\n"
-        ".incbin \"" TESSERA_KERNELS_DIR "/spin.ptx\"\n"
-        ".byte 0\n"
-        ".previous\n");
-extern const char spin_client_ptx[];
+#define BENCH_SCENARIO "spin"
+#include "bench.h"
 
 #define MAX_LENGTHS 16
 #define MAX_STREAMS 16
-
-__attribute__((noreturn, format(printf, 1, 2))) static void fail(const char *format, ...) {
-    char text[512];
-    va_list args;
-    va_start(args, format);
-    vsnprintf(text, sizeof text, format, args);
-    va_end(args);
-    /* The message goes into a JSON string: no quote or backslash may end it early. */
-    for (char *c = text; *c; c++)
-        if (*c == '"' || *c == '\\' || (unsigned char)*c < 0x20) *c = '\'';
-    printf("{\"scenario\":\"spin\",\"error\":\"%s\"}\n", text);
-    fflush(stdout);
-    exit(1);
-}
-
-#define SPELLED(x) #x
-#define CU(call)                                                                   \
-    do {                                                                           \
-        CUresult result_ = (call);                                                 \
-        if (result_ != CUDA_SUCCESS) fail("%s = %d", SPELLED(call), (int)result_); \
-    } while (0)
 
 static CUcontext ctx;
 static CUfunction spin;
@@ -139,7 +109,7 @@ int main(int argc, char **argv) {
     CU(cuDeviceGet(&dev, device));
     CU(cuDevicePrimaryCtxRetain(&ctx, dev));
     CU(cuCtxSetCurrent(ctx));
-    CU(cuModuleLoadData(&module, spin_client_ptx));
+    CU(cuModuleLoadData(&module, bench_spin_ptx));
     CU(cuModuleGetFunction(&spin, module, "spin"));
     stop_ns = now_ns() + seconds * 1000000000ull;
 
