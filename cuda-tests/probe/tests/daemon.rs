@@ -442,6 +442,10 @@ fn a_tenant_killed_mid_launch_leaves_nothing_behind() {
     assert!(shown["tokens_ns"].as_i64().unwrap() >= -2_000_000, "more debt than the window: {shown}");
     // A new process of the vGPU gets its share at once.
     let next = report(m.saturate("a", "1", None));
-    assert!(utilization(&next) > 0.35, "the vGPU's next process is held back: {next}");
+    // Functional bounds: a process held back by what the killed one left (its window, its debt) would stall
+    // for long or barely run; at its share beside b it gets about half. With a busy loop on each CPU
+    // beside the suite it was seen at 30% of wall time, its longest gap 12 ms.
+    assert!(utilization(&next) > 0.2, "the vGPU's next process is held back: {next}");
+    assert!(u64_at(&next, "longest_gap_ns") < 250_000_000, "the vGPU's next process stalled: {next}");
     report(other);
 }
