@@ -32,17 +32,7 @@
         if (result_ != CUDA_SUCCESS) die("%s = %d", #call, (int)result_);                 \
     } while (0)
 
-#ifndef TESSERA_KERNELS_DIR
-#error "build with -DTESSERA_KERNELS_DIR=\"<path to cuda-tests/kernels>\""
-#endif
-__asm__(".section .rodata\n"
-        ".globl tessera_kernels_ptx\n"
-        ".hidden tessera_kernels_ptx\n"
-        "tessera_kernels_ptx:\n"
-        ".incbin \"" TESSERA_KERNELS_DIR "/kernels.ptx\"\n"
-        ".byte 0\n"
-        ".previous\n");
-extern const char tessera_kernels_ptx[];
+#include "kernels.h"
 
 typedef CUresult (*begin1_fn)(CUstream);
 typedef CUresult (*begin2_fn)(CUstream, CUstreamCaptureMode);

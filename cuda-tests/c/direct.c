@@ -25,19 +25,7 @@
         if (result_ != CUDA_SUCCESS) die("%s = %d", EXPORTED(call), (int)result_);        \
     } while (0)
 
-/* The test kernels, cuda-tests/kernels/kernels.ptx (real PTX; simgpu runs vector_add_f32 by its entry
- * name), embedded NUL-terminated at build time: the harness passes the folder as TESSERA_KERNELS_DIR. */
-#ifndef TESSERA_KERNELS_DIR
-#error "build with -DTESSERA_KERNELS_DIR=\"<path to cuda-tests/kernels>\""
-#endif
-__asm__(".section .rodata\n"
-        ".globl tessera_kernels_ptx\n"
-        ".hidden tessera_kernels_ptx\n"
-        "tessera_kernels_ptx:\n"
-        ".incbin \"" TESSERA_KERNELS_DIR "/kernels.ptx\"\n"
-        ".byte 0\n"
-        ".previous\n");
-extern const char tessera_kernels_ptx[];
+#include "kernels.h"
 
 static void report_addresses(void) {
     ADDRESS(cuInit);
