@@ -8,7 +8,7 @@ mod common;
 
 use common::region::{notify, poll_every};
 use common::tessera::{Machine, report};
-use common::{MIB, OUT_OF_MEMORY, finish, first_line, u64_at};
+use common::{Guarded, MIB, OUT_OF_MEMORY, finish, first_line, u64_at};
 use serde_json::Value;
 use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
@@ -187,9 +187,10 @@ fn planted_process_slots_are_freed_and_the_vgpu_can_be_removed() {
     m.ok(&["vgpu", "rm", "p"]);
 
     // q (root's): a real tenant attached, and a live process of tessera-test-b planted beside it.
-    let mut tenant = m.tenant("q", &["alloc", "--bytes", "64MiB"]).spawn().expect("spawn a tenant");
+    let mut tenant = m.spawn_tenant("q", &["alloc", "--bytes", "64MiB"]);
     let tenant_pid = u64_at(&first_line(&mut tenant), "pid");
-    let mut stranger = Command::new("sleep").arg("60").uid(other).gid(other).spawn().expect("sleep as another user");
+    let mut stranger =
+        Guarded::spawn(Command::new("sleep").arg("60").uid(other).gid(other)).expect("sleep as another user");
     plant(live(&m, "q"), 7, stranger.id(), 256 * MIB);
     // The daemon's watch frees it within a round or two; the real tenant stays.
     poll_every(Duration::from_millis(100), "the planted slot freed", Duration::from_secs(5), || {
@@ -212,7 +213,7 @@ fn a_zeroed_memory_count_does_not_let_a_tenant_past_its_quota() {
     m.start();
     m.ok(&["vgpu", "create", "m", "--device", "0", "--memory", "512MiB", "--share", "10"]);
     // 128 MiB of context and 256 MiB allocated: 384 MiB of the 512 counted.
-    let mut holder = m.tenant("m", &["alloc", "--bytes", "256MiB"]).spawn().expect("spawn a tenant");
+    let mut holder = m.spawn_tenant("m", &["alloc", "--bytes", "256MiB"]);
     assert_eq!(first_line(&mut holder)["allocated"], true);
     assert_eq!(u64_at(&m.show("m"), "used"), 384 * MIB);
     // Its tenant zeroes every count in its file, and the mark below which usage is summed.

@@ -1,10 +1,12 @@
 //! The admission test every launch passes on its vGPU's slot (settings in its
 //! [`VgpuConfig`](tessera_ffi::region::VgpuConfig), the bucket in its [`Sched`]): a handful of atomic loads
 //! and read-modify-writes, no lock, system call or allocation (but one wake-up of the daemon when a managed
-//! `high` vGPU starts having work).
+//! `high` vGPU starts having work, and a look whether the daemon still exists when a suspended vGPU's
+//! daemon has long been silent).
 //!
-//! A launch goes when the vGPU is not suspended, no `high` vGPU has work on the launch's device (unless
-//! the vGPU is `high` itself), the bucket holds tokens (only when it is token-limited: managed by the
+//! A launch goes when the vGPU is not suspended (or its suspension lapsed, see
+//! [`outage::suspension_holds`]), no `high` vGPU has work on the launch's device (unless the vGPU is
+//! `high` itself), the bucket holds tokens (only when it is token-limited: managed by the
 //! daemon, or given a standalone share, and not `high`) and its queued-but-unfinished device time is
 //! below its window. It then takes the estimate of its device time from both `tokens` and the window
 //! (`inflight_ns`); once the work has run it leaves the window, and the device time it took replaces the
@@ -74,7 +76,8 @@ pub fn try_take(b: &Bucket, now: u64, estimate: i64, measured: bool, device: usi
     let v = b.vgpu;
     let (c, s) = (&v.config, &v.live.sched);
     let flags = c.flags.load(Ordering::Acquire);
-    if flags & flags::SUSPENDED != 0 {
+    // Suspended by a daemon: held while it lives (see `outage::suspension_holds`).
+    if flags & flags::SUSPENDED != 0 && b.daemon.is_none_or(|d| outage::suspension_holds(d, now)) {
         return Err(None);
     }
     let managed = flags & flags::MANAGED != 0;
