@@ -2,9 +2,9 @@
 //! then saved; if saving fails the region is put back. A failed request changes nothing.
 //!
 //! What may take long never holds up requests that only read: changes are made one at a time under the
-//! configuration's lock, held while the change is saved (an `fsync`, which a loaded disk can make last
-//! seconds), but `list`, `show` and `stats` read the configuration as last committed and the region
-//! without waiting for it. The region file's lock, which any process that can read the file can take (a
+//! configuration's lock, held while the change is saved (an `fsync`, which a loaded disk has made last
+//! many seconds), but `list`, `show` and `stats` read the configuration as last put in force (in the
+//! region, before it is saved) without waiting for it. The region file's lock, which any process that can read the file can take (a
 //! joining tenant takes it for milliseconds; a stopped one keeps it), is taken only to name or free a slot
 //! (`create`, `rm`), and for at most [`REGION_LOCK_TIMEOUT`]: other processes' `flock` never stops the
 //! daemon. `/proc` is read (to free false process slots) with no lock held at all. `defrag` changes no
@@ -46,7 +46,7 @@ pub struct Manager {
     devices: Vec<u64>,
     /// The configuration, locked by whoever changes it until the change is saved (or undone).
     config: Mutex<Config>,
-    /// The configuration as last committed, for reading without waiting for a change being saved: the
+    /// The configuration as last put in force, for reading without waiting for a change being saved: the
     /// lock is held only to clone or replace the pointer.
     published: Mutex<Arc<Config>>,
     /// Why the audit suspended a vGPU (by name), until it is resumed or removed.
@@ -100,15 +100,14 @@ impl Manager {
         self.config.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// The configuration as last committed (no change waited for).
+    /// The configuration as last put in force (no change being saved is waited for).
     fn current(&self) -> Arc<Config> {
         Arc::clone(&self.published.lock().unwrap_or_else(|poisoned| poisoned.into_inner()))
     }
 
-    /// Adopts `next` as the configuration (the caller holds the configuration's lock, `config`).
-    fn adopt(&self, config: &mut Config, next: Config) {
-        *self.published.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Arc::new(next.clone());
-        *config = next;
+    /// Makes `config` what reads see; returns what they saw.
+    fn publish(&self, config: Arc<Config>) -> Arc<Config> {
+        std::mem::replace(&mut *self.published.lock().unwrap_or_else(|poisoned| poisoned.into_inner()), config)
     }
 
     /// Carries out one request.
@@ -203,7 +202,7 @@ impl Manager {
 
     fn carry_out(&self, request: Request) -> Result<Reply, Error> {
         let devices = self.devices.as_slice();
-        // Requests that only read: the configuration as last committed, the region as it is now.
+        // Requests that only read: the configuration as last put in force, the region as it is now.
         match &request {
             Request::Version => {
                 return Ok(Reply { release: Some(env!("CARGO_PKG_VERSION").into()), ..Reply::ok(Vec::new()) });
@@ -411,8 +410,10 @@ impl Manager {
     }
 
     /// Makes a change in the region (`apply`, under `lock`), saves `next`, and adopts it; if saving fails,
-    /// `undo` puts the region back. The region is not locked while saving, which may take long (the
-    /// configuration is). Returns the status of vGPU `name` afterwards (nothing once it is removed).
+    /// `undo` puts the region back. Reads see the change as soon as it is in force in the region, not only
+    /// once it is saved: saving (an `fsync`) has been seen to take seconds on a disk loaded by other
+    /// work, and only the configuration stays locked meanwhile. Returns the status of vGPU `name`
+    /// afterwards (nothing once it is removed).
     fn commit(
         &self,
         config: &mut Config,
@@ -423,7 +424,9 @@ impl Manager {
         undo: impl FnOnce(&Locked) -> Result<(), String>,
     ) -> Result<Vec<VgpuStatus>, Error> {
         apply(&self.lock(lock)?)?;
+        let before = self.publish(Arc::new(next.clone()));
         if let Err(e) = self.store.save(&next) {
+            self.publish(before);
             match self.lock(lock) {
                 Ok(locked) => {
                     if let Err(u) = undo(&locked) {
@@ -434,7 +437,7 @@ impl Manager {
             }
             return Err(Error::new(ErrorCode::Internal, e));
         }
-        self.adopt(config, next);
+        *config = next;
         Ok(config.get(name).map(|s| vec![slots::status(&self.region.guard(), s)]).unwrap_or_default())
     }
 
