@@ -147,15 +147,22 @@ impl Manager {
         let name = String::from_utf8_lossy(self.region.region().vgpus[index].name_bytes()).into_owned();
         let Ok(next) = config.suspend(&name, true, &self.devices) else { return };
         let reason = overuse.describe(device);
+        // The reason first: reads see the suspension as soon as it is in force, before it is saved.
+        let before = self.audits().insert(name.clone(), reason.clone());
         match self.reconfigure(&mut config, next, &name, false) {
             Ok(_) => {
                 self.region.region().vgpus[index].config.flags.fetch_or(flags::AUDIT, Ordering::AcqRel);
                 say!(
                     "tessera daemon: audit: vGPU {name:?} {reason}; suspended (`tessera vgpu resume {name}` lifts it)"
                 );
-                self.audits().insert(name, reason);
             }
-            Err(e) => say!("tessera daemon: audit: vGPU {name:?} {reason}, but it could not be suspended: {e}"),
+            Err(e) => {
+                match before {
+                    Some(earlier) => self.audits().insert(name.clone(), earlier),
+                    None => self.audits().remove(&name),
+                };
+                say!("tessera daemon: audit: vGPU {name:?} {reason}, but it could not be suspended: {e}");
+            }
         }
     }
 
