@@ -76,8 +76,9 @@ pub fn try_take(b: &Bucket, now: u64, estimate: i64, measured: bool, device: usi
     let v = b.vgpu;
     let (c, s) = (&v.config, &v.live.sched);
     let flags = c.flags.load(Ordering::Acquire);
-    // Suspended by a daemon: held while it lives (see `outage::suspension_holds`).
-    if flags & flags::SUSPENDED != 0 && b.daemon.is_none_or(|d| outage::suspension_holds(d, now)) {
+    // A managed vGPU's suspension is its daemon's: held while it lives (see `outage::suspension_holds`).
+    let by_daemon = flags & flags::MANAGED != 0;
+    if flags & flags::SUSPENDED != 0 && !(by_daemon && b.daemon.is_some_and(|d| !outage::suspension_holds(d, now))) {
         return Err(None);
     }
     let managed = flags & flags::MANAGED != 0;
@@ -259,6 +260,22 @@ pub(super) mod tests {
             (200, 200),
             "this process's part of the window is counted with it"
         );
+    }
+
+    #[test]
+    fn a_managed_vgpus_suspension_lapses_only_once_its_daemon_is_gone() {
+        let (v, daemon): (&VgpuSlot, &Daemon) = (zeroed(), zeroed());
+        v.config.flags.store(flags::MANAGED | flags::SUSPENDED, Ordering::Relaxed);
+        v.config.share.store(50, Ordering::Relaxed);
+        let b = Bucket { daemon: Some(daemon), ..bucket(v, None, None) };
+        let at = |now| try_take(&b, now, 100, false, 0);
+        // A daemon that beat at NOW and then stopped (its pid cleared): held within the grace, not after.
+        daemon.heartbeat_ns.store(NOW, Ordering::Relaxed);
+        assert_eq!(at(NOW + outage::SUSPENSION_GRACE_NS - 1), Err(None));
+        assert!(at(NOW + outage::SUSPENSION_GRACE_NS).is_ok(), "gone: it runs at its share");
+        // The same suspension of a vGPU no daemon manages (set by whoever shares the region) holds.
+        v.config.flags.store(flags::SUSPENDED, Ordering::Relaxed);
+        assert_eq!(at(NOW + outage::SUSPENSION_GRACE_NS), Err(None));
     }
 
     #[test]

@@ -62,6 +62,10 @@ static GONE_AT_BEAT: AtomicU64 = AtomicU64::new(0);
 pub fn suspension_holds(daemon: &Daemon, now: u64) -> bool {
     let beat = daemon.heartbeat_ns.load(Ordering::Acquire);
     let silent = now.saturating_sub(beat);
+    // No daemon ever beat in this region: whoever suspended the vGPU, it was not one that has gone since.
+    if beat == 0 {
+        return true;
+    }
     let (holds, said) = if silent < SUSPENSION_GRACE_NS {
         (true, HELD)
     } else if GONE_AT_BEAT.load(Ordering::Relaxed) == beat.wrapping_add(1) {
@@ -141,6 +145,8 @@ mod tests {
         assert!(!suspension_holds(d, beat + SUSPENSION_GRACE_NS), "gone for the grace: lapsed");
         d.pid.store(0, Ordering::Relaxed);
         assert!(!suspension_holds(d, beat + 20 * S), "a daemon that stopped (pid cleared) is gone too");
+        let never: &Daemon = zeroed();
+        assert!(suspension_holds(never, beat + 60 * S), "no daemon ever beat: not a daemon's suspension");
         // A daemon that starts again beats: the suspension holds again.
         d.heartbeat_ns.store(beat + 30 * S, Ordering::Relaxed);
         d.pid.store(std::process::id(), Ordering::Relaxed);
