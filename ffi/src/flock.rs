@@ -2,12 +2,21 @@
 //! is set up under it, so a second process never sees a half-initialized header (Tessera's region is
 //! created complete instead, see [`crate::region::open`], and checked and joined under it); afterwards
 //! every access is atomic and needs no lock.
+//!
+//! Any process that can open a file can `flock` it, and keeps the lock while it is stopped: a process that
+//! must stay responsive whatever others do (the daemon) takes it with [`FileLock::within`], which gives up
+//! after a while instead of waiting for ever.
 
 use std::fs::File;
 use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
 
 /// Holds `flock(LOCK_EX)` (or `LOCK_SH`) on a file until dropped.
 pub struct FileLock<'a>(&'a File);
+
+/// Longest pause between two attempts of [`retry_until`]: the lock is held for milliseconds when
+/// all is well, so the first attempts come quickly and later ones back off.
+const MAX_PAUSE: Duration = Duration::from_millis(20);
 
 impl<'a> FileLock<'a> {
     /// Blocks until the lock on `file` is ours.
@@ -21,12 +30,52 @@ impl<'a> FileLock<'a> {
         Self::take(file, libc::LOCK_SH)
     }
 
-    fn take(file: &'a File, operation: libc::c_int) -> std::io::Result<Self> {
-        // SAFETY: flock on a valid open descriptor.
-        if unsafe { libc::flock(file.as_raw_fd(), operation) } != 0 {
-            return Err(std::io::Error::last_os_error());
+    /// The exclusive lock on `file` if no other open file holds a lock on it now; `Ok(None)` otherwise.
+    pub fn try_exclusive(file: &'a File) -> std::io::Result<Option<Self>> {
+        match Self::take(file, libc::LOCK_EX | libc::LOCK_NB) {
+            Ok(lock) => Ok(Some(lock)),
+            Err(e) if e.raw_os_error() == Some(libc::EWOULDBLOCK) => Ok(None),
+            Err(e) => Err(e),
         }
-        Ok(FileLock(file))
+    }
+
+    /// The exclusive lock on `file` if it can be had within `timeout`; `Ok(None)` when others kept it
+    /// (shared or exclusive) all that time.
+    pub fn within(file: &'a File, timeout: Duration) -> std::io::Result<Option<Self>> {
+        retry_until(Instant::now() + timeout, || Self::try_exclusive(file))
+    }
+
+    fn take(file: &'a File, operation: libc::c_int) -> std::io::Result<Self> {
+        loop {
+            // SAFETY: flock on a valid open descriptor.
+            if unsafe { libc::flock(file.as_raw_fd(), operation) } == 0 {
+                return Ok(FileLock(file));
+            }
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+    }
+}
+
+/// Calls `attempt` until it gives something or `deadline` passes, pausing between calls (briefly at first,
+/// up to [`MAX_PAUSE`]); `Ok(None)` when the deadline passed.
+pub fn retry_until<T>(
+    deadline: Instant,
+    mut attempt: impl FnMut() -> std::io::Result<Option<T>>,
+) -> std::io::Result<Option<T>> {
+    let mut pause = Duration::from_micros(100);
+    loop {
+        if let Some(got) = attempt()? {
+            return Ok(Some(got));
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return Ok(None);
+        }
+        std::thread::sleep(pause.min(deadline - now));
+        pause = (pause * 2).min(MAX_PAUSE);
     }
 }
 
@@ -34,5 +83,25 @@ impl Drop for FileLock<'_> {
     fn drop(&mut self) {
         // SAFETY: releases the lock taken in `new` on the same descriptor.
         unsafe { libc::flock(self.0.as_raw_fd(), libc::LOCK_UN) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn within_gives_up_while_another_holds_the_file_and_succeeds_once_it_is_free() {
+        let path = std::env::temp_dir().join(format!("tessera-flock-test-{}", std::process::id()));
+        std::fs::write(&path, b"").unwrap();
+        // Two opens: flock excludes open files, even of one process.
+        let (mine, theirs) = (File::open(&path).unwrap(), File::open(&path).unwrap());
+        let held = FileLock::shared(&theirs).unwrap();
+        let t = Instant::now();
+        assert!(FileLock::within(&mine, Duration::from_millis(50)).unwrap().is_none(), "a reader holds it");
+        assert!(t.elapsed() >= Duration::from_millis(50), "it tried for the whole time");
+        drop(held);
+        assert!(FileLock::within(&mine, Duration::from_millis(50)).unwrap().is_some());
+        let _ = std::fs::remove_file(&path);
     }
 }

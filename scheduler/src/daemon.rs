@@ -3,9 +3,16 @@
 //! opens the region and its saved configuration, re-attaches to the vGPUs already there, then runs one
 //! refill loop per device, a once-a-second reclaim of dead processes' memory, the once-a-second watch
 //! over what tenants can write (slots and the audit, see [`crate::watch`]), and the socket server.
-//! SIGTERM, SIGINT and SIGHUP stop it cleanly (after the request being carried out): its socket is removed
-//! and the region says no daemon is attached; running processes keep their last limits either way.
+//! SIGTERM, SIGINT and SIGHUP stop it cleanly (after the change being carried out, waiting at most
+//! [`QUIESCE_TIMEOUT`] for it): its socket is removed and the region says no daemon is attached; running
+//! processes keep their last limits either way.
+//!
+//! No half-dead daemon: every thread it starts runs under [`supervise`], and one that panics or ends
+//! while the daemon is not stopping stops the daemon the same way, with status [`DIED`] and a line naming
+//! the thread (a daemon without its signal thread would ignore SIGTERM; without its refill loops, its
+//! vGPUs would wait for tokens that never come). Log lines never panic or block (see [`crate::logger`]).
 
+use crate::logger::{self, say};
 use crate::manager::Manager;
 use crate::nvml_usage::ProcessUsage;
 use crate::server::Server;
@@ -121,6 +128,35 @@ fn stop_signals() -> libc::sigset_t {
     }
 }
 
+/// How long a stop waits for the change being carried out before stopping anyway.
+pub const QUIESCE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a stop waits for the last log lines to be written (stderr may be a pipe nobody reads).
+const LOG_FLUSH_TIMEOUT: Duration = Duration::from_secs(1);
+/// Exit status of a daemon that stopped because one of its threads died.
+pub const DIED: i32 = 70;
+
+/// What stopping the daemon takes: its socket is removed, the region says no daemon is attached, the
+/// last lines are written, and the process exits.
+#[derive(Clone)]
+struct Stopper {
+    stop: &'static AtomicBool,
+    socket: PathBuf,
+    file: &'static RegionFile,
+}
+
+impl Stopper {
+    /// Stops the daemon with exit status `code`, saying `why` last.
+    fn exit(&self, code: i32, why: std::fmt::Arguments) -> ! {
+        self.stop.store(true, Ordering::Release);
+        let _ = std::fs::remove_file(&self.socket);
+        let pid = &self.file.region().daemon.pid;
+        let _ = pid.compare_exchange(std::process::id(), 0, Ordering::AcqRel, Ordering::Relaxed);
+        logger::line(why);
+        logger::flush(LOG_FLUSH_TIMEOUT);
+        std::process::exit(code)
+    }
+}
+
 /// Runs the daemon; returns only when it cannot start or serve (signals end the process).
 pub fn run(options: Options) -> Result<(), String> {
     let signals = stop_signals();
@@ -138,37 +174,50 @@ pub fn run(options: Options) -> Result<(), String> {
     region.daemon.pid.store(std::process::id(), Ordering::Release);
 
     let stop: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(false)));
+    let stopper = Stopper { stop, socket: server.path().to_path_buf(), file };
+    let died = {
+        let stopper = stopper.clone();
+        move |name: &str, how: &str| {
+            stopper.exit(
+                DIED,
+                format_args!(
+                    "tessera daemon: its {name} thread {how}; stopping rather than running without it (start the \
+                     daemon again; running processes keep their limits meanwhile)"
+                ),
+            )
+        }
+    };
     let devices = options.devices.len().min(MAX_DEVICES) as u32;
     for device in 0..devices {
-        spawn(&format!("refill-{device}"), move || pacer::run(file.region(), device, stop))?;
+        let name = format!("refill-{device}");
+        supervise(&name, stop, died.clone(), move || pacer::run(file.region(), device, stop))?;
     }
-    spawn("reclaim", move || {
+    supervise("reclaim", stop, died.clone(), move || {
         while !stop.load(Ordering::Acquire) {
             reclaim_dead(file.region());
             std::thread::sleep(Duration::from_secs(1));
         }
     })?;
     let usage = ProcessUsage::open(devices)
-        .map_err(|e| eprintln!("tessera daemon: warning: no audit of the vGPUs' device time: {e}"))
+        .map_err(|e| say!("tessera daemon: warning: no audit of the vGPUs' device time: {e}"))
         .ok();
     let watched = Arc::clone(&manager);
-    spawn("watch", move || watch::run(&watched, file.region(), usage, devices, stop))?;
+    supervise("watch", stop, died.clone(), move || watch::run(&watched, file.region(), usage, devices, stop))?;
     let on_signal = Arc::clone(&manager);
-    let socket = server.path().to_path_buf();
-    spawn("signals", move || {
+    supervise("signals", stop, died, move || {
         let mut signal = 0;
         // SAFETY: waits for one of the blocked signals; both arguments are valid for the call.
         unsafe { libc::sigwait(&signals, &mut signal) };
-        // No request is half carried out past this point.
-        let _quiet = on_signal.config();
-        stop.store(true, Ordering::Release);
-        let _ = std::fs::remove_file(&socket);
-        let _ = file.region().daemon.pid.compare_exchange(std::process::id(), 0, Ordering::AcqRel, Ordering::Relaxed);
-        eprintln!("tessera daemon: stopped by signal {signal}; running processes keep their limits");
-        std::process::exit(0);
+        // No change is half carried out past this point, unless one is stuck.
+        let quiet = on_signal.quiesce(QUIESCE_TIMEOUT);
+        let stuck = if quiet.is_none() { " (a change still in progress after 5 s was abandoned)" } else { "" };
+        stopper.exit(
+            0,
+            format_args!("tessera daemon: stopped by signal {signal}{stuck}; running processes keep their limits"),
+        )
     })?;
 
-    eprintln!(
+    say!(
         "tessera daemon: pid {}, {} vGPU(s) on {} device(s); region {}, socket {}, state {state_path}",
         std::process::id(),
         manager.specs().len(),
@@ -179,7 +228,71 @@ pub fn run(options: Options) -> Result<(), String> {
     server.serve(manager)
 }
 
-/// Starts a named thread.
-fn spawn(name: &str, f: impl FnOnce() + Send + 'static) -> Result<(), String> {
-    std::thread::Builder::new().name(name.into()).spawn(f).map(drop).map_err(|e| format!("cannot start a thread: {e}"))
+/// Starts thread `name` running `f`; should `f` panic, or return before `stop` is set, `died` is called
+/// (on that thread) with the thread's name and what happened to it.
+pub fn supervise(
+    name: &str,
+    stop: &'static AtomicBool,
+    died: impl FnOnce(&str, &str) + Send + 'static,
+    f: impl FnOnce() + Send + 'static,
+) -> Result<(), String> {
+    let owned = name.to_string();
+    let body = move || {
+        let how = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+            Ok(()) if stop.load(Ordering::Acquire) => return,
+            Ok(()) => "ended".to_string(),
+            Err(payload) => format!("panicked ({})", panic_message(payload.as_ref())),
+        };
+        died(&owned, &how);
+    };
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(body)
+        .map(drop)
+        .map_err(|e| format!("cannot start a thread: {e}"))
+}
+
+/// The message a panic carried, if it is text.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
+    match (payload.downcast_ref::<&str>(), payload.downcast_ref::<String>()) {
+        (Some(s), _) => s,
+        (_, Some(s)) => s,
+        _ => "no message",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc::channel;
+
+    fn flag() -> &'static AtomicBool {
+        Box::leak(Box::new(AtomicBool::new(false)))
+    }
+
+    #[test]
+    fn a_thread_that_panics_or_ends_early_is_reported_and_one_ending_at_a_stop_is_not() {
+        let (tx, rx) = channel();
+        let report = |tx: std::sync::mpsc::Sender<String>| {
+            move |name: &str, how: &str| {
+                let _ = tx.send(format!("{name}: {how}"));
+            }
+        };
+        let stop = flag();
+        supervise("boom", stop, report(tx.clone()), || panic!("index out of bounds")).unwrap();
+        assert_eq!(rx.recv_timeout(Duration::from_secs(10)).unwrap(), "boom: panicked (index out of bounds)");
+        supervise("quitter", stop, report(tx.clone()), || {}).unwrap();
+        assert_eq!(rx.recv_timeout(Duration::from_secs(10)).unwrap(), "quitter: ended");
+        let (stopped, (done_tx, done_rx)) = (flag(), channel());
+        supervise("loop", stopped, report(tx), move || {
+            while !stopped.load(Ordering::Acquire) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            let _ = done_tx.send(());
+        })
+        .unwrap();
+        stopped.store(true, Ordering::Release);
+        done_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert!(rx.recv_timeout(Duration::from_millis(200)).is_err(), "a thread ending at a stop is not reported");
+    }
 }

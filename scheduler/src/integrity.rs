@@ -97,14 +97,23 @@ pub fn judge(pid: u32, owner: u32, live: Option<FileId>) -> Option<Finding> {
     }
 }
 
-/// Frees every process slot of `v` (a vGPU of user `owner` whose live file is `live`) that [`judge`]
-/// finds false, as a dead process's slot is freed; returns the pids freed and why.
-pub fn free_strays(v: &VgpuSlot, owner: u32, live: Option<FileId>) -> Vec<(u32, Finding)> {
+/// A process slot [`judge`] found false: its index, the pid it named and why.
+pub type Stray = (usize, u32, Finding);
+
+/// The process slots of `v` (a vGPU of user `owner` whose live file is `live`) that [`judge`] finds false.
+/// Reads `/proc` for each: called with no lock held, so that a slow read holds up nobody.
+pub fn judge_slots(v: &VgpuSlot, owner: u32, live: Option<FileId>) -> Vec<Stray> {
+    v.attached().filter_map(|(i, pid, _)| judge(pid, owner, live).map(|finding| (i, pid, finding))).collect()
+}
+
+/// Frees each of `strays` (found by [`judge_slots`]) whose slot still names the same pid, as a dead
+/// process's slot is freed; returns the pids freed and why.
+pub fn free(v: &VgpuSlot, strays: &[Stray]) -> Vec<(u32, Finding)> {
     let mut freed = Vec::new();
     // The daemon's own claiming tag: were it killed while clearing, the next scanner takes the slot over.
     let Some(tag) = own_tag() else { return freed };
-    for (_, pid, p) in v.attached() {
-        let Some(finding) = judge(pid, owner, live) else { continue };
+    for &(i, pid, finding) in strays {
+        let p = &v.live.procs[i];
         // Claimed first, as reclaim does: two cleaners never give the same bytes back twice.
         if p.pid.compare_exchange(pid, tag, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
             clear(p, v);
@@ -112,6 +121,12 @@ pub fn free_strays(v: &VgpuSlot, owner: u32, live: Option<FileId>) -> Vec<(u32, 
         }
     }
     freed
+}
+
+/// Frees every process slot of `v` (a vGPU of user `owner` whose live file is `live`) that [`judge`]
+/// finds false, as a dead process's slot is freed; returns the pids freed and why.
+pub fn free_strays(v: &VgpuSlot, owner: u32, live: Option<FileId>) -> Vec<(u32, Finding)> {
+    free(v, &judge_slots(v, owner, live))
 }
 
 #[cfg(test)]

@@ -15,7 +15,8 @@
 //! - [`integrity`]: validating the process slots tenants can write; [`recount`]: their memory counts; [`audit`]: holding each vGPU to the
 //!   device time the daemon granted it, measured by the driver ([`nvml_usage`]); [`watch`]: both, every
 //!   second;
-//! - [`paths`]: where the files are; [`daemon`]: the daemon's life.
+//! - [`paths`]: where the files are; [`daemon`]: the daemon's life; [`logger`]: its log lines, which never
+//!   hold up a thread.
 
 pub mod audit;
 pub mod broker;
@@ -26,6 +27,7 @@ pub mod fairness;
 pub mod history;
 pub mod integrity;
 pub mod ledger;
+pub mod logger;
 pub mod manager;
 pub mod monitor;
 pub mod nvml_usage;

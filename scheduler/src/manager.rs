@@ -1,25 +1,42 @@
-//! Carrying out requests: each change is checked against the configuration's rules, made in the region
-//! (under its lock), then saved; if saving fails the region is put back. A failed request changes
-//! nothing. `defrag` changes no configuration: it asks a soft vGPU's processes to defragment and waits
-//! for them without holding any lock, so other requests go on meanwhile.
+//! Carrying out requests: each change is checked against the configuration's rules, made in the region,
+//! then saved; if saving fails the region is put back. A failed request changes nothing.
+//!
+//! What may take long never holds up requests that only read: changes are made one at a time under the
+//! configuration's lock, held while the change is saved (an `fsync`, which a loaded disk has made last
+//! many seconds), but `list`, `show` and `stats` read the configuration as last put in force (in the
+//! region, before it is saved) without waiting for it. The region file's lock, which any process that can read the file can take (a
+//! joining tenant takes it for milliseconds; a stopped one keeps it), is taken only to name or free a slot
+//! (`create`, `rm`), and for at most [`REGION_LOCK_TIMEOUT`]: other processes' `flock` never stops the
+//! daemon. `/proc` is read (to free false process slots) with no lock held at all. `defrag` changes no
+//! configuration: it asks a soft vGPU's processes to defragment and waits for them without holding any
+//! lock.
 
 use crate::audit::Overuse;
 use crate::config::{Config, Mode, VgpuSpec};
-use crate::integrity::{self, FileId};
+use crate::integrity::{self, FileId, Stray};
+use crate::logger::say;
 use crate::protocol::{DEFRAG_TIMEOUT, Error, ErrorCode, PagerReport, Reply, Request, VgpuStatus};
 use crate::slots;
 use crate::store::Store;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
-use tessera_ffi::region::reclaim::is_alive;
-use tessera_ffi::region::{PagerRequest, flags};
+use tessera_ffi::region::reclaim::{is_alive, reclaim_dead};
+use tessera_ffi::region::{PagerRequest, VgpuSlot, flags};
 use tessera_ffi::region::{file::Locked, file::RegionFile, open::live_path};
 
 /// How often a `defrag` request looks whether the processes are done: they defragment in milliseconds to
 /// seconds, and each look is a few atomic loads.
 const DEFRAG_POLL: Duration = Duration::from_millis(5);
+
+/// How long `create` and `rm` wait for the region file's lock before failing with the name of the process
+/// holding it. Joining tenants hold it for milliseconds (hundreds on a loaded host); well under the
+/// client's 30 s.
+pub const REGION_LOCK_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long the daemon waits at start for the region file's lock.
+const START_LOCK_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The daemon's configuration, region and state file.
 pub struct Manager {
@@ -27,7 +44,11 @@ pub struct Manager {
     store: Store,
     /// Each device's total memory, by ordinal: what the rules check vGPUs against.
     devices: Vec<u64>,
+    /// The configuration, locked by whoever changes it until the change is saved (or undone).
     config: Mutex<Config>,
+    /// The configuration as last put in force, for reading without waiting for a change being saved: the
+    /// lock is held only to clone or replace the pointer.
+    published: Mutex<Arc<Config>>,
     /// Why the audit suspended a vGPU (by name), until it is resumed or removed.
     audit: Mutex<HashMap<String, String>>,
 }
@@ -46,20 +67,47 @@ impl Manager {
                 store.path().display()
             )
         })?;
+        reclaim_dead(region.region());
         {
-            let locked = region.lock()?;
-            locked.reclaim_dead();
+            let locked = region.lock_within(START_LOCK_TIMEOUT)?;
             slots::release_unknown(&locked, &config.vgpus);
             for spec in &config.vgpus {
                 slots::place(&locked, spec, true)?;
             }
         }
-        Ok(Manager { region, store, devices, config: Mutex::new(config), audit: Mutex::default() })
+        let published = Mutex::new(Arc::new(config.clone()));
+        Ok(Manager { region, store, devices, config: Mutex::new(config), published, audit: Mutex::default() })
     }
 
-    /// The configuration, locked: no request is carried out while the guard lives (used at shutdown).
-    pub fn config(&self) -> MutexGuard<'_, Config> {
+    /// The configuration's lock, if it can be had within `timeout`: no change is being carried out while
+    /// the guard lives (used at shutdown, which does not wait for ever for a change stuck in progress).
+    pub fn quiesce(&self, timeout: Duration) -> Option<MutexGuard<'_, Config>> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            match self.config.try_lock() {
+                Ok(guard) => return Some(guard),
+                Err(TryLockError::Poisoned(poisoned)) => return Some(poisoned.into_inner()),
+                Err(TryLockError::WouldBlock) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(TryLockError::WouldBlock) => return None,
+            }
+        }
+    }
+
+    /// The configuration, locked for a change.
+    fn config(&self) -> MutexGuard<'_, Config> {
         self.config.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The configuration as last put in force (no change being saved is waited for).
+    fn current(&self) -> Arc<Config> {
+        Arc::clone(&self.published.lock().unwrap_or_else(|poisoned| poisoned.into_inner()))
+    }
+
+    /// Makes `config` what reads see; returns what they saw.
+    fn publish(&self, config: Arc<Config>) -> Arc<Config> {
+        std::mem::replace(&mut *self.published.lock().unwrap_or_else(|poisoned| poisoned.into_inner()), config)
     }
 
     /// Carries out one request.
@@ -99,66 +147,103 @@ impl Manager {
         let name = String::from_utf8_lossy(self.region.region().vgpus[index].name_bytes()).into_owned();
         let Ok(next) = config.suspend(&name, true, &self.devices) else { return };
         let reason = overuse.describe(device);
+        // The reason first: reads see the suspension as soon as it is in force, before it is saved.
+        let before = self.audits().insert(name.clone(), reason.clone());
         match self.reconfigure(&mut config, next, &name, false) {
             Ok(_) => {
                 self.region.region().vgpus[index].config.flags.fetch_or(flags::AUDIT, Ordering::AcqRel);
-                eprintln!(
+                say!(
                     "tessera daemon: audit: vGPU {name:?} {reason}; suspended (`tessera vgpu resume {name}` lifts it)"
                 );
-                self.audits().insert(name, reason);
             }
-            Err(e) => eprintln!("tessera daemon: audit: vGPU {name:?} {reason}, but it could not be suspended: {e}"),
+            Err(e) => {
+                match before {
+                    Some(earlier) => self.audits().insert(name.clone(), earlier),
+                    None => self.audits().remove(&name),
+                };
+                say!("tessera daemon: audit: vGPU {name:?} {reason}, but it could not be suspended: {e}");
+            }
         }
     }
 
-    /// Frees every process slot of every vGPU that names no process of the vGPU (see [`integrity`]).
+    /// Frees every process slot of every vGPU that names no process of the vGPU (see [`integrity`]). The
+    /// processes are judged with no lock held; a slot is freed only if, by then, the vGPU is still
+    /// configured as it was and the slot still names the process judged.
     pub fn free_strays(&self) {
-        let config = self.config();
-        if let Ok(locked) = self.region.lock() {
-            config.vgpus.iter().for_each(|spec| free_strays_of(&locked, spec));
+        self.free_strays_judged_by(integrity::judge_slots);
+    }
+
+    /// [`Manager::free_strays`], judging each vGPU's process slots with `judge` (a vGPU's slot, its user
+    /// and its live file).
+    fn free_strays_judged_by(&self, judge: impl Fn(&VgpuSlot, u32, Option<FileId>) -> Vec<Stray>) {
+        let config = self.current();
+        for spec in &config.vgpus {
+            let Some((index, strays)) = self.judge_strays(spec, &judge) else { continue };
+            let locked = self.region.guard();
+            let unchanged = self.current().get(&spec.name).ok() == Some(spec);
+            if unchanged && slots::find(&locked, &spec.name) == Some(index) {
+                report_freed(spec, integrity::free(&locked.region().vgpus[index], &strays));
+            }
         }
+    }
+
+    /// vGPU `spec`'s slot and its process slots found false, judged with no lock held; `None` when it has
+    /// no slot or none is false.
+    fn judge_strays(
+        &self,
+        spec: &VgpuSpec,
+        judge: impl Fn(&VgpuSlot, u32, Option<FileId>) -> Vec<Stray>,
+    ) -> Option<(usize, Vec<Stray>)> {
+        let index = slots::find(&self.region.guard(), &spec.name)?;
+        let live = FileId::of(&live_path(self.region.path(), index));
+        let strays = judge(&self.region.region().vgpus[index], slots::owner(spec), live);
+        (!strays.is_empty()).then_some((index, strays))
     }
 
     /// Each configured vGPU's slot and user.
     pub fn owners(&self) -> Vec<(usize, u32)> {
-        let config = self.config();
-        let Ok(locked) = self.region.lock() else { return Vec::new() };
+        let config = self.current();
+        let locked = self.region.guard();
         config.vgpus.iter().filter_map(|s| Some((slots::find(&locked, &s.name)?, slots::owner(s)))).collect()
     }
 
     fn carry_out(&self, request: Request) -> Result<Reply, Error> {
-        let mut config = self.config();
         let devices = self.devices.as_slice();
-        let vgpus = match request {
+        // Requests that only read: the configuration as last put in force, the region as it is now.
+        match &request {
             Request::Version => {
                 return Ok(Reply { release: Some(env!("CARGO_PKG_VERSION").into()), ..Reply::ok(Vec::new()) });
             }
             Request::Stats { name } => {
-                // Read without the region's lock or reclaiming dead processes: polled at 10 Hz, it stays a read.
-                let only = name.map(|n| config.get(&n).cloned().code(ErrorCode::NotFound)).transpose()?;
+                // Without reclaiming dead processes: polled at 10 Hz, it stays a read.
+                let config = self.current();
+                let only = name.as_ref().map(|n| config.get(n).cloned().code(ErrorCode::NotFound)).transpose()?;
                 let stats = crate::monitor::stats(self.region.region(), &config.vgpus, &self.devices, only.as_ref());
                 return Ok(Reply { stats: Some(stats), ..Reply::ok(Vec::new()) });
             }
             Request::List => {
-                let locked = self.region.lock().code(ErrorCode::Internal)?;
-                locked.reclaim_dead();
-                config.vgpus.iter().map(|s| slots::status(&locked, s)).collect()
+                let config = self.current();
+                reclaim_dead(self.region.region());
+                let locked = self.region.guard();
+                return Ok(Reply::ok(config.vgpus.iter().map(|s| slots::status(&locked, s)).collect()));
             }
             Request::Show { name } => {
-                let spec = config.get(&name).code(ErrorCode::NotFound)?;
-                let locked = self.region.lock().code(ErrorCode::Internal)?;
-                locked.reclaim_dead();
-                vec![slots::status(&locked, spec)]
+                let config = self.current();
+                let spec = config.get(name).code(ErrorCode::NotFound)?;
+                reclaim_dead(self.region.region());
+                return Ok(Reply::ok(vec![slots::status(&self.region.guard(), spec)]));
             }
+            // They wait for processes, with no lock held.
             Request::Defrag { name } => {
-                // It waits for processes: other requests go on meanwhile.
-                drop(config);
-                return self.ask_pagers(&name, PagerRequest::Defrag, DEFRAG_TIMEOUT, DEFRAG_POLL);
+                return self.ask_pagers(name, PagerRequest::Defrag, DEFRAG_TIMEOUT, DEFRAG_POLL);
             }
             Request::SwapOut { name } => {
-                drop(config);
-                return self.ask_pagers(&name, PagerRequest::Evict, DEFRAG_TIMEOUT, DEFRAG_POLL);
+                return self.ask_pagers(name, PagerRequest::Evict, DEFRAG_TIMEOUT, DEFRAG_POLL);
             }
+            _ => {}
+        }
+        let mut config = self.config();
+        let vgpus = match request {
             Request::Create { spec } => {
                 let code = if config.get(&spec.name).is_ok() { ErrorCode::AlreadyExists } else { ErrorCode::Invalid };
                 let next = config.create(spec.clone(), devices).code(code)?;
@@ -167,6 +252,7 @@ impl Manager {
                     &mut config,
                     next,
                     &name,
+                    Lock::File,
                     |l| slots::place(l, &spec, false).map(drop).code(ErrorCode::Unavailable),
                     |l| slots::remove(l, &spec.name),
                 )?
@@ -189,17 +275,28 @@ impl Manager {
             Request::Rm { name } => {
                 let old = config.get(&name).code(ErrorCode::NotFound)?.clone();
                 let next = config.remove(&name).code(ErrorCode::Invalid)?;
+                // Judged before the region file is locked (reading `/proc`); freed under it if still so.
+                let strays = self.judge_strays(&old, integrity::judge_slots);
                 self.commit(
                     &mut config,
                     next,
                     &name,
+                    Lock::File,
                     |l| {
-                        free_strays_of(l, &old);
+                        if let Some((index, strays)) = strays.filter(|(i, _)| slots::find(l, &name) == Some(*i)) {
+                            report_freed(&old, integrity::free(&l.region().vgpus[index], &strays));
+                        }
                         slots::remove(l, &name).code(ErrorCode::InUse)
                     },
                     |l| slots::place(l, &old, true).map(drop),
                 )?
             }
+            Request::Version
+            | Request::Stats { .. }
+            | Request::List
+            | Request::Show { .. }
+            | Request::Defrag { .. }
+            | Request::SwapOut { .. } => unreachable!("answered above"),
         };
         Ok(Reply::ok(vgpus))
     }
@@ -214,7 +311,7 @@ impl Manager {
             PagerRequest::Evict => ("swapping out", "swap out"),
         };
         let (index, asked, target, mut report) = {
-            let config = self.config();
+            let config = self.current();
             let spec = config.get(name).code(ErrorCode::NotFound)?;
             if spec.mode == Mode::Hard {
                 return Err(Error::new(
@@ -222,8 +319,8 @@ impl Manager {
                     format!("vGPU {name} is in hard mode: its memory is not virtualized, nothing to {nothing_to}"),
                 ));
             }
-            let locked = self.region.lock().code(ErrorCode::Internal)?;
-            locked.reclaim_dead();
+            reclaim_dead(self.region.region());
+            let locked = self.region.guard();
             let index = slots::find(&locked, name)
                 .ok_or_else(|| format!("vGPU {name:?} has no slot in region file {}", locked.path()))
                 .code(ErrorCode::Internal)?;
@@ -270,8 +367,8 @@ impl Manager {
                 std::thread::sleep(poll);
             }
         }
-        let config = self.config();
-        let locked = self.region.lock().code(ErrorCode::Internal)?;
+        let config = self.current();
+        let locked = self.region.guard();
         let after = locked.region().vgpus[index].soft_totals();
         (report.held_after, report.fragmentation_pct_after) = (after.held(), after.fragmentation_pct());
         let vgpus = config.get(name).map(|s| vec![slots::status(&locked, s)]).unwrap_or_default();
@@ -279,7 +376,8 @@ impl Manager {
     }
 
     /// Writes vGPU `name`'s new spec from `next` into its slot (checking the quota against its usage when
-    /// `memory` changed), keeping the old one to put back.
+    /// `memory` changed), keeping the old one to put back. Only atomic settings change: the region file's
+    /// lock is not needed.
     fn reconfigure(
         &self,
         config: &mut Config,
@@ -296,6 +394,7 @@ impl Manager {
             config,
             next,
             name,
+            Lock::Threads,
             |l| {
                 let index = slot(l).code(ErrorCode::Internal)?;
                 if memory {
@@ -309,31 +408,64 @@ impl Manager {
         )
     }
 
-    /// Makes a change in the region (`apply`), saves `next`, and adopts it; if saving fails, `undo` puts
-    /// the region back. Returns the status of vGPU `name` afterwards (nothing once it is removed).
+    /// The region, locked as `lock` says (the file's lock for at most [`REGION_LOCK_TIMEOUT`]).
+    fn lock(&self, lock: Lock) -> Result<Locked<'_>, Error> {
+        match lock {
+            Lock::Threads => Ok(self.region.guard()),
+            Lock::File => self.region.lock_within(REGION_LOCK_TIMEOUT).code(ErrorCode::Unavailable),
+        }
+    }
+
+    /// Makes a change in the region (`apply`, under `lock`), saves `next`, and adopts it; if saving fails,
+    /// `undo` puts the region back. Reads see the change as soon as it is in force in the region, not only
+    /// once it is saved: saving (an `fsync`) has been seen to take seconds on a disk loaded by other
+    /// work, and only the configuration stays locked meanwhile. Returns the status of vGPU `name`
+    /// afterwards (nothing once it is removed).
     fn commit(
         &self,
         config: &mut Config,
         next: Config,
         name: &str,
+        lock: Lock,
         apply: impl FnOnce(&Locked) -> Result<(), Error>,
         undo: impl FnOnce(&Locked) -> Result<(), String>,
     ) -> Result<Vec<VgpuStatus>, Error> {
-        let locked = self.region.lock().code(ErrorCode::Internal)?;
-        apply(&locked)?;
+        apply(&self.lock(lock)?)?;
+        let before = self.publish(Arc::new(next.clone()));
         if let Err(e) = self.store.save(&next) {
-            if let Err(u) = undo(&locked) {
-                eprintln!("tessera daemon: could not undo a change after failing to save it: {u}");
+            self.publish(before);
+            match self.lock(lock) {
+                Ok(locked) => {
+                    if let Err(u) = undo(&locked) {
+                        say!("tessera daemon: could not undo a change after failing to save it: {u}");
+                    }
+                }
+                Err(u) => say!("tessera daemon: could not undo a change after failing to save it: {}", u.message),
             }
             return Err(Error::new(ErrorCode::Internal, e));
         }
         *config = next;
-        Ok(config.get(name).map(|s| vec![slots::status(&locked, s)]).unwrap_or_default())
+        Ok(config.get(name).map(|s| vec![slots::status(&self.region.guard(), s)]).unwrap_or_default())
     }
 
     /// The vGPUs as configured now.
     pub fn specs(&self) -> Vec<VgpuSpec> {
-        self.config().vgpus.clone()
+        self.current().vgpus.clone()
+    }
+}
+
+/// How a change locks the region: against this process's other threads only (atomic settings), or against
+/// other processes too (naming or freeing a slot).
+#[derive(Clone, Copy)]
+enum Lock {
+    Threads,
+    File,
+}
+
+/// Says on stderr which process slots of vGPU `spec` were freed, and why.
+fn report_freed(spec: &VgpuSpec, freed: Vec<(u32, integrity::Finding)>) {
+    for (pid, why) in freed {
+        say!("tessera daemon: vGPU {:?}: process slot of pid {pid} freed ({why})", spec.name);
     }
 }
 
@@ -345,15 +477,6 @@ trait Code<T> {
 impl<T> Code<T> for Result<T, String> {
     fn code(self, code: ErrorCode) -> Result<T, Error> {
         self.map_err(|message| Error::new(code, message))
-    }
-}
-
-/// Frees the process slots of vGPU `spec` that name no process of it, saying so on stderr.
-fn free_strays_of(locked: &Locked, spec: &VgpuSpec) {
-    let Some(index) = slots::find(locked, &spec.name) else { return };
-    let live = FileId::of(&live_path(locked.path(), index));
-    for (pid, why) in integrity::free_strays(&locked.region().vgpus[index], slots::owner(spec), live) {
-        eprintln!("tessera daemon: vGPU {:?}: process slot of pid {pid} freed ({why})", spec.name);
     }
 }
 
@@ -623,6 +746,105 @@ mod tests {
         me.me.flags.store(0, Ordering::Release);
         let report = m.handle(defrag("s")).pager.unwrap();
         assert_eq!((report.processes, report.hard_processes), (vec![], vec![std::process::id()]));
+    }
+
+    /// Runs `f` on a thread of its own; its result, or `None` if it is not done within 10 s (a functional
+    /// bound: what is tested never waits, a blocked call never returns).
+    fn within_10s<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(f());
+        });
+        rx.recv_timeout(Duration::from_secs(10)).ok()
+    }
+
+    fn shared(m: Manager) -> &'static Manager {
+        Box::leak(Box::new(m))
+    }
+
+    #[test]
+    fn reads_do_not_wait_for_a_change_being_saved() {
+        let f = Fixture::new("reads");
+        let m = shared(f.manager());
+        ok(m, create("a", 10));
+        // A change in progress (saving can take seconds on a loaded disk) holds the configuration.
+        let change = m.config();
+        for r in [Request::List, Request::Show { name: "a".into() }, Request::Stats { name: None }, Request::Version] {
+            let resp = within_10s(move || m.handle(r)).expect("a read waited for a change in progress");
+            assert!(resp.ok, "{resp:?}");
+        }
+        assert_eq!(within_10s(move || m.specs().len()), Some(1));
+        drop(change);
+        // What reads see is what was committed last: a new vGPU once its creation is saved.
+        ok(m, create("b", 10));
+        assert_eq!(ok(m, Request::List).len(), 2);
+    }
+
+    #[test]
+    fn another_process_holding_the_region_lock_holds_up_no_read_and_fails_create_with_a_clear_error() {
+        let f = Fixture::new("flock");
+        let m = shared(f.manager());
+        ok(m, create("a", 10));
+        // Another open file of the region, locked as a joining tenant locks it (shared), and kept locked
+        // as a stopped tenant (or anyone who can read the file) would.
+        let other = std::fs::File::open(f.region.path()).unwrap();
+        let held = tessera_ffi::flock::FileLock::shared(&other).unwrap();
+        let change = Change { share: Some(20), ..Change::default() };
+        for r in [
+            Request::List,
+            Request::Show { name: "a".into() },
+            Request::Set { name: "a".into(), change },
+            Request::Suspend { name: "a".into() },
+            Request::Resume { name: "a".into() },
+        ] {
+            let resp = within_10s(move || m.handle(r.clone())).expect("a request waited for another's file lock");
+            assert!(resp.ok, "{resp:?}");
+        }
+        // Naming a slot needs the lock: refused after a while, naming who holds it.
+        let resp = within_10s(move || m.handle(create("b", 10))).expect("create waited for ever");
+        let e = resp.error.unwrap();
+        assert!(e.contains("has been locked for more than 5000 ms by pid") && e.contains(f.region.path()), "{e}");
+        assert_eq!(ok(m, Request::List).len(), 1, "nothing created");
+        drop(held);
+        ok(m, create("b", 10));
+    }
+
+    #[test]
+    fn false_process_slots_are_judged_with_no_lock_held() {
+        let f = Fixture::new("judge");
+        let m = shared(f.manager());
+        ok(m, create("a", 10));
+        ok(m, create("b", 10));
+        let index = slots::find(&f.region.lock().unwrap(), "a").unwrap();
+        let v = &f.region.region().vgpus[index];
+        // A process slot naming a process that is gone, holding memory.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let gone = child.id();
+        child.wait().unwrap();
+        v.live.procs[2].used[0].store(4096, Ordering::SeqCst);
+        v.live.procs_hwm.store(3, Ordering::SeqCst);
+        v.live.procs[2].pid.store(gone, Ordering::SeqCst);
+        // The watch's judging blocks (a slow `/proc`) until the requests below are answered.
+        let (judging_tx, judging) = std::sync::mpsc::channel();
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let watch = std::thread::spawn(move || {
+            m.free_strays_judged_by(|v, owner, live| {
+                let _ = judging_tx.send(());
+                let _ = released.recv();
+                integrity::judge_slots(v, owner, live)
+            })
+        });
+        judging.recv().unwrap();
+        for r in
+            [Request::List, Request::Suspend { name: "b".into() }, Request::Rm { name: "b".into() }, create("c", 5)]
+        {
+            let resp = within_10s(move || m.handle(r)).expect("a request waited for the watch's /proc reads");
+            assert!(resp.ok, "{resp:?}");
+        }
+        drop(release);
+        watch.join().unwrap();
+        assert_eq!(v.live.procs[2].pid.load(Ordering::SeqCst), 0, "the false slot was freed all the same");
+        assert_eq!(v.used(0), 0, "with its bytes");
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! a leftover: it is an error naming its owner. Each connection sends JSON request lines and gets
 //! one JSON reply line for each (see [`crate::protocol`] and `docs/protocol.md`).
 
+use crate::logger::say;
 use crate::manager::Manager;
 use crate::protocol::{self, Error, ErrorCode, MAX_LINE, Reply};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -131,7 +132,15 @@ impl Server {
             let manager = Arc::clone(&manager);
             let spawned = std::thread::Builder::new().name("connection".into()).spawn(move || {
                 let allowed = peer(&stream).is_some_and(|(_, uid)| uid == me || uid == 0);
-                let _ = converse(stream, &manager, allowed);
+                // A request that panics loses its connection (the client sees it closed) and is logged; the
+                // other threads go on (the configuration's lock is taken again despite the panic).
+                let conversation = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    let _ = converse(stream, &manager, allowed);
+                }));
+                if let Err(payload) = conversation {
+                    let why = crate::daemon::panic_message(payload.as_ref());
+                    say!("tessera daemon: a request failed ({why}); its connection was closed, still serving");
+                }
             });
             // The closure, and with it the connection, is dropped: the client sees it closed.
             if let Err(e) = spawned {
@@ -194,7 +203,7 @@ impl Shedder {
     fn refused(&mut self, reason: &str) {
         self.refused += 1;
         if self.logged.is_none_or(|t| t.elapsed() >= LOG_EVERY) {
-            eprintln!("tessera daemon: refused {} connection(s): {reason}; still serving", self.refused);
+            say!("tessera daemon: refused {} connection(s): {reason}; still serving", self.refused);
             self.refused = 0;
             self.logged = Some(Instant::now());
         }

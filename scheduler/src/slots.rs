@@ -5,6 +5,7 @@
 //! function here runs under the region's lock ([`Locked`]).
 
 use crate::config::{VgpuSpec, bytes, priority_value, region_flags};
+use crate::logger::say;
 use crate::protocol::VgpuStatus;
 use std::sync::atomic::Ordering;
 use tessera_ffi::region::file::Locked;
@@ -44,7 +45,7 @@ pub fn place(locked: &Locked, spec: &VgpuSpec, force: bool) -> Result<usize, Str
                 if !force {
                     return Err(e);
                 }
-                eprintln!("tessera daemon: warning: {e}; its processes cannot allocate until they are under it");
+                say!("tessera daemon: warning: {e}; its processes cannot allocate until they are under it");
             }
             i
         }
@@ -129,13 +130,13 @@ pub fn release_unknown(locked: &Locked, known: &[VgpuSpec]) {
         if !v.has_processes() {
             locked.free_slot(index);
             if let Err(e) = locked.file().unmap_live(index) {
-                eprintln!("tessera daemon: {e}");
+                say!("tessera daemon: {e}");
             }
         } else {
             v.config.flags.fetch_and(!flags::MANAGED, Ordering::AcqRel);
         }
         notify(&v.live.sched);
-        eprintln!("tessera daemon: vGPU {name:?} is in the region but not in the configuration; no longer managed");
+        say!("tessera daemon: vGPU {name:?} is in the region but not in the configuration; no longer managed");
     }
 }
 

@@ -5,6 +5,7 @@
 
 use crate::audit::{Auditor, Member};
 use crate::integrity;
+use crate::logger::say;
 use crate::manager::Manager;
 use crate::nvml_usage::ProcessUsage;
 use crate::pacer;
@@ -33,7 +34,7 @@ pub fn run(manager: &Manager, region: &Region, mut usage: Option<ProcessUsage>, 
                 Err(e) => {
                     // Said once per outage: the audit of the device pauses meanwhile.
                     if !std::mem::replace(&mut failing[device], true) {
-                        eprintln!("tessera daemon: warning: audit of device {device} paused: {e}");
+                        say!("tessera daemon: warning: audit of device {device} paused: {e}");
                     }
                     continue;
                 }
@@ -56,10 +57,12 @@ pub fn run(manager: &Manager, region: &Region, mut usage: Option<ProcessUsage>, 
             let slots: Vec<usize> = members.iter().map(|m| m.slot).collect();
             for r in recount.round(region, device, &slots, &held) {
                 let name = String::from_utf8_lossy(region.vgpus[r.vgpu].name_bytes()).into_owned();
-                eprintln!(
+                say!(
                     "tessera daemon: vGPU {name:?}: pid {} holds {} bytes of device {device} but its slot counted {}; \
                      counted again",
-                    r.pid, r.held, r.counted
+                    r.pid,
+                    r.held,
+                    r.counted
                 );
             }
             let owner_of = |pid| integrity::uids(pid).ok().map(|ids| ids[0]);

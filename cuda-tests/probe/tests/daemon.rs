@@ -9,11 +9,10 @@
 mod common;
 
 use common::tessera::{Machine, mode, report};
-use common::{GIB, MIB, OUT_OF_MEMORY, at, finish, first_line, go, u64_at};
+use common::{GIB, Guarded, MIB, OUT_OF_MEMORY, at, finish, first_line, go, u64_at};
 use serde_json::Value;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
-use std::process::Child;
 use tessera_ffi::region::{LAYOUT_SIZE, MAGIC, VERSION};
 
 /// What a context costs on the `small` profile.
@@ -28,8 +27,8 @@ fn vgpu<'a>(list: &'a Value, name: &str) -> &'a Value {
 
 /// Starts a `quota-race` tenant of vGPU `name` allocating `chunk` blocks, and waits until it is ready
 /// (attached, with its context).
-fn racer(m: &Machine, name: &str, chunk: &str) -> Child {
-    let mut child = m.tenant(name, &["quota-race", "--chunk", chunk]).spawn().expect("spawn a tenant");
+fn racer(m: &Machine, name: &str, chunk: &str) -> Guarded {
+    let mut child = m.spawn_tenant(name, &["quota-race", "--chunk", chunk]);
     let ready = first_line(&mut child);
     assert_eq!(at(&ready, "ready"), true, "{ready}");
     child

@@ -44,10 +44,12 @@ pub fn attach(path: &str, name: &str, limits: Option<&Limits>) -> Result<Attache
 pub fn attach_with_share(path: &str, name: &str, limits: Option<&Limits>, own_share: bool) -> Result<Attached, String> {
     let encoded = encode_name(name).ok_or_else(|| format!("{name:?} is not a vGPU name"))?;
     let file = RegionFile::open_as(path, Access::Joiner)?;
-    let locked = file.lock()?;
     if file.writable {
-        locked.reclaim_dead();
+        // Before the lock, which others wait for meanwhile: reclaiming reads `/proc` for every process of
+        // every vGPU, and is safe without it (slots are freed by compare-and-swap).
+        reclaim::reclaim_dead(file.region());
     }
+    let locked = file.lock()?;
     let index = join(&locked, &encoded, name, limits, own_share)?;
     let managed = is_managed(&locked.region().vgpus[index]);
     let region: &'static Region = if managed {

@@ -28,6 +28,8 @@ impl Locked<'_> {
     /// named, its usage and compute-share state start over, and it is marked ready with no limit; the
     /// caller configures it before releasing the lock. `None` when every slot is taken.
     pub fn claim_slot(&self, name: &[u8; NAME_LEN]) -> Option<usize> {
+        // Other processes read names under the file lock: a guard of this process's threads is not enough.
+        assert!(self.exclusive(), "a slot is named only under the region file's lock");
         let region = self.region();
         let free = region.vgpus.iter().position(|v| v.state() == state::FREE);
         let idle = || (0..MAX_VGPUS).find(|&i| !is_managed(&region.vgpus[i]) && !region.vgpus[i].has_processes());
@@ -54,6 +56,7 @@ impl Locked<'_> {
 
     /// Frees slot `index` (the caller checked nobody is attached): it is no longer found by name.
     pub fn free_slot(&self, index: usize) {
+        assert!(self.exclusive(), "a slot is freed only under the region file's lock");
         let v = &self.region().vgpus[index];
         v.config.flags.store(0, Ordering::Release);
         v.config.state.store(state::FREE, Ordering::Release);

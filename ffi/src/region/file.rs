@@ -90,7 +90,40 @@ impl RegionFile {
         let threads = self.threads.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let file = if self.writable { FileLock::new(&self.file) } else { FileLock::shared(&self.file) };
         let file = file.map_err(|e| format!("region file {}: cannot lock: {e}", self.path))?;
-        Ok(Locked { owner: self, _threads: threads, _file: file })
+        Ok(Locked { owner: self, _threads: threads, _file: Some(file) })
+    }
+
+    /// Takes the file lock, as [`RegionFile::lock`] does, if it can be had within `timeout`; otherwise an
+    /// error naming the processes holding it (a process joining a vGPU holds it for milliseconds, unless it
+    /// is stopped, or anyone who can read the file holds it on purpose). For the daemon, which must answer
+    /// whatever its tenants do.
+    pub fn lock_within(&self, timeout: std::time::Duration) -> Result<Locked<'_>, String> {
+        let fail = |e: std::io::Error| format!("region file {}: cannot lock: {e}", self.path);
+        // The thread lock only while trying: this process's other threads are not held up by the wait.
+        let attempt = || {
+            let threads = self.threads.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            let file = FileLock::try_exclusive(&self.file)?;
+            Ok(file.map(|file| Locked { owner: self, _threads: threads, _file: Some(file) }))
+        };
+        match crate::flock::retry_until(std::time::Instant::now() + timeout, attempt).map_err(fail)? {
+            Some(locked) => Ok(locked),
+            None => Err(format!(
+                "region file {} has been locked for more than {} ms by {}; try again once it runs (a process \
+                 joining a vGPU holds the lock for milliseconds), or stop it",
+                self.path,
+                timeout.as_millis(),
+                describe_holders(&self.file)
+            )),
+        }
+    }
+
+    /// The region with this process's other threads excluded but not other processes: enough to read
+    /// slots and to change what is only ever changed atomically (limits, shares, flags, process slots),
+    /// never to name, free or map slots. For the daemon, the only writer of names while it runs, so that
+    /// no other process holding the file lock can hold up its reads.
+    pub fn guard(&self) -> Locked<'_> {
+        let threads = self.threads.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        Locked { owner: self, _threads: threads, _file: None }
     }
 
     /// Maps slot `index`'s live file over the slot's live area of this mapping (the daemon's: it reads and
@@ -164,7 +197,8 @@ pub(super) unsafe fn overlay(
 pub struct Locked<'a> {
     pub(super) owner: &'a RegionFile,
     _threads: MutexGuard<'a, ()>,
-    _file: FileLock<'a>,
+    /// `None` for a [`RegionFile::guard`]: other processes are not excluded.
+    _file: Option<FileLock<'a>>,
 }
 
 impl Locked<'_> {
@@ -182,6 +216,59 @@ impl Locked<'_> {
     pub fn path(&self) -> &str {
         self.owner.path()
     }
+
+    /// True when other processes are excluded too (the file lock is held), as naming, freeing and mapping
+    /// slots require.
+    pub fn exclusive(&self) -> bool {
+        self._file.is_some()
+    }
+}
+
+/// Who holds a `flock` on `file`, from `/proc/locks` (the kernel's record): each
+/// holder's pid, command and, when it is not running, its state, e.g. `pid 42 (simgpu-probe, stopped)`.
+pub fn describe_holders(file: &File) -> String {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = file.metadata() else { return "another process".into() };
+    let (major, minor, inode) = (libc::major(meta.dev()), libc::minor(meta.dev()), meta.ino());
+    let locks = std::fs::read_to_string("/proc/locks").unwrap_or_default();
+    let mut holders: Vec<u32> = locks
+        .lines()
+        .filter_map(|line| {
+            // "1: FLOCK  ADVISORY  READ 1234 00:1a:5678 0 EOF"; waiters are "1: -> FLOCK ...".
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let id: Vec<&str> = f.get(5)?.split(':').collect();
+            let hex = |s: &str| u32::from_str_radix(s, 16).ok();
+            let same = f[1] == "FLOCK"
+                && id.len() == 3
+                && hex(id[0]) == Some(major)
+                && hex(id[1]) == Some(minor)
+                && id[2].parse::<u64>().ok() == Some(inode);
+            f[4].parse::<u32>().ok().filter(|&pid| same && pid != 0)
+        })
+        .collect();
+    holders.sort_unstable();
+    holders.dedup();
+    if holders.is_empty() {
+        return "another process (not found in /proc/locks)".into();
+    }
+    let described: Vec<String> = holders.iter().map(|&pid| describe_process(pid)).collect();
+    described.join(", ")
+}
+
+/// `pid N (COMMAND)`, with its state when it is not running or sleeping (`stopped`, `in uninterruptible
+/// sleep`, ...), from `/proc/PID/stat`.
+fn describe_process(pid: u32) -> String {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return format!("pid {pid}") };
+    let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else { return format!("pid {pid}") };
+    let command = &stat[open + 1..close];
+    let state = match stat[close + 1..].split_whitespace().next() {
+        Some("T") => ", stopped",
+        Some("t") => ", stopped by a debugger",
+        Some("D") => ", in uninterruptible sleep",
+        Some("Z") => ", a zombie",
+        _ => "",
+    };
+    format!("pid {pid} ({command}{state})")
 }
 
 /// vGPU `name`'s [`flags`] as the region at `path` holds them now, without joining it or changing anything:

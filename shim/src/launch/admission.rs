@@ -1,10 +1,12 @@
 //! The admission test every launch passes on its vGPU's slot (settings in its
 //! [`VgpuConfig`](tessera_ffi::region::VgpuConfig), the bucket in its [`Sched`]): a handful of atomic loads
 //! and read-modify-writes, no lock, system call or allocation (but one wake-up of the daemon when a managed
-//! `high` vGPU starts having work).
+//! `high` vGPU starts having work, and a look whether the daemon still exists when a suspended vGPU's
+//! daemon has long been silent).
 //!
-//! A launch goes when the vGPU is not suspended, no `high` vGPU has work on the launch's device (unless
-//! the vGPU is `high` itself), the bucket holds tokens (only when it is token-limited: managed by the
+//! A launch goes when the vGPU is not suspended (or its suspension lapsed, see
+//! [`outage::suspension_holds`]), no `high` vGPU has work on the launch's device (unless the vGPU is
+//! `high` itself), the bucket holds tokens (only when it is token-limited: managed by the
 //! daemon, or given a standalone share, and not `high`) and its queued-but-unfinished device time is
 //! below its window. It then takes the estimate of its device time from both `tokens` and the window
 //! (`inflight_ns`); once the work has run it leaves the window, and the device time it took replaces the
@@ -74,7 +76,9 @@ pub fn try_take(b: &Bucket, now: u64, estimate: i64, measured: bool, device: usi
     let v = b.vgpu;
     let (c, s) = (&v.config, &v.live.sched);
     let flags = c.flags.load(Ordering::Acquire);
-    if flags & flags::SUSPENDED != 0 {
+    // A managed vGPU's suspension is its daemon's: held while it lives (see `outage::suspension_holds`).
+    let by_daemon = flags & flags::MANAGED != 0;
+    if flags & flags::SUSPENDED != 0 && !(by_daemon && b.daemon.is_some_and(|d| !outage::suspension_holds(d, now))) {
         return Err(None);
     }
     let managed = flags & flags::MANAGED != 0;
@@ -256,6 +260,22 @@ pub(super) mod tests {
             (200, 200),
             "this process's part of the window is counted with it"
         );
+    }
+
+    #[test]
+    fn a_managed_vgpus_suspension_lapses_only_once_its_daemon_is_gone() {
+        let (v, daemon): (&VgpuSlot, &Daemon) = (zeroed(), zeroed());
+        v.config.flags.store(flags::MANAGED | flags::SUSPENDED, Ordering::Relaxed);
+        v.config.share.store(50, Ordering::Relaxed);
+        let b = Bucket { daemon: Some(daemon), ..bucket(v, None, None) };
+        let at = |now| try_take(&b, now, 100, false, 0);
+        // A daemon that beat at NOW and then stopped (its pid cleared): held within the grace, not after.
+        daemon.heartbeat_ns.store(NOW, Ordering::Relaxed);
+        assert_eq!(at(NOW + outage::SUSPENSION_GRACE_NS - 1), Err(None));
+        assert!(at(NOW + outage::SUSPENSION_GRACE_NS).is_ok(), "gone: it runs at its share");
+        // The same suspension of a vGPU no daemon manages (set by whoever shares the region) holds.
+        v.config.flags.store(flags::SUSPENDED, Ordering::Relaxed);
+        assert_eq!(at(NOW + outage::SUSPENSION_GRACE_NS), Err(None));
     }
 
     #[test]

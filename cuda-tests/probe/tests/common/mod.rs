@@ -8,6 +8,7 @@ pub mod tessera;
 
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Write};
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
@@ -211,8 +212,70 @@ pub fn go(child: &mut Child) {
     child.stdin.as_mut().expect("piped stdin").write_all(b"go\n").expect("write go");
 }
 
+/// A child process that is killed (SIGKILL) and reaped when dropped, so that a test ends none of its ways
+/// (a failed assertion included) with a process of its own left running: a tenant left waiting on a
+/// suspended vGPU, say, would otherwise wait for ever. [`Guarded::spawn`] also has the kernel kill it
+/// should the thread that started it die without dropping it (the test process killed, by a timeout).
+pub struct Guarded(Option<Child>);
+
+impl Guarded {
+    /// Starts `cmd` guarded.
+    pub fn spawn(cmd: &mut Command) -> std::io::Result<Guarded> {
+        // SAFETY: prctl is async-signal-safe and changes only the child's own death signal.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // The parent may have died before the death signal was set.
+                if libc::getppid() == 1 { Err(std::io::Error::other("the test died")) } else { Ok(()) }
+            });
+        }
+        cmd.spawn().map(|c| Guarded(Some(c)))
+    }
+
+    /// Guards a child started otherwise (killed on drop only).
+    pub fn adopt(child: Child) -> Guarded {
+        Guarded(Some(child))
+    }
+
+    /// The child, no longer guarded: the caller waits for it.
+    pub fn into_child(mut self) -> Child {
+        self.0.take().expect("a guarded child")
+    }
+}
+
+impl std::ops::Deref for Guarded {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        self.0.as_ref().expect("a guarded child")
+    }
+}
+
+impl std::ops::DerefMut for Guarded {
+    fn deref_mut(&mut self) -> &mut Child {
+        self.0.as_mut().expect("a guarded child")
+    }
+}
+
+impl From<Guarded> for Child {
+    fn from(g: Guarded) -> Child {
+        g.into_child()
+    }
+}
+
+impl Drop for Guarded {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
 /// Closes a spawned probe's stdin (it frees what it holds and exits) and checks that it succeeded.
-pub fn finish(mut child: Child) {
+pub fn finish(child: impl Into<Child>) {
+    let mut child = child.into();
     drop(child.stdin.take());
     let out = child.wait_with_output().expect("wait for the probe");
     assert!(out.status.success(), "probe failed: {}", String::from_utf8_lossy(&out.stderr));

@@ -2,7 +2,7 @@
 //! of its own (private region, socket and state directory), its CLI, and tenant processes run under
 //! `tessera run --vgpu`.
 
-use super::{Sim, build_dir};
+use super::{Guarded, Sim, build_dir};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -89,13 +89,18 @@ impl Machine {
     }
 
     /// Starts `saturate` (500 µs kernels, 4 deep) in vGPU `name` for `seconds`, its kernels traced to
-    /// `trace` when given (`SIMGPU_ENGINE_TRACE`).
-    pub fn saturate(&self, name: &str, seconds: &str, trace: Option<&Path>) -> Child {
+    /// `trace` when given (`SIMGPU_ENGINE_TRACE`); killed if dropped before it is waited for.
+    pub fn saturate(&self, name: &str, seconds: &str, trace: Option<&Path>) -> Guarded {
         let mut cmd = self.tenant(name, &["saturate", "--ns", "500us", "--seconds", seconds, "--depth", "4"]);
         if let Some(trace) = trace {
             cmd.env("SIMGPU_ENGINE_TRACE", trace);
         }
-        cmd.spawn().expect("spawn a tenant")
+        Guarded::spawn(&mut cmd).expect("spawn a tenant")
+    }
+
+    /// Starts a tenant (see [`Machine::tenant`]), killed if dropped before it is waited for.
+    pub fn spawn_tenant(&self, vgpu: &str, args: &[&str]) -> Guarded {
+        Guarded::spawn(&mut self.tenant(vgpu, args)).expect("spawn a tenant")
     }
 
     /// Starts the daemon and waits until it answers (10 s at most).
@@ -167,8 +172,8 @@ pub fn mode(path: &Path) -> u32 {
 }
 
 /// A finished tenant's report, failing the test unless it succeeded.
-pub fn report(child: Child) -> Value {
-    let run = super::finished(child.wait_with_output().expect("wait for the tenant"));
+pub fn report(child: impl Into<Child>) -> Value {
+    let run = super::finished(child.into().wait_with_output().expect("wait for the tenant"));
     assert!(run.success, "tenant failed: {}\n{}", run.json, run.stderr);
     run.json
 }
