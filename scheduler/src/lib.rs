@@ -17,6 +17,7 @@
 //!   second;
 //! - [`paths`]: where the files are; [`daemon`]: the daemon's life.
 
+pub mod alone;
 pub mod audit;
 pub mod broker;
 pub mod charger;

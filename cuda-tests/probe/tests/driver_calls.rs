@@ -5,38 +5,11 @@
 
 mod common;
 
-use common::cprog::{cuda_include_dir, workspace};
+use common::cprog::{cuda_include_dir, overhead_client as client};
 use common::{Sim, build_dir, library_folder};
 use serde_json::Value;
 use std::path::PathBuf;
 use std::process::Command;
-use std::sync::OnceLock;
-
-/// `benches/c/overhead.c`, compiled as the benchmark compiles it (gcc, NVIDIA's cuda.h, linked to the
-/// simulated libcuda.so.1), once per test process (the tests run in parallel).
-fn client() -> PathBuf {
-    static CLIENT: OnceLock<PathBuf> = OnceLock::new();
-    CLIENT.get_or_init(compile_client).clone()
-}
-
-fn compile_client() -> PathBuf {
-    let dir = build_dir().join("c-tests");
-    std::fs::create_dir_all(&dir).expect("create the C test output folder");
-    let out = dir.join(format!("overhead-{}", std::process::id()));
-    let gcc = Command::new("gcc")
-        .args(["-std=gnu11", "-O2", "-Wall", "-Wextra", "-Werror", "-pthread"])
-        .arg(format!("-I{}", cuda_include_dir().display()))
-        .arg(format!("-DTESSERA_KERNELS_DIR=\"{}\"", workspace().join("tools/kernels").display()))
-        .arg("-o")
-        .arg(&out)
-        .arg(workspace().join("benches/c/overhead.c"))
-        .arg(format!("-L{}", library_folder().display()))
-        .args(["-l:libcuda.so.1", "-ldl"])
-        .output()
-        .expect("run gcc");
-    assert!(gcc.status.success(), "gcc benches/c/overhead.c: {}", String::from_utf8_lossy(&gcc.stderr));
-    out
-}
 
 /// Runs the client with a few launches and pairs and returns its operations.
 fn run(sim: &Sim, program: &PathBuf) -> Vec<Value> {

@@ -1,0 +1,359 @@
+//! Launches measured a batch at a time, for a managed vGPU alone on its device (`flags::ALONE`, set by the
+//! daemon): one completion event for up to [`MAX_BATCH`] launches of a stream instead of one each.
+//!
+//! Why it is exact: the daemon charges each measured span from the later of its start and the previous
+//! completion on the device; it needs every kernel's end only while several vGPUs share the device. Alone,
+//! no other vGPU's kernel runs between two of its own, so the span from the start of a batch's first
+//! kernel to the end of its last is the batch's device time — provided the stream never ran dry in
+//! between. So a launch joins its thread's open batch on its stream only while the work the thread queued
+//! there is estimated to be still running (read on the cheap [`ticks`] clock); otherwise the stream may
+//! have gone idle, and the launch is measured on its own (its start is then its submission).
+//!
+//! A batch takes the tokens and the window for `cap` launches at its first launch (so the launches after
+//! it touch no shared word), `cap` chosen so that this stays within half the vGPU's window: long kernels
+//! are not batched at all. A batch closes:
+//! - at its `cap`-th launch, by an event recorded right after it: measured, published as one record of
+//!   `cap` launches, whose mean the daemon's estimate of a launch follows;
+//! - at a launch that finds the stream possibly idle, the vGPU no longer alone (or suspended), or the
+//!   batch's window taken back (below): its launches so far are then charged their estimate, unmeasured
+//!   (the last of them had no event after it), and what they did not use is given back at once.
+//!
+//! A thread that stops launching would keep its batch's window counted (the daemon would see the vGPU
+//! busy, and other threads might wait for the window): the window part of every open batch is in a
+//! process-wide table, from which the measurement thread takes back what a thread left untouched for
+//! [`STALE_NS`] ([`reap`]).
+//!
+//! Cost of a launch that joins a batch: a time-stamp read, a thread-local lookup, a load of the vGPU's
+//! flags and of the batch's table entry, and a store to that entry; no lock, system call, allocation or
+//! driver call.
+
+use super::admission::{Admission, Kind, now_ns};
+use super::events::Pool;
+use super::feedback::{self, Item};
+use super::gate::Gate;
+use super::ticks;
+use crate::guard::{Res, Status};
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
+
+/// Most launches one completion event measures.
+pub const MAX_BATCH: u32 = 64;
+/// Every this many batches on a stream, a launch is measured on its own instead of opening one: the
+/// estimate batches go by follows such launches only.
+const PROBE_EVERY: u8 = 4;
+/// A batch untouched this long has its window part taken back by [`reap`].
+pub const STALE_NS: u64 = 2_000_000;
+/// Longest from the submission of a batch's last launch to the return of its end event's record for the
+/// span to count in full (see `HELD_UP_NS` in the module above).
+const HELD_UP_NS: u64 = super::HELD_UP_NS;
+/// Streams one thread keeps batches on.
+const STREAMS: usize = 4;
+/// Threads with batches at once (the launches of others are measured one by one).
+const THREADS: usize = 256;
+
+/// Entry states.
+const FREE: u32 = 0;
+const OWNED: u32 = 1;
+/// Its thread has ended: freed by [`reap`] once its window is taken back.
+const ORPHANED: u32 = 2;
+
+/// What of a thread's open batches another thread may take back: the window they hold.
+struct Entry {
+    state: AtomicU32,
+    /// Window (ns) the thread's open batches hold; 0 once taken back.
+    window: AtomicI64,
+    /// Monotonic ns of the thread's last batch opened, or tick of its last launch in one (`last_tick`).
+    last_tick: AtomicU64,
+}
+
+static TABLE: [Entry; THREADS] =
+    [const { Entry { state: AtomicU32::new(FREE), window: AtomicI64::new(0), last_tick: AtomicU64::new(0) } }; THREADS];
+
+/// A thread's open batch on one stream.
+#[derive(Clone, Copy, Debug)]
+struct Open {
+    /// Tokens and window taken for `cap` launches.
+    reserved: Admission,
+    cap: u32,
+    /// Launches so far.
+    n: u32,
+    /// Estimate of one launch (ns), and in ticks.
+    per: i64,
+    per_ticks: u64,
+    /// Monotonic ns just before its first launch was submitted.
+    first_ns: u64,
+}
+
+/// What a thread knows of one stream it launches on.
+#[derive(Clone, Copy)]
+struct Stream {
+    pool: &'static Pool,
+    stream: usize,
+    kind: Kind,
+    /// Tick at which the work this thread queued there is estimated to run out.
+    busy_until: u64,
+    /// Latest estimate of one launch there, in ticks: a launch joins a batch only while at least half of
+    /// one is estimated to be still queued ahead of it.
+    per_ticks: u64,
+    /// Batches opened since a launch was last measured on its own.
+    since_probe: u8,
+    batch: Option<Open>,
+}
+
+/// The calling thread's streams, and its entry of [`TABLE`].
+struct Local {
+    streams: [Option<Stream>; STREAMS],
+    /// Next slot of `streams` to reuse.
+    next: usize,
+    entry: Option<usize>,
+}
+
+impl Drop for Local {
+    fn drop(&mut self) {
+        // The thread ends: the reaper takes back its batches' window, then frees the entry.
+        if let Some(e) = self.entry {
+            TABLE[e].state.store(ORPHANED, Ordering::Release);
+        }
+    }
+}
+
+thread_local! {
+    static LOCAL: RefCell<Local> =
+        const { RefCell::new(Local { streams: [None; STREAMS], next: 0, entry: None }) };
+}
+
+fn same(s: &Stream, pool: &Pool, stream: usize, kind: Kind) -> bool {
+    std::ptr::eq(s.pool, pool) && s.stream == stream && s.kind == kind
+}
+
+/// Launches through `submit` (under the soft-mode hold) as part of the calling thread's batch on `stream` (of context `pool`, device
+/// `device`), opening one if the stream is busy with the thread's work; `Err(submit)` when the launch is
+/// to be measured on its own instead (then [`measured`] is to be told). Only for a gate that is
+/// [batching](Gate::batching).
+pub fn launch<F: FnOnce() -> Status>(
+    gate: &'static Gate,
+    pool: &'static Pool,
+    device: usize,
+    stream: usize,
+    kind: Kind,
+    submit: F,
+) -> Result<Res, F> {
+    let t = ticks::source().now();
+    let Some((slot, b)) = LOCAL.with_borrow_mut(|l| joinable(gate, l, pool, stream, kind, t)) else {
+        return Err(submit);
+    };
+    let b = match b {
+        Some(b) => b,
+        None => match open(gate, device, kind) {
+            Some(b) => b,
+            None => return Err(submit),
+        },
+    };
+    // The closing launch's submission is timed: a thread held up until its end event is recorded may have
+    // let the stream run dry.
+    let before = if b.n + 1 >= b.cap { now_ns() } else { 0 };
+    let res = crate::soft::around(submit);
+    let status = res.err().unwrap_or(0);
+    LOCAL.with_borrow_mut(|l| {
+        let entry = l.entry;
+        let Some(s) = l.streams[slot].as_mut().filter(|s| same(s, pool, stream, kind)) else { return };
+        let mut b = b;
+        if status == 0 {
+            b.n += 1;
+            s.busy_until = s.busy_until.max(t).saturating_add(b.per_ticks);
+            s.per_ticks = b.per_ticks;
+        }
+        if let Some(e) = entry {
+            TABLE[e].last_tick.store(t, Ordering::Relaxed);
+        }
+        s.batch = if b.n >= b.cap {
+            close(gate, pool, stream, kind, b, entry, before);
+            None
+        } else if b.n == 0 {
+            // Its only launch failed: nothing to keep.
+            settle(gate, b, entry);
+            None
+        } else {
+            Some(b)
+        };
+    });
+    Ok(res)
+}
+
+/// The slot of the thread's state for the stream and its open batch if the launch may join it (`None`
+/// inside: a batch is to be opened); `None` when the launch is to be measured on its own. Settles a batch
+/// that cannot go on.
+fn joinable(
+    gate: &Gate,
+    l: &mut Local,
+    pool: &Pool,
+    stream: usize,
+    kind: Kind,
+    t: u64,
+) -> Option<(usize, Option<Open>)> {
+    let entry = match l.entry {
+        Some(e) => e,
+        None => {
+            let e = claim()?;
+            l.entry = Some(e);
+            e
+        }
+    };
+    let slot = l.streams.iter().position(|s| s.is_some_and(|s| same(&s, pool, stream, kind)))?;
+    let s = l.streams[slot].as_mut()?;
+    let batch = s.batch.take();
+    // The stream may have run dry (its next kernel's span would hold idle time), or the batch's window was
+    // taken back while the thread was away: whatever is open is settled unmeasured.
+    let gone = TABLE[entry].window.load(Ordering::Relaxed) <= 0;
+    if t.saturating_add(s.per_ticks / 2) > s.busy_until || (batch.is_some() && gone) {
+        if let Some(b) = batch {
+            settle(gate, b, Some(entry));
+        }
+        return None;
+    }
+    if batch.is_none() {
+        if s.since_probe >= PROBE_EVERY {
+            s.since_probe = 0;
+            return None;
+        }
+        s.since_probe += 1;
+    }
+    Some((slot, batch))
+}
+
+/// Opens a batch for a launch of `kind` on `device`: its tokens and window for `cap` launches, if the vGPU
+/// has tokens now (a launch that would wait is measured on its own, on the path that waits).
+fn open(gate: &Gate, device: usize, kind: Kind) -> Option<Open> {
+    let per = gate.single_estimate(kind)?;
+    // Within what the window has room for: a batch queues no more than launches one by one would.
+    let room = gate.window() - gate.inflight();
+    let cap = (room / per.max(1)).clamp(0, MAX_BATCH.into()) as u32;
+    if cap < 2 {
+        return None;
+    }
+    let first_ns = now_ns();
+    let per_ticks = ticks::source().ns_to_ticks(per as u64, first_ns)?;
+    let reserved = gate.reserve(device, per, cap, first_ns)?;
+    let entry = LOCAL.with_borrow(|l| l.entry)?;
+    TABLE[entry].window.fetch_add(reserved.window, Ordering::AcqRel);
+    TABLE[entry].last_tick.store(ticks::source().now(), Ordering::Relaxed);
+    Some(Open { reserved, cap, n: 0, per, per_ticks, first_ns })
+}
+
+/// `ns` on the tick clock (0 while it is not calibrated: then no batch outlives its first launch).
+fn per_ticks(ns: i64) -> u64 {
+    ticks::source().ns_to_ticks(ns.max(0) as u64, now_ns()).unwrap_or(0)
+}
+
+/// Takes batch `b`'s window back from the table entry (what is left of it: the reaper may have taken it).
+fn take_window(b: &Open, entry: Option<usize>) -> i64 {
+    let Some(e) = entry else { return 0 };
+    let w = b.reserved.window;
+    let prev = TABLE[e].window.fetch_update(Ordering::AcqRel, Ordering::Acquire, |x| Some((x - w).max(0)));
+    prev.map_or(0, |x| x.min(w).max(0))
+}
+
+/// Closes batch `b` at its last launch with an end event, for the measurement thread to publish; settled
+/// unmeasured if no event can be had.
+fn close(
+    gate: &'static Gate,
+    pool: &'static Pool,
+    stream: usize,
+    kind: Kind,
+    b: Open,
+    entry: Option<usize>,
+    submitted: u64,
+) {
+    let Some(event) = pool.acquire() else { return settle(gate, b, entry) };
+    if !pool.record(event, stream as tessera_ffi::sys::CUstream) {
+        pool.release(event);
+        return settle(gate, b, entry);
+    }
+    let window = take_window(&b, entry);
+    let admission = gate.used(&b.reserved, b.per, b.n, window);
+    let held_up = now_ns() - submitted > HELD_UP_NS;
+    let item = Item { pool, event, stream, admission, kind, launched_ns: b.first_ns, held_up, launches: b.n as u16 };
+    if let Err(item) = feedback::push(gate, item) {
+        item.pool.release(item.event);
+        gate.settle_unmeasured(&item.admission);
+    }
+}
+
+/// Settles batch `b` without a measurement: its launches stay charged their estimate, and what they did
+/// not use goes back.
+fn settle(gate: &Gate, b: Open, entry: Option<usize>) {
+    let window = take_window(&b, entry);
+    gate.settle_unmeasured(&gate.used(&b.reserved, b.per, b.n, window));
+}
+
+/// Tells the thread's batch state that a launch of `kind` on `stream` (of `pool`) estimated at `per` ns was
+/// measured on its own, submitted at tick `t`: launches that follow while it is estimated to run may
+/// batch.
+pub fn measured(gate: &Gate, pool: &'static Pool, stream: usize, kind: Kind, per: i64, t: u64) {
+    let per_ticks = per_ticks(per);
+    let until = t.saturating_add(per_ticks);
+    LOCAL.with_borrow_mut(|l| {
+        if let Some(s) = l.streams.iter_mut().flatten().find(|s| same(s, pool, stream, kind)) {
+            s.busy_until = s.busy_until.max(t).saturating_add(per_ticks);
+            s.per_ticks = per_ticks;
+            return;
+        }
+        let i = l.next;
+        l.next = (i + 1) % STREAMS;
+        // The thread uses more streams than it keeps: the batch of the one it forgets is settled.
+        if let Some(b) = l.streams[i].and_then(|s| s.batch) {
+            settle(gate, b, l.entry);
+        }
+        l.streams[i] = Some(Stream { pool, stream, kind, busy_until: until, per_ticks, since_probe: 0, batch: None });
+    });
+}
+
+/// Settles the calling thread's open batches (its vGPU stopped being alone): they are not measured.
+pub fn settle_open(gate: &Gate) {
+    let _ = LOCAL.try_with(|l| {
+        let Ok(mut l) = l.try_borrow_mut() else { return };
+        let entry = l.entry;
+        for s in l.streams.iter_mut().flatten() {
+            if let Some(b) = s.batch.take() {
+                settle(gate, b, entry);
+            }
+        }
+    });
+}
+
+/// The tick of a launch about to be measured on its own (for [`measured`]).
+pub fn tick() -> u64 {
+    ticks::source().now()
+}
+
+/// A free entry of [`TABLE`] for the calling thread; `None` when all are taken.
+fn claim() -> Option<usize> {
+    TABLE.iter().position(|e| e.state.compare_exchange(FREE, OWNED, Ordering::AcqRel, Ordering::Relaxed).is_ok())
+}
+
+/// Whether some thread's batches hold window (the measurement thread then looks every [`STALE_NS`]).
+pub fn any_open() -> bool {
+    TABLE.iter().any(|e| e.window.load(Ordering::Relaxed) > 0 || e.state.load(Ordering::Relaxed) == ORPHANED)
+}
+
+/// Takes back the window of batches whose thread has not launched in one for [`STALE_NS`], and frees the
+/// entries of threads that ended. Measurement thread only.
+pub fn reap(gate: &Gate) {
+    let source = ticks::source();
+    let Some(stale) = source.ns_to_ticks(STALE_NS, now_ns()) else { return };
+    let now = source.now();
+    for e in &TABLE {
+        let ended = e.state.load(Ordering::Acquire) == ORPHANED;
+        if e.window.load(Ordering::Acquire) > 0
+            && (ended || now.saturating_sub(e.last_tick.load(Ordering::Relaxed)) > stale)
+        {
+            let w = e.window.swap(0, Ordering::AcqRel);
+            if w > 0 {
+                gate.release_window(w);
+            }
+        }
+        if ended && e.window.load(Ordering::Acquire) == 0 {
+            let _ = e.state.compare_exchange(ORPHANED, FREE, Ordering::AcqRel, Ordering::Relaxed);
+        }
+    }
+}
