@@ -55,6 +55,30 @@ fn a_program_under_the_shim_sees_the_shims_calls_counted_beside_its_own() {
     }
 }
 
+/// The driver calls counted on the program's thread during its operation `op`, and those it made itself.
+fn op_calls(ops: &[Value], op: &str) -> (u64, u64) {
+    let o = ops.iter().find(|o| o["op"] == op).unwrap_or_else(|| panic!("no {op} in {ops:?}"));
+    (n(o, "thread_calls"), n(o, "own_calls"))
+}
+
+#[test]
+fn allocations_under_a_quota_ask_the_driver_nothing_per_pair() {
+    // The calling thread's context and device are cached until a context call changes them: the shim may
+    // ask once for the thread (when the operation is the first to allocate), never per pair. Before the
+    // cache it asked twice per cuMemAlloc (cuCtxGetCurrent and cuCtxGetDevice): 400 calls for 200 pairs.
+    let program = client();
+    let hard = Sim::new("alloc-calls-hard").with_shim().with("TESSERA_MEMORY_LIMIT", "8GiB");
+    let ops = run(&hard, &program);
+    let ((first, own_first), (second, own_second)) = (op_calls(&ops, "alloc_256"), op_calls(&ops, "alloc_1m"));
+    assert!(first <= own_first + 2, "hard quota, 200 pairs of 256 B: {ops:?}");
+    assert_eq!(second, own_second, "hard quota, 200 pairs of 1 MiB, nothing changed since: {ops:?}");
+    // Soft mode serves the pairs from its own pool: the driver sees none of them, nor any query.
+    let soft = Sim::new("alloc-calls-soft").with_shim().with("TESSERA_MODE", "soft");
+    let ops = run(&soft, &program);
+    assert!(op_calls(&ops, "alloc_256").0 <= 2, "soft mode, 200 pairs of 256 B: {ops:?}");
+    assert_eq!(op_calls(&ops, "alloc_1m").0, 0, "soft mode, 200 pairs of 1 MiB: {ops:?}");
+}
+
 /// A program whose second thread makes 7 driver calls while the main thread makes 3 (cuInit and two
 /// cuDriverGetVersion), printing both counters.
 const THREADS_C: &str = r#"

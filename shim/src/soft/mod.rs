@@ -24,7 +24,7 @@ mod space_tests;
 
 use crate::config::Mode;
 use crate::guard::{Res, Status};
-use crate::{driver, log, quota};
+use crate::{log, quota};
 use backend::{Backend, Driver};
 use residency::{Hold, RESIDENT, Residency};
 use space::{Space, Totals};
@@ -153,7 +153,7 @@ impl Soft {
         if size == 0 {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        let site = driver::current().ok_or(CUDA_ERROR_INVALID_CONTEXT)?;
+        let site = crate::current::current_site().ok_or(CUDA_ERROR_INVALID_CONTEXT)?;
         let quota = quota::active()?;
         if let Some(q) = quota {
             q.reserve(site.device, size, what)?;
