@@ -55,7 +55,6 @@ fn snapshot(query: impl FnOnce() -> (Option<u64>, Option<usize>)) -> Snapshot {
 
 /// The calling thread's current context handle; `None` when none is current. Equivalent to
 /// [`driver::current_context`], without a driver call while nothing changed contexts.
-#[allow(dead_code, reason = "what each launch asks (issue 15): the launch path switches to it on its own branch")]
 pub fn current_context() -> Option<u64> {
     snapshot(driver::context_and_device).ctx
 }

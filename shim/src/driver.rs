@@ -47,14 +47,6 @@ pub fn device_index(dev: CUdevice) -> Option<usize> {
     usize::try_from(dev).ok().filter(|&d| d < MAX_DEVICES)
 }
 
-/// The calling thread's [`Site`]; `None` when no context is current (the driver will refuse the call
-/// itself) or its device has no quota slot. Two driver calls that only read thread-local state: the hot
-/// paths use the per-thread cache of [`crate::current`] instead.
-pub fn current() -> Option<Site> {
-    let (ctx, device) = context_and_device();
-    Some(Site { device: device?, ctx: ctx? })
-}
-
 /// The calling thread's current context handle (`None` when none is current) and that context's quota
 /// slot (`None` also for a device beyond the region's slots): one driver call without a context, two
 /// with one.

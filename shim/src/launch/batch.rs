@@ -38,9 +38,9 @@ use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
 
 /// Most launches one completion event measures.
 pub const MAX_BATCH: u32 = 64;
-/// Every this many batches on a stream, a launch is measured on its own instead of opening one: the
-/// estimate batches go by follows such launches only.
-const PROBE_EVERY: u8 = 4;
+/// Every this many launches on a stream, one is measured on its own (a probe): the estimate that tells
+/// whether a stream is still busy follows such launches (see [`Gate::gap_estimate`]).
+const PROBE_EVERY: u16 = 64;
 /// A batch untouched this long has its window part taken back by [`reap`].
 pub const STALE_NS: u64 = 2_000_000;
 /// Longest from the submission of a batch's last launch to the return of its end event's record for the
@@ -77,8 +77,9 @@ struct Open {
     cap: u32,
     /// Launches so far.
     n: u32,
-    /// Estimate of one launch (ns), and in ticks.
+    /// Estimate of one launch (ns): what each is charged when the batch is not measured.
     per: i64,
+    /// What the stream is estimated to take per launch back to back, in ticks.
     per_ticks: u64,
     /// Monotonic ns just before its first launch was submitted.
     first_ns: u64,
@@ -95,8 +96,8 @@ struct Stream {
     /// Latest estimate of one launch there, in ticks: a launch joins a batch only while at least half of
     /// one is estimated to be still queued ahead of it.
     per_ticks: u64,
-    /// Batches opened since a launch was last measured on its own.
-    since_probe: u8,
+    /// Launches since one was last measured on its own.
+    since_probe: u16,
     batch: Option<Open>,
 }
 
@@ -181,8 +182,8 @@ pub fn launch<F: FnOnce() -> Status>(
 }
 
 /// The slot of the thread's state for the stream and its open batch if the launch may join it (`None`
-/// inside: a batch is to be opened); `None` when the launch is to be measured on its own. Settles a batch
-/// that cannot go on.
+/// inside: a batch is to be opened); `None` when the launch is to be measured on its own (the thread has
+/// not measured one on the stream yet, or it is time for a probe). Settles a batch that cannot go on.
 fn joinable(
     gate: &Gate,
     l: &mut Local,
@@ -202,38 +203,37 @@ fn joinable(
     let slot = l.streams.iter().position(|s| s.is_some_and(|s| same(&s, pool, stream, kind)))?;
     let s = l.streams[slot].as_mut()?;
     let batch = s.batch.take();
-    // The stream may have run dry (its next kernel's span would hold idle time), or the batch's window was
-    // taken back while the thread was away: whatever is open is settled unmeasured.
     let gone = TABLE[entry].window.load(Ordering::Relaxed) <= 0;
-    if t.saturating_add(s.per_ticks / 2) > s.busy_until || (batch.is_some() && gone) {
-        if let Some(b) = batch {
+    let batch = match batch {
+        // The stream may have run dry after the batch's last launch, whose end no event marks; or the
+        // batch's window was taken back while the thread was away. This launch starts a new one.
+        Some(b) if t.saturating_add(s.per_ticks / 2) > s.busy_until || gone => {
             settle(gate, b, Some(entry));
+            None
         }
+        b => b,
+    };
+    if s.since_probe >= PROBE_EVERY && batch.is_none() {
+        s.since_probe = 0;
         return None;
     }
-    if batch.is_none() {
-        if s.since_probe >= PROBE_EVERY {
-            s.since_probe = 0;
-            return None;
-        }
-        s.since_probe += 1;
-    }
+    s.since_probe += 1;
     Some((slot, batch))
 }
 
 /// Opens a batch for a launch of `kind` on `device`: its tokens and window for `cap` launches, if the vGPU
 /// has tokens now (a launch that would wait is measured on its own, on the path that waits).
 fn open(gate: &Gate, device: usize, kind: Kind) -> Option<Open> {
-    let per = gate.single_estimate(kind)?;
-    // Within what the window has room for: a batch queues no more than launches one by one would.
-    let room = gate.window() - gate.inflight();
-    let cap = (room / per.max(1)).clamp(0, MAX_BATCH.into()) as u32;
+    let per = gate.estimate(kind);
+    // Half the window: the next batch can be admitted while this one runs, so the device never waits for
+    // the measurement of one to start on the next.
+    let cap = (gate.window() / 2 / per.max(1)).clamp(0, MAX_BATCH.into()) as u32;
     if cap < 2 {
         return None;
     }
+    let per_ticks = ticks::source().ns_to_ticks(gate.gap_estimate(kind) as u64, now_ns())?;
+    let reserved = gate.reserve(device, per, cap)?;
     let first_ns = now_ns();
-    let per_ticks = ticks::source().ns_to_ticks(per as u64, first_ns)?;
-    let reserved = gate.reserve(device, per, cap, first_ns)?;
     let entry = LOCAL.with_borrow(|l| l.entry)?;
     TABLE[entry].window.fetch_add(reserved.window, Ordering::AcqRel);
     TABLE[entry].last_tick.store(ticks::source().now(), Ordering::Relaxed);

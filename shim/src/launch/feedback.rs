@@ -196,7 +196,11 @@ fn run(gate: &'static Gate) {
         // Its start: it was submitted at `launched_ns`, and its stream reached it once the launch before
         // it there had ended (on an idle stream, the host's time before the submission is not the
         // kernel's; the device may even run other work meanwhile).
-        let start = ends.swap(&item, end).map_or(item.launched_ns, |e| e.max(item.launched_ns)).min(end);
+        let previous = ends.swap(&item, end);
+        let start = previous.map_or(item.launched_ns, |e| e.max(item.launched_ns)).min(end);
+        // Queued behind the stream's previous launch: its span is its kernel's alone, without the latency
+        // of starting an idle stream.
+        let queued = previous.is_some_and(|e| e > item.launched_ns);
         let own = (end - start) as i64;
         let bound = item.held_up.then_some(item.admission.estimate);
         let charge = latest.charge(&item, own);
@@ -204,7 +208,7 @@ fn run(gate: &'static Gate) {
         latest.forget_retired();
         let (a, launches) = (&item.admission, item.launches);
         if launches == 1 && !item.held_up {
-            gate.learn_single(item.kind, charge);
+            gate.learn_single(item.kind, charge, queued);
         }
         let published = gate.publishes() && gate.publish(a, item.kind, launches, (start, end), bound);
         if published {

@@ -123,15 +123,22 @@ impl Gate {
     }
 
     /// Folds `measured`, the device time of a launch of `kind` measured on its own, into the estimate
-    /// batches go by.
-    pub fn learn_single(&self, kind: Kind, measured: i64) {
-        self.singles[kind as usize].seed_or_update(measured);
+    /// batches go by: what a kernel takes back to back (`queued`: it waited for the stream's previous
+    /// one). A launch on an idle stream also counts the stream's start-up, so it only seeds the estimate.
+    pub fn learn_single(&self, kind: Kind, measured: i64, queued: bool) {
+        let e = &self.singles[kind as usize];
+        if queued || !e.learned() {
+            e.seed_or_update(measured);
+        }
     }
 
-    /// The estimate of one launch of `kind` from launches measured on their own; `None` before the first.
-    pub fn single_estimate(&self, kind: Kind) -> Option<i64> {
+    /// What a launch of `kind` is estimated to keep its stream busy, back to back: the lower of the
+    /// [estimate](Gate::estimate) and what launches measured on their own took. Batches judge by it whether
+    /// a stream may have run dry; too low, it only makes them stop sooner, never charges idle time.
+    pub fn gap_estimate(&self, kind: Kind) -> i64 {
         let e = &self.singles[kind as usize];
-        e.learned().then(|| e.get())
+        let charged = self.estimate(kind);
+        if e.learned() { charged.min(e.get()) } else { charged }
     }
 
     /// Hands admitted launch `a` (or batch of `launches`), which ran over `span` (start and end, monotonic
@@ -178,19 +185,24 @@ impl Gate {
         self.vgpu.config.window()
     }
 
-    /// The vGPU's queued-but-unfinished device time.
-    pub fn inflight(&self) -> i64 {
-        self.sched().inflight_ns.load(Ordering::Acquire)
-    }
-
-    /// Takes tokens and window for `count` launches on `device` estimated at `per` ns each, at
-    /// `now`, if they can be had without waiting and the daemon is there to charge them; counted as one
-    /// launch until [`Gate::used`] says how many there were.
-    pub fn reserve(&self, device: usize, per: i64, count: u32, now: u64) -> Option<Admission> {
-        if !self.publishes_at(now) {
-            return None;
+    /// Takes tokens and window for `count` launches on `device` estimated at `per` ns each, waiting as a
+    /// single launch would (for tokens, or while the window is full); `None`
+    /// as soon as the vGPU stops [batching](Gate::batching) or the daemon is away. Counted as one launch
+    /// until [`Gate::used`] says how many there were.
+    pub fn reserve(&self, device: usize, per: i64, count: u32) -> Option<Admission> {
+        let (bucket, need) = (self.bucket(device), per.saturating_mul(count.into()));
+        // Admitted as a single launch would be (while the window is not full), so that batching never
+        // makes a program wait where launching one by one would not.
+        let fits = |now| {
+            if !self.batching() || !self.publishes_at(now) {
+                return Ok(None);
+            }
+            try_take(&bucket, now, need, true, device).map(Some)
+        };
+        match fits(now_ns()) {
+            Ok(a) => a,
+            Err(_) => self.wait_for(true, fits),
         }
-        try_take(&self.bucket(device), now, per.saturating_mul(count.into()), true, device).ok()
     }
 
     /// What `n` launches of a reservation `r` for launches of `per` ns used: the tokens of those not made
@@ -240,18 +252,25 @@ impl Gate {
         }
     }
 
-    /// The slow path: sleeps on `epoch` until the launch is admitted, counted in `waiters`, waking the
-    /// daemon (through `bell`) each time it goes to sleep. Adds the time waited to `wait_ns`.
+    /// The slow path: sleeps on `epoch` until the launch is admitted (see [`Gate::wait_for`]).
     #[cold]
     fn wait(&self, device: usize, estimate: i64, measured: bool) -> Admission {
-        let (s, bucket) = (self.sched(), self.bucket(device));
+        let bucket = self.bucket(device);
+        self.wait_for(measured, |now| try_take(&bucket, now, estimate, measured, device))
+    }
+
+    /// Sleeps on `epoch` until `attempt` (at the time given) succeeds, counted in `waiters`, waking the
+    /// daemon (through `bell`) each time it goes to sleep. Adds the time waited to `wait_ns`. `measured`:
+    /// the attempt waits for the window, whose count is dropped if nothing of the vGPU finishes for long.
+    fn wait_for<T>(&self, measured: bool, mut attempt: impl FnMut(u64) -> Result<T, Option<u64>>) -> T {
+        let s = self.sched();
         let start = now_ns();
         let mut progress = (start, s.device_ns.load(Ordering::Acquire));
         loop {
             // Read before the check: a grant after the check changes it, so the sleep returns at once.
             let epoch = s.epoch.load(Ordering::SeqCst);
             let now = now_ns();
-            let until = match try_take(&bucket, now, estimate, measured, device) {
+            let until = match attempt(now) {
                 Ok(a) => {
                     s.wait_ns.fetch_add(now - start, Ordering::Relaxed);
                     return a;

@@ -28,7 +28,7 @@ mod standalone;
 mod ticks;
 
 use crate::guard::{Res, Status, status};
-use crate::{driver, log};
+use crate::log;
 use admission::Kind;
 use feedback::Item;
 use gate::Gate;
@@ -130,7 +130,7 @@ fn gated<const PER_THREAD: bool>(stream: CUstream, kind: Kind, real: impl FnOnce
         return status(real());
     }
     let pool = events::current();
-    let Some(device) = pool.map(|p| p.site.device).or_else(|| driver::current().map(|s| s.device)) else {
+    let Some(device) = pool.map(|p| p.site.device).or_else(|| crate::current::current_site().map(|s| s.device)) else {
         // No current context: the driver refuses the launch itself.
         return status(real());
     };
@@ -197,8 +197,8 @@ fn measured_alone(
     if !measured {
         gate.settle_unmeasured(&admission);
     }
-    if let Some((pool, per)) = pool.filter(|_| batching).zip(gate.single_estimate(kind)) {
-        batch::measured(gate, pool, stream as usize, kind, per, tick);
+    if let Some(pool) = pool.filter(|_| batching) {
+        batch::measured(gate, pool, stream as usize, kind, gate.gap_estimate(kind), tick);
     }
     Ok(())
 }
