@@ -4,28 +4,34 @@
 //! Why it is exact: the daemon charges each measured span from the later of its start and the previous
 //! completion on the device; it needs every kernel's end only while several vGPUs share the device. Alone,
 //! no other vGPU's kernel runs between two of its own, so the span from the start of a batch's first
-//! kernel to the end of its last is the batch's device time — provided the stream never ran dry in
-//! between. So a launch joins its thread's open batch on its stream only while the work the thread queued
-//! there is estimated to be still running (read on the cheap [`ticks`] clock); otherwise the stream may
-//! have gone idle, and the launch is measured on its own (its start is then its submission).
+//! kernel to the end of its last is the batch's device time, provided the stream never ran dry in between.
+//! So a launch stays in its thread's open batch on its stream only while the work the thread queued there
+//! is estimated to be still running (on the cheap [`ticks`] clock, against the back-to-back estimate
+//! [`Gate::gap_estimate`]): otherwise the stream may have gone idle after the batch's last launch, whose
+//! end no event marks, and the batch is charged its estimate instead of its span.
 //!
-//! A batch takes the tokens and the window for `cap` launches at its first launch (so the launches after
-//! it touch no shared word), `cap` chosen so that this stays within half the vGPU's window: long kernels
-//! are not batched at all. A batch closes:
+//! A batch takes the tokens and the window for `cap` launches at its first launch, as one launch would
+//! (so the launches after it touch no shared word), `cap` keeping that within half the vGPU's window: long
+//! kernels are not batched at all. A batch ends:
 //! - at its `cap`-th launch, by an event recorded right after it: measured, published as one record of
 //!   `cap` launches, whose mean the daemon's estimate of a launch follows;
 //! - at a launch that finds the stream possibly idle, the vGPU no longer alone (or suspended), or the
-//!   batch's window taken back (below): its launches so far are then charged their estimate, unmeasured
-//!   (the last of them had no event after it), and what they did not use is given back at once.
+//!   batch's window taken back (below): its launches are charged the daemon's estimate, unmeasured, and
+//!   what they did not use goes back at once. That launch opens the next batch.
+//!
+//! Every [`PROBE_EVERY`] launches on a stream, one is measured on its own (a probe), so that the
+//! back-to-back estimate follows what the kernels take now.
 //!
 //! A thread that stops launching would keep its batch's window counted (the daemon would see the vGPU
 //! busy, and other threads might wait for the window): the window part of every open batch is in a
 //! process-wide table, from which the measurement thread takes back what a thread left untouched for
 //! [`STALE_NS`] ([`reap`]).
 //!
-//! Cost of a launch that joins a batch: a time-stamp read, a thread-local lookup, a load of the vGPU's
-//! flags and of the batch's table entry, and a store to that entry; no lock, system call, allocation or
-//! driver call.
+//! Cost of a launch that joins a batch: a time-stamp read, two thread-local borrows, a load of the vGPU's
+//! flags and of the thread's table entry, and a store to that entry; no lock, system call, allocation or
+//! driver call. What is lost: a program whose kernels vary wildly within a batch that the stream never
+//! leaves idle is still charged exactly (the span); one whose stream keeps running dry between launches is
+//! charged the daemon's mean per launch, which misjudges kernels far from the mean.
 
 use super::admission::{Admission, Kind, now_ns};
 use super::events::Pool;
@@ -83,6 +89,9 @@ struct Open {
     per_ticks: u64,
     /// Monotonic ns just before its first launch was submitted.
     first_ns: u64,
+    /// Whether it began right after a recorded end on its stream (so that its span starts at its first
+    /// kernel): only such a batch is measured.
+    anchored: bool,
 }
 
 /// What a thread knows of one stream it launches on.
@@ -98,6 +107,9 @@ struct Stream {
     per_ticks: u64,
     /// Launches since one was last measured on its own.
     since_probe: u16,
+    /// Whether the thread's last work there is followed by a recorded event (nothing since was settled
+    /// at its estimate).
+    anchored: bool,
     batch: Option<Open>,
 }
 
@@ -127,9 +139,9 @@ fn same(s: &Stream, pool: &Pool, stream: usize, kind: Kind) -> bool {
     std::ptr::eq(s.pool, pool) && s.stream == stream && s.kind == kind
 }
 
-/// Launches through `submit` (under the soft-mode hold) as part of the calling thread's batch on `stream` (of context `pool`, device
-/// `device`), opening one if the stream is busy with the thread's work; `Err(submit)` when the launch is
-/// to be measured on its own instead (then [`measured`] is to be told). Only for a gate that is
+/// Launches through `submit` (under the soft-mode hold) as part of the calling thread's batch on `stream`
+/// (of context `pool`, device `device`), opening one if there is none; `Err(submit)` when the launch is to
+/// be measured on its own instead (then [`measured`] is to be told). Only for a gate that is
 /// [batching](Gate::batching).
 pub fn launch<F: FnOnce() -> Status>(
     gate: &'static Gate,
@@ -144,8 +156,8 @@ pub fn launch<F: FnOnce() -> Status>(
         return Err(submit);
     };
     let b = match b {
-        Some(b) => b,
-        None => match open(gate, device, kind) {
+        Ok(b) => b,
+        Err(anchored) => match open(gate, device, kind, anchored) {
             Some(b) => b,
             None => return Err(submit),
         },
@@ -157,7 +169,9 @@ pub fn launch<F: FnOnce() -> Status>(
     let status = res.err().unwrap_or(0);
     LOCAL.with_borrow_mut(|l| {
         let entry = l.entry;
-        let Some(s) = l.streams[slot].as_mut().filter(|s| same(s, pool, stream, kind)) else { return };
+        let Some(s) = l.streams[slot].as_mut().filter(|s| same(s, pool, stream, kind)) else {
+            return settle(gate, b, entry);
+        };
         let mut b = b;
         if status == 0 {
             b.n += 1;
@@ -168,7 +182,9 @@ pub fn launch<F: FnOnce() -> Status>(
             TABLE[e].last_tick.store(t, Ordering::Relaxed);
         }
         s.batch = if b.n >= b.cap {
+            // Measured if it began at a recorded end; otherwise its event only marks where the next begins.
             close(gate, pool, stream, kind, b, entry, before);
+            s.anchored = true;
             None
         } else if b.n == 0 {
             // Its only launch failed: nothing to keep.
@@ -181,17 +197,18 @@ pub fn launch<F: FnOnce() -> Status>(
     Ok(res)
 }
 
-/// The slot of the thread's state for the stream and its open batch if the launch may join it (`None`
-/// inside: a batch is to be opened); `None` when the launch is to be measured on its own (the thread has
-/// not measured one on the stream yet, or it is time for a probe). Settles a batch that cannot go on.
+/// The slot of the thread's state for the stream and its open batch if the launch may join it (`Err`
+/// inside: a batch is to be opened, anchored or not); `None` when the launch is to be measured on its own
+/// (the thread has not measured one on the stream yet, or it is time for a probe). Settles a batch that
+/// cannot go on.
 fn joinable(
-    gate: &Gate,
+    gate: &'static Gate,
     l: &mut Local,
-    pool: &Pool,
+    pool: &'static Pool,
     stream: usize,
     kind: Kind,
     t: u64,
-) -> Option<(usize, Option<Open>)> {
+) -> Option<(usize, Result<Open, bool>)> {
     let entry = match l.entry {
         Some(e) => e,
         None => {
@@ -209,21 +226,26 @@ fn joinable(
         // batch's window was taken back while the thread was away. This launch starts a new one.
         Some(b) if t.saturating_add(s.per_ticks / 2) > s.busy_until || gone => {
             settle(gate, b, Some(entry));
+            s.anchored = false;
             None
         }
         b => b,
     };
     if s.since_probe >= PROBE_EVERY && batch.is_none() {
+        // The probe's span must start at its own kernel: after a marker if what came before is unmarked.
+        if !s.anchored {
+            mark(gate, pool, stream, kind);
+        }
         s.since_probe = 0;
         return None;
     }
     s.since_probe += 1;
-    Some((slot, batch))
+    Some((slot, batch.ok_or(s.anchored)))
 }
 
 /// Opens a batch for a launch of `kind` on `device`: its tokens and window for `cap` launches, if the vGPU
 /// has tokens now (a launch that would wait is measured on its own, on the path that waits).
-fn open(gate: &Gate, device: usize, kind: Kind) -> Option<Open> {
+fn open(gate: &Gate, device: usize, kind: Kind, anchored: bool) -> Option<Open> {
     let per = gate.estimate(kind);
     // Half the window: the next batch can be admitted while this one runs, so the device never waits for
     // the measurement of one to start on the next.
@@ -237,7 +259,7 @@ fn open(gate: &Gate, device: usize, kind: Kind) -> Option<Open> {
     let entry = LOCAL.with_borrow(|l| l.entry)?;
     TABLE[entry].window.fetch_add(reserved.window, Ordering::AcqRel);
     TABLE[entry].last_tick.store(ticks::source().now(), Ordering::Relaxed);
-    Some(Open { reserved, cap, n: 0, per, per_ticks, first_ns })
+    Some(Open { reserved, cap, n: 0, per, per_ticks, first_ns, anchored })
 }
 
 /// `ns` on the tick clock (0 while it is not calibrated: then no batch outlives its first launch).
@@ -253,7 +275,8 @@ fn take_window(b: &Open, entry: Option<usize>) -> i64 {
     prev.map_or(0, |x| x.min(w).max(0))
 }
 
-/// Closes batch `b` at its last launch with an end event, for the measurement thread to publish; settled
+/// Closes batch `b` at its last launch with an end event, for the measurement thread to publish if the
+/// batch is anchored (otherwise it is settled at its estimate and the event is a marker); settled
 /// unmeasured if no event can be had.
 fn close(
     gate: &'static Gate,
@@ -271,11 +294,35 @@ fn close(
     }
     let window = take_window(&b, entry);
     let admission = gate.used(&b.reserved, b.per, b.n, window);
+    if !b.anchored {
+        gate.settle_unmeasured(&admission);
+        return push_marker(gate, pool, stream, kind, event);
+    }
     let held_up = now_ns() - submitted > HELD_UP_NS;
-    let item = Item { pool, event, stream, admission, kind, launched_ns: b.first_ns, held_up, launches: b.n as u16 };
+    let launches = b.n as u16;
+    let item = Item { pool, event, stream, admission, kind, launched_ns: b.first_ns, held_up, launches };
     if let Err(item) = feedback::push(gate, item) {
         item.pool.release(item.event);
         gate.settle_unmeasured(&item.admission);
+    }
+}
+
+/// Records a marker on `stream`: an event the measurement thread only notes as the end of the stream's
+/// work so far, where the next measured launch's span begins.
+fn mark(gate: &'static Gate, pool: &'static Pool, stream: usize, kind: Kind) {
+    let Some(event) = pool.acquire() else { return };
+    if !pool.record(event, stream as tessera_ffi::sys::CUstream) {
+        return pool.release(event);
+    }
+    push_marker(gate, pool, stream, kind, event);
+}
+
+/// Hands recorded event `event` to the measurement thread as a marker.
+fn push_marker(gate: &'static Gate, pool: &'static Pool, stream: usize, kind: Kind, event: usize) {
+    let admission = Admission { device: pool.site.device, estimate: 0, charged: 0, window: 0 };
+    let item = Item { pool, event, stream, admission, kind, launched_ns: now_ns(), held_up: false, launches: 0 };
+    if let Err(item) = feedback::push(gate, item) {
+        item.pool.release(item.event);
     }
 }
 
@@ -296,6 +343,7 @@ pub fn measured(gate: &Gate, pool: &'static Pool, stream: usize, kind: Kind, per
         if let Some(s) = l.streams.iter_mut().flatten().find(|s| same(s, pool, stream, kind)) {
             s.busy_until = s.busy_until.max(t).saturating_add(per_ticks);
             s.per_ticks = per_ticks;
+            s.anchored = true;
             return;
         }
         let i = l.next;
@@ -304,7 +352,16 @@ pub fn measured(gate: &Gate, pool: &'static Pool, stream: usize, kind: Kind, per
         if let Some(b) = l.streams[i].and_then(|s| s.batch) {
             settle(gate, b, l.entry);
         }
-        l.streams[i] = Some(Stream { pool, stream, kind, busy_until: until, per_ticks, since_probe: 0, batch: None });
+        l.streams[i] = Some(Stream {
+            pool,
+            stream,
+            kind,
+            busy_until: until,
+            per_ticks,
+            since_probe: 0,
+            anchored: true,
+            batch: None,
+        });
     });
 }
 

@@ -55,7 +55,8 @@ pub struct Item {
     /// The launching thread was held up around the launch (see `HELD_UP_NS`): its span may hold host
     /// time besides the kernel's, so it is charged at most its estimate.
     pub held_up: bool,
-    /// Launches it measures: 1, or a [batch](super::batch)'s.
+    /// Launches it measures: 1, or a [batch](super::batch)'s; 0 for a marker, whose end only tells where
+    /// the next measured launch on its stream begins (its launches are settled already).
     pub launches: u16,
 }
 
@@ -197,6 +198,11 @@ fn run(gate: &'static Gate) {
         // it there had ended (on an idle stream, the host's time before the submission is not the
         // kernel's; the device may even run other work meanwhile).
         let previous = ends.swap(&item, end);
+        if item.launches == 0 {
+            // A marker: only where the stream's next measured launch begins.
+            item.pool.release(item.event);
+            continue;
+        }
         let start = previous.map_or(item.launched_ns, |e| e.max(item.launched_ns)).min(end);
         // Queued behind the stream's previous launch: its span is its kernel's alone, without the latency
         // of starting an idle stream.
