@@ -76,3 +76,23 @@ fn a_lone_vgpu_measured_in_batches_and_then_beside_another_is_charged_what_it_ra
     // As `daemon::each_vgpu_is_charged_the_device_time_its_kernels_took_not_their_stream_time`: within 10%.
     charged_as_ran(&m, "b", ran(&b), 0.10);
 }
+
+#[test]
+fn a_batch_left_open_by_an_idle_process_does_not_keep_its_vgpu_busy() {
+    let mut m = Machine::new("batches-stale", "small");
+    m.start();
+    m.ok(&["vgpu", "create", "a", "--device", "0", "--memory", "1GiB", "--share", "50"]);
+    m.ok(&["vgpu", "create", "b", "--device", "0", "--memory", "1GiB", "--share", "50"]);
+    // a alone: bursts of 40 short kernels (batched), each waited for, then 800 ms idle with its process
+    // alive and its last batch open. b, started in a's first gap, must get the device a leaves idle: were a's
+    // open batch still counted in its window, a would look busy all along and b be held to its 50%.
+    let bursts = ["arrivals", "--ns", "20us", "--burst", "40", "--count", "2", "--gap", "800ms"];
+    let a = m.tenant("a", &bursts).env("SIMGPU_ENGINE_TRACE", m.file("a.trace")).spawn().expect("spawn a");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let b = report(
+        m.tenant("b", &["saturate", "--ns", "500us", "--seconds", "0.5", "--depth", "4"]).spawn().expect("spawn b"),
+    );
+    let _ = report(a);
+    let got = u64_at(&b, "engine_ns") as f64 / u64_at(&b, "wall_ns") as f64;
+    assert!(got > 0.75, "b got {:.1}% of the engine while a idled: a looked busy ({b})", got * 100.0);
+}
