@@ -549,4 +549,52 @@ mod tests {
         gate.settle(&a, Kind::Kernel, 300, 1);
         assert_eq!(s.inflight_ns.load(Ordering::Relaxed), 0);
     }
+
+    #[test]
+    fn a_batch_reserves_for_all_its_launches_and_gives_back_what_it_did_not_use() {
+        let region: &'static Region = zeroed();
+        let v = &region.vgpus[2];
+        let s = &v.live.sched;
+        s.tokens.store(1_000_000, Ordering::Relaxed);
+        let gate = Gate::new(v, Some(region), None, &v.live.procs[0]);
+        // Not managed, not alone, or the daemon silent: no batches.
+        assert!(!gate.batching() && gate.reserve(0, 10_000, 8).is_none());
+        v.config.flags.store(flags::MANAGED | flags::ALONE, Ordering::Relaxed);
+        assert!(gate.batching());
+        assert!(gate.reserve(0, 10_000, 8).is_none(), "nobody would charge its span");
+        region.daemon.heartbeat_ns.store(now_ns(), Ordering::Relaxed);
+        let r = gate.reserve(0, 10_000, 8).expect("tokens and window for 8 launches");
+        assert_eq!((r.charged, r.window), (80_000, 80_000));
+        assert_eq!((s.tokens.load(Ordering::Relaxed), s.inflight_ns.load(Ordering::Relaxed)), (920_000, 80_000));
+        // 3 launches made: the other 5 launches' tokens go back at once; the window stays until settled.
+        let used = gate.used(&r, 10_000, 3, r.window);
+        assert_eq!((used.estimate, used.charged, used.window), (30_000, 30_000, 80_000));
+        assert_eq!(s.tokens.load(Ordering::Relaxed), 970_000);
+        assert_eq!(s.launches.load(Ordering::Relaxed), 3);
+        gate.settle_unmeasured(&used);
+        assert_eq!((s.inflight_ns.load(Ordering::Relaxed), s.device_ns.load(Ordering::Relaxed)), (0, 30_000));
+        // A suspended or `high` vGPU does not batch.
+        v.config.flags.store(flags::MANAGED | flags::ALONE | flags::SUSPENDED, Ordering::Relaxed);
+        assert!(!gate.batching());
+        v.config.flags.store(flags::MANAGED | flags::ALONE, Ordering::Relaxed);
+        v.config.priority.store(priority::HIGH, Ordering::Relaxed);
+        assert!(!gate.batching());
+    }
+
+    #[test]
+    fn the_gap_estimate_is_the_lower_of_the_charged_and_the_back_to_back_one() {
+        let v: &VgpuSlot = zeroed();
+        v.config.flags.store(flags::MANAGED, Ordering::Relaxed);
+        let gate = Gate::new(v, None, None, &v.live.procs[0]);
+        assert_eq!(gate.gap_estimate(Kind::Kernel), INITIAL_ESTIMATE_NS);
+        gate.learn_single(Kind::Kernel, 300_000, false);
+        assert_eq!(gate.gap_estimate(Kind::Kernel), INITIAL_ESTIMATE_NS, "the charged estimate is lower");
+        gate.learn_single(Kind::Kernel, 9_000, false);
+        assert_eq!(gate.singles[0].get(), 300_000, "a launch on an idle stream only seeds it");
+        gate.learn_single(Kind::Kernel, 20_000, true);
+        assert_eq!(gate.singles[0].get(), 300_000 + (20_000 - 300_000) / EWMA_DIVISOR, "back to back: learnt");
+        assert_eq!(gate.gap_estimate(Kind::Kernel), INITIAL_ESTIMATE_NS);
+        v.live.sched.charged_ns[0].store(5_000, Ordering::Relaxed);
+        assert_eq!(gate.gap_estimate(Kind::Kernel), 5_000);
+    }
 }
