@@ -68,7 +68,7 @@ struct Entry {
     state: AtomicU32,
     /// Window (ns) the thread's open batches hold; 0 once taken back.
     window: AtomicI64,
-    /// Monotonic ns of the thread's last batch opened, or tick of its last launch in one (`last_tick`).
+    /// Tick (see [`ticks`]) of the thread's last launch in a batch.
     last_tick: AtomicU64,
 }
 
@@ -152,55 +152,74 @@ pub fn launch<F: FnOnce() -> Status>(
     submit: F,
 ) -> Result<Res, F> {
     let t = ticks::source().now();
-    let Some((slot, b)) = LOCAL.with_borrow_mut(|l| joinable(gate, l, pool, stream, kind, t)) else {
-        return Err(submit);
-    };
-    let b = match b {
-        Ok(b) => b,
-        Err(anchored) => match open(gate, device, kind, anchored) {
-            Some(b) => b,
-            None => return Err(submit),
-        },
-    };
+    let mut submit = Some(submit);
+    // One borrow for the whole launch: the driver's launch never calls back into the shim's.
+    let launched = LOCAL.try_with(|cell| {
+        let mut l = cell.try_borrow_mut().ok()?;
+        in_batch(gate, &mut l, Launch { pool, device, stream, kind, t }, &mut submit)
+    });
+    match (launched, submit) {
+        (Ok(Some(res)), _) => Ok(res),
+        (_, Some(submit)) => Err(submit),
+        // Unreachable: `in_batch` takes `submit` only when it returns its result.
+        (_, None) => Ok(Err(crate::guard::UNKNOWN)),
+    }
+}
+
+/// One launch offered to a batch.
+#[derive(Clone, Copy)]
+struct Launch {
+    pool: &'static Pool,
+    device: usize,
+    stream: usize,
+    kind: Kind,
+    /// Its tick.
+    t: u64,
+}
+
+/// [`launch`] with the thread's state borrowed: `None`, with `submit` untouched, when the launch is to be
+/// measured on its own.
+fn in_batch<F: FnOnce() -> Status>(
+    gate: &'static Gate,
+    l: &mut Local,
+    at: Launch,
+    submit: &mut Option<F>,
+) -> Option<Res> {
+    let Launch { pool, device, stream, kind, t } = at;
+    let (slot, entry) = joinable(gate, l, pool, stream, kind, t)?;
+    let s = l.streams[slot].as_mut()?;
+    if s.batch.is_none() {
+        s.batch = Some(open(gate, device, kind, s.anchored, entry)?);
+    }
+    let b = s.batch.as_mut()?;
     // The closing launch's submission is timed: a thread held up until its end event is recorded may have
     // let the stream run dry.
     let before = if b.n + 1 >= b.cap { now_ns() } else { 0 };
-    let res = crate::soft::around(submit);
-    let status = res.err().unwrap_or(0);
-    LOCAL.with_borrow_mut(|l| {
-        let entry = l.entry;
-        let Some(s) = l.streams[slot].as_mut().filter(|s| same(s, pool, stream, kind)) else {
-            return settle(gate, b, entry);
-        };
-        let mut b = b;
-        if status == 0 {
-            b.n += 1;
-            s.busy_until = s.busy_until.max(t).saturating_add(b.per_ticks);
-            s.per_ticks = b.per_ticks;
+    let res = crate::soft::around(submit.take()?);
+    if res.is_ok() {
+        b.n += 1;
+        s.busy_until = s.busy_until.max(t).saturating_add(b.per_ticks);
+        s.per_ticks = b.per_ticks;
+        TABLE[entry].last_tick.store(t, Ordering::Relaxed);
+    }
+    if b.n >= b.cap {
+        // Measured if it began at a recorded end; otherwise its event only marks where the next begins.
+        if let Some(b) = s.batch.take() {
+            close(gate, pool, stream, kind, b, Some(entry), before);
         }
-        if let Some(e) = entry {
-            TABLE[e].last_tick.store(t, Ordering::Relaxed);
+        s.anchored = true;
+    } else if b.n == 0 {
+        // Its only launch failed: nothing to keep.
+        if let Some(b) = s.batch.take() {
+            settle(gate, b, Some(entry));
         }
-        s.batch = if b.n >= b.cap {
-            // Measured if it began at a recorded end; otherwise its event only marks where the next begins.
-            close(gate, pool, stream, kind, b, entry, before);
-            s.anchored = true;
-            None
-        } else if b.n == 0 {
-            // Its only launch failed: nothing to keep.
-            settle(gate, b, entry);
-            None
-        } else {
-            Some(b)
-        };
-    });
-    Ok(res)
+    }
+    Some(res)
 }
 
-/// The slot of the thread's state for the stream and its open batch if the launch may join it (`Err`
-/// inside: a batch is to be opened, anchored or not); `None` when the launch is to be measured on its own
-/// (the thread has not measured one on the stream yet, or it is time for a probe). Settles a batch that
-/// cannot go on.
+/// The slot of the thread's state for the stream, and the thread's table entry, if the launch may go in a
+/// batch there (the open one, or one to open); `None` when it is to be measured on its own (the thread has
+/// not measured one on the stream yet, or it is time for a probe). Settles a batch that cannot go on.
 fn joinable(
     gate: &'static Gate,
     l: &mut Local,
@@ -208,7 +227,7 @@ fn joinable(
     stream: usize,
     kind: Kind,
     t: u64,
-) -> Option<(usize, Result<Open, bool>)> {
+) -> Option<(usize, usize)> {
     let entry = match l.entry {
         Some(e) => e,
         None => {
@@ -217,21 +236,18 @@ fn joinable(
             e
         }
     };
-    let slot = l.streams.iter().position(|s| s.is_some_and(|s| same(&s, pool, stream, kind)))?;
+    let slot = l.streams.iter().position(|s| s.as_ref().is_some_and(|s| same(s, pool, stream, kind)))?;
     let s = l.streams[slot].as_mut()?;
-    let batch = s.batch.take();
-    let gone = TABLE[entry].window.load(Ordering::Relaxed) <= 0;
-    let batch = match batch {
+    if let Some(b) = s.batch {
         // The stream may have run dry after the batch's last launch, whose end no event marks; or the
         // batch's window was taken back while the thread was away. This launch starts a new one.
-        Some(b) if t.saturating_add(s.per_ticks / 2) > s.busy_until || gone => {
+        if t.saturating_add(s.per_ticks / 2) > s.busy_until || TABLE[entry].window.load(Ordering::Relaxed) <= 0 {
+            s.batch = None;
             settle(gate, b, Some(entry));
             s.anchored = false;
-            None
         }
-        b => b,
-    };
-    if s.since_probe >= PROBE_EVERY && batch.is_none() {
+    }
+    if s.since_probe >= PROBE_EVERY && s.batch.is_none() {
         // The probe's span must start at its own kernel: after a marker if what came before is unmarked.
         if !s.anchored {
             mark(gate, pool, stream, kind);
@@ -240,12 +256,12 @@ fn joinable(
         return None;
     }
     s.since_probe += 1;
-    Some((slot, batch.ok_or(s.anchored)))
+    Some((slot, entry))
 }
 
 /// Opens a batch for a launch of `kind` on `device`: its tokens and window for `cap` launches, if the vGPU
 /// has tokens now (a launch that would wait is measured on its own, on the path that waits).
-fn open(gate: &Gate, device: usize, kind: Kind, anchored: bool) -> Option<Open> {
+fn open(gate: &Gate, device: usize, kind: Kind, anchored: bool, entry: usize) -> Option<Open> {
     let per = gate.estimate(kind);
     // Half the window: the next batch can be admitted while this one runs, so the device never waits for
     // the measurement of one to start on the next.
@@ -256,7 +272,6 @@ fn open(gate: &Gate, device: usize, kind: Kind, anchored: bool) -> Option<Open> 
     let per_ticks = ticks::source().ns_to_ticks(gate.gap_estimate(kind) as u64, now_ns())?;
     let reserved = gate.reserve(device, per, cap)?;
     let first_ns = now_ns();
-    let entry = LOCAL.with_borrow(|l| l.entry)?;
     TABLE[entry].window.fetch_add(reserved.window, Ordering::AcqRel);
     TABLE[entry].last_tick.store(ticks::source().now(), Ordering::Relaxed);
     Some(Open { reserved, cap, n: 0, per, per_ticks, first_ns, anchored })
