@@ -96,15 +96,3 @@ fn a_batch_left_open_by_an_idle_process_does_not_keep_its_vgpu_busy() {
     let got = u64_at(&b, "engine_ns") as f64 / u64_at(&b, "wall_ns") as f64;
     assert!(got > 0.75, "b got {:.1}% of the engine while a idled: a looked busy ({b})", got * 100.0);
 }
-
-#[test]
-fn xx_perf() {
-    let mut m = Machine::new("batches-xx", "small");
-    m.start();
-    m.ok(&["vgpu", "create", "a", "--device", "0", "--memory", "1GiB", "--share", "100"]);
-    let client = overhead_client();
-    let client = client.to_str().expect("a UTF-8 path");
-    let args = ["run", "--vgpu", "a", "--", "perf", "record", "-F", "20000", "-o", "/tmp/perf.data", "--", client, "--launches", "100000", "--pairs", "1", "--batch", "100"];
-    let out = m.command(&args).output().expect("run the overhead client");
-    eprintln!("{}", String::from_utf8_lossy(&out.stdout));
-}
