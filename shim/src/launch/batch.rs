@@ -118,6 +118,8 @@ struct Local {
     streams: [Option<Stream>; STREAMS],
     /// Next slot of `streams` to reuse.
     next: usize,
+    /// The slot last launched on in a batch (looked at first).
+    last: usize,
     entry: Option<usize>,
 }
 
@@ -132,7 +134,7 @@ impl Drop for Local {
 
 thread_local! {
     static LOCAL: RefCell<Local> =
-        const { RefCell::new(Local { streams: [None; STREAMS], next: 0, entry: None }) };
+        const { RefCell::new(Local { streams: [None; STREAMS], next: 0, last: 0, entry: None }) };
 }
 
 fn same(s: &Stream, pool: &Pool, stream: usize, kind: Kind) -> bool {
@@ -186,7 +188,11 @@ fn in_batch<F: FnOnce() -> Status>(
     submit: &mut Option<F>,
 ) -> Option<Res> {
     let Launch { pool, device, stream, kind, t } = at;
+    if let Some(res) = joined(l, at, submit) {
+        return Some(res);
+    }
     let (slot, entry) = joinable(gate, l, pool, stream, kind, t)?;
+    l.last = slot;
     let s = l.streams[slot].as_mut()?;
     if s.batch.is_none() {
         s.batch = Some(open(gate, device, kind, s.anchored, entry)?);
@@ -213,6 +219,32 @@ fn in_batch<F: FnOnce() -> Status>(
         if let Some(b) = s.batch.take() {
             settle(gate, b, Some(entry));
         }
+    }
+    Some(res)
+}
+
+/// The common case, on the thread's last stream: its batch is open, has room after this launch, the stream
+/// is busy and no probe is due; `None`, with nothing done, otherwise.
+#[inline]
+fn joined<F: FnOnce() -> Status>(l: &mut Local, at: Launch, submit: &mut Option<F>) -> Option<Res> {
+    let entry = l.entry?;
+    let s = l.streams[l.last].as_mut()?;
+    let room = s.batch.as_ref().is_some_and(|b| b.n + 1 < b.cap);
+    let ready = room
+        && same(s, at.pool, at.stream, at.kind)
+        && at.t.saturating_add(s.per_ticks / 2) <= s.busy_until
+        && s.since_probe < PROBE_EVERY
+        && TABLE[entry].window.load(Ordering::Relaxed) > 0;
+    if !ready {
+        return None;
+    }
+    let res = crate::soft::around(submit.take()?);
+    if res.is_ok() {
+        let b = s.batch.as_mut()?;
+        b.n += 1;
+        s.busy_until = s.busy_until.max(at.t).saturating_add(b.per_ticks);
+        s.since_probe += 1;
+        TABLE[entry].last_tick.store(at.t, Ordering::Relaxed);
     }
     Some(res)
 }
