@@ -53,6 +53,12 @@ fn snapshot(query: impl FnOnce() -> (Option<u64>, Option<usize>)) -> Snapshot {
     fresh
 }
 
+/// The process-wide generation: an answer obtained while it had this value holds for as long as it keeps it.
+#[inline]
+pub fn generation() -> u64 {
+    GENERATION.load(Ordering::Acquire)
+}
+
 /// The calling thread's current context handle; `None` when none is current. Equivalent to
 /// [`driver::current_context`], without a driver call while nothing changed contexts.
 pub fn current_context() -> Option<u64> {

@@ -105,6 +105,9 @@ struct Stream {
     /// Latest estimate of one launch there, in ticks: a launch joins a batch only while at least half of
     /// one is estimated to be still queued ahead of it.
     per_ticks: u64,
+    /// The context generation ([`crate::current::generation`]) `pool` was found at: while it holds, the
+    /// thread's current context is still `pool`'s.
+    generation: u64,
     /// Launches since one was last measured on its own.
     since_probe: u16,
     /// Whether the thread's last work there is followed by a recorded event (nothing since was settled
@@ -142,23 +145,25 @@ fn same(s: &Stream, pool: &Pool, stream: usize, kind: Kind) -> bool {
 }
 
 /// Launches through `submit` (under the soft-mode hold) as part of the calling thread's batch on `stream`
-/// (of context `pool`, device `device`), opening one if there is none; `Err(submit)` when the launch is to
+/// (of context pool `site.0`, found at context generation `site.1`, device `device`), opening one if there
+/// is none; `Err(submit)` when the launch is to
 /// be measured on its own instead (then [`measured`] is to be told). Only for a gate that is
 /// [batching](Gate::batching).
 pub fn launch<F: FnOnce() -> Status>(
     gate: &'static Gate,
-    pool: &'static Pool,
+    site: (&'static Pool, u64),
     device: usize,
     stream: usize,
     kind: Kind,
     submit: F,
 ) -> Result<Res, F> {
     let t = ticks::source().now();
+    let (pool, generation) = site;
     let mut submit = Some(submit);
     // One borrow for the whole launch: the driver's launch never calls back into the shim's.
     let launched = LOCAL.try_with(|cell| {
         let mut l = cell.try_borrow_mut().ok()?;
-        in_batch(gate, &mut l, Launch { pool, device, stream, kind, t }, &mut submit)
+        in_batch(gate, &mut l, Launch { pool, device, stream, kind, t, generation }, &mut submit)
     });
     match (launched, submit) {
         (Ok(Some(res)), _) => Ok(res),
@@ -177,6 +182,8 @@ struct Launch {
     kind: Kind,
     /// Its tick.
     t: u64,
+    /// The context generation its pool was found at.
+    generation: u64,
 }
 
 /// [`launch`] with the thread's state borrowed: `None`, with `submit` untouched, when the launch is to be
@@ -187,13 +194,11 @@ fn in_batch<F: FnOnce() -> Status>(
     at: Launch,
     submit: &mut Option<F>,
 ) -> Option<Res> {
-    let Launch { pool, device, stream, kind, t } = at;
-    if let Some(res) = joined(l, at, submit) {
-        return Some(res);
-    }
+    let Launch { pool, device, stream, kind, t, generation } = at;
     let (slot, entry) = joinable(gate, l, pool, stream, kind, t)?;
     l.last = slot;
     let s = l.streams[slot].as_mut()?;
+    s.generation = generation;
     if s.batch.is_none() {
         s.batch = Some(open(gate, device, kind, s.anchored, entry)?);
     }
@@ -223,30 +228,46 @@ fn in_batch<F: FnOnce() -> Status>(
     Some(res)
 }
 
-/// The common case, on the thread's last stream: its batch is open, has room after this launch, the stream
-/// is busy and no probe is due; `None`, with nothing done, otherwise.
+/// The common case, tried before anything else: a launch on the stream the thread last launched on in a
+/// batch, nothing having changed contexts since (so the same context and device), its batch open with room
+/// after this launch, the stream busy and no probe due. `Err(submit)`, with nothing done, otherwise.
 #[inline]
-fn joined<F: FnOnce() -> Status>(l: &mut Local, at: Launch, submit: &mut Option<F>) -> Option<Res> {
-    let entry = l.entry?;
-    let s = l.streams[l.last].as_mut()?;
-    let room = s.batch.as_ref().is_some_and(|b| b.n + 1 < b.cap);
-    let ready = room
-        && same(s, at.pool, at.stream, at.kind)
-        && at.t.saturating_add(s.per_ticks / 2) <= s.busy_until
-        && s.since_probe < PROBE_EVERY
-        && TABLE[entry].window.load(Ordering::Relaxed) > 0;
-    if !ready {
-        return None;
+pub fn fast<F: FnOnce() -> Status>(stream: usize, kind: Kind, submit: F) -> Result<Res, F> {
+    let t = ticks::source().now();
+    let generation = crate::current::generation();
+    let mut submit = Some(submit);
+    let launched = LOCAL.try_with(|cell| {
+        let mut l = cell.try_borrow_mut().ok()?;
+        let entry = l.entry?;
+        let last = l.last;
+        let s = l.streams[last].as_mut()?;
+        let room = s.batch.as_ref().is_some_and(|b| b.n + 1 < b.cap);
+        let ready = room
+            && s.stream == stream
+            && s.kind == kind
+            && s.generation == generation
+            && t.saturating_add(s.per_ticks / 2) <= s.busy_until
+            && s.since_probe < PROBE_EVERY
+            && TABLE[entry].window.load(Ordering::Relaxed) > 0;
+        if !ready {
+            return None;
+        }
+        let res = crate::soft::around(submit.take()?);
+        if res.is_ok() {
+            let b = s.batch.as_mut()?;
+            b.n += 1;
+            s.busy_until = s.busy_until.max(t).saturating_add(b.per_ticks);
+            s.since_probe += 1;
+            TABLE[entry].last_tick.store(t, Ordering::Relaxed);
+        }
+        Some(res)
+    });
+    match (launched, submit) {
+        (Ok(Some(res)), _) => Ok(res),
+        (_, Some(submit)) => Err(submit),
+        // Unreachable: `submit` is taken only when the launch's result is returned.
+        (_, None) => Ok(Err(crate::guard::UNKNOWN)),
     }
-    let res = crate::soft::around(submit.take()?);
-    if res.is_ok() {
-        let b = s.batch.as_mut()?;
-        b.n += 1;
-        s.busy_until = s.busy_until.max(at.t).saturating_add(b.per_ticks);
-        s.since_probe += 1;
-        TABLE[entry].last_tick.store(at.t, Ordering::Relaxed);
-    }
-    Some(res)
 }
 
 /// The slot of the thread's state for the stream, and the thread's table entry, if the launch may go in a
@@ -405,6 +426,8 @@ pub fn measured(gate: &Gate, pool: &'static Pool, stream: usize, kind: Kind, per
             kind,
             busy_until: until,
             per_ticks,
+            // Never a generation: the fast path waits for the next launch here to be looked up in full.
+            generation: 0,
             since_probe: 0,
             anchored: true,
             batch: None,

@@ -129,6 +129,17 @@ fn gated<const PER_THREAD: bool>(stream: CUstream, kind: Kind, real: impl FnOnce
     if capture::capturing(stream) != Some(false) {
         return status(real());
     }
+    let batching = gate.batching();
+    let real = if batching {
+        match batch::fast(stream as usize, kind, real) {
+            Ok(res) => return res,
+            Err(real) => real,
+        }
+    } else {
+        real
+    };
+    // Read before the pool is looked up: a context change after it makes the pool's generation stale.
+    let generation = crate::current::generation();
     let pool = events::current();
     let Some(device) = pool.map(|p| p.site.device).or_else(|| crate::current::current_site().map(|s| s.device)) else {
         // No current context: the driver refuses the launch itself.
@@ -137,9 +148,9 @@ fn gated<const PER_THREAD: bool>(stream: CUstream, kind: Kind, real: impl FnOnce
     if !gate.governs(device) {
         return crate::soft::around(real);
     }
-    let batching = pool.filter(|_| gate.batching());
+    let batching = pool.filter(|_| batching);
     let real = match batching {
-        Some(pool) => match batch::launch(gate, pool, device, stream as usize, kind, real) {
+        Some(pool) => match batch::launch(gate, (pool, generation), device, stream as usize, kind, real) {
             Ok(res) => return res,
             Err(real) => real,
         },
