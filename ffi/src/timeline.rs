@@ -42,7 +42,8 @@ pub struct Entry {
     /// Tokens its launch took from the bucket (its estimate; 0 when the vGPU is not token-limited): the
     /// daemon gives them back when it charges the device time.
     pub charged: AtomicI64,
-    /// What was launched (0: a kernel, 1: a graph).
+    /// What was launched (low 16 bits: 0 a kernel, 1 a graph) and how many launches the record covers
+    /// (high 16 bits, less one: the launches of a batch measured as one span, see [`Record::launches`]).
     pub kind: AtomicU32,
     /// 0 when the span is the kernel's (see [`Record::bound_ns`]); otherwise the most it may be charged.
     /// Written as zero by shims before this field had a meaning (same layout version).
@@ -72,7 +73,11 @@ pub struct Record {
     /// Tokens its launch took (0: not token-limited).
     pub charged: i64,
     /// What was launched (0: a kernel, 1: a graph).
-    pub kind: u32,
+    pub kind: u16,
+    /// Launches the span covers (at least 1): launches of one stream that followed each other with the
+    /// stream never idle in between, measured as one span (a batch), so that the daemon's estimate of one
+    /// launch is the span's device time over this count.
+    pub launches: u16,
     /// 0: the span holds only the kernel and its wait for the engine. Otherwise the launching thread was
     /// held up between submitting the launch and recording its end event (preempted, say), so the span
     /// may run on after the kernel ended (or start before it was submitted) by host time the kernel did
@@ -111,7 +116,7 @@ impl Timeline {
             e.start_ns.store(r.start_ns, Ordering::Relaxed);
             e.end_ns.store(r.end_ns, Ordering::Relaxed);
             e.charged.store(r.charged, Ordering::Relaxed);
-            e.kind.store(r.kind, Ordering::Relaxed);
+            e.kind.store(u32::from(r.kind) | u32::from(r.launches.max(1) - 1) << 16, Ordering::Relaxed);
             e.bound_ns.store(r.bound_ns, Ordering::Relaxed);
             e.seq.store(claim + 1, Ordering::Release);
             true
@@ -129,11 +134,13 @@ impl Timeline {
         if before > want {
             return Slot::Lost;
         }
+        let kind = e.kind.load(Ordering::Relaxed);
         let r = Record {
             start_ns: e.start_ns.load(Ordering::Relaxed),
             end_ns: e.end_ns.load(Ordering::Relaxed),
             charged: e.charged.load(Ordering::Relaxed),
-            kind: e.kind.load(Ordering::Relaxed),
+            kind: kind as u16,
+            launches: (kind >> 16) as u16 + 1,
             bound_ns: e.bound_ns.load(Ordering::Relaxed),
         };
         // Orders the field loads before the second look at `seq`: a field a later writer wrote means `seq`
@@ -212,8 +219,8 @@ mod tests {
         Box::leak(unsafe { Box::<Timeline>::new_zeroed().assume_init() })
     }
 
-    fn rec(n: u64, kind: u32) -> Record {
-        Record { start_ns: n, end_ns: n * 3 + 1, charged: -(n as i64), kind, bound_ns: n as u32 }
+    fn rec(n: u64, kind: u16) -> Record {
+        Record { start_ns: n, end_ns: n * 3 + 1, charged: -(n as i64), kind, launches: 1, bound_ns: n as u32 }
     }
 
     /// Whether `r` is a record [`rec`] could have made (fields consistent with each other).
@@ -241,6 +248,12 @@ mod tests {
         let mut again = Vec::new();
         Reader::resume(t).read(t, 0, &mut again);
         assert_eq!(again, [rec(4, 1)]);
+        // A batch's launch count travels with its kind.
+        let batch = Record { launches: 32, ..rec(5, 1) };
+        assert!(t.publish(&batch));
+        let mut batches = Vec::new();
+        Reader::resume(t).read(t, 0, &mut batches);
+        assert_eq!(batches, [batch]);
     }
 
     #[test]
@@ -298,7 +311,7 @@ mod tests {
                 std::thread::spawn(move || {
                     let mut dropped = 0;
                     for n in 0..EACH {
-                        if !t.publish(&rec(w * EACH + n + 1, w as u32)) {
+                        if !t.publish(&rec(w * EACH + n + 1, w as u16)) {
                             dropped += 1;
                         }
                     }
@@ -338,7 +351,7 @@ mod tests {
         assert!(out.iter().all(|r| r.kind as u64 == (r.start_ns - 1) / EACH), "a record under the wrong writer");
         // Each writer's records arrive in its own order.
         for w in 0..WRITERS as u32 {
-            let mine: Vec<u64> = out.iter().filter(|r| r.kind == w).map(|r| r.start_ns).collect();
+            let mine: Vec<u64> = out.iter().filter(|r| u32::from(r.kind) == w).map(|r| r.start_ns).collect();
             assert!(mine.windows(2).all(|p| p[0] < p[1]), "writer {w}'s records out of order");
         }
         assert_eq!(t.head.load(Ordering::Relaxed), out.len() as u64 + lost, "every index read or counted lost");

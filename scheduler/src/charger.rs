@@ -72,6 +72,8 @@ impl Charger {
                 r.end_ns = r.end_ns.min(now_ns);
                 r.start_ns = r.start_ns.min(r.end_ns);
                 let ns = self.ledger.charge(i as u32, r, &mut self.changes).min(i64::MAX as u64) as i64;
+                // A batch's launches are estimated at their mean.
+                let ns = ns / i64::from(r.launches.max(1));
                 if let Some(estimate) = v.live.sched.charged_ns.get(r.kind as usize) {
                     let e = estimate.load(Ordering::Relaxed);
                     let next = if e <= 0 { ns } else { e + (ns - e) / EWMA_DIVISOR };
@@ -123,7 +125,7 @@ mod tests {
         // event) and charged a 300 µs estimate at launch.
         let kernel = |k: u64| {
             let end = MS + (k + 1) * MS / 2;
-            Record { start_ns: end - 3 * MS / 2, end_ns: end, charged: 300_000, kind: 0, bound_ns: 0 }
+            Record { start_ns: end - 3 * MS / 2, end_ns: end, charged: 300_000, kind: 0, launches: 1, bound_ns: 0 }
         };
         for k in 0..8 {
             assert!(ring((k % 2) as usize).publish(&kernel(k)));
@@ -138,14 +140,28 @@ mod tests {
         assert_eq!(ring(1).tail.load(Ordering::Relaxed), 4);
         assert_eq!(r.devices[0].charged_end_ns.load(Ordering::Relaxed), 5 * MS);
         // A daemon restarted on the region continues after what was charged.
-        assert!(ring(1).publish(&Record { start_ns: 4 * MS, end_ns: 6 * MS, charged: 0, kind: 1, bound_ns: 0 }));
+        assert!(ring(1).publish(&Record {
+            start_ns: 4 * MS,
+            end_ns: 6 * MS,
+            charged: 0,
+            kind: 1,
+            launches: 1,
+            bound_ns: 0
+        }));
         Charger::new(r, 0).charge(r, 11 * MS);
         assert_eq!(device(1), 3 * MS);
         assert_eq!(tokens(1), 4 * (300_000 - 500_000), "not token-limited: tokens untouched");
         assert_eq!(r.vgpus[1].live.sched.charged_ns[1].load(Ordering::Relaxed), MS as i64, "graphs apart");
         // A slot that is no longer a vGPU of the device is not charged.
         r.vgpus[1].config.state.store(state::FREE, Ordering::Relaxed);
-        assert!(ring(1).publish(&Record { start_ns: 6 * MS, end_ns: 7 * MS, charged: 5, kind: 0, bound_ns: 0 }));
+        assert!(ring(1).publish(&Record {
+            start_ns: 6 * MS,
+            end_ns: 7 * MS,
+            charged: 5,
+            kind: 0,
+            launches: 1,
+            bound_ns: 0
+        }));
         Charger::new(r, 0).charge(r, 12 * MS);
         assert_eq!(device(1), 3 * MS);
     }
@@ -160,13 +176,14 @@ mod tests {
         let mut charger = Charger::new(r, 0);
         let device = |i: usize| r.vgpus[i].live.sched.device_ns.load(Ordering::Relaxed);
         // The tenant of slot 20 publishes a kernel ending in a year, with an absurd estimate.
-        let forged = Record { start_ns: 0, end_ns: u64::MAX / 2, charged: i64::MIN, kind: 0, bound_ns: 0 };
+        let forged = Record { start_ns: 0, end_ns: u64::MAX / 2, charged: i64::MIN, kind: 0, launches: 1, bound_ns: 0 };
         assert!(r.vgpus[20].live.timeline.publish(&forged));
         charger.charge(r, 10 * MS);
         assert_eq!(r.devices[0].charged_end_ns.load(Ordering::Relaxed), 10 * MS, "charged up to now, not beyond");
         assert_eq!(device(20), 10 * MS, "charged to itself, up to now");
         // Its neighbour's next kernel is charged exactly its own time.
-        let honest = Record { start_ns: 11 * MS, end_ns: 12 * MS, charged: MS as i64, kind: 0, bound_ns: 0 };
+        let honest =
+            Record { start_ns: 11 * MS, end_ns: 12 * MS, charged: MS as i64, kind: 0, launches: 1, bound_ns: 0 };
         assert!(r.vgpus[21].live.timeline.publish(&honest));
         charger.charge(r, 13 * MS);
         assert_eq!((device(21), r.vgpus[21].live.sched.tokens.load(Ordering::Relaxed)), (MS, 0));

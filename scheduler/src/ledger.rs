@@ -148,6 +148,7 @@ mod tests {
                 end_ns: end_us * US,
                 charged: charged_us * US as i64,
                 kind: 0,
+                launches: 1,
                 bound_ns: 0,
             },
         )

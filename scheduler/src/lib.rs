@@ -18,6 +18,7 @@
 //! - [`paths`]: where the files are; [`daemon`]: the daemon's life; [`logger`]: its log lines, which never
 //!   hold up a thread.
 
+pub mod alone;
 pub mod audit;
 pub mod broker;
 pub mod charger;

@@ -9,7 +9,7 @@
 //! managed vGPUs from the region (clearing what processes that died left in a vGPU's window once none is
 //! left), sets the device's `high` hold from what its `high` vGPUs are doing, asks
 //! [`refill::plan`] for their grants (the whole interval, split by share), adds them to the buckets and
-//! wakes waiting launches. Between the charge and the refill, the device's [`Broker`] finds memory for
+//! wakes waiting launches; it marks which vGPU is [alone](crate::alone) on the device. Between the charge and the refill, the device's [`Broker`] finds memory for
 //! soft vGPUs whose processes wait for it (a process rings its vGPU's bell when it starts waiting), and
 //! charges them the swap-out time it costs others; while it is at work the loop keeps the 1 ms pace.
 
@@ -196,6 +196,7 @@ pub fn tick(region: &Region, device: u32, state: &mut Device, now_ns: u64, dt_ns
     let brokering = state.broker.tick(region, &members, now_ns);
     let recheck = hold(region, dev, &members, now_ns);
     let checked = &mut state.checked;
+    let mut seen_all = Vec::with_capacity(members.len());
     let (views, recent): (Vec<Vgpu>, Vec<bool>) = members
         .iter()
         .map(|&i| {
@@ -219,6 +220,7 @@ pub fn tick(region: &Region, device: u32, state: &mut Device, now_ns: u64, dt_ns
                 processes,
             };
             let recent = seen.last_launch_ns != 0 && seen.active_within(now_ns, fairness::ACTIVE_NS);
+            seen_all.push(seen);
             let view = Vgpu {
                 share: c.share.load(Ordering::Relaxed),
                 priority: c.priority.load(Ordering::Relaxed),
@@ -231,6 +233,7 @@ pub fn tick(region: &Region, device: u32, state: &mut Device, now_ns: u64, dt_ns
             (view, recent)
         })
         .unzip();
+    crate::alone::mark(region, &members, &seen_all, now_ns);
     let held = dev.high_until_ns.load(Ordering::Acquire) > now_ns;
     let grants = refill::plan(&views, dt_ns, held);
     let adjust = state.settle(&members, &views, &recent, &refill::takes_part(&views, held));
@@ -502,7 +505,14 @@ mod tests {
                 let s = &r.vgpus[i].live.sched;
                 s.tokens.fetch_sub(500_000, Ordering::Relaxed);
                 s.last_launch_ns.store(now, Ordering::Relaxed);
-                let kernel = Record { start_ns: start, end_ns: start + MS / 2, charged: 500_000, kind: 0, bound_ns: 0 };
+                let kernel = Record {
+                    start_ns: start,
+                    end_ns: start + MS / 2,
+                    charged: 500_000,
+                    kind: 0,
+                    launches: 1,
+                    bound_ns: 0,
+                };
                 assert!(r.vgpus[i].live.timeline.publish(&kernel));
             }
             tick(r, 0, state, now, MS);

@@ -27,6 +27,9 @@ pub fn in_context<T>(ctx: u64, f: impl FnOnce() -> T) -> Res<T> {
     let mut popped: CUcontext = std::ptr::null_mut();
     // SAFETY: cuCtxPopCurrent's C signature; `popped` is a valid output; it pops what was pushed above.
     unsafe { pop(&mut popped) };
+    // The thread's context changed twice behind the intercepted entry points: what it cached while `f`
+    // ran (the pushed context) is not its own.
+    crate::current::forget_here();
     Ok(out)
 }
 
@@ -44,21 +47,20 @@ pub fn device_index(dev: CUdevice) -> Option<usize> {
     usize::try_from(dev).ok().filter(|&d| d < MAX_DEVICES)
 }
 
-/// The calling thread's [`Site`]; `None` when no context is current (the driver will refuse the call
-/// itself) or its device has no quota slot. Two driver calls that only read thread-local state.
-pub fn current() -> Option<Site> {
-    let (mut dev, mut ctx): (CUdevice, CUcontext) = (0, std::ptr::null_mut());
-    let (get_device, get_current) = (CTX_GET_DEVICE.get()?, CTX_GET_CURRENT.get()?);
-    // SAFETY: both functions have these C signatures and write one value through a valid pointer.
-    let ok = unsafe { get_device(&mut dev) == 0 && get_current(&mut ctx) == 0 };
-    if !ok || ctx.is_null() {
-        return None;
-    }
-    Some(Site { device: device_index(dev)?, ctx: ctx as u64 })
+/// The calling thread's current context handle (`None` when none is current) and that context's quota
+/// slot (`None` also for a device beyond the region's slots): one driver call without a context, two
+/// with one.
+pub fn context_and_device() -> (Option<u64>, Option<usize>) {
+    let Some(ctx) = current_context() else { return (None, None) };
+    let mut dev: CUdevice = 0;
+    let Some(get_device) = CTX_GET_DEVICE.get() else { return (Some(ctx), None) };
+    // SAFETY: cuCtxGetDevice's C signature; `dev` is a valid output.
+    let ok = unsafe { get_device(&mut dev) } == 0;
+    (Some(ctx), if ok { device_index(dev) } else { None })
 }
 
 /// The calling thread's current context handle; `None` when none is current. One driver call that
-/// only reads thread-local state (what every launch asks, to find its context's event pool).
+/// only reads thread-local state (the hot paths use [`crate::current::current_context`] instead).
 pub fn current_context() -> Option<u64> {
     let mut ctx: CUcontext = std::ptr::null_mut();
     // SAFETY: cuCtxGetCurrent's C signature; `ctx` is a valid output.

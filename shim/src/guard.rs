@@ -9,7 +9,7 @@ pub type Status = u32;
 pub type Res<T = ()> = Result<T, Status>;
 
 /// `CUDA_ERROR_UNKNOWN` and `NVML_ERROR_UNKNOWN` are both 999.
-const UNKNOWN: Status = 999;
+pub(crate) const UNKNOWN: Status = 999;
 
 /// Runs a handler, turning its result (or a panic) into a status.
 pub fn call(name: &str, f: impl FnOnce() -> Res) -> Status {

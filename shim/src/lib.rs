@@ -7,7 +7,8 @@
 //!
 //! Memory quotas: [`quota`] (the region and the accounting), [`alloc_table`] (what each allocation was
 //! charged), [`contexts`] (what contexts cost), [`footprint`] (sizes computed before the driver is
-//! asked), [`driver`] and [`nvml_real`] (queries the shim makes for itself).
+//! asked), [`driver`] and [`nvml_real`] (queries the shim makes for itself), [`current`] (the calling
+//! thread's current context, cached until an intercepted context call changes it).
 //!
 //! Compute shares: [`launch`] (every kernel launch gated on its vGPU's token bucket, its device time
 //! measured with events and fed back, and the standalone share refilled without a daemon).
@@ -18,6 +19,7 @@
 mod alloc_table;
 mod config;
 mod contexts;
+mod current;
 mod dl;
 mod driver;
 mod elf;

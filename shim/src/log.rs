@@ -46,20 +46,24 @@ pub fn set_level(level: Level) {
 
 /// The threshold in force, read from `TESSERA_LOG` on first use (a malformed value counts as the default
 /// here; the configuration check reports it).
+#[inline]
 fn threshold() -> u8 {
     match THRESHOLD.load(Ordering::Relaxed) {
-        0 => {
-            let level =
-                std::env::var_os("TESSERA_LOG").and_then(|v| v.to_str().and_then(Level::parse)).unwrap_or(Level::Warn);
-            // A concurrent `set_level` wins: it stores the same value, from the same variable.
-            let _ = THRESHOLD.compare_exchange(0, level as u8, Ordering::Relaxed, Ordering::Relaxed);
-            THRESHOLD.load(Ordering::Relaxed)
-        }
+        0 => first_threshold(),
         t => t,
     }
 }
 
+#[cold]
+fn first_threshold() -> u8 {
+    let level = std::env::var_os("TESSERA_LOG").and_then(|v| v.to_str().and_then(Level::parse)).unwrap_or(Level::Warn);
+    // A concurrent `set_level` wins: it stores the same value, from the same variable.
+    let _ = THRESHOLD.compare_exchange(0, level as u8, Ordering::Relaxed, Ordering::Relaxed);
+    THRESHOLD.load(Ordering::Relaxed)
+}
+
 /// True when messages at `level` are printed.
+#[inline]
 pub fn enabled(level: Level) -> bool {
     level as u8 <= threshold()
 }
@@ -93,6 +97,10 @@ pub fn debug(args: Arguments<'_>) {
 }
 
 /// [`log`] at trace level.
+#[inline]
 pub fn trace(args: Arguments<'_>) {
-    log(Level::Trace, args)
+    // Checked here, inlined: every intercepted call traces, and the level is almost never trace.
+    if enabled(Level::Trace) {
+        log(Level::Trace, args)
+    }
 }

@@ -15,7 +15,7 @@ use crate::alloc_table::{Entry, Kind, TABLE};
 use crate::footprint::{self, Extent};
 use crate::guard::{Res, Status, status};
 use crate::quota::{self, Quota};
-use crate::{contexts, driver, soft};
+use crate::{contexts, current, driver, soft};
 use std::ffi::{c_int, c_uint, c_ulonglong, c_void};
 use tessera_ffi::cuda::{CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_OUT_OF_MEMORY};
 use tessera_ffi::sys::{
@@ -56,7 +56,7 @@ fn on_current(
     real: impl FnOnce() -> Status,
     key: impl FnOnce() -> u64,
 ) -> Res {
-    let Some(site) = driver::current() else { return status(real()) };
+    let Some(site) = current::current_site() else { return status(real()) };
     let c = Charge { what, kind, device: site.device, owner: site.ctx, bytes: bytes.unwrap_or(u64::MAX) };
     c.run(q, real, key)
 }
@@ -138,7 +138,7 @@ pub fn alloc_pitch(
         return Ok(());
     }
     let Some(q) = quota::active()? else { return status(real()) };
-    let Some(site) = driver::current() else { return status(real()) };
+    let Some(site) = current::current_site() else { return status(real()) };
     let (what, d) = ("cuMemAllocPitch", site.device);
     let estimate = footprint::pitched(width, height).unwrap_or(u64::MAX);
     q.reserve(d, estimate, what)?;
@@ -372,7 +372,7 @@ pub fn mipmapped_destroy(handle: CUmipmappedArray, real: impl FnOnce() -> Status
 
 /// `cuCtxCreate` and `cuCtxCreate_v2`.
 pub fn ctx_create(pctx: *mut CUcontext, _flags: c_uint, dev: CUdevice, real: impl FnOnce() -> Status) -> Res {
-    contexts::create(pctx, dev, real)
+    current::changing(|| contexts::create(pctx, dev, real))
 }
 
 /// `cuCtxCreate_v3`.
@@ -384,7 +384,7 @@ pub fn ctx_create_v3(
     dev: CUdevice,
     real: impl FnOnce() -> Status,
 ) -> Res {
-    contexts::create(pctx, dev, real)
+    current::changing(|| contexts::create(pctx, dev, real))
 }
 
 /// `cuCtxCreate_v4`.
@@ -395,27 +395,29 @@ pub fn ctx_create_v4(
     dev: CUdevice,
     real: impl FnOnce() -> Status,
 ) -> Res {
-    contexts::create(pctx, dev, real)
+    current::changing(|| contexts::create(pctx, dev, real))
 }
 
 /// `cuCtxDestroy` and `cuCtxDestroy_v2`.
 pub fn ctx_destroy(ctx: CUcontext, real: impl FnOnce() -> Status) -> Res {
-    contexts::destroy(ctx, real)
+    current::changing(|| contexts::destroy(ctx, real))
 }
 
-/// `cuDevicePrimaryCtxRetain`.
+/// `cuDevicePrimaryCtxRetain`. Retaining makes nothing current, but the cached current context is
+/// invalidated anyway: a runtime makes the primary context current right after retaining it, and should
+/// it ever do so by a route the shim does not intercept, no thread keeps its answer from before.
 pub fn primary_retain(pctx: *mut CUcontext, dev: CUdevice, real: impl FnOnce() -> Status) -> Res {
-    contexts::primary_retain(pctx, dev, real)
+    current::changing(|| contexts::primary_retain(pctx, dev, real))
 }
 
 /// `cuDevicePrimaryCtxRelease` and `_v2`.
 pub fn primary_release(dev: CUdevice, real: impl FnOnce() -> Status) -> Res {
-    contexts::primary_release(dev, real)
+    current::changing(|| contexts::primary_release(dev, real))
 }
 
 /// `cuDevicePrimaryCtxReset` and `_v2`.
 pub fn primary_reset(dev: CUdevice, real: impl FnOnce() -> Status) -> Res {
-    contexts::primary_release(dev, real)
+    current::changing(|| contexts::primary_release(dev, real))
 }
 
 /// `cuMemGetInfo_v2`: `total = min(limit, real total)`, `free = min(total - used, real free)` on the
@@ -426,7 +428,7 @@ pub fn get_info(free: *mut usize, total: *mut usize, real: impl FnOnce() -> Stat
     if free.is_null() || total.is_null() {
         return Err(CUDA_ERROR_INVALID_VALUE);
     }
-    let Some(site) = driver::current() else { return Ok(()) };
+    let Some(site) = current::current_site() else { return Ok(()) };
     q.reclaim_if_due();
     // SAFETY: both pointers are non-NULL and the driver just wrote through them.
     let (f, t) = unsafe { (written(free), written(total)) };

@@ -49,6 +49,14 @@ macro_rules! intercepted {
             Cuda fn cuDevicePrimaryCtxRelease_v2(dev: CUdevice) => memory::primary_release;
             Cuda fn cuDevicePrimaryCtxReset(dev: CUdevice) => memory::primary_reset;
             Cuda fn cuDevicePrimaryCtxReset_v2(dev: CUdevice) => memory::primary_reset;
+            // Changing the calling thread's current context: the per-thread cache of it ([`crate::current`])
+            // is invalidated after the driver acts (as by the context calls above, in their handlers).
+            Cuda fn cuCtxSetCurrent(ctx: CUcontext) => @around crate::current::around;
+            Cuda fn cuCtxPushCurrent(ctx: CUcontext) => @around crate::current::around;
+            Cuda fn cuCtxPushCurrent_v2(ctx: CUcontext) => @around crate::current::around;
+            Cuda fn cuCtxPopCurrent(pctx: *mut CUcontext) => @around crate::current::around;
+            Cuda fn cuCtxPopCurrent_v2(pctx: *mut CUcontext) => @around crate::current::around;
+            Cuda fn cuCtxDetach(ctx: CUcontext) => @around crate::current::around;
             Cuda fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) => memory::get_info;
             Cuda fn cuDeviceTotalMem_v2(bytes: *mut usize, dev: CUdevice) => memory::total_mem;
 

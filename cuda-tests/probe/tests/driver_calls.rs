@@ -5,38 +5,11 @@
 
 mod common;
 
-use common::cprog::{cuda_include_dir, workspace};
+use common::cprog::{cuda_include_dir, overhead_client as client};
 use common::{Sim, build_dir, library_folder};
 use serde_json::Value;
 use std::path::PathBuf;
 use std::process::Command;
-use std::sync::OnceLock;
-
-/// `benches/c/overhead.c`, compiled as the benchmark compiles it (gcc, NVIDIA's cuda.h, linked to the
-/// simulated libcuda.so.1), once per test process (the tests run in parallel).
-fn client() -> PathBuf {
-    static CLIENT: OnceLock<PathBuf> = OnceLock::new();
-    CLIENT.get_or_init(compile_client).clone()
-}
-
-fn compile_client() -> PathBuf {
-    let dir = build_dir().join("c-tests");
-    std::fs::create_dir_all(&dir).expect("create the C test output folder");
-    let out = dir.join(format!("overhead-{}", std::process::id()));
-    let gcc = Command::new("gcc")
-        .args(["-std=gnu11", "-O2", "-Wall", "-Wextra", "-Werror", "-pthread"])
-        .arg(format!("-I{}", cuda_include_dir().display()))
-        .arg(format!("-DTESSERA_KERNELS_DIR=\"{}\"", workspace().join("tools/kernels").display()))
-        .arg("-o")
-        .arg(&out)
-        .arg(workspace().join("benches/c/overhead.c"))
-        .arg(format!("-L{}", library_folder().display()))
-        .args(["-l:libcuda.so.1", "-ldl"])
-        .output()
-        .expect("run gcc");
-    assert!(gcc.status.success(), "gcc benches/c/overhead.c: {}", String::from_utf8_lossy(&gcc.stderr));
-    out
-}
 
 /// Runs the client with a few launches and pairs and returns its operations.
 fn run(sim: &Sim, program: &PathBuf) -> Vec<Value> {
@@ -80,6 +53,30 @@ fn a_program_under_the_shim_sees_the_shims_calls_counted_beside_its_own() {
         assert!(n(&op, "thread_calls") >= n(&op, "own_calls"), "{op}");
         assert!(n(&op, "process_calls") >= n(&op, "thread_calls"), "{op}");
     }
+}
+
+/// The driver calls counted on the program's thread during its operation `op`, and those it made itself.
+fn op_calls(ops: &[Value], op: &str) -> (u64, u64) {
+    let o = ops.iter().find(|o| o["op"] == op).unwrap_or_else(|| panic!("no {op} in {ops:?}"));
+    (n(o, "thread_calls"), n(o, "own_calls"))
+}
+
+#[test]
+fn allocations_under_a_quota_ask_the_driver_nothing_per_pair() {
+    // The calling thread's context and device are cached until a context call changes them: the shim may
+    // ask once for the thread (when the operation is the first to allocate), never per pair. Before the
+    // cache it asked twice per cuMemAlloc (cuCtxGetCurrent and cuCtxGetDevice): 400 calls for 200 pairs.
+    let program = client();
+    let hard = Sim::new("alloc-calls-hard").with_shim().with("TESSERA_MEMORY_LIMIT", "8GiB");
+    let ops = run(&hard, &program);
+    let ((first, own_first), (second, own_second)) = (op_calls(&ops, "alloc_256"), op_calls(&ops, "alloc_1m"));
+    assert!(first <= own_first + 2, "hard quota, 200 pairs of 256 B: {ops:?}");
+    assert_eq!(second, own_second, "hard quota, 200 pairs of 1 MiB, nothing changed since: {ops:?}");
+    // Soft mode serves the pairs from its own pool: the driver sees none of them, nor any query.
+    let soft = Sim::new("alloc-calls-soft").with_shim().with("TESSERA_MODE", "soft");
+    let ops = run(&soft, &program);
+    assert!(op_calls(&ops, "alloc_256").0 <= 2, "soft mode, 200 pairs of 256 B: {ops:?}");
+    assert_eq!(op_calls(&ops, "alloc_1m").0, 0, "soft mode, 200 pairs of 1 MiB: {ops:?}");
 }
 
 /// A program whose second thread makes 7 driver calls while the main thread makes 3 (cuInit and two

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
 /// `TESSRGN1` in little-endian byte order.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"TESSRGN1");
 /// Layout version; bump on any change to the structures below.
-pub const VERSION: u32 = 8;
+pub const VERSION: u32 = 9;
 /// Devices per vGPU slot.
 pub const MAX_DEVICES: usize = 16;
 /// vGPU slots in a region.
@@ -83,6 +83,10 @@ pub mod flags {
     /// Suspended by the daemon's audit (set with [`SUSPENDED`]): its processes took more device time than
     /// the daemon granted its vGPU; `tessera vgpu resume` lifts it. Written by the daemon alone.
     pub const AUDIT: u32 = 32;
+    /// No other vGPU on the vGPU's device has had work lately (written by the daemon alone, every tick):
+    /// its launches may be measured a batch at a time, since no other vGPU's kernel can run between them.
+    /// A daemon that never sets it leaves every launch measured on its own.
+    pub const ALONE: u32 = 64;
 }
 
 /// Default queued-but-unfinished device work a vGPU may have: 1 ms.

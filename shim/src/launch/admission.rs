@@ -45,8 +45,9 @@ pub struct Admission {
     pub estimate: i64,
     /// Tokens taken (the estimate, or 0 when the vGPU is not token-limited).
     pub charged: i64,
-    /// True when the estimate was added to `inflight_ns` (only measured launches count in the window).
-    pub windowed: bool,
+    /// What it holds of the window (`inflight_ns`): its estimate when measured (only measured launches
+    /// count in the window), 0 otherwise; for a batch, what is left of its reservation's.
+    pub window: i64,
 }
 
 /// Monotonic nanoseconds (`CLOCK_MONOTONIC`, read through the vDSO: no system call), the clock of every
@@ -138,7 +139,12 @@ pub fn try_take(b: &Bucket, now: u64, estimate: i64, measured: bool, device: usi
     }
     s.last_launch_ns.fetch_max(now, Ordering::Relaxed);
     s.launches.fetch_add(1, Ordering::Relaxed);
-    Ok(Admission { device, estimate, charged: if limited { estimate } else { 0 }, windowed: measured })
+    Ok(Admission {
+        device,
+        estimate,
+        charged: if limited { estimate } else { 0 },
+        window: if measured { estimate } else { 0 },
+    })
 }
 
 /// Rings `s`'s bell: wakes the daemon, which listens to the bells of its vGPUs.
@@ -203,14 +209,14 @@ pub(super) mod tests {
         let s = &v.live.sched;
         for i in 0..10 {
             let a = take(v, None, None, 100_000).unwrap();
-            assert_eq!((a.charged, a.windowed), (0, true), "launch {i}");
+            assert_eq!((a.charged, a.window), (0, 100_000), "launch {i}");
         }
         assert_eq!(s.inflight_ns.load(Ordering::Relaxed), DEFAULT_WINDOW_NS as i64);
         assert_eq!(take(v, None, None, 100_000), Err(None), "the default 1 ms window is full");
         assert_eq!(s.tokens.load(Ordering::Relaxed), 0, "no tokens taken");
         assert_eq!(s.launches.load(Ordering::Relaxed), 10);
         let a = try_take(&bucket(v, None, None), NOW, 100_000, false, 0).unwrap();
-        assert!(!a.windowed, "an unmeasured launch is not held by the window");
+        assert_eq!(a.window, 0, "an unmeasured launch is not held by the window");
     }
 
     #[test]

@@ -11,7 +11,7 @@
 //! needs the absolute times of its events.
 
 use super::clock::Clock;
-use crate::driver::{self, Site};
+use crate::driver::Site;
 use crate::log;
 use crate::real::{
     cuEventCreate as EVENT_CREATE, cuEventElapsedTime as EVENT_ELAPSED, cuEventQuery as EVENT_QUERY,
@@ -63,7 +63,7 @@ fn published() -> impl Iterator<Item = &'static Pool> {
 /// The pool of the calling thread's current context, created on its first use; `None` without a
 /// current context, or when [`MAX_POOLS`] contexts are already measured.
 pub fn current() -> Option<&'static Pool> {
-    let ctx = driver::current_context()?;
+    let ctx = crate::current::current_context()?;
     published().find(|p| p.site.ctx == ctx && !p.retired.load(Ordering::Relaxed)).or_else(|| create(ctx))
 }
 
@@ -73,7 +73,7 @@ fn create(ctx: u64) -> Option<&'static Pool> {
     if let Some(p) = published().find(|p| p.site.ctx == ctx && !p.retired.load(Ordering::Relaxed)) {
         return Some(p);
     }
-    let site = driver::current().filter(|s| s.ctx == ctx)?;
+    let site = crate::current::current_site().filter(|s| s.ctx == ctx)?;
     let reusable = |slot: &AtomicPtr<Pool>| {
         // SAFETY: as in `published`.
         unsafe { slot.load(Ordering::Acquire).as_ref() }.is_none_or(|p| {

@@ -26,6 +26,7 @@
 //! system call, only when nothing of the process was in flight).
 
 use super::admission::{Admission, Kind};
+use super::batch;
 use super::events::{self, Pool};
 use super::gate::Gate;
 use crossbeam::queue::ArrayQueue;
@@ -54,6 +55,9 @@ pub struct Item {
     /// The launching thread was held up around the launch (see `HELD_UP_NS`): its span may hold host
     /// time besides the kernel's, so it is charged at most its estimate.
     pub held_up: bool,
+    /// Launches it measures: 1, or a [batch](super::batch)'s; 0 for a marker, whose end only tells where
+    /// the next measured launch on its stream begins (its launches are settled already).
+    pub launches: u16,
 }
 
 static QUEUE: OnceLock<ArrayQueue<Item>> = OnceLock::new();
@@ -161,7 +165,13 @@ fn run(gate: &'static Gate) {
     super::capture::relax_thread();
     let Some(queue) = QUEUE.get() else { return };
     let (mut latest, mut ends) = (Latest(Vec::new()), StreamEnds(Vec::new()));
+    let mut reaped = 0;
     loop {
+        let now = super::admission::now_ns();
+        if now.saturating_sub(reaped) >= batch::STALE_NS {
+            batch::reap(gate);
+            reaped = now;
+        }
         // Busy from before the look at the queue, so that `drain` never sees an item neither queued nor
         // being settled.
         BUSY.store(true, Ordering::SeqCst);
@@ -170,7 +180,10 @@ fn run(gate: &'static Gate) {
             IDLE.store(1, Ordering::SeqCst);
             fence(Ordering::SeqCst);
             if queue.is_empty() {
-                futex::wait(&IDLE, 1, Duration::from_secs(1));
+                // Open batches are looked at again when they may have gone stale.
+                let nap =
+                    if batch::any_open() { Duration::from_nanos(batch::STALE_NS) } else { Duration::from_secs(1) };
+                futex::wait(&IDLE, 1, nap);
             }
             IDLE.store(0, Ordering::SeqCst);
             continue;
@@ -178,23 +191,36 @@ fn run(gate: &'static Gate) {
         let Some(end) = item.pool.ended(item.event) else {
             item.pool.release(item.event);
             latest.forget_retired();
-            gate.settle(&item.admission, item.kind, item.admission.estimate);
+            gate.settle_unmeasured(&item.admission);
             continue;
         };
         // Its start: it was submitted at `launched_ns`, and its stream reached it once the launch before
         // it there had ended (on an idle stream, the host's time before the submission is not the
         // kernel's; the device may even run other work meanwhile).
-        let start = ends.swap(&item, end).map_or(item.launched_ns, |e| e.max(item.launched_ns)).min(end);
+        let previous = ends.swap(&item, end);
+        if item.launches == 0 {
+            // A marker: only where the stream's next measured launch begins.
+            item.pool.release(item.event);
+            continue;
+        }
+        let start = previous.map_or(item.launched_ns, |e| e.max(item.launched_ns)).min(end);
+        // Queued behind the stream's previous launch: its span is its kernel's alone, without the latency
+        // of starting an idle stream.
+        let queued = previous.is_some_and(|e| e > item.launched_ns);
         let own = (end - start) as i64;
         let bound = item.held_up.then_some(item.admission.estimate);
         let charge = latest.charge(&item, own);
         let charge = bound.map_or(charge, |b| charge.min(b));
         latest.forget_retired();
-        let published = gate.publishes() && gate.publish(&item.admission, item.kind, start, end, bound);
+        let (a, launches) = (&item.admission, item.launches);
+        if launches == 1 && !item.held_up {
+            gate.learn_single(item.kind, charge, queued);
+        }
+        let published = gate.publishes() && gate.publish(a, item.kind, launches, (start, end), bound);
         if published {
-            gate.learn(item.kind, charge);
+            gate.learn(item.kind, charge / i64::from(launches.max(1)));
         } else {
-            gate.settle(&item.admission, item.kind, charge);
+            gate.settle(a, item.kind, charge, launches);
         }
     }
 }

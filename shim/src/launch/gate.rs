@@ -12,7 +12,7 @@ use super::admission::{
     Admission, Bucket, HIGH_BUSY_NS, HIGH_IDLE_NS, Kind, drop_stale_window, now_ns, ring, try_take,
 };
 use super::outage;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::Duration;
 use tessera_ffi::futex;
 use tessera_ffi::region::{DeviceSched, ProcSlot, Region, Sched, VgpuSlot, flags, priority};
@@ -30,12 +30,26 @@ pub const EWMA_DIVISOR: i64 = 8;
 
 /// The running estimate of one kind of launch: an exponentially weighted moving average of measured
 /// device time. Written by the measurement thread only, read by every launch.
-pub struct Estimate(AtomicI64);
+pub struct Estimate(AtomicI64, AtomicBool);
 
 impl Estimate {
     /// The initial estimate.
     pub const fn new() -> Estimate {
-        Estimate(AtomicI64::new(INITIAL_ESTIMATE_NS))
+        Estimate(AtomicI64::new(INITIAL_ESTIMATE_NS), AtomicBool::new(false))
+    }
+
+    /// Whether a measurement has been folded in.
+    pub fn learned(&self) -> bool {
+        self.1.load(Ordering::Relaxed)
+    }
+
+    /// Folds in one measurement, the first replacing the initial guess outright.
+    pub fn seed_or_update(&self, measured_ns: i64) {
+        if self.1.swap(true, Ordering::Relaxed) {
+            self.update(measured_ns);
+        } else {
+            self.0.store(measured_ns.max(MIN_ESTIMATE_NS), Ordering::Relaxed);
+        }
     }
 
     /// The current estimate.
@@ -58,6 +72,9 @@ pub struct Gate {
     region: Option<&'static Region>,
     share: Option<u32>,
     estimates: [Estimate; 2],
+    /// This process's estimates from launches measured on their own (never a batch's mean, which a stream
+    /// that ran dry unseen would inflate): what batching judges whether a stream is still busy by.
+    singles: [Estimate; 2],
     /// What this process has in the vGPU's window: its slot's `inflight_ns`, which whoever reclaims the
     /// slot of a killed process takes out of the window (given back at exit, see [`Gate::release_all`]).
     mine: &'static AtomicI64,
@@ -71,7 +88,14 @@ impl Gate {
         share: Option<u32>,
         me: &'static ProcSlot,
     ) -> Gate {
-        Gate { vgpu, region, share, estimates: [Estimate::new(), Estimate::new()], mine: &me.inflight_ns }
+        Gate {
+            vgpu,
+            region,
+            share,
+            estimates: [Estimate::new(), Estimate::new()],
+            singles: [Estimate::new(), Estimate::new()],
+            mine: &me.inflight_ns,
+        }
     }
 
     fn sched(&self) -> &'static Sched {
@@ -85,7 +109,11 @@ impl Gate {
     /// Whether the daemon charges this vGPU's device time from its timeline (it manages the vGPU and is
     /// not [away](outage::away)), so that finished launches are to be [published](Gate::publish).
     pub fn publishes(&self) -> bool {
-        self.region.is_some_and(|r| self.managed() && outage::away(&r.daemon, now_ns()).is_none())
+        self.publishes_at(now_ns())
+    }
+
+    fn publishes_at(&self, now: u64) -> bool {
+        self.region.is_some_and(|r| self.managed() && outage::away(&r.daemon, now).is_none())
     }
 
     /// Folds `measured` into this process's own estimate of launches of `kind` (a managed vGPU's launches
@@ -94,22 +122,43 @@ impl Gate {
         self.estimates[kind as usize].update(measured);
     }
 
-    /// Hands admitted launch `a`, which ran from `start_ns` to `end_ns` (monotonic), to the daemon, and
+    /// Folds `measured`, the device time of a launch of `kind` measured on its own, into the estimate
+    /// batches go by: what a kernel takes back to back (`queued`: it waited for the stream's previous
+    /// one). A launch on an idle stream also counts the stream's start-up, so it only seeds the estimate.
+    pub fn learn_single(&self, kind: Kind, measured: i64, queued: bool) {
+        let e = &self.singles[kind as usize];
+        if queued || !e.learned() {
+            e.seed_or_update(measured);
+        }
+    }
+
+    /// What a launch of `kind` is estimated to keep its stream busy, back to back: the lower of the
+    /// [estimate](Gate::estimate) and what launches measured on their own took. Batches judge by it whether
+    /// a stream may have run dry; too low, it only makes them stop sooner, never charges idle time.
+    pub fn gap_estimate(&self, kind: Kind) -> i64 {
+        let e = &self.singles[kind as usize];
+        let charged = self.estimate(kind);
+        if e.learned() { charged.min(e.get()) } else { charged }
+    }
+
+    /// Hands admitted launch `a` (or batch of `launches`), which ran over `span` (start and end, monotonic
+    /// ns), to the daemon, and
     /// settles it: the tokens it took stay taken until the daemon charges its device time and gives them
     /// back (both in one addition), and its launches' estimate follows what the daemon charges; it leaves
     /// the window. `bound`: the most it may be charged, when its span may hold host time besides the
     /// kernel's. False, with nothing settled, when it could not be published.
-    pub fn publish(&self, a: &Admission, kind: Kind, start_ns: u64, end_ns: u64, bound: Option<i64>) -> bool {
+    pub fn publish(&self, a: &Admission, kind: Kind, launches: u16, span: (u64, u64), bound: Option<i64>) -> bool {
         if self.region.is_none() {
             return false;
         }
         let bound_ns = bound.map_or(0, |b| b.clamp(1, u32::MAX.into()) as u32);
-        let record = Record { start_ns, end_ns, charged: a.charged, kind: kind as u32, bound_ns };
+        let (start_ns, end_ns) = span;
+        let record = Record { start_ns, end_ns, charged: a.charged, kind: kind as u16, launches, bound_ns };
         if !self.vgpu.live.timeline.publish(&record) {
             return false;
         }
-        if a.windowed {
-            self.unwindow(a.device, a.estimate);
+        if a.window > 0 {
+            self.unwindow(a.device, a.window);
         }
         self.notify();
         true
@@ -117,9 +166,62 @@ impl Gate {
 
     /// The estimate of a launch of `kind`: what the daemon charges such launches of a managed vGPU, once it
     /// has charged one; what this process measured otherwise.
-    fn estimate(&self, kind: Kind) -> i64 {
+    pub fn estimate(&self, kind: Kind) -> i64 {
         let charged = self.sched().charged_ns[kind as usize].load(Ordering::Relaxed);
         if self.managed() && charged > 0 { charged.max(MIN_ESTIMATE_NS) } else { self.estimates[kind as usize].get() }
+    }
+
+    /// Whether launches may be measured a batch at a time ([`batch`](super::batch)): the daemon manages the
+    /// vGPU and says it is alone on its device, and it is neither suspended nor `high` (whose holds follow
+    /// each launch). One load of the flags, and of the priority.
+    pub fn batching(&self) -> bool {
+        let f = self.vgpu.flags();
+        f & (flags::MANAGED | flags::ALONE | flags::SUSPENDED) == flags::MANAGED | flags::ALONE
+            && self.vgpu.config.priority.load(Ordering::Relaxed) < priority::HIGH
+    }
+
+    /// The vGPU's window (most queued-but-unfinished device time).
+    pub fn window(&self) -> i64 {
+        self.vgpu.config.window()
+    }
+
+    /// Takes tokens and window for `count` launches on `device` estimated at `per` ns each, waiting as a
+    /// single launch would (for tokens, or while the window is full); `None`
+    /// as soon as the vGPU stops [batching](Gate::batching) or the daemon is away. Counted as one launch
+    /// until [`Gate::used`] says how many there were.
+    pub fn reserve(&self, device: usize, per: i64, count: u32) -> Option<Admission> {
+        let (bucket, need) = (self.bucket(device), per.saturating_mul(count.into()));
+        // Admitted as a single launch would be (while the window is not full), so that batching never
+        // makes a program wait where launching one by one would not.
+        let fits = |now| {
+            if !self.batching() || !self.publishes_at(now) {
+                return Ok(None);
+            }
+            try_take(&bucket, now, need, true, device).map(Some)
+        };
+        match fits(now_ns()) {
+            Ok(a) => a,
+            Err(_) => self.wait_for(true, fits),
+        }
+    }
+
+    /// What `n` launches of a reservation `r` for launches of `per` ns used: the tokens of those not made
+    /// go back at once, and the result is their admission, holding `window` of the window (what of the
+    /// reservation's window is still counted).
+    pub fn used(&self, r: &Admission, per: i64, n: u32, window: i64) -> Admission {
+        let s = self.sched();
+        let used = per.saturating_mul(n.into());
+        if r.charged > used {
+            s.tokens.fetch_add(r.charged - used, Ordering::AcqRel);
+        }
+        s.launches.fetch_add(u64::from(n).wrapping_sub(1), Ordering::Relaxed);
+        Admission { device: r.device, estimate: used, charged: r.charged.min(used), window }
+    }
+
+    /// Takes `ns` of this process's work out of the window (work a thread reserved room for and left).
+    pub fn release_window(&self, ns: i64) {
+        self.unwindow(self.vgpu.config.device.load(Ordering::Relaxed) as usize, ns);
+        self.notify();
     }
 
     /// Whether launches on `device` pass this gate: a managed vGPU's share is of its own device only.
@@ -150,18 +252,25 @@ impl Gate {
         }
     }
 
-    /// The slow path: sleeps on `epoch` until the launch is admitted, counted in `waiters`, waking the
-    /// daemon (through `bell`) each time it goes to sleep. Adds the time waited to `wait_ns`.
+    /// The slow path: sleeps on `epoch` until the launch is admitted (see [`Gate::wait_for`]).
     #[cold]
     fn wait(&self, device: usize, estimate: i64, measured: bool) -> Admission {
-        let (s, bucket) = (self.sched(), self.bucket(device));
+        let bucket = self.bucket(device);
+        self.wait_for(measured, |now| try_take(&bucket, now, estimate, measured, device))
+    }
+
+    /// Sleeps on `epoch` until `attempt` (at the time given) succeeds, counted in `waiters`, waking the
+    /// daemon (through `bell`) each time it goes to sleep. Adds the time waited to `wait_ns`. `measured`:
+    /// the attempt waits for the window, whose count is dropped if nothing of the vGPU finishes for long.
+    fn wait_for<T>(&self, measured: bool, mut attempt: impl FnMut(u64) -> Result<T, Option<u64>>) -> T {
+        let s = self.sched();
         let start = now_ns();
         let mut progress = (start, s.device_ns.load(Ordering::Acquire));
         loop {
             // Read before the check: a grant after the check changes it, so the sleep returns at once.
             let epoch = s.epoch.load(Ordering::SeqCst);
             let now = now_ns();
-            let until = match try_take(&bucket, now, estimate, measured, device) {
+            let until = match attempt(now) {
                 Ok(a) => {
                     s.wait_ns.fetch_add(now - start, Ordering::Relaxed);
                     return a;
@@ -227,25 +336,25 @@ impl Gate {
     /// window, adds its charge to `device_ns`, updates the estimate of `kind` and wakes waiters. A managed
     /// vGPU's launch (its daemon away, or its record unpublishable) is charged at most its estimate, the
     /// daemon's figure: what it measured also holds the time it queued behind other vGPUs' kernels.
-    pub fn settle(&self, a: &Admission, kind: Kind, measured: i64) {
+    pub fn settle(&self, a: &Admission, kind: Kind, measured: i64, launches: u16) {
         let s = self.sched();
         let charge = if self.managed() { measured.min(a.estimate) } else { measured };
         if a.charged != 0 {
             s.tokens.fetch_add(a.charged - charge, Ordering::AcqRel);
         }
-        if a.windowed {
-            self.unwindow(a.device, a.estimate);
+        if a.window > 0 {
+            self.unwindow(a.device, a.window);
         }
         s.device_ns.fetch_add(charge.max(0) as u64, Ordering::Relaxed);
-        self.learn(kind, measured);
+        self.learn(kind, measured / i64::from(launches.max(1)));
         self.notify();
     }
 
     /// Settles a launch that will not be measured: it stays charged its estimate.
     pub fn settle_unmeasured(&self, a: &Admission) {
         let s = self.sched();
-        if a.windowed {
-            self.unwindow(a.device, a.estimate);
+        if a.window > 0 {
+            self.unwindow(a.device, a.window);
             self.notify();
         }
         s.device_ns.fetch_add(a.estimate.max(0) as u64, Ordering::Relaxed);
@@ -255,8 +364,8 @@ impl Gate {
     pub fn refund(&self, a: &Admission) {
         let s = self.sched();
         s.tokens.fetch_add(a.charged, Ordering::AcqRel);
-        if a.windowed {
-            self.unwindow(a.device, a.estimate);
+        if a.window > 0 {
+            self.unwindow(a.device, a.window);
         }
         s.launches.fetch_sub(1, Ordering::Relaxed);
         self.notify();
@@ -297,7 +406,7 @@ mod tests {
         let a = gate.admit(0, Kind::Kernel, true);
         assert_eq!(a.estimate, INITIAL_ESTIMATE_NS);
         assert_eq!(v.live.procs[0].inflight_ns.load(Ordering::Relaxed), INITIAL_ESTIMATE_NS, "the process's part");
-        gate.settle(&a, Kind::Kernel, 50_000);
+        gate.settle(&a, Kind::Kernel, 50_000, 1);
         assert_eq!(s.tokens.load(Ordering::Relaxed), 950_000, "charged what it measured");
         assert_eq!(s.inflight_ns.load(Ordering::Relaxed), 0);
         assert_eq!(v.live.procs[0].inflight_ns.load(Ordering::Relaxed), 0);
@@ -308,13 +417,13 @@ mod tests {
         // A managed vGPU settling itself is charged at most the estimate: its span holds time queued behind
         // other vGPUs' kernels, which only the daemon tells apart. Its own estimate learns the span.
         let b = gate.admit(0, Kind::Kernel, true);
-        gate.settle(&b, Kind::Kernel, 300_000);
+        gate.settle(&b, Kind::Kernel, 300_000, 1);
         assert_eq!(s.tokens.load(Ordering::Relaxed), 950_000 - learnt);
         assert_eq!(gate.estimates[0].get(), learnt + (300_000 - learnt) / 8);
         // Unmanaged, what it measured.
         v.config.flags.store(0, Ordering::Relaxed);
         let c = gate.admit(0, Kind::Graph, true);
-        gate.settle(&c, Kind::Graph, 300_000);
+        gate.settle(&c, Kind::Graph, 300_000, 1);
         assert_eq!(s.device_ns.load(Ordering::Relaxed), 50_000 + learnt as u64 + 300_000);
         let d = gate.admit(0, Kind::Graph, true);
         gate.refund(&d);
@@ -333,9 +442,15 @@ mod tests {
         region.daemon.heartbeat_ns.store(now_ns(), Ordering::Relaxed);
         assert!(gate.publishes());
         let a = gate.admit(0, Kind::Kernel, true);
-        assert!(gate.publish(&a, Kind::Graph, 1_000_000, 1_500_000, Some(200_000)));
-        let record =
-            Record { start_ns: 1_000_000, end_ns: 1_500_000, charged: INITIAL_ESTIMATE_NS, kind: 1, bound_ns: 200_000 };
+        assert!(gate.publish(&a, Kind::Graph, 1, (1_000_000, 1_500_000), Some(200_000)));
+        let record = Record {
+            start_ns: 1_000_000,
+            end_ns: 1_500_000,
+            charged: INITIAL_ESTIMATE_NS,
+            kind: 1,
+            launches: 1,
+            bound_ns: 200_000,
+        };
         assert_eq!(v.live.timeline.read(0), tessera_ffi::timeline::Slot::Ready(record));
         assert_eq!(s.tokens.load(Ordering::Relaxed), 1_000_000 - INITIAL_ESTIMATE_NS, "until the daemon charges");
         assert_eq!((s.inflight_ns.load(Ordering::Relaxed), s.device_ns.load(Ordering::Relaxed)), (0, 0));
@@ -394,9 +509,9 @@ mod tests {
         let a = gate.admit(0, Kind::Kernel, true);
         let b = gate.admit(0, Kind::Kernel, true);
         let before = now_ns();
-        gate.settle(&a, Kind::Kernel, 300);
+        gate.settle(&a, Kind::Kernel, 300, 1);
         assert_eq!(region.devices[0].high_until_ns.load(Ordering::Relaxed), u64::MAX, "work is left: still held");
-        gate.settle(&b, Kind::Kernel, 300);
+        gate.settle(&b, Kind::Kernel, 300, 1);
         let until = region.devices[0].high_until_ns.load(Ordering::Relaxed);
         assert!(until >= before + HIGH_IDLE_NS && until <= now_ns() + HIGH_IDLE_NS, "{until}");
         assert_eq!(region.vgpus[3].live.sched.epoch.load(Ordering::Relaxed), 1, "waiting launches are told");
@@ -405,7 +520,7 @@ mod tests {
         region.devices[0].high_until_ns.store(u64::MAX, Ordering::Relaxed);
         let c = gate.admit(0, Kind::Kernel, true);
         let bell = high.live.sched.bell.load(Ordering::Relaxed);
-        gate.settle(&c, Kind::Kernel, 300);
+        gate.settle(&c, Kind::Kernel, 300, 1);
         assert_eq!(high.live.sched.bell.load(Ordering::Relaxed), bell + 1);
         assert_eq!(region.devices[0].high_until_ns.load(Ordering::Relaxed), u64::MAX);
     }
@@ -420,7 +535,7 @@ mod tests {
         assert_eq!(s.inflight_ns.load(Ordering::Relaxed), 1_000 + INITIAL_ESTIMATE_NS);
         gate.release_all();
         assert_eq!(s.inflight_ns.load(Ordering::Relaxed), 1_000, "another process's work stays counted");
-        gate.settle(&a, Kind::Kernel, 300);
+        gate.settle(&a, Kind::Kernel, 300, 1);
         assert_eq!(s.inflight_ns.load(Ordering::Relaxed), 1_000, "not given back twice");
     }
 
@@ -431,7 +546,55 @@ mod tests {
         let gate = Gate::new(v, None, None, &v.live.procs[0]);
         let a = gate.admit(0, Kind::Kernel, true);
         s.inflight_ns.store(0, Ordering::Relaxed);
-        gate.settle(&a, Kind::Kernel, 300);
+        gate.settle(&a, Kind::Kernel, 300, 1);
         assert_eq!(s.inflight_ns.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn a_batch_reserves_for_all_its_launches_and_gives_back_what_it_did_not_use() {
+        let region: &'static Region = zeroed();
+        let v = &region.vgpus[2];
+        let s = &v.live.sched;
+        s.tokens.store(1_000_000, Ordering::Relaxed);
+        let gate = Gate::new(v, Some(region), None, &v.live.procs[0]);
+        // Not managed, not alone, or the daemon silent: no batches.
+        assert!(!gate.batching() && gate.reserve(0, 10_000, 8).is_none());
+        v.config.flags.store(flags::MANAGED | flags::ALONE, Ordering::Relaxed);
+        assert!(gate.batching());
+        assert!(gate.reserve(0, 10_000, 8).is_none(), "nobody would charge its span");
+        region.daemon.heartbeat_ns.store(now_ns(), Ordering::Relaxed);
+        let r = gate.reserve(0, 10_000, 8).expect("tokens and window for 8 launches");
+        assert_eq!((r.charged, r.window), (80_000, 80_000));
+        assert_eq!((s.tokens.load(Ordering::Relaxed), s.inflight_ns.load(Ordering::Relaxed)), (920_000, 80_000));
+        // 3 launches made: the other 5 launches' tokens go back at once; the window stays until settled.
+        let used = gate.used(&r, 10_000, 3, r.window);
+        assert_eq!((used.estimate, used.charged, used.window), (30_000, 30_000, 80_000));
+        assert_eq!(s.tokens.load(Ordering::Relaxed), 970_000);
+        assert_eq!(s.launches.load(Ordering::Relaxed), 3);
+        gate.settle_unmeasured(&used);
+        assert_eq!((s.inflight_ns.load(Ordering::Relaxed), s.device_ns.load(Ordering::Relaxed)), (0, 30_000));
+        // A suspended or `high` vGPU does not batch.
+        v.config.flags.store(flags::MANAGED | flags::ALONE | flags::SUSPENDED, Ordering::Relaxed);
+        assert!(!gate.batching());
+        v.config.flags.store(flags::MANAGED | flags::ALONE, Ordering::Relaxed);
+        v.config.priority.store(priority::HIGH, Ordering::Relaxed);
+        assert!(!gate.batching());
+    }
+
+    #[test]
+    fn the_gap_estimate_is_the_lower_of_the_charged_and_the_back_to_back_one() {
+        let v: &VgpuSlot = zeroed();
+        v.config.flags.store(flags::MANAGED, Ordering::Relaxed);
+        let gate = Gate::new(v, None, None, &v.live.procs[0]);
+        assert_eq!(gate.gap_estimate(Kind::Kernel), INITIAL_ESTIMATE_NS);
+        gate.learn_single(Kind::Kernel, 300_000, false);
+        assert_eq!(gate.gap_estimate(Kind::Kernel), INITIAL_ESTIMATE_NS, "the charged estimate is lower");
+        gate.learn_single(Kind::Kernel, 9_000, false);
+        assert_eq!(gate.singles[0].get(), 300_000, "a launch on an idle stream only seeds it");
+        gate.learn_single(Kind::Kernel, 20_000, true);
+        assert_eq!(gate.singles[0].get(), 300_000 + (20_000 - 300_000) / EWMA_DIVISOR, "back to back: learnt");
+        assert_eq!(gate.gap_estimate(Kind::Kernel), INITIAL_ESTIMATE_NS);
+        v.live.sched.charged_ns[0].store(5_000, Ordering::Relaxed);
+        assert_eq!(gate.gap_estimate(Kind::Kernel), 5_000);
     }
 }

@@ -17,6 +17,7 @@
 //! bucket. `high` priority holds lower ones on the launch's own device.
 
 mod admission;
+mod batch;
 pub mod capture;
 mod clock;
 pub(crate) mod events;
@@ -24,9 +25,10 @@ mod feedback;
 mod gate;
 mod outage;
 mod standalone;
+mod ticks;
 
 use crate::guard::{Res, Status, status};
-use crate::{driver, log};
+use crate::log;
 use admission::Kind;
 use feedback::Item;
 use gate::Gate;
@@ -127,22 +129,61 @@ fn gated<const PER_THREAD: bool>(stream: CUstream, kind: Kind, real: impl FnOnce
     if capture::capturing(stream) != Some(false) {
         return status(real());
     }
+    let batching = gate.batching();
+    let real = if batching {
+        match batch::fast(stream as usize, kind, real) {
+            Ok(res) => return res,
+            Err(real) => real,
+        }
+    } else {
+        real
+    };
+    // Read before the pool is looked up: a context change after it makes the pool's generation stale.
+    let generation = crate::current::generation();
     let pool = events::current();
-    let Some(device) = pool.map(|p| p.site.device).or_else(|| driver::current().map(|s| s.device)) else {
+    let Some(device) = pool.map(|p| p.site.device).or_else(|| crate::current::current_site().map(|s| s.device)) else {
         // No current context: the driver refuses the launch itself.
         return status(real());
     };
     if !gate.governs(device) {
         return crate::soft::around(real);
     }
+    let batching = pool.filter(|_| batching);
+    let real = match batching {
+        Some(pool) => match batch::launch(gate, (pool, generation), device, stream as usize, kind, real) {
+            Ok(res) => return res,
+            Err(real) => real,
+        },
+        None => {
+            batch::settle_open(gate);
+            real
+        }
+    };
+    measured_alone(gate, pool, device, stream, kind, batching.is_some(), real)
+}
+
+/// Gates, launches and measures one launch on its own (one end event after it). `batching`: the vGPU is
+/// alone, so the thread's batch state learns of it.
+fn measured_alone(
+    gate: &'static Gate,
+    pool: Option<&'static events::Pool>,
+    device: usize,
+    stream: CUstream,
+    kind: Kind,
+    batching: bool,
+    real: impl FnOnce() -> Status,
+) -> Res {
     let slot = pool.and_then(|p| Some((p, p.acquire()?)));
     let admission = gate.admit(device, kind, slot.is_some());
     // The soft-mode hold is taken after the tokens: a launch waiting for them leaves its memory free to
     // be swapped out. The kernel cannot start before `launched_ns` (a vDSO clock read), which is when it
     // started at the latest on an idle stream.
-    let mut launched_ns = 0;
+    let (mut launched_ns, mut tick) = (0, 0);
     let submitted = crate::soft::around(|| {
         launched_ns = admission::now_ns();
+        if batching {
+            tick = batch::tick();
+        }
         real()
     });
     if let Err(code) = submitted {
@@ -155,7 +196,8 @@ fn gated<const PER_THREAD: bool>(stream: CUstream, kind: Kind, real: impl FnOnce
     let measured = slot.is_some_and(|(pool, i)| {
         let queued = pool.record(i, stream) && {
             let held_up = admission::now_ns() - launched_ns > HELD_UP_NS;
-            let item = Item { pool, event: i, stream: stream as usize, admission, kind, launched_ns, held_up };
+            let item =
+                Item { pool, event: i, stream: stream as usize, admission, kind, launched_ns, held_up, launches: 1 };
             feedback::push(gate, item).is_ok()
         };
         if !queued {
@@ -165,6 +207,9 @@ fn gated<const PER_THREAD: bool>(stream: CUstream, kind: Kind, real: impl FnOnce
     });
     if !measured {
         gate.settle_unmeasured(&admission);
+    }
+    if let Some(pool) = pool.filter(|_| batching) {
+        batch::measured(gate, pool, stream as usize, kind, gate.gap_estimate(kind), tick);
     }
     Ok(())
 }

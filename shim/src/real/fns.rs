@@ -51,8 +51,6 @@ real_functions! {
     Cuda fn cuDeviceGetUuid_v2(uuid: *mut CUuuid, dev: CUdevice);
     Cuda fn cuDeviceGetUuid(uuid: *mut CUuuid, dev: CUdevice);
     Cuda fn cuDeviceGetCount(count: *mut c_int);
-    Cuda fn cuCtxPushCurrent_v2(ctx: CUcontext);
-    Cuda fn cuCtxPopCurrent_v2(ctx: *mut CUcontext);
     Cuda fn cuCtxSynchronize();
     Cuda fn cuStreamCreate(stream: *mut CUstream, flags: c_uint);
     Cuda fn cuStreamSynchronize(stream: CUstream);

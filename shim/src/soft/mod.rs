@@ -24,7 +24,7 @@ mod space_tests;
 
 use crate::config::Mode;
 use crate::guard::{Res, Status};
-use crate::{driver, log, quota};
+use crate::{log, quota};
 use backend::{Backend, Driver};
 use residency::{Hold, RESIDENT, Residency};
 use space::{Space, Totals};
@@ -59,6 +59,7 @@ pub struct Soft {
 static SOFT: OnceLock<Option<Soft>> = OnceLock::new();
 
 /// The process's soft memory; `None` in hard mode.
+#[inline]
 pub fn active() -> Option<&'static Soft> {
     SOFT.get_or_init(set_up).as_ref()
 }
@@ -109,7 +110,11 @@ pub fn hold() -> Res<Option<Hold<'static>>> {
 }
 
 /// Runs a launch or copy `real` under a [`hold`].
+#[inline]
 pub fn around(real: impl FnOnce() -> Status) -> Res {
+    if active().is_none() {
+        return crate::guard::status(real());
+    }
     let _hold = hold()?;
     crate::guard::status(real())
 }
@@ -153,7 +158,7 @@ impl Soft {
         if size == 0 {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
-        let site = driver::current().ok_or(CUDA_ERROR_INVALID_CONTEXT)?;
+        let site = crate::current::current_site().ok_or(CUDA_ERROR_INVALID_CONTEXT)?;
         let quota = quota::active()?;
         if let Some(q) = quota {
             q.reserve(site.device, size, what)?;

@@ -244,3 +244,28 @@ pub fn assert_quota_view(quota: u64, total: u64, device: u64, over_quota_alloc: 
         assert_eq!(code, expected, "an allocation above the quota with a total of {total} returned {code}");
     }
 }
+
+/// `benches/c/overhead.c`, the `overhead` benchmark's client, compiled as the benchmark compiles it (gcc,
+/// NVIDIA's cuda.h, linked to the simulated libcuda.so.1), once per test process (tests run in parallel).
+#[allow(dead_code)]
+pub fn overhead_client() -> PathBuf {
+    static CLIENT: OnceLock<PathBuf> = OnceLock::new();
+    CLIENT
+        .get_or_init(|| {
+            let dir = build_dir().join("c-tests");
+            std::fs::create_dir_all(&dir).expect("create the C test output folder");
+            let out = dir.join(format!("overhead-{}", std::process::id()));
+            let mut gcc = Command::new("gcc");
+            gcc.args(["-std=gnu11", "-O2", "-Wall", "-Wextra", "-Werror", "-pthread"])
+                .arg(format!("-I{}", cuda_include_dir().display()))
+                .arg(format!("-DTESSERA_KERNELS_DIR=\"{}\"", workspace().join("tools/kernels").display()))
+                .arg("-o")
+                .arg(&out)
+                .arg(workspace().join("benches/c/overhead.c"))
+                .arg(format!("-L{}", library_folder().display()))
+                .args(["-l:libcuda.so.1", "-ldl"]);
+            succeeded("gcc benches/c/overhead.c", gcc.output());
+            out
+        })
+        .clone()
+}
