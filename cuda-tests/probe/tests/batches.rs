@@ -6,32 +6,9 @@
 mod common;
 
 use common::cprog::overhead_client;
-use common::tessera::{Machine, report};
+use common::tessera::{Machine, charged_as_ran, ran, report};
 use common::u64_at;
 use serde_json::Value;
-
-/// Device time the engine ran a tenant's kernels (the simulator's ground truth).
-fn ran(r: &Value) -> u64 {
-    r["driver_busy_ns"].as_u64().unwrap_or_else(|| u64_at(r, "engine_ns"))
-}
-
-/// Asserts that vGPU `name` was charged within `within` (+1 ms) of what its kernels ran.
-fn charged_as_ran(m: &Machine, name: &str, ran: u64, within: f64) {
-    let charged = u64_at(&m.show(name), "device_ns") as f64;
-    let ran = ran as f64;
-    eprintln!(
-        "vGPU {name}: charged {:.2} ms, ran {:.2} ms ({:+.2}%)",
-        charged / 1e6,
-        ran / 1e6,
-        (charged / ran - 1.0) * 100.0
-    );
-    assert!(
-        (charged - ran).abs() <= within * ran + 1e6,
-        "vGPU {name} was charged {:.2} ms for {:.2} ms its kernels ran",
-        charged / 1e6,
-        ran / 1e6
-    );
-}
 
 #[test]
 fn a_lone_vgpus_launches_cost_a_fraction_of_a_driver_call_each() {
