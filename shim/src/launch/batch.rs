@@ -482,3 +482,38 @@ pub fn reap(gate: &Gate) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::launch::admission::tests::zeroed;
+    use tessera_ffi::region::VgpuSlot;
+
+    #[test]
+    fn the_reaper_takes_back_the_window_of_a_thread_that_left_its_batch() {
+        let v: &'static VgpuSlot = zeroed();
+        let s = &v.live.sched;
+        let gate: &'static Gate = Box::leak(Box::new(Gate::new(v, None, None, &v.live.procs[0])));
+        // A thread's batch holds 300 µs of the window (as a reservation would have counted it).
+        s.inflight_ns.store(300_000, Ordering::Relaxed);
+        v.live.procs[0].inflight_ns.store(300_000, Ordering::Relaxed);
+        let e = claim().expect("a free entry");
+        TABLE[e].window.store(300_000, Ordering::Relaxed);
+        let source = ticks::source();
+        std::thread::sleep(std::time::Duration::from_nanos(ticks::CALIBRATION_NS + STALE_NS));
+        // Launched in it just now: left alone.
+        TABLE[e].last_tick.store(source.now(), Ordering::Relaxed);
+        reap(gate);
+        assert_eq!(TABLE[e].window.load(Ordering::Relaxed), 300_000);
+        assert!(any_open());
+        // Untouched for longer than STALE_NS: taken back, out of the vGPU's window.
+        std::thread::sleep(std::time::Duration::from_nanos(2 * STALE_NS));
+        reap(gate);
+        assert_eq!(TABLE[e].window.load(Ordering::Relaxed), 0);
+        assert_eq!(s.inflight_ns.load(Ordering::Relaxed), 0);
+        // Its thread gone, the entry is freed.
+        TABLE[e].state.store(ORPHANED, Ordering::Relaxed);
+        reap(gate);
+        assert_eq!(TABLE[e].state.load(Ordering::Relaxed), FREE);
+    }
+}
