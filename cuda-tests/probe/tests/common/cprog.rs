@@ -247,7 +247,6 @@ pub fn assert_quota_view(quota: u64, total: u64, device: u64, over_quota_alloc: 
 
 /// `benches/c/overhead.c`, the `overhead` benchmark's client, compiled as the benchmark compiles it (gcc,
 /// NVIDIA's cuda.h, linked to the simulated libcuda.so.1), once per test process (tests run in parallel).
-#[allow(dead_code)]
 pub fn overhead_client() -> PathBuf {
     static CLIENT: OnceLock<PathBuf> = OnceLock::new();
     CLIENT

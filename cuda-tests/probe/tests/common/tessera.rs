@@ -2,7 +2,7 @@
 //! of its own (private region, socket and state directory), its CLI, and tenant processes run under
 //! `tessera run --vgpu`.
 
-use super::{Guarded, Sim, build_dir};
+use super::{Guarded, Sim, build_dir, u64_at};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -176,4 +176,27 @@ pub fn report(child: impl Into<Child>) -> Value {
     let run = super::finished(child.into().wait_with_output().expect("wait for the tenant"));
     assert!(run.success, "tenant failed: {}\n{}", run.json, run.stderr);
     run.json
+}
+
+/// Device time the engine ran a tenant's kernels (the simulator's ground truth).
+pub fn ran(r: &Value) -> u64 {
+    r["driver_busy_ns"].as_u64().unwrap_or_else(|| u64_at(r, "engine_ns"))
+}
+
+/// Asserts that vGPU `name` was charged within `within` (+1 ms) of what its kernels ran.
+pub fn charged_as_ran(m: &Machine, name: &str, ran: u64, within: f64) {
+    let charged = u64_at(&m.show(name), "device_ns") as f64;
+    let ran = ran as f64;
+    eprintln!(
+        "vGPU {name}: charged {:.2} ms, ran {:.2} ms ({:+.2}%)",
+        charged / 1e6,
+        ran / 1e6,
+        (charged / ran - 1.0) * 100.0
+    );
+    assert!(
+        (charged - ran).abs() <= within * ran + 1e6,
+        "vGPU {name} was charged {:.2} ms for {:.2} ms its kernels ran",
+        charged / 1e6,
+        ran / 1e6
+    );
 }
