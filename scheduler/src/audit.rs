@@ -18,6 +18,14 @@
 //! points of the device is suspended (`flags::AUDIT`), with a line on stderr naming it and the figures;
 //! `tessera vgpu resume` lifts it, and its audit starts over. A vGPU is judged only on a full window of
 //! its own (created, resumed or freshly audited: 10 s first).
+//!
+//! Limits: the entitlement is only as right as the daemon's charges. Tokens pay for what the charger
+//! charges; a vGPU charged less device time than its kernels took (its time charged to a neighbour, say)
+//! keeps a fuller bucket, is granted less, and takes more than it was granted: from the figures the audit
+//! has, that is indistinguishable from a tenant whose kernels the charger never saw (it runs some without
+//! the shim, and the neighbours that waited behind them are charged for the wait), so the audit suspends
+//! it. Restarts of a vGPU's processes and idle stretches within the window do not matter: it is judged on
+//! sums over the window.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -286,5 +294,37 @@ mod tests {
         for _ in 0..2 * WINDOW {
             assert!(a.round(&suspended, &[(40, 7)], &[(7, S)], owner, S).is_empty());
         }
+    }
+
+    /// The `overhead` benchmark's `busy` vGPU, as the audit sees it: a saturating process started and
+    /// killed every few seconds (a new pid each time), idle in between, absorbing the whole device while
+    /// its neighbour is idle and keeping to its grants beside it. Judged on what it took against what it
+    /// was granted over 10 s, restarts and idle stretches included, it is never suspended; a tenant
+    /// restarted the same way that takes 90% beside the neighbour while granted 50% is.
+    #[test]
+    fn a_tenant_restarted_every_few_seconds_is_judged_on_its_grants_across_restarts() {
+        // (took %, granted %) for each second of a ten-second cycle; (0, 0): no process.
+        let honest = [(95, 100), (50, 50), (50, 50), (95, 100), (0, 0), (0, 0), (0, 0), (0, 0), (0, 0), (0, 0)];
+        let greedy = [(90, 50), (90, 50), (90, 50), (90, 50), (90, 50), (90, 50), (90, 50), (90, 50), (0, 0), (0, 0)];
+        let run = |slot: usize, cycle: [(u64, u64); 10]| {
+            let members = [
+                Member { slot, owner: 1000, priority: priority::NORMAL, share: 50, suspended: false },
+                Member { slot: slot + 1, owner: 1000, priority: priority::NORMAL, share: 50, suspended: false },
+            ];
+            let mut a = Auditor::new();
+            let mut found = Vec::new();
+            for second in 0..60u64 {
+                let (took, granted) = cycle[second as usize % 10];
+                let pid = 5000 + second as u32 / 10;
+                credit(slot, (granted * S / 100) as i64);
+                let (used, attached) =
+                    if took > 0 { (vec![(pid, took * S / 100)], vec![(slot, pid)]) } else { (vec![], vec![]) };
+                found.extend(a.round(&members, &attached, &used, |_| Some(1000), S));
+            }
+            found
+        };
+        assert!(run(20, honest).is_empty(), "an honest tenant is never suspended");
+        let found = run(30, greedy);
+        assert!(!found.is_empty() && found.iter().all(|(slot, _)| *slot == 30), "{found:?}");
     }
 }

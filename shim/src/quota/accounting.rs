@@ -42,8 +42,12 @@ pub fn reserve(vgpu: &VgpuSlot, me: &ProcSlot, dev: usize, bytes: u64) -> Result
     me.used[dev].fetch_add(bytes, Ordering::SeqCst);
     sub(&me.pending, bytes);
     // The sum is read slot by slot while others move bytes, so it may count bytes one slot gave back and
-    // another took since: never more than the limit really is in use, which bounds the peak.
-    vgpu.live.peak[dev].fetch_max(vgpu.used(dev).min(limit), Ordering::Relaxed);
+    // another took since: never more than the limit really is in use, which bounds the peak. Written only
+    // when higher: most allocations do not make a new peak, and a read is cheaper than a read-modify-write.
+    let (peak, now) = (&vgpu.live.peak[dev], vgpu.used(dev).min(limit));
+    if now > peak.load(Ordering::Relaxed) {
+        peak.fetch_max(now, Ordering::Relaxed);
+    }
     Ok(())
 }
 
