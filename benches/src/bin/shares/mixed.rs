@@ -96,10 +96,19 @@ fn control(m: &Machine, client: &Path, case: &Case, seconds: f64) {
 }
 
 /// With `SHARES_IDLE`: each of the case's programs alone on the device for `seconds`, without Tessera and
-/// in its vGPU (the other vGPU idle), and how busy it keeps the engine: the most its turns can fill.
+/// in its vGPU (the other vGPU idle), and how busy it keeps the engine; then the most a scheduler holding
+/// the split can keep the engine busy when each vGPU's turns run only its own program.
+///
+/// Why that bound: on an engine that runs one kernel at a time to its end, a vGPU's turn idles in its
+/// program's own gaps (a sync, the host) unless the other vGPU has work queued, which then runs to its
+/// end; for a 5 ms kernel that ends the turn. A vGPU whose program alone keeps the engine busy a fraction
+/// `x` of the time needs `s / x` of wall time for a part `s` of the engine time, so with 30/70 the engine
+/// is busy at most `1 / (0.3 / x_a + 0.7 / x_b)` (less the few gaps the other's long kernels can fill,
+/// one per long kernel).
 fn alone(m: &Machine, client: &Path, case: &Case, seconds: f64) {
     let secs = format!("{}", seconds.ceil() as u64 + 2);
     let program = client.to_string_lossy();
+    let mut native = Vec::new();
     for (vgpu, p) in [("a30", case.a), ("b70", case.b)] {
         let mut busy = Vec::new();
         for managed in [false, true] {
@@ -119,7 +128,15 @@ fn alone(m: &Machine, client: &Path, case: &Case, seconds: f64) {
             "  {vgpu}'s program alone ({} ns): engine busy {:.2}% without Tessera, {:.2}% in its vGPU",
             p.0, busy[0], busy[1]
         );
+        native.push(busy);
     }
+    let bound = |k: usize| 100.0 / (30.0 / native[0][k] + 70.0 / native[1][k]);
+    println!(
+        "  busy at most, holding 30/70 with each vGPU's turns running its own program: {:.2}% from the programs \
+         without Tessera, {:.2}% from them in their vGPUs",
+        bound(0),
+        bound(1)
+    );
 }
 
 /// Each vGPU's part of the engine time that ran, against `configured`, over the run and its worst 10 s
