@@ -125,17 +125,19 @@ const RATE_NS: u64 = 1_000_000;
 /// takes part and has demand waits for tokens (none is between launches, about to queue work of its own;
 /// none has tokens and is about to go), the grants of the shortest interval (at most [`CATCH_UP_MAX_NS`])
 /// after which the first of them has tokens, as [`plan`] splits any interval. Nothing while a `high`
-/// vGPU holds the device or takes part, nor when a vGPU there is capped (a capped vGPU's share is a
+/// vGPU holds the device or has demand, nor when a vGPU there is capped (a capped vGPU's share is a
 /// ceiling in time, and an idle capped vGPU keeps everyone to their shares: both want the device left idle).
 pub fn catch_up(vgpus: &[Vgpu], high_hold: bool) -> Vec<u64> {
     let none = vec![0u64; vgpus.len()];
     let part = takes_part(vgpus, high_hold);
     let group: Vec<usize> = (0..vgpus.len()).filter(|&i| part[i]).collect();
-    if high_hold || vgpus.iter().any(|v| v.cap) || group.iter().any(|&i| vgpus[i].priority >= priority::HIGH) {
+    if high_hold || vgpus.iter().any(|v| v.cap) {
         return none;
     }
     let demanding: Vec<usize> = group.iter().copied().filter(|&i| vgpus[i].demand).collect();
-    if demanding.is_empty() || demanding.iter().any(|&i| !vgpus[i].waiting || vgpus[i].tokens > 0) {
+    // A `high` vGPU with demand takes no tokens: it is between launches, or holds the device.
+    let ready = |v: &Vgpu| v.priority < priority::HIGH && v.waiting && v.tokens <= 0;
+    if demanding.is_empty() || demanding.iter().any(|&i| !ready(&vgpus[i])) {
         return none;
     }
     let rate = plan(vgpus, RATE_NS, false);
@@ -358,6 +360,10 @@ mod tests {
         assert_eq!(catch_up(&[waits(30, debt), waits(70, debt)], true), [0, 0]);
         let high = Vgpu { priority: priority::HIGH, ..waits(20, debt) };
         assert_eq!(catch_up(&[waits(80, debt), high], false), [0, 0]);
+        assert_eq!(catch_up(&[waits(80, debt), Vgpu { waiting: false, busy: false, ..high }], false), [0, 0]);
+        // An idle `high` vGPU (no demand) leaves the others to catch up.
+        let quiet_high = Vgpu { demand: false, busy: false, waiting: false, ..high };
+        assert_eq!(catch_up(&[waits(80, debt), quiet_high], false), [MS + 1, 0]);
         // A suspended vGPU takes no part: the other goes.
         let suspended = Vgpu { suspended: true, ..waits(50, debt) };
         assert_eq!(catch_up(&[suspended, waits(50, debt)], false), [0, MS + 1]);
