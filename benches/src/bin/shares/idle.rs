@@ -2,8 +2,8 @@
 //! in the published runs: its sampling thread and the engine trace cost CPU on a 2-CPU host).
 //!
 //! While the clients run, a thread samples each vGPU's bucket in the region (tokens, queued work against
-//! its window, launches waiting at the gate) every ~100 µs; the clients record every kernel in simgpu's
-//! engine trace. Afterwards every stretch of the measured span in which the engine ran nothing is
+//! its window, launches waiting at the gate) every ~130 µs (a 50 µs sleep, woken late); the clients
+//! record every kernel in simgpu's engine trace. Afterwards every stretch of the measured span in which the engine ran nothing is
 //! attributed, by the samples taken inside it (the nearest one for a gap shorter than the sampling
 //! period), to what held the launches of each vGPU:
 //!
