@@ -1,15 +1,20 @@
 //! The refill loop of one device: every millisecond while any vGPU there has demand (at absolute
 //! deadlines, so it does not drift), else every [`IDLE_NS`]; and at once when a process rings its vGPU's
 //! `bell` — a launch that must wait while the device is idle, or a `high` vGPU that starts or stops having
-//! work (while the loop ticks every millisecond anyway, only the `high` vGPUs' bells are listened to: other
-//! wake-ups would only make ticks more frequent, not grant more), or when a vGPU is configured or removed.
+//! work, or when a vGPU is configured or removed. While the loop ticks every millisecond anyway, another
+//! vGPU's bell makes it tick early only when the device idles for want of tokens ([`starved`]): most
+//! wake-ups would only make ticks more frequent, not grant more, but on an idle device whose vGPUs all
+//! wait for tokens a tick charges what finished and grants at once what waiting would have
+//! ([`refill::catch_up`]), instead of leaving the engine idle until the next deadline.
 //!
 //! Each tick first has the device's [`Charger`] charge the kernels that finished since the last one (their
 //! device time taken from `tokens`, the launches' estimates given back); then it reads the device's
 //! managed vGPUs from the region (clearing what processes that died left in a vGPU's window once none is
 //! left), sets the device's `high` hold from what its `high` vGPUs are doing, asks
 //! [`refill::plan`] for their grants (the whole interval, split by share), adds them to the buckets and
-//! wakes waiting launches; it marks which vGPU is [alone](crate::alone) on the device. Between the charge and the refill, the device's [`Broker`] finds memory for
+//! wakes waiting launches, and marks which vGPU is [alone](crate::alone) on the device; on an idle device it
+//! then lets the first waiting vGPU go at once
+//! ([`refill::catch_up`]). Between the charge and the refill, the device's [`Broker`] finds memory for
 //! soft vGPUs whose processes wait for it (a process rings its vGPU's bell when it starts waiting), and
 //! charges them the swap-out time it costs others; while it is at work the loop keeps the 1 ms pace.
 
@@ -185,9 +190,87 @@ impl Device {
     }
 }
 
+/// What the loop reads of vGPU `v` at `now_ns` (`processes`: whether any process is attached).
+fn observe(v: &VgpuSlot, now_ns: u64, processes: bool) -> Observed {
+    let s = &v.live.sched;
+    Observed {
+        waiters: s.waiters.load(Ordering::Acquire),
+        inflight_ns: s.inflight_ns.load(Ordering::Acquire),
+        last_launch_ns: last_launch(s, now_ns),
+        processes,
+    }
+}
+
+/// The algorithm's view of vGPU `v`, observed as `seen` at `now_ns`.
+fn view(v: &VgpuSlot, seen: &Observed, now_ns: u64) -> Vgpu {
+    let c = &v.config;
+    let f = v.flags();
+    let tokens = v.live.sched.tokens.load(Ordering::Acquire);
+    Vgpu {
+        share: c.share.load(Ordering::Relaxed),
+        priority: c.priority.load(Ordering::Relaxed),
+        cap: f & flags::CAP != 0,
+        suspended: f & flags::SUSPENDED != 0,
+        demand: seen.demand(now_ns),
+        busy: seen.busy(),
+        room: refill::room(tokens, refill::burst(c.window_ns.load(Ordering::Relaxed))),
+        waiting: seen.processes && seen.waiters > 0,
+        tokens,
+    }
+}
+
+/// Adds `grant` (negative: takes) to slot `i`'s bucket, held to its burst; counts what the daemon gave
+/// for the audit and wakes the vGPU's waiting launches when they may go.
+fn grant(v: &VgpuSlot, i: usize, grant: i64) {
+    let s = &v.live.sched;
+    let burst = refill::burst(v.config.window_ns.load(Ordering::Relaxed));
+    let before = s
+        .tokens
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |t| {
+            let after = refill::refill(t, grant, burst);
+            (after != t).then_some(after)
+        })
+        .unwrap_or_else(|t| t);
+    let after = refill::refill(before, grant, burst);
+    // What the daemon gave (a bucket a tenant filled beyond the burst is only put back to it).
+    crate::audit::credit(i, after.saturating_sub(before.min(burst)));
+    if refill::should_wake(before, after, s.waiters.load(Ordering::Acquire)) {
+        crate::slots::notify(s);
+    }
+}
+
+/// Grants device `dev`'s `members` what [`refill::catch_up`] gives them at `now_ns`, when the device is
+/// idle (no member has work queued; `seen`: what was read of them). Returns whether it granted anything.
+fn catch_up(region: &Region, dev: &DeviceSched, members: &[usize], seen: &[Observed], now_ns: u64) -> bool {
+    if seen.iter().any(|o| o.inflight_ns > 0) {
+        return false;
+    }
+    let views: Vec<Vgpu> = members.iter().zip(seen).map(|(&i, o)| view(&region.vgpus[i], o, now_ns)).collect();
+    let grants = refill::catch_up(&views, dev.high_until_ns.load(Ordering::Acquire) > now_ns);
+    for (&i, &g) in members.iter().zip(&grants).filter(|(_, g)| **g > 0) {
+        grant(&region.vgpus[i], i, g.min(i64::MAX as u64) as i64);
+    }
+    grants.iter().any(|&g| g > 0)
+}
+
+/// Whether device `device` idles at `now_ns` while its vGPUs wait for tokens that [`refill::catch_up`]
+/// would grant: the loop then ticks at once instead of at its next deadline. Reads only.
+fn starved(region: &Region, device: u32, now_ns: u64) -> bool {
+    let Some(dev) = region.devices.get(device as usize) else { return false };
+    let members = members(region, device);
+    let seen: Vec<Observed> =
+        members.iter().map(|&i| observe(&region.vgpus[i], now_ns, region.vgpus[i].has_processes())).collect();
+    if seen.iter().any(|o| o.inflight_ns > 0) {
+        return false;
+    }
+    let views: Vec<Vgpu> = members.iter().zip(&seen).map(|(&i, o)| view(&region.vgpus[i], o, now_ns)).collect();
+    refill::catch_up(&views, dev.high_until_ns.load(Ordering::Acquire) > now_ns).iter().any(|&g| g > 0)
+}
+
 /// One tick of device `device` (whose state is `state`) for an interval of `dt_ns` ending at `now_ns`:
 /// charges what finished, finds memory for soft vGPUs waiting for it, holds or releases the device for
-/// `high` vGPUs, then refills. Returns whether a vGPU there has demand or the broker is at work (the loop
+/// `high` vGPUs, then refills, and on an idle device grants at once what waiting for tokens would
+/// ([`refill::catch_up`]). Returns whether a vGPU there has demand or the broker is at work (the loop
 /// then keeps the 1 ms pace) and when to look again at the latest for the hold.
 pub fn tick(region: &Region, device: u32, state: &mut Device, now_ns: u64, dt_ns: u64) -> (bool, Option<u64>) {
     state.charger.charge(region, now_ns);
@@ -196,14 +279,12 @@ pub fn tick(region: &Region, device: u32, state: &mut Device, now_ns: u64, dt_ns
     let brokering = state.broker.tick(region, &members, now_ns);
     let recheck = hold(region, dev, &members, now_ns);
     let checked = &mut state.checked;
-    let mut seen_all = Vec::with_capacity(members.len());
+    let mut seen = Vec::with_capacity(members.len());
     let (views, recent): (Vec<Vgpu>, Vec<bool>) = members
         .iter()
         .map(|&i| {
             let v = &region.vgpus[i];
-            let (c, s) = (&v.config, &v.live.sched);
-            let f = v.flags();
-            let burst = refill::burst(c.window_ns.load(Ordering::Relaxed));
+            let s = &v.live.sched;
             if release_dead_windows(v, now_ns, &mut checked[i]) {
                 crate::slots::notify(s);
             }
@@ -213,49 +294,20 @@ pub fn tick(region: &Region, device: u32, state: &mut Device, now_ns: u64, dt_ns
                 s.inflight_ns.store(0, Ordering::Release);
                 s.waiters.store(0, Ordering::Release);
             }
-            let seen = Observed {
-                waiters: s.waiters.load(Ordering::Acquire),
-                inflight_ns: s.inflight_ns.load(Ordering::Acquire),
-                last_launch_ns: last_launch(s, now_ns),
-                processes,
-            };
-            let recent = seen.last_launch_ns != 0 && seen.active_within(now_ns, fairness::ACTIVE_NS);
-            seen_all.push(seen);
-            let view = Vgpu {
-                share: c.share.load(Ordering::Relaxed),
-                priority: c.priority.load(Ordering::Relaxed),
-                cap: f & flags::CAP != 0,
-                suspended: f & flags::SUSPENDED != 0,
-                demand: seen.demand(now_ns),
-                busy: seen.busy(),
-                room: refill::room(s.tokens.load(Ordering::Acquire), burst),
-            };
-            (view, recent)
+            let o = observe(v, now_ns, processes);
+            let recent = o.last_launch_ns != 0 && o.active_within(now_ns, fairness::ACTIVE_NS);
+            seen.push(o);
+            (view(v, &o, now_ns), recent)
         })
         .unzip();
-    crate::alone::mark(region, &members, &seen_all, now_ns);
+    crate::alone::mark(region, &members, &seen, now_ns);
     let held = dev.high_until_ns.load(Ordering::Acquire) > now_ns;
     let grants = refill::plan(&views, dt_ns, held);
     let adjust = state.settle(&members, &views, &recent, &refill::takes_part(&views, held));
-    for ((&i, grant), adjust) in members.iter().zip(grants).zip(adjust) {
-        let grant = (grant.min(i64::MAX as u64) as i64).saturating_add(adjust);
-        let v = &region.vgpus[i];
-        let s = &v.live.sched;
-        let burst = refill::burst(v.config.window_ns.load(Ordering::Relaxed));
-        let before = s
-            .tokens
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |t| {
-                let after = refill::refill(t, grant, burst);
-                (after != t).then_some(after)
-            })
-            .unwrap_or_else(|t| t);
-        let after = refill::refill(before, grant, burst);
-        // What the daemon gave (a bucket a tenant filled beyond the burst is only put back to it).
-        crate::audit::credit(i, after.saturating_sub(before.min(burst)));
-        if refill::should_wake(before, after, s.waiters.load(Ordering::Acquire)) {
-            crate::slots::notify(s);
-        }
+    for ((&i, g), adjust) in members.iter().zip(grants).zip(adjust) {
+        grant(&region.vgpus[i], i, (g.min(i64::MAX as u64) as i64).saturating_add(adjust));
     }
+    catch_up(region, dev, &members, &seen, now_ns);
     (brokering || views.iter().any(|v| v.demand), recheck)
 }
 
@@ -306,7 +358,8 @@ pub fn run(region: &Region, device: u32, stop: &AtomicBool) {
     let mut pace = Pace { fast: false, deadline: last };
     while !stop.load(Ordering::Acquire) {
         // Read before the tick: a bell rung after it changes the value, so the wait returns at once.
-        let listening = bells(region, device, pace.fast);
+        let mut listening = bells(region, device, false);
+        let urgent = bells(region, device, true);
         let now = futex::monotonic_ns();
         let (demand, recheck) = tick(region, device, &mut state, now, (now - last).min(MAX_DT_NS));
         crate::history::record(region, device, &state.charger, now);
@@ -314,7 +367,21 @@ pub fn run(region: &Region, device: u32, stop: &AtomicBool) {
         region.daemon.heartbeat_ns.fetch_max(now, Ordering::AcqRel);
         pace = pace.after_tick(now, demand);
         let wake = recheck.map_or(pace.deadline, |r| r.min(pace.deadline));
-        futex::wait_any_until(&listening, wake);
+        loop {
+            futex::wait_any_until(&listening, wake);
+            if !pace.fast || stop.load(Ordering::Acquire) || futex::monotonic_ns() >= wake {
+                break;
+            }
+            if urgent.iter().any(|(w, v)| w.load(Ordering::SeqCst) != *v) {
+                break;
+            }
+            // Another vGPU's bell: worth a tick only when the device idles for want of tokens. Read
+            // before the look, so that a bell rung after it ends the next wait.
+            listening = bells(region, device, false);
+            if starved(region, device, futex::monotonic_ns()) {
+                break;
+            }
+        }
     }
 }
 
@@ -396,14 +463,54 @@ mod tests {
             tick(r, 0, state, 11 * MS, MS);
         }
         assert_eq!((tokens(r, 0), tokens(r, 1)), (2 * MS as i64, 2 * MS as i64), "held to the burst");
-        // Debt stays debt; an idle vGPU gets nothing and the tick reports no demand.
+        // Debt stays debt while the device is busy; an idle vGPU gets nothing and the tick reports no demand.
         r.vgpus[0].live.sched.tokens.store(-5 * MS as i64, Ordering::Relaxed);
+        r.vgpus[0].live.sched.inflight_ns.store(MS as i64, Ordering::Relaxed);
         r.vgpus[1].live.sched.waiters.store(0, Ordering::Relaxed);
         assert!(tick(r, 0, state, 12 * MS, MS).0);
         assert_eq!(tokens(r, 0), -4 * MS as i64);
+        r.vgpus[0].live.sched.inflight_ns.store(0, Ordering::Relaxed);
         r.vgpus[0].live.sched.waiters.store(0, Ordering::Relaxed);
         assert!(!tick(r, 0, state, 20 * MS, MS).0);
         assert_eq!(tokens(r, 0), -4 * MS as i64);
+    }
+
+    #[test]
+    fn an_idle_device_whose_vgpus_wait_for_tokens_lets_the_first_go_at_once() {
+        let r = region();
+        managed(r, 0, 30, 1);
+        managed(r, 1, 70, 1);
+        let sched = |i: usize| &r.vgpus[i].live.sched;
+        let state = &mut Device::new(r, 0);
+        // Both in debt after long kernels, nothing queued: the engine idles until the 30% one has paid
+        // 100 µs at 300 µs per ms. The loop, woken by their bells, ticks at once (1 µs after the last
+        // tick, which grants next to nothing by itself) and grants those 333 µs now.
+        sched(0).tokens.store(-99_999, Ordering::Relaxed);
+        sched(1).tokens.store(-3 * MS as i64, Ordering::Relaxed);
+        let epoch = sched(0).epoch.load(Ordering::Relaxed);
+        assert!(starved(r, 0, 10 * MS));
+        tick(r, 0, state, 10 * MS, 1_000);
+        assert!(tokens(r, 0) > 0, "the 30% vGPU goes: {}", tokens(r, 0));
+        assert!(sched(0).epoch.load(Ordering::Relaxed) > epoch, "its launch is woken");
+        let gained = tokens(r, 1) + 3 * MS as i64;
+        assert!((233_000..234_100).contains(&gained), "the 70% one gets its share of the same time: {gained}");
+        assert!(!starved(r, 0, 10 * MS), "a vGPU has tokens now: no more catching up");
+        // Work queued on the device: nobody is starved, debt stays debt.
+        sched(0).tokens.store(-(MS as i64), Ordering::Relaxed);
+        sched(1).inflight_ns.store(MS as i64, Ordering::Relaxed);
+        assert!(!starved(r, 0, 11 * MS));
+        tick(r, 0, state, 11 * MS, 1_000);
+        assert!(tokens(r, 0) < 0);
+        // A vGPU between launches (launched 100 µs ago, nothing queued, not waiting) is about to queue
+        // work of its own: the device is not left to the other.
+        sched(1).inflight_ns.store(0, Ordering::Relaxed);
+        sched(1).waiters.store(0, Ordering::Relaxed);
+        sched(1).last_launch_ns.store(12 * MS - 100_000, Ordering::Relaxed);
+        assert!(!starved(r, 0, 12 * MS));
+        // It has not launched for longer than counts as demand: the waiting one goes.
+        assert!(starved(r, 0, 15 * MS));
+        tick(r, 0, state, 15 * MS, 1_000);
+        assert!(tokens(r, 0) > 0);
     }
 
     #[test]

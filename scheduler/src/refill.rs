@@ -14,7 +14,12 @@
 //!   device. That part is given to nobody: the vGPU runs on the tokens it has;
 //! - a capped vGPU never gets more than its share, and what it does not take is given to nobody.
 //!
-//! A suspended vGPU takes no part and gets nothing. While a `high` vGPU on the device is busy (or the
+//! A suspended vGPU takes no part and gets nothing.
+//!
+//! Work conservation ([`catch_up`]): on an idle device whose every vGPU with demand has a launch waiting
+//! for tokens, time would pass with the engine idle until the next grants let the first of them go. The
+//! daemon grants that time at once instead, by the same rule as any interval: the split is what waiting
+//! would have given, without the idle engine. While a `high` vGPU on the device is busy (or the
 //! device's `high_until_ns` lies ahead), only the `high` vGPUs take part: they get the whole device, lower
 //! priorities nothing (when the hold ends, the pacer lets those that wait go at once: see
 //! `pacer::restart`).
@@ -74,6 +79,10 @@ pub struct Vgpu {
     pub busy: bool,
     /// Tokens its bucket can still take before the burst ([`room`]).
     pub room: u64,
+    /// Launches of it wait at the gate.
+    pub waiting: bool,
+    /// Tokens its bucket holds (negative: debt).
+    pub tokens: i64,
 }
 
 /// Nanoseconds of device time granted to each of `vgpus` (same order) for an interval of `dt_ns`;
@@ -103,6 +112,49 @@ pub fn plan(vgpus: &[Vgpu], dt_ns: u64, high_hold: bool) -> Vec<u64> {
         let takers: Vec<usize> =
             demanding.iter().copied().filter(|&i| !vgpus[i].cap && vgpus[i].priority == tier).collect();
         spare = fill(&mut grants, vgpus, &takers, spare);
+    }
+    grants
+}
+
+/// Longest interval [`catch_up`] grants for at once.
+pub const CATCH_UP_MAX_NS: u64 = 100_000_000;
+/// The interval whose grants measure the rate at which [`catch_up`] would fill each bucket.
+const RATE_NS: u64 = 1_000_000;
+
+/// What to grant `vgpus` at once (same order) while their device is idle: when every one of them that
+/// takes part and has demand waits for tokens (none is between launches, about to queue work of its own;
+/// none has tokens and is about to go), the grants of the shortest interval (at most [`CATCH_UP_MAX_NS`])
+/// after which the first of them has tokens, as [`plan`] splits any interval. Nothing while a `high`
+/// vGPU holds the device or has demand, nor when a vGPU there is capped (a capped vGPU's share is a
+/// ceiling in time, and an idle capped vGPU keeps everyone to their shares: both want the device left idle).
+pub fn catch_up(vgpus: &[Vgpu], high_hold: bool) -> Vec<u64> {
+    let none = vec![0u64; vgpus.len()];
+    let part = takes_part(vgpus, high_hold);
+    let group: Vec<usize> = (0..vgpus.len()).filter(|&i| part[i]).collect();
+    if high_hold || vgpus.iter().any(|v| v.cap) {
+        return none;
+    }
+    let demanding: Vec<usize> = group.iter().copied().filter(|&i| vgpus[i].demand).collect();
+    // A `high` vGPU with demand takes no tokens: it is between launches, or holds the device.
+    let ready = |v: &Vgpu| v.priority < priority::HIGH && v.waiting && v.tokens <= 0;
+    if demanding.is_empty() || demanding.iter().any(|&i| !ready(&vgpus[i])) {
+        return none;
+    }
+    let rate = plan(vgpus, RATE_NS, false);
+    // The first to have tokens: the least time to fill its debt at its rate.
+    let first = demanding
+        .iter()
+        .filter(|&&i| rate[i] > 0)
+        .map(|&i| {
+            let need = 1u64.saturating_add(vgpus[i].tokens.unsigned_abs());
+            (need.saturating_mul(RATE_NS).div_ceil(rate[i]), i, need)
+        })
+        .min();
+    let Some((dt, i, need)) = first else { return none };
+    let mut grants = plan(vgpus, dt.min(CATCH_UP_MAX_NS), false);
+    // Rounding in the split must not leave it a nanosecond short, and its room must not either.
+    if dt <= CATCH_UP_MAX_NS {
+        grants[i] = grants[i].max(need.min(vgpus[i].room));
     }
     grants
 }
@@ -181,6 +233,8 @@ mod tests {
             demand: true,
             busy: true,
             room: u64::MAX,
+            waiting: false,
+            tokens: 0,
         }
     }
 
@@ -267,6 +321,55 @@ mod tests {
         assert_eq!(plan(&[idle(30), busy(30), full], MS, false), [0, 428_572, 0]);
         // a: the 70% vGPU, not held by tokens, keeps the device while the 30% one is held to its share.
         assert_eq!(plan(&[busy(30), Vgpu { room: 300_000, ..busy(70) }], MS, false), [300_000, 300_000]);
+    }
+
+    /// Waiting for tokens, with `tokens` in its bucket.
+    fn waits(share: u32, tokens: i64) -> Vgpu {
+        let room = room(tokens, burst(MS));
+        Vgpu { waiting: true, tokens, room, ..busy(share) }
+    }
+
+    #[test]
+    fn an_idle_device_whose_vgpus_all_wait_for_tokens_lets_the_first_go_at_once() {
+        // 30/70, both in debt: the 30% one needs 100 µs at 300 µs per ms, the 70% one 3 ms at 700 µs per
+        // ms. Waiting 333,334 ns would let the first go: that interval is granted now, split by share.
+        let g = catch_up(&[waits(30, -99_999), waits(70, -3 * (MS as i64))], false);
+        assert_eq!(g, [100_001, 233_333]);
+        assert!(-99_999 + g[0] as i64 > 0, "the first has tokens");
+        // Alone on its device (the other idle), a vGPU waiting after a long kernel's debt gets it at once.
+        assert_eq!(catch_up(&[waits(70, -5 * (MS as i64)), idle(30)], false), [5 * MS + 1, 0]);
+        // Rounding never leaves the first short (the 67% one, sooner at its rate).
+        let g = catch_up(&[waits(33, -1), waits(67, -1)], false);
+        assert!(g[1] >= 2, "{g:?}");
+    }
+
+    #[test]
+    fn no_catch_up_while_a_vgpu_is_about_to_queue_work_or_the_device_must_stay_idle() {
+        let debt = -(MS as i64);
+        // Between launches (demand, nothing waiting): it queues its next work at once, and the engine is
+        // its; the other waits its turn.
+        assert_eq!(catch_up(&[recent(30), waits(70, debt)], false), [0, 0]);
+        // A waiting launch that has tokens goes by itself.
+        assert_eq!(catch_up(&[waits(30, 5), waits(70, debt)], false), [0, 0]);
+        // Nobody waits: nothing to do.
+        assert_eq!(catch_up(&[idle(30), idle(70)], false), [0, 0]);
+        // A capped vGPU's share is a ceiling in time; an idle capped one keeps everyone to their shares.
+        assert_eq!(catch_up(&[Vgpu { cap: true, ..waits(30, debt) }, idle(70)], false), [0, 0]);
+        assert_eq!(catch_up(&[Vgpu { cap: true, ..idle(30) }, waits(70, debt)], false), [0, 0]);
+        // A `high` vGPU holds the device, or takes part.
+        assert_eq!(catch_up(&[waits(30, debt), waits(70, debt)], true), [0, 0]);
+        let high = Vgpu { priority: priority::HIGH, ..waits(20, debt) };
+        assert_eq!(catch_up(&[waits(80, debt), high], false), [0, 0]);
+        assert_eq!(catch_up(&[waits(80, debt), Vgpu { waiting: false, busy: false, ..high }], false), [0, 0]);
+        // An idle `high` vGPU (no demand) leaves the others to catch up.
+        let quiet_high = Vgpu { demand: false, busy: false, waiting: false, ..high };
+        assert_eq!(catch_up(&[waits(80, debt), quiet_high], false), [MS + 1, 0]);
+        // A suspended vGPU takes no part: the other goes.
+        let suspended = Vgpu { suspended: true, ..waits(50, debt) };
+        assert_eq!(catch_up(&[suspended, waits(50, debt)], false), [0, MS + 1]);
+        // A debt beyond what one catch-up grants: the longest interval, split as any.
+        let deep = -10 * (CATCH_UP_MAX_NS as i64);
+        assert_eq!(catch_up(&[waits(50, deep), waits(50, deep)], false), [CATCH_UP_MAX_NS / 2, CATCH_UP_MAX_NS / 2]);
     }
 
     #[test]

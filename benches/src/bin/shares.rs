@@ -66,6 +66,8 @@
 //! woke up: the simulated engine, the shim and the daemon are all threads of this host, and a late thread
 //! shows in the figures.
 
+#[path = "shares/idle.rs"]
+mod idle;
 #[path = "shares/mixed.rs"]
 mod mixed;
 

@@ -17,7 +17,8 @@
 //! for the first two cases (99.6% without Tessera). Ground truth as everywhere here: each process's
 //! engine time from simgpu's state file.
 
-use super::{BUSY_TARGET, Duration, STEP, Series, TOLERANCE, WARMUP_S, shares, windows};
+use super::idle;
+use super::{BUSY_TARGET, Duration, STEP, Series, TOLERANCE, WARMUP_S, experiment_window, shares, windows};
 use std::io::Read;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -94,6 +95,50 @@ fn control(m: &Machine, client: &Path, case: &Case, seconds: f64) {
     );
 }
 
+/// With `SHARES_IDLE`: each of the case's programs alone on the device for `seconds`, without Tessera and
+/// in its vGPU (the other vGPU idle), and how busy it keeps the engine; then the most a scheduler holding
+/// the split can keep the engine busy when each vGPU's turns run only its own program.
+///
+/// Why that bound: on an engine that runs one kernel at a time to its end, a vGPU's turn idles in its
+/// program's own gaps (a sync, the host) unless the other vGPU has work queued, which then runs to its
+/// end; for a 5 ms kernel that ends the turn. A vGPU whose program alone keeps the engine busy a fraction
+/// `x` of the time needs `s / x` of wall time for a part `s` of the engine time, so with 30/70 the engine
+/// is busy at most `1 / (0.3 / x_a + 0.7 / x_b)` (less the few gaps the other's long kernels can fill,
+/// one per long kernel).
+fn alone(m: &Machine, client: &Path, case: &Case, seconds: f64) {
+    let secs = format!("{}", seconds.ceil() as u64 + 2);
+    let program = client.to_string_lossy();
+    let mut native = Vec::new();
+    for (vgpu, p) in [("a30", case.a), ("b70", case.b)] {
+        let mut busy = Vec::new();
+        for managed in [false, true] {
+            let cmd = match managed {
+                false => m.command(&program, &args(p, &secs)),
+                true => m.shim_command(&["--vgpu", vgpu], client, &args(p, &secs)),
+            };
+            let mut child = spawn(cmd);
+            let groups = vec![vec![child.id()]];
+            let series = sample(&m.state(), &groups, STEP, Duration::from_secs_f64(seconds), |_| {});
+            let _ = child.kill();
+            let _ = child.wait();
+            let end = *series.t.last().expect("samples");
+            busy.push(shares(&series, WARMUP_S, end)[0]);
+        }
+        println!(
+            "  {vgpu}'s program alone ({} ns): engine busy {:.2}% without Tessera, {:.2}% in its vGPU",
+            p.0, busy[0], busy[1]
+        );
+        native.push(busy);
+    }
+    let bound = |k: usize| 100.0 / (30.0 / native[0][k] + 70.0 / native[1][k]);
+    println!(
+        "  busy at most, holding 30/70 with each vGPU's turns running its own program: {:.2}% from the programs \
+         without Tessera, {:.2}% from them in their vGPUs",
+        bound(0),
+        bound(1)
+    );
+}
+
 /// Each vGPU's part of the engine time that ran, against `configured`, over the run and its worst 10 s
 /// window, and the engine's utilization, with PASS/FAIL lines.
 fn report_split(series: &Series, names: &[&str], configured: &[f64]) {
@@ -122,16 +167,29 @@ fn report_split(series: &Series, names: &[&str], configured: &[f64]) {
     );
 }
 
+/// Which cases run: all, or those whose indices `SHARES_H_CASES` lists (e.g. `0,1`; for experiments).
+fn selected(index: usize) -> bool {
+    std::env::var("SHARES_H_CASES")
+        .ok()
+        .filter(|l| !l.is_empty())
+        .is_none_or(|l| l.split(',').any(|k| k.trim().parse::<usize>().ok() == Some(index)))
+}
+
 /// Runs every case, each `seconds` long (its control as long, just before it).
 pub fn mixed_lengths(seconds: f64) {
     let client = cbuild::build("spin.c");
     let mut m = Machine::new("h", "h100");
     m.start_daemon();
+    let window = experiment_window();
     for (name, share) in [("a30", "30"), ("b70", "70")] {
-        m.tessera(&["vgpu", "create", name, "--device", "0", "--memory", "8GiB", "--share", share]);
+        let mut args = vec!["vgpu", "create", name, "--device", "0", "--memory", "8GiB", "--share", share];
+        if let Some(w) = &window {
+            args.extend(["--window", w]);
+        }
+        m.tessera(&args);
     }
     let secs = format!("{}", seconds.ceil() as u64 + 2);
-    for case in &CASES {
+    for (index, case) in CASES.iter().enumerate().filter(|(i, _)| selected(*i)) {
         let describe = |p: (&str, &str)| {
             let ns: Vec<String> =
                 p.0.split(',').map(|n| format!("{} µs", n.parse::<u64>().unwrap_or(0) / 1000)).collect();
@@ -143,14 +201,31 @@ pub fn mixed_lengths(seconds: f64) {
             describe(case.a),
             describe(case.b)
         );
-        if case.control {
+        // The reversed case shares the case before's control, unless that one does not run.
+        if case.control || (index > 0 && !selected(index - 1)) {
             control(&m, &client, case, seconds);
         }
-        let children = [
-            spawn(m.shim_command(&["--vgpu", "a30"], &client, &args(case.a, &secs))),
-            spawn(m.shim_command(&["--vgpu", "b70"], &client, &args(case.b, &secs))),
-        ];
+        let traces = [m.dir.join(format!("trace-{index}-a30")), m.dir.join(format!("trace-{index}-b70"))];
+        let diagnosed = idle::enabled();
+        let launch = |vgpu: &str, program, trace: &Path| {
+            let mut cmd = m.shim_command(&["--vgpu", vgpu], &client, &args(program, &secs));
+            if diagnosed {
+                cmd.env(simgpu::trace::VAR, trace);
+            }
+            spawn(cmd)
+        };
+        if diagnosed {
+            alone(&m, &client, case, seconds.min(6.0));
+        }
+        let sampler = diagnosed.then(|| idle::start(&m.dir.join("tessera.region"), &["a30", "b70"]));
+        let start = tessera_ffi::futex::monotonic_ns();
+        let children = [launch("a30", case.a, &traces[0]), launch("b70", case.b, &traces[1])];
         let series = measure(&m, children, seconds);
         report_split(&series, &["a30", "b70"], &[30.0, 70.0]);
+        if let Some(sampler) = sampler {
+            let from = start + (WARMUP_S * 1e9) as u64;
+            let to = start + (seconds * 1e9) as u64;
+            sampler.report(&[&traces[0], &traces[1]], &["a30", "b70"], from, to);
+        }
     }
 }
