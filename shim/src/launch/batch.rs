@@ -39,7 +39,7 @@ use super::feedback::{self, Item};
 use super::gate::Gate;
 use super::ticks;
 use crate::guard::{Res, Status};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
 
 /// Most launches one completion event measures.
@@ -126,16 +126,19 @@ struct Local {
     entry: Option<usize>,
 }
 
-impl Drop for Local {
+/// The calling thread's claim on its entry of [`TABLE`]: when the thread ends, the entry is marked orphaned
+/// (the reaper takes back its batches' window, then frees it). Apart from [`LOCAL`], which has no destructor,
+/// so that every launch's access to that stays a plain thread-local read.
+struct Owner(usize);
+
+impl Drop for Owner {
     fn drop(&mut self) {
-        // The thread ends: the reaper takes back its batches' window, then frees the entry.
-        if let Some(e) = self.entry {
-            TABLE[e].state.store(ORPHANED, Ordering::Release);
-        }
+        TABLE[self.0].state.store(ORPHANED, Ordering::Release);
     }
 }
 
 thread_local! {
+    static OWNER: Cell<Option<Owner>> = const { Cell::new(None) };
     static LOCAL: RefCell<Local> =
         const { RefCell::new(Local { streams: [None; STREAMS], next: 0, last: 0, entry: None }) };
 }
@@ -453,7 +456,15 @@ pub fn tick() -> u64 {
 
 /// A free entry of [`TABLE`] for the calling thread; `None` when all are taken.
 fn claim() -> Option<usize> {
-    TABLE.iter().position(|e| e.state.compare_exchange(FREE, OWNED, Ordering::AcqRel, Ordering::Relaxed).is_ok())
+    let e = TABLE
+        .iter()
+        .position(|e| e.state.compare_exchange(FREE, OWNED, Ordering::AcqRel, Ordering::Relaxed).is_ok())?;
+    // A thread that can no longer register its claim (it is ending) gives the entry straight back.
+    if OWNER.try_with(|o| o.set(Some(Owner(e)))).is_err() {
+        TABLE[e].state.store(FREE, Ordering::Release);
+        return None;
+    }
+    Some(e)
 }
 
 /// Whether some thread's batches hold window (the measurement thread then looks every [`STALE_NS`]).
@@ -511,9 +522,20 @@ mod tests {
         reap(gate);
         assert_eq!(TABLE[e].window.load(Ordering::Relaxed), 0);
         assert_eq!(s.inflight_ns.load(Ordering::Relaxed), 0);
-        // Its thread gone, the entry is freed.
-        TABLE[e].state.store(ORPHANED, Ordering::Relaxed);
+        // A thread that ends with a batch open: its window is taken back at once, then its entry freed.
+        s.inflight_ns.store(200_000, Ordering::Relaxed);
+        v.live.procs[0].inflight_ns.store(200_000, Ordering::Relaxed);
+        let ended = std::thread::spawn(|| {
+            let e = claim().expect("a free entry");
+            TABLE[e].window.store(200_000, Ordering::Relaxed);
+            TABLE[e].last_tick.store(ticks::source().now(), Ordering::Relaxed);
+            e
+        })
+        .join()
+        .expect("the thread");
+        assert_eq!(TABLE[ended].state.load(Ordering::Relaxed), ORPHANED);
         reap(gate);
-        assert_eq!(TABLE[e].state.load(Ordering::Relaxed), FREE);
+        assert_eq!((TABLE[ended].window.load(Ordering::Relaxed), s.inflight_ns.load(Ordering::Relaxed)), (0, 0));
+        assert_eq!(TABLE[ended].state.load(Ordering::Relaxed), FREE);
     }
 }
