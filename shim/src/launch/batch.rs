@@ -149,9 +149,8 @@ fn same(s: &Stream, pool: &Pool, stream: usize, kind: Kind) -> bool {
 
 /// Launches through `submit` (under the soft-mode hold) as part of the calling thread's batch on `stream`
 /// (of context pool `site.0`, found at context generation `site.1`, device `device`), opening one if there
-/// is none; `Err(submit)` when the launch is to
-/// be measured on its own instead (then [`measured`] is to be told). Only for a gate that is
-/// [batching](Gate::batching).
+/// is none; `Err(submit)` when the launch is to be measured on its own instead (then [`measured`] is to be
+/// told). Only for a gate that is [batching](Gate::batching).
 pub fn launch<F: FnOnce() -> Status>(
     gate: &'static Gate,
     site: (&'static Pool, u64),
@@ -313,8 +312,9 @@ fn joinable(
     Some((slot, entry))
 }
 
-/// Opens a batch for a launch of `kind` on `device`: its tokens and window for `cap` launches, if the vGPU
-/// has tokens now (a launch that would wait is measured on its own, on the path that waits).
+/// Opens a batch for a launch of `kind` on `device`: its tokens and window for `cap` launches, waiting for
+/// them as a single launch would; `None` (the launch is then measured on its own) for kernels too long to
+/// batch, before the tick clock is calibrated, or once the vGPU stops batching while it waits.
 fn open(gate: &Gate, device: usize, kind: Kind, anchored: bool, entry: usize) -> Option<Open> {
     let per = gate.estimate(kind);
     // Half the window: the next batch can be admitted while this one runs, so the device never waits for
