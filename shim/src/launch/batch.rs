@@ -87,11 +87,13 @@ struct Open {
     per: i64,
     /// What the stream is estimated to take per launch back to back, in ticks.
     per_ticks: u64,
-    /// Monotonic ns just before its first launch was submitted.
+    /// Monotonic ns just before its first launch was submitted (set then).
     first_ns: u64,
     /// Whether it began right after a recorded end on its stream (so that its span starts at its first
     /// kernel): only such a batch is measured.
     anchored: bool,
+    /// The thread was held up around its first launch (see `HELD_UP_NS`): its span may start early.
+    held_up: bool,
 }
 
 /// What a thread knows of one stream it launches on.
@@ -211,10 +213,18 @@ fn in_batch<F: FnOnce() -> Status>(
         s.batch = Some(open(gate, device, kind, s.anchored, entry)?);
     }
     let b = s.batch.as_mut()?;
-    // The closing launch's submission is timed: a thread held up until its end event is recorded may have
-    // let the stream run dry.
+    // The first and the closing launch's submissions are timed: a thread held up between its clock read and
+    // the first submission may date the span's start early, and one held up until the end event is recorded
+    // may have let the stream run dry.
+    let first = b.n == 0;
+    if first {
+        b.first_ns = now_ns();
+    }
     let before = if b.n + 1 >= b.cap { now_ns() } else { 0 };
     let res = crate::soft::around(submit.take()?);
+    if first && now_ns() - b.first_ns > HELD_UP_NS {
+        b.held_up = true;
+    }
     if res.is_ok() {
         b.n += 1;
         s.busy_until = s.busy_until.max(t).saturating_add(b.per_ticks);
@@ -325,10 +335,9 @@ fn open(gate: &Gate, device: usize, kind: Kind, anchored: bool, entry: usize) ->
     }
     let per_ticks = ticks::source().ns_to_ticks(gate.gap_estimate(kind) as u64, now_ns())?;
     let reserved = gate.reserve(device, per, cap)?;
-    let first_ns = now_ns();
     TABLE[entry].window.fetch_add(reserved.window, Ordering::AcqRel);
     TABLE[entry].last_tick.store(ticks::source().now(), Ordering::Relaxed);
-    Some(Open { reserved, cap, n: 0, per, per_ticks, first_ns, anchored })
+    Some(Open { reserved, cap, n: 0, per, per_ticks, first_ns: 0, anchored, held_up: false })
 }
 
 /// `ns` on the tick clock (0 while it is not calibrated: then no batch outlives its first launch).
@@ -367,7 +376,7 @@ fn close(
         gate.settle_unmeasured(&admission);
         return push_marker(gate, pool, stream, kind, event);
     }
-    let held_up = now_ns() - submitted > HELD_UP_NS;
+    let held_up = b.held_up || now_ns() - submitted > HELD_UP_NS;
     let launches = b.n as u16;
     let item = Item { pool, event, stream, admission, kind, launched_ns: b.first_ns, held_up, launches };
     if let Err(item) = feedback::push(gate, item) {
