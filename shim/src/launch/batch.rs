@@ -145,6 +145,24 @@ thread_local! {
         const { RefCell::new(Local { streams: [None; STREAMS], next: 0, last: 0, entry: None }) };
 }
 
+impl Stream {
+    /// Whether the work the thread queued here is estimated to be still running at tick `t`, with at least
+    /// half a launch's worth left.
+    fn busy_at(&self, t: u64) -> bool {
+        t.saturating_add(self.per_ticks / 2) <= self.busy_until
+    }
+
+    /// Counts a launch submitted at tick `t` in the open batch (the thread's table entry `entry` notes when).
+    fn launched(&mut self, t: u64, entry: usize) {
+        if let Some(b) = self.batch.as_mut() {
+            b.n += 1;
+            self.busy_until = self.busy_until.max(t).saturating_add(b.per_ticks);
+            self.per_ticks = b.per_ticks;
+        }
+        TABLE[entry].last_tick.store(t, Ordering::Relaxed);
+    }
+}
+
 fn same(s: &Stream, pool: &Pool, stream: usize, kind: Kind) -> bool {
     std::ptr::eq(s.pool, pool) && s.stream == stream && s.kind == kind
 }
@@ -226,11 +244,9 @@ fn in_batch<F: FnOnce() -> Status>(
         b.held_up = true;
     }
     if res.is_ok() {
-        b.n += 1;
-        s.busy_until = s.busy_until.max(t).saturating_add(b.per_ticks);
-        s.per_ticks = b.per_ticks;
-        TABLE[entry].last_tick.store(t, Ordering::Relaxed);
+        s.launched(t, entry);
     }
+    let b = s.batch.as_ref()?;
     if b.n >= b.cap {
         // Measured if it began at a recorded end; otherwise its event only marks where the next begins.
         if let Some(b) = s.batch.take() {
@@ -262,7 +278,7 @@ pub fn fast<F: FnOnce() -> Status>(stream: usize, kind: Kind, submit: F) -> Resu
             && s.stream == stream
             && s.kind == kind
             && s.generation == generation
-            && t.saturating_add(s.per_ticks / 2) <= s.busy_until
+            && s.busy_at(t)
             && s.since_probe < PROBE_EVERY
             && TABLE[entry].window.load(Ordering::Relaxed) > 0;
         if !ready {
@@ -270,11 +286,8 @@ pub fn fast<F: FnOnce() -> Status>(stream: usize, kind: Kind, submit: F) -> Resu
         }
         let res = crate::soft::around(submit.take()?);
         if res.is_ok() {
-            let b = s.batch.as_mut()?;
-            b.n += 1;
-            s.busy_until = s.busy_until.max(t).saturating_add(b.per_ticks);
+            s.launched(t, entry);
             s.since_probe += 1;
-            TABLE[entry].last_tick.store(t, Ordering::Relaxed);
         }
         Some(res)
     })
@@ -304,7 +317,7 @@ fn joinable(
     if let Some(b) = s.batch {
         // The stream may have run dry after the batch's last launch, whose end no event marks; or the
         // batch's window was taken back while the thread was away. This launch starts a new one.
-        if t.saturating_add(s.per_ticks / 2) > s.busy_until || TABLE[entry].window.load(Ordering::Relaxed) <= 0 {
+        if !s.busy_at(t) || TABLE[entry].window.load(Ordering::Relaxed) <= 0 {
             s.batch = None;
             settle(gate, b, Some(entry));
             s.anchored = false;
