@@ -21,6 +21,23 @@
 //! estimate), so a preempted tenant is not charged the idle engine; what its kernel really displaced is
 //! then charged to the kernel that ended next, at most one kernel's time per such record.
 //!
+//! Ends closer than [`MAPPING_ERROR_NS`] are ambiguous: each process maps its events onto the host clock
+//! through a reference event of its own, so two processes' times may be off against each other by a few
+//! µs. An empty kernel queued behind another vGPU's kernel runs in no time when that one ends, and may then
+//! be placed before it, which would charge the long kernel to the empty one. So in such a pair the order
+//! by end gives way to what else is known: the engine runs one kernel at a time, in the order they
+//! became ready (a record's start is when its stream reached it, or its submission if later), so a kernel
+//! that became ready clearly (by more than the error) after a single kernel did cannot have ended before
+//! it. The rule applies when the earlier one is a single launch measured alone (one kernel, no batch, no
+//! graph, not held up): a batch's or graph's later kernels become ready after its start, and a held-up
+//! record's start may precede its submission. The later one is then placed right after it, ending when
+//! it ends (it had the engine for no time beyond that end). Limit: on an engine that does not run kernels
+//! first come first served (several contexts at once, or a scheduler that reorders them), a kernel that
+//! became ready later may really end first; then, when the two ends are within the error, the later
+//! kernel's time is charged to the earlier one, as the order by end alone would have charged it the other
+//! way round before; and two kernels that became ready within the error of each other keep the order of
+//! their ends.
+//!
 //! Limits: on a GPU that runs kernels of several contexts at once the rule is an approximation (a kernel
 //! ending inside another's span is charged from the completion before it). Kernels of processes that
 //! publish nothing (not managed by the daemon) are invisible: time a managed kernel spent waiting behind
@@ -33,6 +50,12 @@ use tessera_ffi::timeline::{Record, exclusive};
 pub const HORIZON_NS: u64 = 1_000_000_000;
 /// Most kernels remembered.
 pub const MAX_KEPT: usize = 16_384;
+/// How far two processes' event times may be off against each other: each maps its events through a
+/// reference whose host time is known within half the 10 µs its `cuEventRecord` may take (the shim's
+/// `clock::TIGHT_NS`), so two differ by up to 10 µs, plus the float resolution of elapsed times and the
+/// drift between re-bases; doubled, for margin. Ends closer than this are ordered by when the kernels
+/// became ready where that is known (see the module doc).
+pub const MAPPING_ERROR_NS: u64 = 20_000;
 
 /// A kernel charged already.
 #[derive(Clone, Copy, Debug)]
@@ -44,6 +67,21 @@ struct Charged {
     limited: bool,
     /// Device time charged so far.
     ns: u64,
+    /// A single kernel measured alone, whose start is when it became ready (see [`became_ready_first`]).
+    single: bool,
+}
+
+/// Whether record `r` is one kernel launch measured on its own, not held up: its start is when it
+/// became ready on its stream (or was submitted), so nothing that became ready later ran before it ended.
+fn is_single(r: &Record) -> bool {
+    r.kind == 0 && r.launches <= 1 && r.bound_ns == 0
+}
+
+/// Whether a kernel that started (became ready) at `first_ns` and was a single kernel (`single`) surely
+/// ended no later than one that started at `later_ns`, on an engine running kernels one at a time in the
+/// order they became ready: the starts are further apart than two processes' clocks may be off.
+fn became_ready_first(first_ns: u64, single: bool, later_ns: u64) -> bool {
+    single && later_ns > first_ns.saturating_add(MAPPING_ERROR_NS)
 }
 
 /// One change to a vGPU's accounts.
@@ -79,17 +117,40 @@ impl Ledger {
     }
 
     /// Charges record `r` of vGPU `vgpu`, appending the changes to make to `out` (one for `r`, and one for
-    /// the kernel ending after it when `r` arrived late). Returns the device time charged for `r`.
+    /// each kernel it re-charges: the one ending after it when `r` arrived late, and those placed after it
+    /// by the ambiguous-end rule of the module doc). Returns the device time charged for `r`.
     pub fn charge(&mut self, vgpu: u32, r: &Record, out: &mut Vec<Change>) -> u64 {
         let limited = r.charged > 0;
-        let end = r.end_ns.max(r.start_ns);
-        let pos = self.kept.partition_point(|c| c.end_ns <= end);
-        let from = if pos == 0 && end <= self.floor_ns {
+        let single = is_single(r);
+        let mapped_end = r.end_ns.max(r.start_ns);
+        let mut end = mapped_end;
+        let mut pos = self.kept.partition_point(|c| c.end_ns <= end);
+        // `r` became ready clearly after a single kernel whose end is ambiguously after its own: it ended
+        // after that one, when that one did.
+        while let Some(k) = self.kept.get(pos) {
+            if k.end_ns - mapped_end > MAPPING_ERROR_NS || !became_ready_first(k.start_ns, k.single, r.start_ns) {
+                break;
+            }
+            end = k.end_ns;
+            pos = self.kept.partition_point(|c| c.end_ns <= end);
+        }
+        // Kernels ending ambiguously before `r` that became ready clearly after it (a single kernel) ended
+        // after it: they move after it, ending when it ends.
+        let mut first = pos;
+        while let Some(k) = first.checked_sub(1).map(|i| &self.kept[i]) {
+            if k.end_ns.saturating_add(MAPPING_ERROR_NS) < mapped_end
+                || !became_ready_first(r.start_ns, single, k.start_ns)
+            {
+                break;
+            }
+            first -= 1;
+        }
+        let from = if first == 0 && end <= self.floor_ns {
             // Older than anything remembered: its neighbours are gone.
             self.stale += 1;
             r.start_ns
         } else {
-            let prev = if pos == 0 { self.floor_ns } else { self.kept[pos - 1].end_ns };
+            let prev = if first == 0 { self.floor_ns } else { self.kept[first - 1].end_ns };
             r.start_ns.max(prev).min(end)
         };
         // A bounded record's span may hold host time besides the kernel (see `Record::bound_ns`): it is
@@ -99,7 +160,14 @@ impl Ledger {
             0 => end - from,
             bound => (end - from).min(bound),
         };
-        if let Some(next) = self.kept.get_mut(pos) {
+        self.kept.insert(first, Charged { start_ns: r.start_ns, end_ns: end, vgpu, limited, ns, single });
+        // The kernels moved after `r` (now at first + 1 ..= pos), then the one ending after them all: each
+        // is re-charged from `r`'s end, keeping the smaller charge.
+        for i in first + 1..=pos + 1 {
+            let Some(next) = self.kept.get_mut(i) else { break };
+            if i <= pos {
+                next.end_ns = end;
+            }
             let fixed = exclusive(next.start_ns, next.end_ns, end).min(next.ns);
             let back = (next.ns - fixed) as i64;
             if back > 0 {
@@ -107,7 +175,6 @@ impl Ledger {
                 out.push(Change { vgpu: next.vgpu, device_ns: -back, tokens: if next.limited { back } else { 0 } });
             }
         }
-        self.kept.insert(pos, Charged { start_ns: r.start_ns, end_ns: end, vgpu, limited, ns });
         let tokens = if limited { r.charged.saturating_sub(ns.min(i64::MAX as u64) as i64) } else { 0 };
         out.push(Change { vgpu, device_ns: ns.min(i64::MAX as u64) as i64, tokens });
         ns
@@ -255,5 +322,65 @@ mod tests {
         charge_all(&mut l, &[rec(1, 1_300, 1_400, 1)]);
         let totals = charge_all(&mut l, &[rec(2, 900, 1_100, 1)]);
         assert_eq!((totals[2].0, l.stale), (200 * US as i64, 1));
+    }
+
+    /// `rec` with ends and starts in ns, to place them a fraction of a µs apart.
+    fn rec_ns(vgpu: u32, start_ns: u64, end_ns: u64) -> (u32, Record) {
+        (vgpu, Record { start_ns, end_ns, charged: 0, kind: 0, launches: 1, bound_ns: 0 })
+    }
+
+    /// Every arrival order of `records`.
+    fn orders(records: &[(u32, Record)]) -> Vec<Vec<(u32, Record)>> {
+        if records.len() <= 1 {
+            return vec![records.to_vec()];
+        }
+        let mut all = Vec::new();
+        for i in 0..records.len() {
+            let mut rest = records.to_vec();
+            let head = rest.remove(i);
+            for mut tail in orders(&rest) {
+                tail.insert(0, head);
+                all.push(tail);
+            }
+        }
+        all
+    }
+
+    #[test]
+    fn an_empty_kernel_mapped_just_before_the_kernel_it_waited_for_is_charged_nothing() {
+        // vGPU 0's 500 µs kernel ran 0-500 µs. vGPU 1's empty kernel became ready at 100 µs, waited, and ran
+        // in no time when vGPU 0's ended; its process's clock placed that end 1.6 µs early (499.4 µs).
+        let busy = rec_ns(0, 0, 500 * US);
+        let empty = rec_ns(1, 100 * US, 500 * US - 1_600);
+        for order in orders(&[busy, empty]) {
+            let totals = charge_all(&mut Ledger::new(0), &order);
+            assert_eq!((totals[0].0, totals[1].0), (500 * US as i64, 0), "arrival order {order:?}");
+        }
+        // With a kernel of vGPU 1 after both (ready at 400 µs, ran 500-700 µs): it is charged its 200 µs in
+        // every arrival order, and the engine's 700 µs are all charged once.
+        let after = rec_ns(1, 400 * US, 700 * US);
+        for order in orders(&[busy, empty, after]) {
+            let totals = charge_all(&mut Ledger::new(0), &order);
+            assert_eq!((totals[0].0, totals[1].0), (500 * US as i64, 200 * US as i64), "arrival order {order:?}");
+        }
+    }
+
+    #[test]
+    fn ambiguous_ends_keep_their_order_when_readiness_does_not_tell() {
+        // Ready within the mapping error of each other: the order by end stands.
+        let a = rec_ns(0, 0, 500 * US);
+        let b = rec_ns(1, MAPPING_ERROR_NS / 2, 500 * US - 1_600);
+        let totals = charge_all(&mut Ledger::new(0), &[a, b]);
+        assert_eq!((totals[0].0, totals[1].0), (1_600, (500 * US - 1_600 - MAPPING_ERROR_NS / 2) as i64));
+        // The earlier one a batch (its later kernels became ready after its start): the order by end stands.
+        let mut batch = a;
+        batch.1.launches = 8;
+        let late = rec_ns(1, 100 * US, 500 * US - 1_600);
+        let totals = charge_all(&mut Ledger::new(0), &[batch, late]);
+        assert_eq!((totals[0].0, totals[1].0), (1_600, 398_400));
+        // Ends further apart than the error: the order by end stands whatever the starts.
+        let far = rec_ns(1, 100 * US, 500 * US - 2 * MAPPING_ERROR_NS);
+        let totals = charge_all(&mut Ledger::new(0), &[a, far]);
+        assert_eq!(totals[0].0, 2 * MAPPING_ERROR_NS as i64);
     }
 }
