@@ -21,22 +21,23 @@
 //! estimate), so a preempted tenant is not charged the idle engine; what its kernel really displaced is
 //! then charged to the kernel that ended next, at most one kernel's time per such record.
 //!
-//! Ends closer than [`MAPPING_ERROR_NS`] are ambiguous: each process maps its events onto the host clock
-//! through a reference event of its own, so two processes' times may be off against each other by a few
-//! µs. An empty kernel queued behind another vGPU's kernel runs in no time when that one ends, and may then
-//! be placed before it, which would charge the long kernel to the empty one. So in such a pair the order
-//! by end gives way to what else is known: the engine runs one kernel at a time, in the order they
-//! became ready (a record's start is when its stream reached it, or its submission if later), so a kernel
-//! that became ready clearly (by more than the error) after a single kernel did cannot have ended before
-//! it. The rule applies when the earlier one is a single launch measured alone (one kernel, no batch, no
-//! graph, not held up): a batch's or graph's later kernels become ready after its start, and a held-up
-//! record's start may precede its submission. The later one is then placed right after it, ending when
-//! it ends (it had the engine for no time beyond that end). Limit: on an engine that does not run kernels
-//! first come first served (several contexts at once, or a scheduler that reorders them), a kernel that
-//! became ready later may really end first; then, when the two ends are within the error, the later
-//! kernel's time is charged to the earlier one, as the order by end alone would have charged it the other
-//! way round before; and two kernels that became ready within the error of each other keep the order of
-//! their ends.
+//! Ends closer than [`MAPPING_ERROR_NS`] are ambiguous. Each process maps its events onto the host clock
+//! through a reference event of its own, so two processes' times may be off against each other (by tens of
+//! ns to a few µs). An empty kernel queued behind another vGPU's kernel runs in no time when that one ends,
+//! at the same instant; placed a little before it, it would be charged the long kernel, and the long one
+//! next to nothing. When two ends are that close, one of the two kernels had the engine for next to no
+//! time after the other ended: either the one ending first by the clocks ran its span and the other the
+//! gap, or the other way round. Each record carries what its launches were estimated to take (the tokens
+//! they took): the ledger keeps the order under which the two charges come closer to the two estimates
+//! (summing the differences), so the empty kernel follows the long one, and two short kernels a few µs
+//! apart keep their order. Why not by when each became ready (the engine runs kernels first come, first
+//! served): a record's start says when its kernel could start at the earliest, but on the simulated driver
+//! a stream's host thread takes its turn on the engine only once it runs, which on a loaded host is
+//! hundreds of µs later, and a real GPU interleaves contexts; measured, ordering by readiness charged
+//! wrongly where the clocks had it right. Limits: a record without an estimate (a vGPU without tokens,
+//! `high`) keeps the order of the clocks; a kernel far shorter or longer than its vGPU's estimate may be
+//! placed on the wrong side of a neighbour ending within the error, which moves at most the shorter of
+//! the two kernels' time; and each kernel is still off by up to the clocks' error, as every span is.
 //!
 //! Limits: on a GPU that runs kernels of several contexts at once the rule is an approximation (a kernel
 //! ending inside another's span is charged from the completion before it). Kernels of processes that
@@ -53,9 +54,8 @@ pub const MAX_KEPT: usize = 16_384;
 /// How far two processes' event times may be off against each other: each maps its events through a
 /// reference whose host time is known within half the 10 µs its `cuEventRecord` may take (the shim's
 /// `clock::TIGHT_NS`), so two differ by up to 10 µs, plus the float resolution of elapsed times and the
-/// drift between re-bases; doubled, for margin. Ends closer than this are ordered by when the kernels
-/// became ready where that is known (see the module doc).
-pub const MAPPING_ERROR_NS: u64 = 20_000;
+/// drift between re-bases. Ends closer than this are ordered as the module doc says.
+pub const MAPPING_ERROR_NS: u64 = 12_000;
 
 /// A kernel charged already.
 #[derive(Clone, Copy, Debug)]
@@ -67,21 +67,34 @@ struct Charged {
     limited: bool,
     /// Device time charged so far.
     ns: u64,
-    /// A single kernel measured alone, whose start is when it became ready (see [`became_ready_first`]).
-    single: bool,
+    /// What its launches were estimated to take (the tokens they took), if they took any.
+    estimate: Option<u64>,
 }
 
-/// Whether record `r` is one kernel launch measured on its own, not held up: its start is when it
-/// became ready on its stream (or was submitted), so nothing that became ready later ran before it ended.
-fn is_single(r: &Record) -> bool {
-    r.kind == 0 && r.launches <= 1 && r.bound_ns == 0
+/// Whether two kernels whose ends are within the clocks' error, `earlier` ending first by the clocks, are
+/// better charged the other way round: the later one its span since `prev_ns` (the end before both) and
+/// the earlier one nothing, rather than the earlier one its span and the later one the gap between the
+/// ends. Decided by which pair of charges comes closer to the two estimates; false without both.
+fn ends_swapped(earlier: Span, later: Span, prev_ns: u64) -> bool {
+    let (Some(e1), Some(e2)) = (earlier.estimate, later.estimate) else { return false };
+    let own = |k: Span| k.end_ns.saturating_sub(k.start_ns.max(prev_ns));
+    let as_is = own(earlier).abs_diff(e1) + later.end_ns.saturating_sub(earlier.end_ns).abs_diff(e2);
+    let swapped = own(later).abs_diff(e2) + e1;
+    swapped < as_is
 }
 
-/// Whether a kernel that started (became ready) at `first_ns` and was a single kernel (`single`) surely
-/// ended no later than one that started at `later_ns`, on an engine running kernels one at a time in the
-/// order they became ready: the starts are further apart than two processes' clocks may be off.
-fn became_ready_first(first_ns: u64, single: bool, later_ns: u64) -> bool {
-    single && later_ns > first_ns.saturating_add(MAPPING_ERROR_NS)
+/// A kernel's span and estimate, for [`ends_swapped`].
+#[derive(Clone, Copy, Debug)]
+struct Span {
+    start_ns: u64,
+    end_ns: u64,
+    estimate: Option<u64>,
+}
+
+impl Charged {
+    fn span(&self) -> Span {
+        Span { start_ns: self.start_ns, end_ns: self.end_ns, estimate: self.estimate }
+    }
 }
 
 /// One change to a vGPU's accounts.
@@ -121,29 +134,29 @@ impl Ledger {
     /// by the ambiguous-end rule of the module doc). Returns the device time charged for `r`.
     pub fn charge(&mut self, vgpu: u32, r: &Record, out: &mut Vec<Change>) -> u64 {
         let limited = r.charged > 0;
-        let single = is_single(r);
+        let estimate = u64::try_from(r.charged).ok().filter(|&e| e > 0);
         let mapped_end = r.end_ns.max(r.start_ns);
+        let mine = Span { start_ns: r.start_ns, end_ns: mapped_end, estimate };
         let mut end = mapped_end;
         let mut pos = self.kept.partition_point(|c| c.end_ns <= end);
-        // `r` became ready clearly after a single kernel whose end is ambiguously after its own: it ended
-        // after that one, when that one did.
-        while let Some(k) = self.kept.get(pos) {
-            if k.end_ns - mapped_end > MAPPING_ERROR_NS || !became_ready_first(k.start_ns, k.single, r.start_ns) {
-                break;
-            }
+        let prev_at = |kept: &VecDeque<Charged>, i: usize| if i == 0 { self.floor_ns } else { kept[i - 1].end_ns };
+        // The kernel ending just after `r`, within the error, ended first: `r` ends when it does, after it.
+        if let Some(k) = self.kept.get(pos).copied()
+            && k.end_ns - mapped_end <= MAPPING_ERROR_NS
+            && ends_swapped(mine, k.span(), prev_at(&self.kept, pos))
+        {
             end = k.end_ns;
             pos = self.kept.partition_point(|c| c.end_ns <= end);
         }
-        // Kernels ending ambiguously before `r` that became ready clearly after it (a single kernel) ended
-        // after it: they move after it, ending when it ends.
+        // The kernel ending just before `r`, within the error, ended after it: it moves after `r`, ending
+        // when `r` ends.
         let mut first = pos;
-        while let Some(k) = first.checked_sub(1).map(|i| &self.kept[i]) {
-            if k.end_ns.saturating_add(MAPPING_ERROR_NS) < mapped_end
-                || !became_ready_first(r.start_ns, single, k.start_ns)
-            {
-                break;
-            }
-            first -= 1;
+        if end == mapped_end
+            && let Some(k) = pos.checked_sub(1).map(|i| self.kept[i])
+            && mapped_end - k.end_ns <= MAPPING_ERROR_NS
+            && ends_swapped(k.span(), mine, prev_at(&self.kept, pos - 1))
+        {
+            first = pos - 1;
         }
         let from = if first == 0 && end <= self.floor_ns {
             // Older than anything remembered: its neighbours are gone.
@@ -160,7 +173,7 @@ impl Ledger {
             0 => end - from,
             bound => (end - from).min(bound),
         };
-        self.kept.insert(first, Charged { start_ns: r.start_ns, end_ns: end, vgpu, limited, ns, single });
+        self.kept.insert(first, Charged { start_ns: r.start_ns, end_ns: end, vgpu, limited, ns, estimate });
         // The kernels moved after `r` (now at first + 1 ..= pos), then the one ending after them all: each
         // is re-charged from `r`'s end, keeping the smaller charge.
         for i in first + 1..=pos + 1 {
@@ -324,9 +337,10 @@ mod tests {
         assert_eq!((totals[2].0, l.stale), (200 * US as i64, 1));
     }
 
-    /// `rec` with ends and starts in ns, to place them a fraction of a µs apart.
-    fn rec_ns(vgpu: u32, start_ns: u64, end_ns: u64) -> (u32, Record) {
-        (vgpu, Record { start_ns, end_ns, charged: 0, kind: 0, launches: 1, bound_ns: 0 })
+    /// A record of vGPU `vgpu` with times in ns, to place ends a fraction of a µs apart, and its launch's
+    /// estimate (the tokens it took; 0: none).
+    fn rec_ns(vgpu: u32, start_ns: u64, end_ns: u64, estimate_ns: i64) -> (u32, Record) {
+        (vgpu, Record { start_ns, end_ns, charged: estimate_ns, kind: 0, launches: 1, bound_ns: 0 })
     }
 
     /// Every arrival order of `records`.
@@ -346,41 +360,68 @@ mod tests {
         all
     }
 
-    #[test]
-    fn an_empty_kernel_mapped_just_before_the_kernel_it_waited_for_is_charged_nothing() {
-        // vGPU 0's 500 µs kernel ran 0-500 µs. vGPU 1's empty kernel became ready at 100 µs, waited, and ran
-        // in no time when vGPU 0's ended; its process's clock placed that end 1.6 µs early (499.4 µs).
-        let busy = rec_ns(0, 0, 500 * US);
-        let empty = rec_ns(1, 100 * US, 500 * US - 1_600);
-        for order in orders(&[busy, empty]) {
+    /// Device time charged to vGPUs 0 and 1 for `records` in every arrival order in which each vGPU's own
+    /// arrive in the order they ended (each process publishes its own in order), checked by `check`.
+    fn in_every_order(records: &[(u32, Record)], check: impl Fn(i64, i64) -> bool) {
+        for order in orders(records) {
+            let own_order = |v: u32| order.iter().filter(|(g, _)| *g == v).is_sorted_by_key(|(_, r)| r.end_ns);
+            if !own_order(0) || !own_order(1) {
+                continue;
+            }
             let totals = charge_all(&mut Ledger::new(0), &order);
-            assert_eq!((totals[0].0, totals[1].0), (500 * US as i64, 0), "arrival order {order:?}");
-        }
-        // With a kernel of vGPU 1 after both (ready at 400 µs, ran 500-700 µs): it is charged its 200 µs in
-        // every arrival order, and the engine's 700 µs are all charged once.
-        let after = rec_ns(1, 400 * US, 700 * US);
-        for order in orders(&[busy, empty, after]) {
-            let totals = charge_all(&mut Ledger::new(0), &order);
-            assert_eq!((totals[0].0, totals[1].0), (500 * US as i64, 200 * US as i64), "arrival order {order:?}");
+            assert!(check(totals[0].0, totals[1].0), "arrival order {order:?}: charged {totals:?}");
         }
     }
 
     #[test]
-    fn ambiguous_ends_keep_their_order_when_readiness_does_not_tell() {
-        // Ready within the mapping error of each other: the order by end stands.
-        let a = rec_ns(0, 0, 500 * US);
-        let b = rec_ns(1, MAPPING_ERROR_NS / 2, 500 * US - 1_600);
-        let totals = charge_all(&mut Ledger::new(0), &[a, b]);
-        assert_eq!((totals[0].0, totals[1].0), (1_600, (500 * US - 1_600 - MAPPING_ERROR_NS / 2) as i64));
-        // The earlier one a batch (its later kernels became ready after its start): the order by end stands.
-        let mut batch = a;
-        batch.1.launches = 8;
-        let late = rec_ns(1, 100 * US, 500 * US - 1_600);
-        let totals = charge_all(&mut Ledger::new(0), &[batch, late]);
-        assert_eq!((totals[0].0, totals[1].0), (1_600, 398_400));
-        // Ends further apart than the error: the order by end stands whatever the starts.
-        let far = rec_ns(1, 100 * US, 500 * US - 2 * MAPPING_ERROR_NS);
-        let totals = charge_all(&mut Ledger::new(0), &[a, far]);
-        assert_eq!(totals[0].0, 2 * MAPPING_ERROR_NS as i64);
+    fn an_empty_kernel_mapped_just_before_the_kernel_it_waited_for_is_charged_nothing() {
+        // vGPU 0's 500 µs kernel ran 0-500 µs. vGPU 1's empty kernel (estimated 1 µs) became ready at 100 µs,
+        // waited, and ran in no time when vGPU 0's ended; its process's clock placed that end 1.6 µs early.
+        // Before, the order of the clocks charged vGPU 1 398.4 µs and vGPU 0 1.6 µs.
+        let busy = rec_ns(0, 0, 500 * US, 500 * US as i64);
+        let empty = rec_ns(1, 100 * US, 500 * US - 1_600, 1_000);
+        in_every_order(&[busy, empty], |a, b| (a, b) == (500 * US as i64, 0));
+        // With a kernel of vGPU 1 after both (ready at 400 µs, ran 500-700 µs): charged its 200 µs.
+        let after = rec_ns(1, 400 * US, 700 * US, 1_000);
+        in_every_order(&[busy, empty, after], |a, b| (a, b) == (500 * US as i64, 200 * US as i64));
+    }
+
+    #[test]
+    fn empty_kernels_queued_behind_each_other_follow_the_busy_kernels_they_waited_for() {
+        // vGPU 0 keeps its stream full of 500 µs kernels. vGPU 1 launches empty kernels on a stream of its
+        // own: each runs when one of vGPU 0's ends, and the next becomes ready then, at the same instant as
+        // vGPU 0's next. vGPU 1's clock is off by `off` against vGPU 0's, either way round.
+        for off in [-1_600i64, 1_600] {
+            let at = |ns: u64| ns.checked_add_signed(off).unwrap();
+            let records = [
+                rec_ns(0, 0, 500 * US, 500 * US as i64),
+                rec_ns(0, 500 * US, 1_000 * US, 500 * US as i64),
+                rec_ns(0, 1_000 * US, 1_500 * US, 500 * US as i64),
+                rec_ns(1, 100 * US, at(500 * US), 1_000),
+                rec_ns(1, at(500 * US), at(1_000 * US), 1_000),
+                rec_ns(1, at(1_000 * US), at(1_500 * US), 1_000),
+            ];
+            // Off by the clocks' error at most per kernel, never by one of vGPU 0's kernels.
+            in_every_order(&records, |a, b| a >= (1_500 * US - 3 * 1_600) as i64 && b <= 3 * 1_600);
+        }
+    }
+
+    #[test]
+    fn ends_within_the_error_keep_the_clocks_order_unless_the_estimates_say_otherwise() {
+        // Short kernels of two vGPUs back to back, 5 and 6 µs, ends a few µs apart: as the clocks say.
+        let records = [
+            rec_ns(0, 0, 5 * US, 5_000),
+            rec_ns(1, 1 * US, 11 * US, 6_000),
+            rec_ns(0, 2 * US, 16 * US, 5_000),
+            rec_ns(1, 12 * US, 22 * US, 6_000),
+        ];
+        in_every_order(&records, |a, b| (a, b) == (10 * US as i64, 12 * US as i64));
+        // Without estimates (vGPUs without tokens): as the clocks say, even for an empty kernel.
+        let busy = rec_ns(0, 0, 500 * US, 0);
+        let empty = rec_ns(1, 100 * US, 500 * US - 1_600, 0);
+        in_every_order(&[busy, empty], |a, b| (a, b) == (1_600, 398_400));
+        // Ends further apart than the error: as the clocks say, whatever the estimates.
+        let far = rec_ns(1, 100 * US, 500 * US - 2 * MAPPING_ERROR_NS, 1_000);
+        in_every_order(&[rec_ns(0, 0, 500 * US, 500 * US as i64), far], |a, _| a == 2 * MAPPING_ERROR_NS as i64);
     }
 }
