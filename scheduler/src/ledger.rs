@@ -411,7 +411,7 @@ mod tests {
         // Short kernels of two vGPUs back to back, 5 and 6 µs, ends a few µs apart: as the clocks say.
         let records = [
             rec_ns(0, 0, 5 * US, 5_000),
-            rec_ns(1, 1 * US, 11 * US, 6_000),
+            rec_ns(1, US, 11 * US, 6_000),
             rec_ns(0, 2 * US, 16 * US, 5_000),
             rec_ns(1, 12 * US, 22 * US, 6_000),
         ];

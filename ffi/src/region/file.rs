@@ -362,7 +362,7 @@ mod tests {
         assert!(names_the_holder(&e, &path), "{e}");
         let e = joined.lock_within(short).err().expect("locked while held");
         assert!(names_the_holder(&e, &path), "{e}");
-        let e = vgpu_flags_within(&path, "a", short).err().expect("read while held");
+        let e = vgpu_flags_within(&path, "a", short).expect_err("read while held");
         assert!(names_the_holder(&e, &path), "{e}");
         assert!(t.elapsed() >= 3 * short && t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
         drop(held);
