@@ -36,8 +36,9 @@
 //! hundreds of µs later, and a real GPU interleaves contexts; measured, ordering by readiness charged
 //! wrongly where the clocks had it right. Limits: a record without an estimate (a vGPU without tokens,
 //! `high`) keeps the order of the clocks; a kernel far shorter or longer than its vGPU's estimate may be
-//! placed on the wrong side of a neighbour ending within the error, which moves at most the shorter of
-//! the two kernels' time; and each kernel is still off by up to the clocks' error, as every span is.
+//! placed on the wrong side of a neighbour ending within the error, which moves one kernel's time to the
+//! other, as the clocks' order could before; and each kernel is still off by up to the clocks' error, as
+//! every span is.
 //!
 //! Limits: on a GPU that runs kernels of several contexts at once the rule is an approximation (a kernel
 //! ending inside another's span is charged from the completion before it). Kernels of processes that
