@@ -3,9 +3,10 @@
 //! created complete instead, see [`crate::region::open`], and checked and joined under it); afterwards
 //! every access is atomic and needs no lock.
 //!
-//! Any process that can open a file can `flock` it, and keeps the lock while it is stopped: a process that
-//! must stay responsive whatever others do (the daemon) takes it with [`FileLock::within`], which gives up
-//! after a while instead of waiting for ever.
+//! Any process that can open a file can `flock` it, and keeps the lock while it is stopped: a file others
+//! can open is locked with [`FileLock::within`] or [`FileLock::shared_within`], which give up after a while
+//! instead of waiting for ever ([`FileLock::new`] and [`FileLock::shared`] block without a bound, for files
+//! only this user's own processes lock).
 
 use std::fs::File;
 use std::os::fd::AsRawFd;
@@ -19,7 +20,7 @@ pub struct FileLock<'a>(&'a File);
 const MAX_PAUSE: Duration = Duration::from_millis(20);
 
 impl<'a> FileLock<'a> {
-    /// Blocks until the lock on `file` is ours.
+    /// Blocks until the lock on `file` is ours (without a bound: see the module doc).
     pub fn new(file: &'a File) -> std::io::Result<Self> {
         Self::take(file, libc::LOCK_EX)
     }
@@ -32,17 +33,32 @@ impl<'a> FileLock<'a> {
 
     /// The exclusive lock on `file` if no other open file holds a lock on it now; `Ok(None)` otherwise.
     pub fn try_exclusive(file: &'a File) -> std::io::Result<Option<Self>> {
-        match Self::take(file, libc::LOCK_EX | libc::LOCK_NB) {
-            Ok(lock) => Ok(Some(lock)),
-            Err(e) if e.raw_os_error() == Some(libc::EWOULDBLOCK) => Ok(None),
-            Err(e) => Err(e),
-        }
+        Self::try_take(file, libc::LOCK_EX)
+    }
+
+    /// The shared lock on `file` if no other open file holds the exclusive lock now; `Ok(None)` otherwise.
+    pub fn try_shared(file: &'a File) -> std::io::Result<Option<Self>> {
+        Self::try_take(file, libc::LOCK_SH)
     }
 
     /// The exclusive lock on `file` if it can be had within `timeout`; `Ok(None)` when others kept it
     /// (shared or exclusive) all that time.
     pub fn within(file: &'a File, timeout: Duration) -> std::io::Result<Option<Self>> {
         retry_until(Instant::now() + timeout, || Self::try_exclusive(file))
+    }
+
+    /// The shared lock on `file` if it can be had within `timeout`; `Ok(None)` when another kept the
+    /// exclusive lock all that time.
+    pub fn shared_within(file: &'a File, timeout: Duration) -> std::io::Result<Option<Self>> {
+        retry_until(Instant::now() + timeout, || Self::try_shared(file))
+    }
+
+    fn try_take(file: &'a File, operation: libc::c_int) -> std::io::Result<Option<Self>> {
+        match Self::take(file, operation | libc::LOCK_NB) {
+            Ok(lock) => Ok(Some(lock)),
+            Err(e) if e.raw_os_error() == Some(libc::EWOULDBLOCK) => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     fn take(file: &'a File, operation: libc::c_int) -> std::io::Result<Self> {
@@ -102,6 +118,21 @@ mod tests {
         assert!(t.elapsed() >= Duration::from_millis(50), "it tried for the whole time");
         drop(held);
         assert!(FileLock::within(&mine, Duration::from_millis(50)).unwrap().is_some());
+        let _ = std::fs::remove_file(&path);
+    }
+
+    #[test]
+    fn shared_within_waits_out_only_an_exclusive_holder() {
+        let path = std::env::temp_dir().join(format!("tessera-flock-shared-test-{}", std::process::id()));
+        std::fs::write(&path, b"").unwrap();
+        let (mine, theirs) = (File::open(&path).unwrap(), File::open(&path).unwrap());
+        let reader = FileLock::shared(&theirs).unwrap();
+        assert!(FileLock::shared_within(&mine, Duration::from_millis(50)).unwrap().is_some(), "readers share");
+        drop(reader);
+        let held = FileLock::new(&theirs).unwrap();
+        assert!(FileLock::shared_within(&mine, Duration::from_millis(50)).unwrap().is_none(), "a writer holds it");
+        drop(held);
+        assert!(FileLock::shared_within(&mine, Duration::from_millis(50)).unwrap().is_some());
         let _ = std::fs::remove_file(&path);
     }
 }

@@ -21,6 +21,25 @@
 //! estimate), so a preempted tenant is not charged the idle engine; what its kernel really displaced is
 //! then charged to the kernel that ended next, at most one kernel's time per such record.
 //!
+//! Ends closer than [`MAPPING_ERROR_NS`] are ambiguous. Each process maps its events onto the host clock
+//! through a reference event of its own, so two processes' times may be off against each other (by tens of
+//! ns to a few µs). An empty kernel queued behind another vGPU's kernel runs in no time when that one ends,
+//! at the same instant; placed a little before it, it would be charged the long kernel, and the long one
+//! next to nothing. When two ends are that close, one of the two kernels had the engine for next to no
+//! time after the other ended: either the one ending first by the clocks ran its span and the other the
+//! gap, or the other way round. Each record carries what its launches were estimated to take (the tokens
+//! they took): the ledger keeps the order under which the two charges come closer to the two estimates
+//! (summing the differences), so the empty kernel follows the long one, and two short kernels a few µs
+//! apart keep their order. Why not by when each became ready (the engine runs kernels first come, first
+//! served): a record's start says when its kernel could start at the earliest, but on the simulated driver
+//! a stream's host thread takes its turn on the engine only once it runs, which on a loaded host is
+//! hundreds of µs later, and a real GPU interleaves contexts; measured, ordering by readiness charged
+//! wrongly where the clocks had it right. Limits: a record without an estimate (a vGPU without tokens,
+//! `high`) keeps the order of the clocks; a kernel far shorter or longer than its vGPU's estimate may be
+//! placed on the wrong side of a neighbour ending within the error, which moves one kernel's time to the
+//! other, as the clocks' order could before; and each kernel is still off by up to the clocks' error, as
+//! every span is.
+//!
 //! Limits: on a GPU that runs kernels of several contexts at once the rule is an approximation (a kernel
 //! ending inside another's span is charged from the completion before it). Kernels of processes that
 //! publish nothing (not managed by the daemon) are invisible: time a managed kernel spent waiting behind
@@ -33,6 +52,11 @@ use tessera_ffi::timeline::{Record, exclusive};
 pub const HORIZON_NS: u64 = 1_000_000_000;
 /// Most kernels remembered.
 pub const MAX_KEPT: usize = 16_384;
+/// How far two processes' event times may be off against each other: each maps its events through a
+/// reference whose host time is known within half the 10 µs its `cuEventRecord` may take (the shim's
+/// `clock::TIGHT_NS`), so two differ by up to 10 µs, plus the float resolution of elapsed times and the
+/// drift between re-bases. Ends closer than this are ordered as the module doc says.
+pub const MAPPING_ERROR_NS: u64 = 12_000;
 
 /// A kernel charged already.
 #[derive(Clone, Copy, Debug)]
@@ -44,6 +68,34 @@ struct Charged {
     limited: bool,
     /// Device time charged so far.
     ns: u64,
+    /// What its launches were estimated to take (the tokens they took), if they took any.
+    estimate: Option<u64>,
+}
+
+/// Whether two kernels whose ends are within the clocks' error, `earlier` ending first by the clocks, are
+/// better charged the other way round: the later one its span since `prev_ns` (the end before both) and
+/// the earlier one nothing, rather than the earlier one its span and the later one the gap between the
+/// ends. Decided by which pair of charges comes closer to the two estimates; false without both.
+fn ends_swapped(earlier: Span, later: Span, prev_ns: u64) -> bool {
+    let (Some(e1), Some(e2)) = (earlier.estimate, later.estimate) else { return false };
+    let own = |k: Span| k.end_ns.saturating_sub(k.start_ns.max(prev_ns));
+    let as_is = own(earlier).abs_diff(e1) + later.end_ns.saturating_sub(earlier.end_ns).abs_diff(e2);
+    let swapped = own(later).abs_diff(e2) + e1;
+    swapped < as_is
+}
+
+/// A kernel's span and estimate, for [`ends_swapped`].
+#[derive(Clone, Copy, Debug)]
+struct Span {
+    start_ns: u64,
+    end_ns: u64,
+    estimate: Option<u64>,
+}
+
+impl Charged {
+    fn span(&self) -> Span {
+        Span { start_ns: self.start_ns, end_ns: self.end_ns, estimate: self.estimate }
+    }
 }
 
 /// One change to a vGPU's accounts.
@@ -79,17 +131,40 @@ impl Ledger {
     }
 
     /// Charges record `r` of vGPU `vgpu`, appending the changes to make to `out` (one for `r`, and one for
-    /// the kernel ending after it when `r` arrived late). Returns the device time charged for `r`.
+    /// each kernel it re-charges: the one ending after it when `r` arrived late, and those placed after it
+    /// by the ambiguous-end rule of the module doc). Returns the device time charged for `r`.
     pub fn charge(&mut self, vgpu: u32, r: &Record, out: &mut Vec<Change>) -> u64 {
         let limited = r.charged > 0;
-        let end = r.end_ns.max(r.start_ns);
-        let pos = self.kept.partition_point(|c| c.end_ns <= end);
-        let from = if pos == 0 && end <= self.floor_ns {
+        let estimate = u64::try_from(r.charged).ok().filter(|&e| e > 0);
+        let mapped_end = r.end_ns.max(r.start_ns);
+        let mine = Span { start_ns: r.start_ns, end_ns: mapped_end, estimate };
+        let mut end = mapped_end;
+        let mut pos = self.kept.partition_point(|c| c.end_ns <= end);
+        let prev_at = |kept: &VecDeque<Charged>, i: usize| if i == 0 { self.floor_ns } else { kept[i - 1].end_ns };
+        // The kernel ending just after `r`, within the error, ended first: `r` ends when it does, after it.
+        if let Some(k) = self.kept.get(pos).copied()
+            && k.end_ns - mapped_end <= MAPPING_ERROR_NS
+            && ends_swapped(mine, k.span(), prev_at(&self.kept, pos))
+        {
+            end = k.end_ns;
+            pos = self.kept.partition_point(|c| c.end_ns <= end);
+        }
+        // The kernel ending just before `r`, within the error, ended after it: it moves after `r`, ending
+        // when `r` ends.
+        let mut first = pos;
+        if end == mapped_end
+            && let Some(k) = pos.checked_sub(1).map(|i| self.kept[i])
+            && mapped_end - k.end_ns <= MAPPING_ERROR_NS
+            && ends_swapped(k.span(), mine, prev_at(&self.kept, pos - 1))
+        {
+            first = pos - 1;
+        }
+        let from = if first == 0 && end <= self.floor_ns {
             // Older than anything remembered: its neighbours are gone.
             self.stale += 1;
             r.start_ns
         } else {
-            let prev = if pos == 0 { self.floor_ns } else { self.kept[pos - 1].end_ns };
+            let prev = if first == 0 { self.floor_ns } else { self.kept[first - 1].end_ns };
             r.start_ns.max(prev).min(end)
         };
         // A bounded record's span may hold host time besides the kernel (see `Record::bound_ns`): it is
@@ -99,7 +174,14 @@ impl Ledger {
             0 => end - from,
             bound => (end - from).min(bound),
         };
-        if let Some(next) = self.kept.get_mut(pos) {
+        self.kept.insert(first, Charged { start_ns: r.start_ns, end_ns: end, vgpu, limited, ns, estimate });
+        // The kernels moved after `r` (now at first + 1 ..= pos), then the one ending after them all: each
+        // is re-charged from `r`'s end, keeping the smaller charge.
+        for i in first + 1..=pos + 1 {
+            let Some(next) = self.kept.get_mut(i) else { break };
+            if i <= pos {
+                next.end_ns = end;
+            }
             let fixed = exclusive(next.start_ns, next.end_ns, end).min(next.ns);
             let back = (next.ns - fixed) as i64;
             if back > 0 {
@@ -107,7 +189,6 @@ impl Ledger {
                 out.push(Change { vgpu: next.vgpu, device_ns: -back, tokens: if next.limited { back } else { 0 } });
             }
         }
-        self.kept.insert(pos, Charged { start_ns: r.start_ns, end_ns: end, vgpu, limited, ns });
         let tokens = if limited { r.charged.saturating_sub(ns.min(i64::MAX as u64) as i64) } else { 0 };
         out.push(Change { vgpu, device_ns: ns.min(i64::MAX as u64) as i64, tokens });
         ns
@@ -255,5 +336,93 @@ mod tests {
         charge_all(&mut l, &[rec(1, 1_300, 1_400, 1)]);
         let totals = charge_all(&mut l, &[rec(2, 900, 1_100, 1)]);
         assert_eq!((totals[2].0, l.stale), (200 * US as i64, 1));
+    }
+
+    /// A record of vGPU `vgpu` with times in ns, to place ends a fraction of a µs apart, and its launch's
+    /// estimate (the tokens it took; 0: none).
+    fn rec_ns(vgpu: u32, start_ns: u64, end_ns: u64, estimate_ns: i64) -> (u32, Record) {
+        (vgpu, Record { start_ns, end_ns, charged: estimate_ns, kind: 0, launches: 1, bound_ns: 0 })
+    }
+
+    /// Every arrival order of `records`.
+    fn orders(records: &[(u32, Record)]) -> Vec<Vec<(u32, Record)>> {
+        if records.len() <= 1 {
+            return vec![records.to_vec()];
+        }
+        let mut all = Vec::new();
+        for i in 0..records.len() {
+            let mut rest = records.to_vec();
+            let head = rest.remove(i);
+            for mut tail in orders(&rest) {
+                tail.insert(0, head);
+                all.push(tail);
+            }
+        }
+        all
+    }
+
+    /// Device time charged to vGPUs 0 and 1 for `records` in every arrival order in which each vGPU's own
+    /// arrive in the order they ended (each process publishes its own in order), checked by `check`.
+    fn in_every_order(records: &[(u32, Record)], check: impl Fn(i64, i64) -> bool) {
+        for order in orders(records) {
+            let own_order = |v: u32| order.iter().filter(|(g, _)| *g == v).is_sorted_by_key(|(_, r)| r.end_ns);
+            if !own_order(0) || !own_order(1) {
+                continue;
+            }
+            let totals = charge_all(&mut Ledger::new(0), &order);
+            assert!(check(totals[0].0, totals[1].0), "arrival order {order:?}: charged {totals:?}");
+        }
+    }
+
+    #[test]
+    fn an_empty_kernel_mapped_just_before_the_kernel_it_waited_for_is_charged_nothing() {
+        // vGPU 0's 500 µs kernel ran 0-500 µs. vGPU 1's empty kernel (estimated 1 µs) became ready at 100 µs,
+        // waited, and ran in no time when vGPU 0's ended; its process's clock placed that end 1.6 µs early.
+        // Before, the order of the clocks charged vGPU 1 398.4 µs and vGPU 0 1.6 µs.
+        let busy = rec_ns(0, 0, 500 * US, 500 * US as i64);
+        let empty = rec_ns(1, 100 * US, 500 * US - 1_600, 1_000);
+        in_every_order(&[busy, empty], |a, b| (a, b) == (500 * US as i64, 0));
+        // With a kernel of vGPU 1 after both (ready at 400 µs, ran 500-700 µs): charged its 200 µs.
+        let after = rec_ns(1, 400 * US, 700 * US, 1_000);
+        in_every_order(&[busy, empty, after], |a, b| (a, b) == (500 * US as i64, 200 * US as i64));
+    }
+
+    #[test]
+    fn empty_kernels_queued_behind_each_other_follow_the_busy_kernels_they_waited_for() {
+        // vGPU 0 keeps its stream full of 500 µs kernels. vGPU 1 launches empty kernels on a stream of its
+        // own: each runs when one of vGPU 0's ends, and the next becomes ready then, at the same instant as
+        // vGPU 0's next. vGPU 1's clock is off by `off` against vGPU 0's, either way round.
+        for off in [-1_600i64, 1_600] {
+            let at = |ns: u64| ns.checked_add_signed(off).unwrap();
+            let records = [
+                rec_ns(0, 0, 500 * US, 500 * US as i64),
+                rec_ns(0, 500 * US, 1_000 * US, 500 * US as i64),
+                rec_ns(0, 1_000 * US, 1_500 * US, 500 * US as i64),
+                rec_ns(1, 100 * US, at(500 * US), 1_000),
+                rec_ns(1, at(500 * US), at(1_000 * US), 1_000),
+                rec_ns(1, at(1_000 * US), at(1_500 * US), 1_000),
+            ];
+            // Off by the clocks' error at most per kernel, never by one of vGPU 0's kernels.
+            in_every_order(&records, |a, b| a >= (1_500 * US - 3 * 1_600) as i64 && b <= 3 * 1_600);
+        }
+    }
+
+    #[test]
+    fn ends_within_the_error_keep_the_clocks_order_unless_the_estimates_say_otherwise() {
+        // Short kernels of two vGPUs back to back, 5 and 6 µs, ends a few µs apart: as the clocks say.
+        let records = [
+            rec_ns(0, 0, 5 * US, 5_000),
+            rec_ns(1, US, 11 * US, 6_000),
+            rec_ns(0, 2 * US, 16 * US, 5_000),
+            rec_ns(1, 12 * US, 22 * US, 6_000),
+        ];
+        in_every_order(&records, |a, b| (a, b) == (10 * US as i64, 12 * US as i64));
+        // Without estimates (vGPUs without tokens): as the clocks say, even for an empty kernel.
+        let busy = rec_ns(0, 0, 500 * US, 0);
+        let empty = rec_ns(1, 100 * US, 500 * US - 1_600, 0);
+        in_every_order(&[busy, empty], |a, b| (a, b) == (1_600, 398_400));
+        // Ends further apart than the error: as the clocks say, whatever the estimates.
+        let far = rec_ns(1, 100 * US, 500 * US - 2 * MAPPING_ERROR_NS, 1_000);
+        in_every_order(&[rec_ns(0, 0, 500 * US, 500 * US as i64), far], |a, _| a == 2 * MAPPING_ERROR_NS as i64);
     }
 }

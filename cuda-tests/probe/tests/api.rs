@@ -54,7 +54,7 @@ fn another_version_gets_the_version_error_and_refusals_carry_codes() {
     assert_eq!(code(client.show("zz")), ErrorCode::NotFound);
     assert_eq!(code(client.stats(Some("zz"))), ErrorCode::NotFound);
     assert_eq!(code(client.page("a", false)), ErrorCode::Invalid, "a hard vGPU has nothing to defragment");
-    let mut tenant = m.tenant("a", &["saturate", "--ns", "500us", "--seconds", "30", "--depth", "1"]).spawn().unwrap();
+    let mut tenant = m.spawn_tenant("a", &["saturate", "--ns", "500us", "--seconds", "30", "--depth", "1"]);
     let deadline = Instant::now() + Duration::from_secs(20);
     while client.show("a").unwrap().processes.is_empty() {
         assert!(Instant::now() < deadline, "the tenant never attached");

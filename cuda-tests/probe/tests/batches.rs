@@ -51,7 +51,7 @@ fn a_lone_vgpu_measured_in_batches_and_then_beside_another_is_charged_what_it_ra
     m.ok(&["vgpu", "create", "b", "--device", "0", "--memory", "1GiB", "--share", "70"]);
     // 100 µs kernels, 8 queued: batches of 5 launches (half the 1 ms window) while a is alone (1.2 s); then b
     // joins with 500 µs kernels for the last 0.6 s, which turns batches off.
-    let a = m.tenant("a", &["saturate", "--ns", "100us", "--seconds", "1.8", "--depth", "8"]).spawn().expect("spawn a");
+    let a = m.spawn_tenant("a", &["saturate", "--ns", "100us", "--seconds", "1.8", "--depth", "8"]);
     std::thread::sleep(std::time::Duration::from_millis(1200));
     let b = m.saturate("b", "0.6", None);
     let (a, b) = (report(a), report(b));

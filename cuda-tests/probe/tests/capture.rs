@@ -8,6 +8,7 @@
 
 mod common;
 
+use common::Guarded;
 use common::cprog::{CBuild, Facts};
 use common::tessera::Machine;
 use std::io::{BufRead, BufReader};
@@ -28,7 +29,8 @@ fn captured_launches_are_never_gated_and_the_shims_calls_never_break_a_capture()
     m.start();
     m.ok(&["vgpu", "create", "cap", "--device", "0", "--memory", "1GiB", "--share", "50"]);
     m.ok(&["vgpu", "suspend", "cap"]);
-    let mut child = m.tenant_running("cap", program.to_str().expect("UTF-8 path"), &[]).spawn().expect("spawn");
+    let mut child = Guarded::spawn(&mut m.tenant_running("cap", program.to_str().expect("UTF-8 path"), &[]))
+        .expect("spawn the capture program");
 
     // Lines as they come, so the test can tell when the captures are done while the vGPU is suspended.
     let stdout = child.stdout.take().expect("piped stdout");
@@ -56,7 +58,7 @@ fn captured_launches_are_never_gated_and_the_shims_calls_never_break_a_capture()
     lines.extend(early);
     m.ok(&["vgpu", "resume", "cap"]);
 
-    let out = child.wait_with_output().expect("wait for the program");
+    let out = child.into_child().wait_with_output().expect("wait for the program");
     reader.join().expect("the reader thread");
     lines.extend(rx.try_iter());
     let stdout = lines.join("\n") + "\n";

@@ -295,6 +295,39 @@ fn each_vgpu_is_charged_the_device_time_its_kernels_took_not_their_stream_time()
 }
 
 #[test]
+fn empty_kernels_ending_with_a_busy_vgpus_kernels_take_none_of_their_charge() {
+    let _turn = TIMING.lock().unwrap_or_else(|e| e.into_inner());
+    let mut m = Machine::new("empty-beside-busy", "small");
+    m.start();
+    m.ok(&["vgpu", "create", "busy", "--device", "0", "--memory", "1GiB", "--share", "50"]);
+    m.ok(&["vgpu", "create", "half", "--device", "0", "--memory", "1GiB", "--share", "50"]);
+    let busy = m.saturate("busy", "4", None);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    // Empty kernels (the overhead client's launches, batches of 100 between syncs): each runs in no time
+    // when one of busy's kernels ends, at the same instant. Two processes' clocks place those two ends
+    // tens of ns to µs apart, either way round: before the ledger weighed such ends against the launches'
+    // estimates, half was charged busy's kernels whenever its clock ran early: 50-356 ms of busy's time in 4
+    // of 8 runs (the others 1.6-3.5 ms), against 1.5-5.3 ms in every run after.
+    let client = common::cprog::overhead_client();
+    let client = client.to_str().expect("a UTF-8 path");
+    let args = ["run", "--vgpu", "half", "--", client, "--launches", "1500", "--pairs", "1", "--batch", "100"];
+    let out = Guarded::spawn(m.command(&args).stdout(std::process::Stdio::piped()))
+        .expect("run the overhead client")
+        .into_child()
+        .wait_with_output()
+        .expect("wait for the overhead client");
+    assert!(out.status.success(), "{}: {}", out.status, String::from_utf8_lossy(&out.stderr));
+    let busy = report(busy);
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    // Busy within 10%, as the test above (a thread held up around a launch is charged its estimate at most).
+    charged_as_ran(&m, "busy", ran(&busy), 0.10);
+    // Half's kernels take no engine time: it is charged the clocks' error per launch, not busy's kernels.
+    let half = u64_at(&m.show("half"), "device_ns");
+    eprintln!("vGPU half: charged {:.2} ms for empty kernels", half as f64 / 1e6);
+    assert!(half as f64 <= 0.01 * ran(&busy) as f64, "half charged {half} ns for empty kernels");
+}
+
+#[test]
 fn a_high_vgpu_holds_lower_ones_and_suspend_stops_at_a_kernel_boundary() {
     let _turn = TIMING.lock().unwrap_or_else(|e| e.into_inner());
     let mut m = Machine::new("priority", "small");

@@ -9,9 +9,9 @@
 mod common;
 
 use common::tessera::Machine;
-use common::{GIB, MIB, Sim, at, finish, first_line, u64_at};
+use common::{GIB, Guarded, MIB, Sim, at, finish, first_line, u64_at};
 use std::collections::HashSet;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -102,24 +102,15 @@ impl Rng {
     }
 }
 
-/// Churning processes, SIGKILLed and reaped when dropped (also when a check fails).
-struct Tenants(Vec<Child>);
-
-impl Drop for Tenants {
-    fn drop(&mut self) {
-        for t in &mut self.0 {
-            let _ = t.kill();
-            let _ = t.wait();
-        }
-    }
-}
+/// Churning processes, SIGKILLed and reaped when dropped (also when a check fails: [`Guarded`]).
+struct Tenants(Vec<Guarded>);
 
 /// Runs a storm: `TENANTS` processes from `spawn`, one SIGKILLed every 1-8 ms and replaced, `KILLS`
 /// times; returns the processes still churning. A watcher samples the vGPU's usage and what the driver gave its live
 /// processes all along, each sample while no process is being killed (a sample never mixes a process's
 /// memory, as the driver still shows it, with the room its death gave the others), and fails the test if
 /// either passed the quota.
-fn storm(sim: &Sim, view: &View, spawn: impl Fn(&[&str]) -> Child) -> Tenants {
+fn storm(sim: &Sim, view: &View, spawn: impl Fn(&[&str]) -> Guarded) -> Tenants {
     let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64 | 1;
     let mut rng = Rng(seed);
     let config = simgpu::Config::from_lookup(|k| sim.var(k).map(str::to_string)).expect("SIMGPU_* settings");
@@ -132,7 +123,7 @@ fn storm(sim: &Sim, view: &View, spawn: impl Fn(&[&str]) -> Child) -> Tenants {
             while !done.load(Ordering::Acquire) {
                 {
                     let tenants = tenants.lock().unwrap();
-                    let live: HashSet<u32> = tenants.0.iter().map(Child::id).collect();
+                    let live: HashSet<u32> = tenants.0.iter().map(|t| t.id()).collect();
                     let used = view.vgpu().used(0);
                     let real = really_allocated(&state, &live);
                     worst =
@@ -174,9 +165,9 @@ fn storm(sim: &Sim, view: &View, spawn: impl Fn(&[&str]) -> Child) -> Tenants {
 }
 
 /// The storm's churning process: quiet, with nothing to read or write.
-fn quiet(mut cmd: Command) -> Child {
+fn quiet(mut cmd: Command) -> Guarded {
     cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).env("TESSERA_LOG", "error");
-    cmd.spawn().expect("spawn a churning process")
+    Guarded::spawn(&mut cmd).expect("spawn a churning process")
 }
 
 /// What churning processes run: half of them 256 MiB blocks (which keep the quota contended: six
@@ -248,7 +239,7 @@ fn a_process_at_its_descriptor_limit_never_takes_live_peers_for_dead() {
         .with("TESSERA_MEMORY_LIMIT", "1GiB")
         .with("TESSERA_LOG", "error");
     // Two live peers hold 128 MiB contexts and 256 MiB each: 256 MiB of the quota is left.
-    let peers: Vec<Child> = (0..2)
+    let peers: Vec<Guarded> = (0..2)
         .map(|_| {
             let mut p = sim.spawn(&["alloc", "--bytes", "256MiB"]);
             assert_eq!(at(&first_line(&mut p), "allocated"), true);
@@ -262,18 +253,19 @@ fn a_process_at_its_descriptor_limit_never_takes_live_peers_for_dead() {
     // every refusal makes it look for dead processes, and /proc cannot be read.
     let mut churner =
         sim.command(&["churn", "--min", "257MiB", "--max", "512MiB", "--seconds", "2", "--exhaust-fds", "1"]);
-    let mut churner = churner.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut churner = Guarded::spawn(churner.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()))
+        .expect("spawn the churning process");
     let ready = first_line(&mut churner);
     assert!(u64_at(&ready, "fds_opened") > 0, "{ready}");
     let state = sim.driver_state();
-    let live: HashSet<u32> = peers.iter().map(Child::id).chain([churner.id()]).collect();
+    let live: HashSet<u32> = peers.iter().map(|p| p.id()).chain([churner.id()]).collect();
     let deadline = Instant::now() + Duration::from_secs(2);
     while Instant::now() < deadline {
         let real = really_allocated(&state, &live);
         assert!(real <= GIB, "the driver gave the vGPU's processes {real} bytes, over its 1 GiB quota");
         std::thread::sleep(Duration::from_millis(1));
     }
-    let out = churner.wait_with_output().expect("the churning process");
+    let out = churner.into_child().wait_with_output().expect("the churning process");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let report = common::finished(out).json;
     assert_eq!(u64_at(&report, "granted"), 0, "only the peers' memory could have held a block: {report}");

@@ -1,5 +1,6 @@
 //! Nobody waits for ever: the daemon answers whatever other processes do with the region file's lock (a
-//! stopped process holding it), stops on SIGTERM even when nobody reads its stderr any more, and a tenant
+//! stopped process holding it), a tenant joining a vGPU gives up on that lock with an error naming its
+//! holder, the daemon stops on SIGTERM even when nobody reads its stderr any more, and a tenant
 //! left waiting on a suspended vGPU runs again once the daemon that suspended it is gone (while that
 //! daemon lives, stopped or not, the suspension holds). Each test has a daemon, region, socket and state
 //! directory of its own on the `small` device. Time bounds are functional: what is tested answers in
@@ -14,6 +15,7 @@ use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+use tessera_ffi::region::file::LOCK_TIMEOUT;
 use tessera_ffi::region::open::live_path;
 use tessera_ffi::region::{AREA, LAYOUT_SIZE, Region, VgpuLive};
 
@@ -84,6 +86,42 @@ fn a_stopped_process_holding_the_region_lock_holds_up_no_request() {
     answered(&m, &["vgpu", "rm", "a"]);
     let log = String::from_utf8_lossy(&m.stop_daemon().stderr).into_owned();
     assert!(log.contains("stopped by signal 15"), "{log}");
+}
+
+#[test]
+fn a_tenant_finding_the_region_lock_held_fails_naming_the_holder_and_joins_once_it_is_free() {
+    let mut m = Machine::new("liveness-join", "small");
+    m.start();
+    m.ok(&["vgpu", "create", "a", "--device", "0", "--memory", "1GiB", "--share", "30"]);
+    // Held exclusive, as a stopped daemon or a tenant stopped while joining would hold it: a joining tenant
+    // can take the lock neither to read nor to write.
+    let hold = "import fcntl, sys, time\nf = open(sys.argv[1])\nfcntl.flock(f, fcntl.LOCK_EX)\nprint('held', \
+                flush=True)\ntime.sleep(300)";
+    let mut cmd = Command::new("python3");
+    cmd.args(["-c", hold]).arg(m.region()).stdout(Stdio::piped());
+    let mut holder = Guarded::spawn(&mut cmd).expect("run python3 (apt-get install python3)");
+    let mut line = String::new();
+    BufReader::new(holder.stdout.as_mut().unwrap()).read_line(&mut line).expect("read the holder");
+    assert_eq!(line.trim(), "held");
+    signal(holder.id(), libc::SIGSTOP);
+
+    // Every wait for the lock gives up after LOCK_TIMEOUT (`tessera run` and the shim's load-time read
+    // of the vGPU's flags, which go on without them, then cuInit): the program is refused CUDA with an
+    // error naming the holder. Functional bound: before, it waited for ever.
+    let start = Instant::now();
+    let out = m.tenant("a", &["mem-info"]).stdin(Stdio::null()).output().expect("run a tenant");
+    let took = start.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the tenant ran while the region was locked: {stderr}");
+    let who = format!("pid {} (python3, stopped)", holder.id());
+    let limit = LOCK_TIMEOUT.as_millis();
+    assert!(stderr.contains(&format!("has been locked for more than {limit} ms by {who}")), "{stderr}");
+    assert!(stderr.contains("refusing to run CUDA"), "{stderr}");
+    assert!(took >= LOCK_TIMEOUT && took < 9 * LOCK_TIMEOUT, "the tenant gave up after {took:?}");
+    eprintln!("refused after {took:?}: {}", stderr.lines().find(|l| l.contains("refusing")).unwrap_or(&stderr));
+    drop(holder);
+    let out = m.tenant("a", &["mem-info"]).stdin(Stdio::null()).output().expect("run a tenant");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
 #[test]

@@ -56,7 +56,7 @@ fn vmm_remap_keeps_data() {
 }
 
 /// A 4 GiB `small` device with one process holding 3 GiB (plus its 128 MiB context).
-fn small_device_with_holder(tag: &str) -> (Sim, std::process::Child) {
+fn small_device_with_holder(tag: &str) -> (Sim, common::Guarded) {
     let sim = Sim::new(tag).with("SIMGPU_DEVICES", "small");
     let mut holder = sim.spawn(&["alloc", "--bytes", "3GiB"]);
     let report = first_line(&mut holder);

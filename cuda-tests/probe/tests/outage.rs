@@ -7,12 +7,12 @@
 mod common;
 
 use common::tessera::{Machine, report};
-use common::u64_at;
+use common::{Guarded, u64_at};
 use simgpu::trace::Entry;
 use std::io::{BufRead, BufReader};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 /// Serializes the tests of this binary that measure shares.
@@ -82,16 +82,6 @@ fn managed_tenants_keep_their_shares_while_the_daemon_is_away_and_it_takes_contr
     assert!((0.45..=0.75).contains(&of_a), "a share set to 60% after the restart gave a {of_a:.3}\na: {ra}\nb: {rb}");
 }
 
-/// Kills the daemon it holds when dropped.
-struct Daemon(Child);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// The most descriptors the daemon may hold in the descriptor test.
 const NOFILE: u64 = 64;
 
@@ -111,10 +101,10 @@ fn a_daemon_out_of_descriptors_refuses_connections_and_keeps_serving() {
             }
         });
     }
-    let mut daemon = Daemon(cmd.spawn().expect("spawn tessera daemon"));
+    let mut daemon = Guarded::spawn(&mut cmd).expect("spawn tessera daemon");
     let start = Instant::now();
     while !m.tessera(&["vgpu", "list"]).status.success() {
-        assert!(daemon.0.try_wait().expect("poll the daemon").is_none(), "the daemon exited at start");
+        assert!(daemon.try_wait().expect("poll the daemon").is_none(), "the daemon exited at start");
         assert!(start.elapsed() < Duration::from_secs(10), "the daemon did not answer within 10 s");
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -138,9 +128,9 @@ fn a_daemon_out_of_descriptors_refuses_connections_and_keeps_serving() {
         .find(|a| !a.is_empty())
         .unwrap_or_default();
     std::thread::sleep(Duration::from_millis(200));
-    if let Some(status) = daemon.0.try_wait().expect("poll the daemon") {
+    if let Some(status) = daemon.try_wait().expect("poll the daemon") {
         let mut stderr = String::new();
-        let _ = std::io::Read::read_to_string(daemon.0.stderr.as_mut().expect("piped stderr"), &mut stderr);
+        let _ = std::io::Read::read_to_string(daemon.stderr.as_mut().expect("piped stderr"), &mut stderr);
         panic!("the daemon exited with {status} when out of descriptors: {stderr}");
     }
     assert!(answer.contains("out of resources"), "an excess connection was answered {answer:?}");
@@ -152,5 +142,5 @@ fn a_daemon_out_of_descriptors_refuses_connections_and_keeps_serving() {
         assert!(start.elapsed() < Duration::from_secs(10), "the daemon does not serve after the connections closed");
         std::thread::sleep(Duration::from_millis(50));
     }
-    assert!(daemon.0.try_wait().expect("poll the daemon").is_none(), "the daemon exited");
+    assert!(daemon.try_wait().expect("poll the daemon").is_none(), "the daemon exited");
 }

@@ -4,10 +4,9 @@
 
 mod common;
 
-use common::{GIB, INVALID_VALUE, MIB, OUT_OF_MEMORY, Sim, at, finish, first_line, go, u64_at};
+use common::{GIB, Guarded, INVALID_VALUE, MIB, OUT_OF_MEMORY, Sim, at, finish, first_line, go, u64_at};
 use std::mem::{offset_of, size_of};
 use std::path::PathBuf;
-use std::process::Child;
 use tessera_ffi::region::{MAX_VGPUS, NAME_LEN, ProcSlot, Region, VgpuSlot};
 
 /// What a context costs on the `small` profile.
@@ -213,7 +212,7 @@ fn contexts_over_the_quota_are_refused() {
 }
 
 /// Starts a `quota-race` process and waits for its `ready` line.
-fn racer(sim: &Sim, chunk: &str) -> Child {
+fn racer(sim: &Sim, chunk: &str) -> Guarded {
     let mut child = sim.spawn(&["quota-race", "--chunk", chunk]);
     let ready = first_line(&mut child);
     assert_eq!(at(&ready, "ready"), true, "{ready}");
@@ -224,11 +223,11 @@ fn racer(sim: &Sim, chunk: &str) -> Child {
 fn processes_sharing_a_quota_never_overshoot_it() {
     let region = RegionFile::new("race");
     let sim = quota_sim("race", "1GiB", &region).with("TESSERA_VGPU", "race").with("TESSERA_LOG", "error");
-    let mut racers: Vec<Child> = (0..2).map(|_| racer(&sim, "1MiB")).collect();
+    let mut racers: Vec<Guarded> = (0..2).map(|_| racer(&sim, "1MiB")).collect();
     for r in &mut racers {
         go(r);
     }
-    let results: Vec<_> = racers.iter_mut().map(first_line).collect();
+    let results: Vec<_> = racers.iter_mut().map(|r| first_line(r)).collect();
     let chunks: u64 = results.iter().map(|r| u64_at(r, "chunks")).sum();
     for r in &results {
         assert_eq!(u64_at(r, "refused_with"), OUT_OF_MEMORY, "{r}");
@@ -396,8 +395,9 @@ fn watch_device(sim: &Sim) -> (std::sync::Arc<std::sync::atomic::AtomicBool>, st
 
 /// Starts `n` processes at once that each create a context and hold it; returns those that got one (still
 /// holding it) and the stderr of those refused (checked to have failed with `CUDA_ERROR_OUT_OF_MEMORY`).
-fn start_at_once(sim: &Sim, n: usize) -> (Vec<Child>, Vec<String>) {
-    let children: Vec<Child> = (0..n).map(|_| sim.spawn(&["quota-race", "--chunk", "1MiB", "--count", "0"])).collect();
+fn start_at_once(sim: &Sim, n: usize) -> (Vec<Guarded>, Vec<String>) {
+    let children: Vec<Guarded> =
+        (0..n).map(|_| sim.spawn(&["quota-race", "--chunk", "1MiB", "--count", "0"])).collect();
     let (mut holding, mut refused) = (Vec::new(), Vec::new());
     for mut c in children {
         let line = first_line(&mut c);
@@ -405,7 +405,7 @@ fn start_at_once(sim: &Sim, n: usize) -> (Vec<Child>, Vec<String>) {
             holding.push(c);
             continue;
         }
-        let out = c.wait_with_output().expect("a refused process");
+        let out = c.into_child().wait_with_output().expect("a refused process");
         assert_eq!(u64_at(&line, "cuda_error"), OUT_OF_MEMORY, "{line}");
         assert!(!out.status.success());
         refused.push(String::from_utf8_lossy(&out.stderr).into_owned());

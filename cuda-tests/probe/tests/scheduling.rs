@@ -45,7 +45,7 @@ fn two_saturating_processes_each_get_half_the_engine() {
     let sim = Sim::new("saturate");
     let args = ["saturate", "--ns", "2ms", "--seconds", "3"];
     let (a, b) = (sim.spawn(&args), sim.spawn(&args));
-    let runs = [a, b].map(|c| finished(c.wait_with_output().expect("wait for saturate")));
+    let runs = [a, b].map(|c| finished(c.into_child().wait_with_output().expect("wait for saturate")));
     for r in &runs {
         assert!(r.success, "saturate failed: {}\n{}", r.json, r.stderr);
     }

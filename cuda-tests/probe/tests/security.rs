@@ -6,7 +6,7 @@
 mod common;
 
 use common::tessera::{Machine, mode};
-use common::u64_at;
+use common::{Guarded, u64_at};
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
@@ -32,16 +32,6 @@ impl Drop for Removed {
     }
 }
 
-/// A daemon of the test's own, killed when dropped, even by a failing test.
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// A directory of the machine's, mode 1777 like `/dev/shm` (any user may add files, none replace another's).
 fn shared_dir(m: &Machine) -> PathBuf {
     let dir = m.file("shm");
@@ -53,7 +43,7 @@ fn shared_dir(m: &Machine) -> PathBuf {
 /// A process of user `who` that creates `path` (mode 0666, holding `content`), flocks it if `lock`, says
 /// `ready`, and keeps it open: on each stdin line it writes 0xff over `AREA` bytes of it through the
 /// descriptor it holds and says `wrote`.
-fn plant(who: (u32, u32), path: &Path, content: &str, lock: bool) -> Child {
+fn plant(who: (u32, u32), path: &Path, content: &str, lock: bool) -> Guarded {
     let script = r#"
 import fcntl, os, sys
 fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666)
@@ -67,15 +57,14 @@ for line in sys.stdin:
     print("wrote", flush=True)
 "#;
     let how = if lock { "lock" } else { "hold" };
-    let mut child = Command::new("python3")
-        .args(["-c", script, path.to_str().unwrap(), content, how, &AREA.to_string()])
+    let mut cmd = Command::new("python3");
+    cmd.args(["-c", script, path.to_str().unwrap(), content, how, &AREA.to_string()])
         .uid(who.0)
         .gid(who.1)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("python3");
+        .stderr(Stdio::piped());
+    let mut child = Guarded::spawn(&mut cmd).expect("python3");
     assert_eq!(say(&mut child, None), "ready", "the attacker could not plant {}", path.display());
     child
 }
@@ -93,17 +82,17 @@ fn say(child: &mut Child, line: Option<&str>) -> String {
 /// Runs `cmd` (a daemon that must not start) and returns its stderr; a daemon still running after 10 s
 /// started, and fails the test.
 fn refused(cmd: &mut Command) -> String {
-    let mut child = cmd.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("spawn tessera daemon");
+    let mut child = Guarded::spawn(cmd.stdout(Stdio::null()).stderr(Stdio::piped())).expect("spawn tessera daemon");
     let start = Instant::now();
     while child.try_wait().unwrap().is_none() {
         if start.elapsed() > Duration::from_secs(10) {
             let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
+            let out = child.into_child().wait_with_output().unwrap();
             panic!("the daemon started: {}", String::from_utf8_lossy(&out.stderr));
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    let out = child.wait_with_output().unwrap();
+    let out = child.into_child().wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
@@ -218,12 +207,12 @@ fn the_default_directory_is_the_users_own_and_cannot_be_squatted() {
     assert!(e.contains(dir.to_str().unwrap()) && e.contains("nobody"), "{e}");
     std::fs::remove_dir(&dir).unwrap();
     // Free: the daemon makes it, 0711, and keeps its region, lock and socket there.
-    let mut daemon = Killed(as_owner(&["daemon"]).stderr(Stdio::piped()).spawn().unwrap());
+    let mut daemon = Guarded::spawn(as_owner(&["daemon"]).stderr(Stdio::piped())).expect("spawn tessera daemon");
     let start = Instant::now();
     while !as_owner(&["vgpu", "list"]).output().unwrap().status.success() {
-        if let Some(status) = daemon.0.try_wait().unwrap() {
+        if let Some(status) = daemon.try_wait().unwrap() {
             let mut stderr = String::new();
-            std::io::Read::read_to_string(daemon.0.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+            std::io::Read::read_to_string(daemon.stderr.as_mut().unwrap(), &mut stderr).unwrap();
             panic!("the daemon exited with {status}: {stderr}");
         }
         assert!(start.elapsed() < Duration::from_secs(10), "the daemon did not answer within 10 s");
@@ -333,14 +322,9 @@ s.listen()
 print("ready", flush=True)
 sys.stdin.read()
 "#;
-    let mut listener = Command::new("python3")
-        .args(["-c", script, socket.to_str().unwrap()])
-        .uid(attacker.0)
-        .gid(attacker.1)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("python3");
+    let mut listener = Command::new("python3");
+    listener.args(["-c", script, socket.to_str().unwrap()]).uid(attacker.0).gid(attacker.1);
+    let mut listener = Guarded::spawn(listener.stdin(Stdio::piped()).stdout(Stdio::piped())).expect("python3");
     assert_eq!(say(&mut listener, None), "ready");
     // In a shared directory it is refused by name and owner, neither connected to nor removed.
     let e = refused(m.command(&["daemon"]).env("TESSERA_SOCKET", &socket));

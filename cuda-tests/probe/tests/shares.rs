@@ -9,7 +9,7 @@ mod common;
 
 use common::cprog::{Facts, direct_program};
 use common::region::{TestRegion, notify, wait_for};
-use common::{INVALID_VALUE, Sim, finished, u64_at};
+use common::{Guarded, INVALID_VALUE, Sim, finished, u64_at};
 use serde_json::Value;
 use std::process::{Child, Stdio};
 use std::sync::Mutex;
@@ -30,15 +30,15 @@ fn now_ns() -> u64 {
 }
 
 /// Starts the probe with `args` and extra variables `vars` (stdout and stderr piped).
-fn spawn(sim: &Sim, args: &[&str], vars: &[(&str, &str)]) -> Child {
+fn spawn(sim: &Sim, args: &[&str], vars: &[(&str, &str)]) -> Guarded {
     let mut c = sim.command(args);
     c.envs(vars.iter().copied()).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
-    c.spawn().expect("spawn simgpu-probe")
+    Guarded::spawn(&mut c).expect("spawn simgpu-probe")
 }
 
 /// Waits for a spawned probe and returns its JSON, failing the test unless it succeeded.
-fn done(child: Child) -> Value {
-    let run = finished(child.wait_with_output().expect("wait for the probe"));
+fn done(child: impl Into<Child>) -> Value {
+    let run = finished(child.into().wait_with_output().expect("wait for the probe"));
     assert!(run.success, "probe failed: {}\nstderr:\n{}", run.json, run.stderr);
     run.json
 }

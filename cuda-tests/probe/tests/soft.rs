@@ -12,11 +12,11 @@
 mod common;
 
 use common::tessera::Machine;
-use common::{MIB, OUT_OF_MEMORY, Sim, at, u64_at};
+use common::{Guarded, MIB, OUT_OF_MEMORY, Sim, at, u64_at};
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::sync::{Arc, Mutex};
@@ -34,9 +34,9 @@ const PATIENCE: Duration = Duration::from_secs(60);
 // Helpers
 
 /// A running probe: its stdout lines and stderr are collected by threads of their own (so a full pipe
-/// never blocks it), and it is killed if the test ends early.
+/// never blocks it), and it is killed if the test ends early ([`Guarded`]).
 struct Probe {
-    child: Child,
+    child: Guarded,
     lines: Receiver<String>,
     stderr: Arc<Mutex<String>>,
     what: String,
@@ -45,7 +45,7 @@ struct Probe {
 impl Probe {
     fn start(mut cmd: Command, what: &str) -> Probe {
         cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
-        let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {what}: {e}"));
+        let mut child = Guarded::spawn(&mut cmd).unwrap_or_else(|e| panic!("spawn {what}: {e}"));
         let (tx, lines) = channel();
         let out = child.stdout.take().expect("piped stdout");
         std::thread::spawn(move || {
@@ -129,15 +129,6 @@ impl Probe {
         // Give the stderr thread a moment to drain the pipe.
         std::thread::sleep(Duration::from_millis(20));
         (status, lines, self.stderr())
-    }
-}
-
-impl Drop for Probe {
-    fn drop(&mut self) {
-        if self.child.try_wait().ok().flatten().is_none() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
     }
 }
 

@@ -11,7 +11,7 @@ mod common;
 
 use common::cprog::{CBuild, Facts};
 use common::tessera::Machine;
-use common::{Sim, shim_path};
+use common::{Guarded, Sim, shim_path};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
@@ -116,7 +116,8 @@ fn changing_tensor_cores_applies_to_the_later_calls_of_a_running_process() {
     let m = machine("live");
     let path = m.file("live.log");
     let args = ["1", "wait", "1", "3", "17", "0", "wait", "3", "1"];
-    let mut child = m.tenant_running("tc-on", &program(), &args).env("SIMCUBLAS_LOG", &path).spawn().expect("spawn");
+    let mut child = Guarded::spawn(m.tenant_running("tc-on", &program(), &args).env("SIMCUBLAS_LOG", &path))
+        .expect("spawn the cuBLAS program");
     let mut stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
     let mut printed = String::new();
     let mut next_wait = || loop {
@@ -134,7 +135,7 @@ fn changing_tensor_cores_applies_to_the_later_calls_of_a_running_process() {
     m.ok(&["vgpu", "set", "tc-on", "--tensor-cores", "on"]);
     child.stdin.as_mut().expect("piped stdin").write_all(b"go\n").expect("write to the program");
     stdout.read_to_string(&mut printed).expect("read the program's output");
-    let out = child.wait_with_output().expect("wait for the program");
+    let out = child.into_child().wait_with_output().expect("wait for the program");
     let facts = Facts::from_output(&Output { stdout: printed.into_bytes(), ..out }).succeeded();
     let received = ["1", "2", "2", "18", "0", "3", "1"];
     let sent: Vec<&str> = args.iter().copied().filter(|a| *a != "wait").collect();

@@ -2,6 +2,10 @@
 //! [`super::open`]) and mapped; [`Locked`] holds its lock while slots are claimed or configured
 //! ([`super::claim`]). A managed vGPU's live area is its own file ([`super::open::live_path`]), which the
 //! daemon creates for the vGPU's user and maps over the slot ([`RegionFile::map_live`]).
+//!
+//! Anyone who can open the region file can `flock` it, and a stopped process keeps the lock: no lock here
+//! is waited for longer than [`LOCK_TIMEOUT`] (the daemon's requests use shorter bounds of their own), after
+//! which the error names the file, the processes holding it and what to do.
 
 use super::layout::{AREA, LAYOUT_SIZE, Region, VERSION, VgpuSlot, encode_name, live_offset, state};
 use super::open::{Access, check_header, checked_dir, header_matches, live_path, open_live, open_region};
@@ -11,6 +15,13 @@ use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::ptr::NonNull;
 use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// Longest anything here waits for the region file's lock. It is held for milliseconds (while a process
+/// joins a vGPU, or the daemon names or frees a slot), so a wait this long means its holder is stopped
+/// (SIGSTOP, a debugger) or holds it on purpose; a process starting on a host loaded many times over still
+/// gets it well within this.
+pub const LOCK_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The shared mapping of a whole region file; unmapped when dropped (with whatever was mapped over it).
 pub(super) struct Mapping(pub(super) NonNull<Region>);
@@ -49,13 +60,17 @@ impl RegionFile {
     /// Opens the region at `path` as `access` says, creating it complete when it is missing (and may be
     /// created), in a directory checked for it ([`super::open`]); an existing file must be a
     /// version-[`VERSION`] region of this layout, owned as `access` requires. Errors name the file and what
-    /// to do.
+    /// to do; so does one held locked by others for longer than [`LOCK_TIMEOUT`].
     pub fn open_as(path: &str, access: Access) -> Result<RegionFile, String> {
+        RegionFile::open_within(path, access, LOCK_TIMEOUT)
+    }
+
+    /// [`RegionFile::open_as`], waiting at most `timeout` for the file's lock.
+    pub fn open_within(path: &str, access: Access, timeout: Duration) -> Result<RegionFile, String> {
         let fail = |what: &str, e: std::io::Error| format!("region file {path}: {what}: {e}");
         let dir = checked_dir(std::path::Path::new(path)).map_err(|e| format!("region file {path}: {e}"))?;
         let (file, writable) = open_region(path, access, dir)?;
-        let lock = if writable { FileLock::new(&file) } else { FileLock::shared(&file) };
-        let lock = lock.map_err(|e| fail("cannot lock", e))?;
+        let lock = lock_file(&file, writable, path, timeout)?;
         let len = file.metadata().map_err(|e| fail("cannot stat", e))?.len();
         if len != LAYOUT_SIZE as u64 {
             return Err(format!(
@@ -85,35 +100,27 @@ impl RegionFile {
     }
 
     /// Takes the file lock (and excludes this process's other threads) to claim or configure slots; a
-    /// read-only file takes the shared lock, enough to read names.
+    /// read-only file takes the shared lock, enough to read names. Waits at most [`LOCK_TIMEOUT`], as
+    /// [`RegionFile::lock_within`] does.
     pub fn lock(&self) -> Result<Locked<'_>, String> {
-        let threads = self.threads.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let file = if self.writable { FileLock::new(&self.file) } else { FileLock::shared(&self.file) };
-        let file = file.map_err(|e| format!("region file {}: cannot lock: {e}", self.path))?;
-        Ok(Locked { owner: self, _threads: threads, _file: Some(file) })
+        self.lock_within(LOCK_TIMEOUT)
     }
 
     /// Takes the file lock, as [`RegionFile::lock`] does, if it can be had within `timeout`; otherwise an
     /// error naming the processes holding it (a process joining a vGPU holds it for milliseconds, unless it
-    /// is stopped, or anyone who can read the file holds it on purpose). For the daemon, which must answer
-    /// whatever its tenants do.
-    pub fn lock_within(&self, timeout: std::time::Duration) -> Result<Locked<'_>, String> {
+    /// is stopped, or anyone who can read the file holds it on purpose).
+    pub fn lock_within(&self, timeout: Duration) -> Result<Locked<'_>, String> {
         let fail = |e: std::io::Error| format!("region file {}: cannot lock: {e}", self.path);
         // The thread lock only while trying: this process's other threads are not held up by the wait.
         let attempt = || {
             let threads = self.threads.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-            let file = FileLock::try_exclusive(&self.file)?;
-            Ok(file.map(|file| Locked { owner: self, _threads: threads, _file: Some(file) }))
+            let file =
+                if self.writable { FileLock::try_exclusive(&self.file) } else { FileLock::try_shared(&self.file) };
+            Ok(file?.map(|file| Locked { owner: self, _threads: threads, _file: Some(file) }))
         };
-        match crate::flock::retry_until(std::time::Instant::now() + timeout, attempt).map_err(fail)? {
+        match crate::flock::retry_until(Instant::now() + timeout, attempt).map_err(fail)? {
             Some(locked) => Ok(locked),
-            None => Err(format!(
-                "region file {} has been locked for more than {} ms by {}; try again once it runs (a process \
-                 joining a vGPU holds the lock for milliseconds), or stop it",
-                self.path,
-                timeout.as_millis(),
-                describe_holders(&self.file)
-            )),
+            None => Err(held_too_long(&self.path, &self.file, timeout)),
         }
     }
 
@@ -224,6 +231,28 @@ impl Locked<'_> {
     }
 }
 
+/// `file`'s lock, exclusive or shared, if it can be had within `timeout`; otherwise an error naming the
+/// file at `path` and who holds it.
+fn lock_file<'f>(file: &'f File, exclusive: bool, path: &str, timeout: Duration) -> Result<FileLock<'f>, String> {
+    let lock = if exclusive { FileLock::within(file, timeout) } else { FileLock::shared_within(file, timeout) };
+    match lock.map_err(|e| format!("region file {path}: cannot lock: {e}"))? {
+        Some(lock) => Ok(lock),
+        None => Err(held_too_long(path, file, timeout)),
+    }
+}
+
+/// The error for a region file whose lock others held longer than `timeout`: the file, the holders and
+/// what to do.
+fn held_too_long(path: &str, file: &File, timeout: Duration) -> String {
+    format!(
+        "region file {path} has been locked for more than {} ms by {}; Tessera's processes hold that lock for \
+         milliseconds, so its holder is stopped or holds it on purpose: resume it (kill -CONT PID) or end it, \
+         then try again",
+        timeout.as_millis(),
+        describe_holders(file)
+    )
+}
+
 /// Who holds a `flock` on `file`, from `/proc/locks` (the kernel's record): each
 /// holder's pid, command and, when it is not running, its state, e.g. `pid 42 (simgpu-probe, stopped)`.
 pub fn describe_holders(file: &File) -> String {
@@ -274,14 +303,20 @@ fn describe_process(pid: u32) -> String {
 /// vGPU `name`'s [`flags`] as the region at `path` holds them now, without joining it or changing anything:
 /// the file is opened and mapped read-only (never created) and searched under a shared lock, since names are
 /// written under the exclusive one. `Ok(None)` when there is no such vGPU; an error names the file. For
-/// deciding what a vGPU allows before a program's CUDA libraries start (the tensor-core policy).
+/// deciding what a vGPU allows before a program's CUDA libraries start (the tensor-core policy). Waits at
+/// most [`LOCK_TIMEOUT`] for the lock.
 pub fn vgpu_flags(path: &str, name: &str) -> Result<Option<u32>, String> {
+    vgpu_flags_within(path, name, LOCK_TIMEOUT)
+}
+
+/// [`vgpu_flags`], waiting at most `timeout` for the file's lock.
+pub fn vgpu_flags_within(path: &str, name: &str, timeout: Duration) -> Result<Option<u32>, String> {
     let encoded = encode_name(name).ok_or_else(|| format!("{name:?} is not a vGPU name"))?;
     let fail = |what: &str, e: std::io::Error| format!("region file {path}: {what}: {e}");
     let file =
         crate::secure_fs::open_nofollow(std::path::Path::new(path), false).map_err(|e| fail("cannot open", e))?;
     super::open::check_readable(&file.metadata().map_err(|e| fail("cannot stat", e))?, path)?;
-    let _lock = FileLock::shared(&file).map_err(|e| fail("cannot lock", e))?;
+    let _lock = lock_file(&file, false, path, timeout)?;
     let len = file.metadata().map_err(|e| fail("cannot stat", e))?.len();
     if len != LAYOUT_SIZE as u64 {
         return Err(format!(
@@ -298,4 +333,42 @@ pub fn vgpu_flags(path: &str, name: &str) -> Result<Option<u32>, String> {
     }
     let slot = region.vgpus.iter().find(|v| v.state() == state::READY && v.config.name == encoded);
     Ok(slot.map(VgpuSlot::flags))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Whether `e` says the region at `path` was held too long by this process (another open file of it).
+    fn names_the_holder(e: &str, path: &str) -> bool {
+        e.contains(&format!("region file {path} has been locked for more than 200 ms by pid {}", std::process::id()))
+            && e.contains("kill -CONT")
+    }
+
+    #[test]
+    fn every_lock_gives_up_while_another_holds_the_file_and_succeeds_once_it_is_free() {
+        let path = std::env::temp_dir().join(format!("tessera-region-lock-test-{}", std::process::id()));
+        let path = path.to_string_lossy().into_owned();
+        let _ = std::fs::remove_file(&path);
+        let short = Duration::from_millis(200);
+        let joined = RegionFile::open(&path).unwrap();
+        // Another open file of the region, locked as a stopped process would keep it (flock excludes open
+        // files, even of one process).
+        let other = File::open(&path).unwrap();
+        let held = FileLock::new(&other).unwrap();
+        // Functional bounds: each gives up after its timeout, long before the test's; none waits for ever.
+        let t = Instant::now();
+        let e = RegionFile::open_within(&path, Access::Peer, short).err().expect("opened while held");
+        assert!(names_the_holder(&e, &path), "{e}");
+        let e = joined.lock_within(short).err().expect("locked while held");
+        assert!(names_the_holder(&e, &path), "{e}");
+        let e = vgpu_flags_within(&path, "a", short).expect_err("read while held");
+        assert!(names_the_holder(&e, &path), "{e}");
+        assert!(t.elapsed() >= 3 * short && t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+        drop(held);
+        RegionFile::open_within(&path, Access::Peer, short).unwrap();
+        assert!(joined.lock_within(short).unwrap().exclusive());
+        assert_eq!(vgpu_flags_within(&path, "a", short).unwrap(), None);
+        std::fs::remove_file(&path).unwrap();
+    }
 }

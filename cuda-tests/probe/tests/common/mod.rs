@@ -175,14 +175,12 @@ impl Sim {
         run.json
     }
 
-    /// Starts the probe with piped stdin and stdout (for scenarios that hold resources until stdin closes).
-    pub fn spawn(&self, args: &[&str]) -> Child {
-        self.command(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn simgpu-probe")
+    /// Starts the probe with piped stdin and stdout (for scenarios that hold resources until stdin closes),
+    /// [`Guarded`].
+    pub fn spawn(&self, args: &[&str]) -> Guarded {
+        let mut cmd = self.command(args);
+        cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        Guarded::spawn(&mut cmd).expect("spawn simgpu-probe")
     }
 }
 
