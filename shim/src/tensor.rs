@@ -47,23 +47,38 @@ pub fn set_math_mode(handle: *mut c_void, mode: u32, real: impl FnOnce() -> Stat
 static TF32_AT_LOAD: extern "C" fn() = tf32_at_load;
 
 /// Sets [`TF32_OVERRIDE`] when `TESSERA_VGPU` names a vGPU with tensor cores off. Never panics, fails or
-/// prints on stdout: whatever goes wrong (a malformed variable, no region, no such vGPU), it does nothing,
-/// and `cuInit` reports the problem.
+/// prints on stdout: a malformed variable or no such vGPU does nothing (`cuInit` reports the problem); a
+/// region that exists but cannot be read now (e.g. its lock held past its bound) sets it too: the program
+/// may still join its vGPU later, and TF32 must then already be off if the vGPU says so (fail closed).
 extern "C" fn tf32_at_load() {
-    let _ = std::panic::catch_unwind(|| {
-        if let Some(vgpu) = vgpu_with_tensor_cores_off() {
+    let _ = std::panic::catch_unwind(|| match vgpu_with_tensor_cores_off(|k| std::env::var_os(k)) {
+        Ok(Some(vgpu)) => force_tf32_off(&vgpu),
+        Ok(None) => {}
+        Err((vgpu, e)) => {
+            log::debug(format_args!("cannot read vGPU {vgpu:?}'s tensor-core policy at load ({e}): TF32 off"));
             force_tf32_off(&vgpu);
         }
     });
 }
 
-/// The process's vGPU when the region says its tensor cores are off. Reads the region without joining it.
-fn vgpu_with_tensor_cores_off() -> Option<String> {
-    std::env::var_os("TESSERA_VGPU")?;
-    let config = Config::from_lookup(|k| std::env::var_os(k)).ok()?;
-    let vgpu = config.vgpu?;
-    let flags = tessera_ffi::region::file::vgpu_flags(&config.region, &vgpu).ok()??;
-    (flags & TENSOR_CORES_OFF != 0).then_some(vgpu)
+/// The process's vGPU (from the variables `env` gives) when the region says its tensor cores are off; the
+/// vGPU and the error when the region exists but could not be read. Reads the region without joining it.
+fn vgpu_with_tensor_cores_off(
+    env: impl Fn(&str) -> Option<std::ffi::OsString>,
+) -> Result<Option<String>, (String, String)> {
+    if env("TESSERA_VGPU").is_none() {
+        return Ok(None);
+    }
+    let Ok(config) = Config::from_lookup(env) else { return Ok(None) };
+    let Some(vgpu) = config.vgpu else { return Ok(None) };
+    if !std::path::Path::new(&config.region).exists() {
+        // No region yet: `cuInit` refuses the GPU.
+        return Ok(None);
+    }
+    match tessera_ffi::region::file::vgpu_flags(&config.region, &vgpu) {
+        Ok(flags) => Ok(flags.filter(|f| f & TENSOR_CORES_OFF != 0).map(|_| vgpu)),
+        Err(e) => Err((vgpu, e)),
+    }
 }
 
 /// Sets [`TF32_OVERRIDE`] in this process's environment, replacing (with a warning) another value.
@@ -93,4 +108,34 @@ fn force_tf32_off(vgpu: &str) {
 /// constructors): only then is changing the environment safe.
 fn single_threaded() -> bool {
     std::fs::read_dir("/proc/self/task").is_ok_and(|tasks| tasks.count() == 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_region_that_cannot_be_read_at_load_turns_tf32_off_and_a_missing_one_does_nothing() {
+        let dir = std::env::temp_dir().join(format!("tessera-tensor-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let region = dir.join("region");
+        let env = |region: &std::path::Path| {
+            let region = region.as_os_str().to_owned();
+            move |k: &str| match k {
+                "TESSERA_VGPU" => Some("train".into()),
+                "TESSERA_REGION" => Some(region.clone()),
+                _ => None,
+            }
+        };
+        // No region yet: cuInit refuses the GPU, nothing to set.
+        assert_eq!(vgpu_with_tensor_cores_off(env(&region)), Ok(None));
+        // A region that is there but unreadable (here: truncated): fail closed.
+        std::fs::write(&region, b"not a region").unwrap();
+        let (vgpu, e) = vgpu_with_tensor_cores_off(env(&region)).expect_err("unreadable");
+        assert_eq!(vgpu, "train");
+        assert!(e.contains("bytes"), "{e}");
+        // Without TESSERA_VGPU nothing is read.
+        assert_eq!(vgpu_with_tensor_cores_off(|_| None), Ok(None));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
