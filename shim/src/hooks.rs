@@ -72,12 +72,20 @@ macro_rules! hooks {
         #[unsafe(no_mangle)]
         #[allow(clippy::too_many_arguments)]
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> u32 {
-            crate::guard::call(stringify!($name), || {
+            // The closures below capture this one reference, not each argument: they are moved down the
+            // handler's path (a launch's passes several functions), and one word moves for free.
+            let args = &($($arg,)*);
+            crate::guard::call(stringify!($name), move || {
                 crate::log::trace(format_args!("call {}", stringify!($name)));
-                let $r = || match crate::real::$name.get() {
-                    // SAFETY: the real function has this exact C signature.
-                    Some(f) => unsafe { f($($arg),*) },
-                    None => crate::real::missing(crate::real::Lib::$lib),
+                #[allow(unused_variables)]
+                let ($($arg,)*) = *args;
+                let $r = move || {
+                    let ($($arg,)*) = *args;
+                    match crate::real::$name.get() {
+                        // SAFETY: the real function has this exact C signature.
+                        Some(f) => unsafe { f($($arg),*) },
+                        None => crate::real::missing(crate::real::Lib::$lib),
+                    }
                 };
                 $call
             })

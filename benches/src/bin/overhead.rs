@@ -31,12 +31,19 @@
 //! vGPU 100) adds ≤ 50 ns; on the launching thread the shim makes at most one driver call per 16 launches
 //! in every vGPU configuration; cuMemAlloc + cuMemFree adds ≤ 250 ns in a hard and a soft vGPU.
 //!
+//! To see where the time goes, `OVERHEAD_WRAP` runs every client under a command given by absolute path,
+//! `%d` in it becoming the configuration's index: e.g.
+//! `OVERHEAD_WRAP="/usr/bin/gdb -q -batch -x benches/src/bin/overhead-count.py --args"` counts the
+//! instructions the shim executes per launch (see that file), `"/usr/bin/perf record -o /tmp/p.%d"` samples.
+//! `OVERHEAD_ONLY` (comma-separated indexes of the configurations above, from 0) leaves the others out.
+//! Such a run's figures are the wrapped program's, not the shim's cost.
+//!
 //! Figures go to `target/bench/overhead.json`; the host's CPU use and steal (`/proc/stat`) and the
 //! lateness of a thread sleeping 1 ms at a time are printed: the client, the shim, the daemon and the
 //! simulated engine are all threads of this host.
 
 use serde_json::{Value, json};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 use tessera_benches::{CpuTimes, HostTimer, Machine, cbuild, verdict};
@@ -199,9 +206,21 @@ impl Bench {
         Bench { m, client }
     }
 
-    /// The client's command in configuration `c`.
-    fn command(&self, c: &Config, args: &[&str]) -> Command {
-        let program: &Path = &self.client;
+    /// The client's command in configuration `c` (under `OVERHEAD_WRAP` if set; `index`: `c`'s in
+    /// [`CONFIGS`]).
+    fn command(&self, c: &Config, index: usize, args: &[&str]) -> Command {
+        let client = self.client.to_string_lossy().into_owned();
+        let wrap = wrapper(index);
+        let (program, args): (PathBuf, Vec<&str>) = match wrap.split_first() {
+            Some((first, rest)) => {
+                let mut all: Vec<&str> = rest.iter().map(String::as_str).collect();
+                all.push(&client);
+                all.extend_from_slice(args);
+                (PathBuf::from(first), all)
+            }
+            None => (self.client.clone(), args.to_vec()),
+        };
+        let (program, args) = (program.as_path(), args.as_slice());
         match c.setting {
             Setting::Native => self.m.command(&program.to_string_lossy(), args),
             Setting::Shim => self.m.shim_command(&[], program, args),
@@ -228,19 +247,33 @@ impl Bench {
     }
 
     /// One process of configuration `c`.
-    fn sample(&self, c: &Config, launches: &str) -> Vec<Sample> {
+    fn sample(&self, c: &Config, index: usize, launches: &str) -> Vec<Sample> {
         let device = c.device.to_string();
         let args = ["--device", &device, "--launches", launches, "--pairs", PAIRS];
         let mut busy = (c.setting == Setting::BesideBusy).then(|| self.busy_load());
         if busy.is_some() {
             std::thread::sleep(BUSY_SETTLE);
         }
-        let samples = run_client(self.command(c, &args), c.name);
+        let samples = run_client(self.command(c, index, &args), c.name);
         if let Some(load) = busy.as_mut() {
             let _ = load.kill();
             let _ = load.wait();
         }
         samples
+    }
+}
+
+/// `OVERHEAD_WRAP`'s command for configuration `index` (empty when unset).
+fn wrapper(index: usize) -> Vec<String> {
+    let wrap = std::env::var("OVERHEAD_WRAP").unwrap_or_default();
+    wrap.split_whitespace().map(|w| w.replace("%d", &index.to_string())).collect()
+}
+
+/// Whether `OVERHEAD_ONLY` (comma-separated configuration indexes) leaves configuration `index` in.
+fn selected(index: usize) -> bool {
+    match std::env::var("OVERHEAD_ONLY") {
+        Ok(list) => list.split(',').any(|i| i.trim().parse() == Ok(index)),
+        Err(_) => true,
     }
 }
 
@@ -268,6 +301,13 @@ struct Figures {
     range: Vec<(f64, f64)>,
 }
 
+impl Figures {
+    /// Whether the configuration ran (`OVERHEAD_ONLY` may leave it out).
+    fn measured(&self) -> bool {
+        !self.ns[0].is_nan()
+    }
+}
+
 fn figures(rounds: &[Vec<Sample>]) -> Figures {
     let per = |f: &dyn Fn(&Sample) -> u64, i: usize| {
         let count: u64 = rounds.iter().map(|r| r[i].count).sum();
@@ -292,7 +332,7 @@ fn print_table(all: &[Figures]) {
         print!(" {name:>18}");
     }
     println!();
-    for (c, f) in CONFIGS.iter().zip(all) {
+    for (c, f) in CONFIGS.iter().zip(all).filter(|(_, f)| f.measured()) {
         print!("  {:<20}", c.name);
         for (i, ns) in f.ns.iter().enumerate() {
             if c.setting == Setting::Native {
@@ -304,7 +344,7 @@ fn print_table(all: &[Figures]) {
         println!();
     }
     println!("  lowest - highest round (each round's figure is its process's median batch):");
-    for (c, f) in CONFIGS.iter().zip(all) {
+    for (c, f) in CONFIGS.iter().zip(all).filter(|(_, f)| f.measured()) {
         print!("  {:<20}", c.name);
         for (lo, hi) in &f.range {
             print!(" {:>18}", format!("{lo:.0} - {hi:.0}"));
@@ -312,7 +352,7 @@ fn print_table(all: &[Figures]) {
         println!();
     }
     println!("  the shim's driver calls per call, on the launching thread / on other threads:");
-    for (c, f) in CONFIGS.iter().zip(all).skip(1) {
+    for (c, f) in CONFIGS.iter().zip(all).skip(1).filter(|(_, f)| f.measured()) {
         print!("  {:<20}", c.name);
         for i in 0..OPS.len() {
             print!(" {:>18}", format!("{:.3} / {:.3}", f.thread[i], f.other[i]));
@@ -324,7 +364,7 @@ fn print_table(all: &[Figures]) {
 /// Prints a PASS/FAIL line per target and configuration it applies to.
 fn check_targets(all: &[Figures]) {
     let native = &all[0];
-    for (c, f) in CONFIGS.iter().zip(all) {
+    for (c, f) in CONFIGS.iter().zip(all).filter(|(_, f)| f.measured()) {
         if c.tokens {
             for (i, (_, name)) in OPS.iter().enumerate().take(LAUNCH_OPS) {
                 let added = f.ns[i] - native.ns[i];
@@ -409,7 +449,9 @@ fn main() {
     for round in 0..rounds {
         for k in 0..CONFIGS.len() {
             let i = (round + k) % CONFIGS.len();
-            samples[i].push(bench.sample(&CONFIGS[i], &launches));
+            if selected(i) {
+                samples[i].push(bench.sample(&CONFIGS[i], i, &launches));
+            }
         }
         println!("  round {} of {rounds} done", round + 1);
     }

@@ -148,11 +148,13 @@ thread_local! {
 impl Stream {
     /// Whether the work the thread queued here is estimated to be still running at tick `t`, with at least
     /// half a launch's worth left.
+    #[inline]
     fn busy_at(&self, t: u64) -> bool {
         t.saturating_add(self.per_ticks / 2) <= self.busy_until
     }
 
     /// Counts a launch submitted at tick `t` in the open batch (the thread's table entry `entry` notes when).
+    #[inline]
     fn launched(&mut self, t: u64, entry: usize) {
         if let Some(b) = self.batch.as_mut() {
             b.n += 1;
@@ -186,7 +188,9 @@ pub fn launch<F: FnOnce() -> Status>(
 
 /// Runs `f` on the calling thread's state, borrowed once for the whole launch (the driver's launch never
 /// calls back into the shim's); `f` takes `submit` only when it returns the launch's result. `Err(submit)`
-/// when it did not launch, or the state cannot be borrowed.
+/// when it did not launch, or the state cannot be borrowed. Inlined: on the fast path a call would cost
+/// as much as the borrow.
+#[inline(always)]
 fn with_local<F: FnOnce() -> Status>(
     submit: F,
     f: impl FnOnce(&mut Local, &mut Option<F>) -> Option<Res>,

@@ -23,7 +23,9 @@
 //! [`Item::held_up`]) is charged at most its estimate: its span may hold host time the kernel never used.
 //!
 //! The thread sleeps on a futex when the queue is empty; the first launch after that wakes it (one
-//! system call, only when nothing of the process was in flight).
+//! system call, only when nothing of the process was in flight). While some thread has a batch open it
+//! naps instead, a quarter of the window at most, and is not woken: batches close every few dozen
+//! launches, and a wake-up costs the launching thread more than all the launches of a batch.
 
 use super::admission::{Admission, Kind};
 use super::batch;
@@ -62,8 +64,16 @@ pub struct Item {
 
 static QUEUE: OnceLock<ArrayQueue<Item>> = OnceLock::new();
 static STARTED: Once = Once::new();
-/// 1 while the thread sleeps for lack of work (the futex word it sleeps on).
-static IDLE: AtomicU32 = AtomicU32::new(0);
+/// [`AWAKE`], [`ASLEEP`] or [`NAPPING`]: the futex word the thread sleeps on.
+static IDLE: AtomicU32 = AtomicU32::new(AWAKE);
+/// The thread is working.
+const AWAKE: u32 = 0;
+/// The thread sleeps until a push wakes it.
+const ASLEEP: u32 = 1;
+/// The thread sleeps briefly (some thread has a batch open) and looks at the queue again by itself: a push
+/// does not wake it. Waking a sleeping thread costs a few microseconds of the launching thread's time (on
+/// a virtual machine, where the wake-up crosses processors), more than the launches of a whole batch.
+const NAPPING: u32 = 2;
 /// True while the thread measures and settles an item it has taken from the queue.
 static BUSY: AtomicBool = AtomicBool::new(false);
 
@@ -76,7 +86,9 @@ pub fn push(gate: &'static Gate, item: Item) -> Result<(), Item> {
     // Pairs with the thread's store of IDLE before its last look at the queue: either it sees the item
     // or this sees it idle.
     fence(Ordering::SeqCst);
-    if IDLE.load(Ordering::Relaxed) == 1 && IDLE.swap(0, Ordering::AcqRel) == 1 {
+    if IDLE.load(Ordering::Relaxed) == ASLEEP
+        && IDLE.compare_exchange(ASLEEP, AWAKE, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+    {
         futex::wake_all(&IDLE);
     }
     Ok(())
@@ -161,6 +173,17 @@ impl StreamEnds {
     }
 }
 
+/// How long the thread naps while batches are open: a quarter of the vGPU's window, within
+/// [`NAP_MIN`, `NAP_MAX`] (the reaper looks at batches every [`batch::STALE_NS`] at least).
+fn nap_while_batching(gate: &Gate) -> Duration {
+    Duration::from_nanos((gate.window().max(0) as u64 / 4).clamp(NAP_MIN.as_nanos() as u64, NAP_MAX.as_nanos() as u64))
+}
+
+/// Shortest nap while batches are open.
+const NAP_MIN: Duration = Duration::from_micros(20);
+/// Longest nap while batches are open.
+const NAP_MAX: Duration = Duration::from_micros(250);
+
 fn run(gate: &'static Gate) {
     super::capture::relax_thread();
     let Some(queue) = QUEUE.get() else { return };
@@ -177,15 +200,17 @@ fn run(gate: &'static Gate) {
         BUSY.store(true, Ordering::SeqCst);
         let Some(item) = queue.pop() else {
             BUSY.store(false, Ordering::SeqCst);
-            IDLE.store(1, Ordering::SeqCst);
+            // While batches are open, their closes come often: the thread naps a quarter of the window
+            // at most (so a batch is settled well before the window could fill) instead of being woken.
+            let open = batch::any_open();
+            let (state, nap) =
+                if open { (NAPPING, nap_while_batching(gate)) } else { (ASLEEP, Duration::from_secs(1)) };
+            IDLE.store(state, Ordering::SeqCst);
             fence(Ordering::SeqCst);
             if queue.is_empty() {
-                // Open batches are looked at again when they may have gone stale.
-                let nap =
-                    if batch::any_open() { Duration::from_nanos(batch::STALE_NS) } else { Duration::from_secs(1) };
-                futex::wait(&IDLE, 1, nap);
+                futex::wait(&IDLE, state, nap);
             }
-            IDLE.store(0, Ordering::SeqCst);
+            IDLE.store(AWAKE, Ordering::SeqCst);
             continue;
         };
         let Some(end) = item.pool.ended(item.event) else {

@@ -97,25 +97,33 @@ fn set_up() -> Option<Soft> {
     })
 }
 
-/// A hold keeping the process's memory on the device while a launch or copy is submitted; swapped-out
-/// memory is brought back first. `None` in hard mode.
-pub fn hold() -> Res<Option<Hold<'static>>> {
-    let Some(s) = active() else { return Ok(None) };
-    loop {
-        if let Some(h) = s.residency.try_hold() {
-            return Ok(Some(h));
-        }
-        s.bring_back()?;
+/// A hold keeping `s`'s memory on the device while a launch or copy is submitted; swapped-out memory is
+/// brought back first.
+#[inline(always)]
+fn hold(s: &'static Soft) -> Res<Hold<'static>> {
+    match s.residency.try_hold() {
+        Some(h) => Ok(h),
+        None => hold_after_bringing_back(s),
     }
 }
 
-/// Runs a launch or copy `real` under a [`hold`].
-#[inline]
-pub fn around(real: impl FnOnce() -> Status) -> Res {
-    if active().is_none() {
-        return crate::guard::status(real());
+/// [`hold`] when the memory is not resident (or is being moved): waits for it to come back.
+#[cold]
+fn hold_after_bringing_back(s: &'static Soft) -> Res<Hold<'static>> {
+    loop {
+        s.bring_back()?;
+        if let Some(h) = s.residency.try_hold() {
+            return Ok(h);
+        }
     }
-    let _hold = hold()?;
+}
+
+/// Runs a launch or copy `real` under a [`hold`] (in soft mode). Inlined into every launch and copy
+/// handler: in hard mode it is one load and a compare.
+#[inline(always)]
+pub fn around(real: impl FnOnce() -> Status) -> Res {
+    let Some(s) = active() else { return crate::guard::status(real()) };
+    let _hold = hold(s)?;
     crate::guard::status(real())
 }
 
