@@ -164,8 +164,7 @@ impl Ledger {
             self.stale += 1;
             r.start_ns
         } else {
-            let prev = if first == 0 { self.floor_ns } else { self.kept[first - 1].end_ns };
-            r.start_ns.max(prev).min(end)
+            r.start_ns.max(prev_at(&self.kept, first)).min(end)
         };
         // A bounded record's span may hold host time besides the kernel (see `Record::bound_ns`): it is
         // charged its bound at most, and keeps its place by end. A later record ending inside its span
