@@ -15,6 +15,11 @@ fn slot<'a>(region: &'a Region, name: &str) -> Option<(usize, &'a VgpuSlot)> {
     region.vgpus.iter().enumerate().find(|(_, v)| v.state() == state::READY && v.config.name == encoded)
 }
 
+/// Process `pid`'s command name, or empty when it cannot be read (gone meanwhile, another namespace).
+fn command_of(pid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/comm")).map(|c| c.trim_end().to_owned()).unwrap_or_default()
+}
+
 /// The figures of the configured vGPUs `specs` (only `only` and its device when given) on a machine whose
 /// devices have `devices` bytes each.
 pub fn stats(region: &Region, specs: &[VgpuSpec], devices: &[u64], only: Option<&VgpuSpec>) -> Stats {
@@ -64,6 +69,7 @@ pub fn stats(region: &Region, specs: &[VgpuSpec], devices: &[u64], only: Option<
                     pid,
                     soft: p.is_soft(),
                     used: p.used.get(d).map_or(0, |u| u.load(Ordering::Acquire)),
+                    command: command_of(pid),
                 })
                 .collect();
             st
@@ -81,6 +87,11 @@ pub fn stats(region: &Region, specs: &[VgpuSpec], devices: &[u64], only: Option<
                 .fold(0u64, |sum, (_, v)| sum.saturating_add(v.used(device as usize)));
             DeviceStats {
                 device,
+                name: String::new(),
+                uuid: None,
+                utilization_pct: None,
+                power_watts: None,
+                temperature_c: None,
                 memory_total: devices.get(device as usize).copied().unwrap_or(0),
                 memory_used: used,
                 share_configured: specs.iter().filter(|s| s.device == device).map(|s| s.share).sum(),

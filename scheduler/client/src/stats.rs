@@ -46,7 +46,7 @@ pub struct MemoryStats {
 }
 
 /// One process attached to a vGPU.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProcessStats {
     /// Its pid.
     pub pid: u32,
@@ -54,6 +54,10 @@ pub struct ProcessStats {
     pub soft: bool,
     /// Device memory it uses, in bytes.
     pub used: u64,
+    /// Its command name (`/proc/PID/comm` as the daemon sees it; empty when unknown, e.g. an older
+    /// daemon or a process gone meanwhile).
+    #[serde(default)]
+    pub command: String,
 }
 
 /// One vGPU's figures.
@@ -96,6 +100,22 @@ pub struct VgpuStats {
 pub struct DeviceStats {
     /// Its ordinal.
     pub device: u32,
+    /// Its model name as the driver reports it (empty when unknown).
+    #[serde(default)]
+    pub name: String,
+    /// Its UUID (`GPU-…`, NVML), when NVML tells it.
+    #[serde(default)]
+    pub uuid: Option<String>,
+    /// The driver's own utilization figure (NVML `gpu` utilization, percent over its last sample
+    /// period), when NVML tells it. Tessera's own measure is `busy`.
+    #[serde(default)]
+    pub utilization_pct: Option<f64>,
+    /// Board power draw in watts, when NVML tells it.
+    #[serde(default)]
+    pub power_watts: Option<f64>,
+    /// GPU temperature in degrees Celsius, when NVML tells it.
+    #[serde(default)]
+    pub temperature_c: Option<f64>,
     /// Its memory, in bytes.
     pub memory_total: u64,
     /// Memory its vGPUs' processes use, in bytes.
