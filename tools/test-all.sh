@@ -14,6 +14,8 @@ echo "== cargo build --release"
 cargo build --workspace --release
 echo "== NVIDIA's cuda.h for the C test programs (pip package, installed once into target/pydeps)"
 ./tools/cuda-headers.sh
+echo "== Debian tools the tests run for real: Prometheus and promtool, tmux (installed once)"
+./tools/apt-once.sh prometheus:promtool prometheus:prometheus tmux:tmux
 echo "== cargo test --release"
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
