@@ -25,11 +25,83 @@ pub struct Profile {
     pub context_memory: u64,
     /// Whether the model supports MIG partitioning.
     pub mig_capable: bool,
+    /// The model's MIG GPU instance profiles, as NVML describes them (`nvmlDeviceGetGpuInstanceProfileInfo`);
+    /// empty on models without MIG.
+    pub mig_profiles: &'static [MigProfile],
     /// Board power draw reported by NVML, in milliwatts.
     pub power_mw: u32,
 }
 
+/// One MIG GPU instance profile of a model: what `nvidia-smi mig -lgip` lists for it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MigProfile {
+    /// The `NVML_GPU_INSTANCE_PROFILE_*` value that selects it in NVML's queries.
+    pub nvml_profile: u32,
+    /// The profile id NVML reports (`nvmlGpuInstanceProfileInfo_t::id`, the ID column of `nvidia-smi`).
+    pub id: u32,
+    /// Its name without the `MIG ` prefix, e.g. `1g.10gb`.
+    pub name: &'static str,
+    /// Memory slices (of 8) and compute slices (of 7) it takes.
+    pub slices: u32,
+    /// How many instances of it fit on one device.
+    pub instances: u32,
+    /// Streaming multiprocessors of one instance.
+    pub sm_count: u32,
+    /// Memory of one instance in MiB (`memorySizeMB`).
+    pub memory_mib: u64,
+    /// Copy engines, decoders, encoders, JPEG decoders and optical-flow accelerators of one instance.
+    pub engines: [u32; 5],
+}
+
 const MIB: u64 = 1 << 20;
+
+/// `NVML_GPU_INSTANCE_PROFILE_*` values (nvml.h).
+mod gi {
+    pub const SLICE_1: u32 = 0x0;
+    pub const SLICE_2: u32 = 0x1;
+    pub const SLICE_3: u32 = 0x2;
+    pub const SLICE_4: u32 = 0x3;
+    pub const SLICE_7: u32 = 0x4;
+    pub const SLICE_1_REV1: u32 = 0x7;
+    pub const SLICE_1_REV2: u32 = 0x9;
+}
+
+/// A [`MigProfile`] row: NVML profile, id, name, slices, instances, SMs, MiB, engines.
+#[allow(clippy::too_many_arguments)]
+const fn mig(
+    nvml_profile: u32,
+    id: u32,
+    name: &'static str,
+    slices: u32,
+    instances: u32,
+    sm_count: u32,
+    memory_mib: u64,
+    engines: [u32; 5],
+) -> MigProfile {
+    MigProfile { nvml_profile, id, name, slices, instances, sm_count, memory_mib, engines }
+}
+
+/// MIG profiles of the H100 80GB (SXM), as NVIDIA's driver lists them.
+static H100_MIG: &[MigProfile] = &[
+    mig(gi::SLICE_1, 19, "1g.10gb", 1, 7, 16, 9984, [1, 1, 0, 1, 0]),
+    mig(gi::SLICE_1_REV1, 20, "1g.10gb+me", 1, 1, 16, 9984, [1, 1, 0, 1, 1]),
+    mig(gi::SLICE_1_REV2, 15, "1g.20gb", 1, 4, 26, 20096, [1, 1, 0, 1, 0]),
+    mig(gi::SLICE_2, 14, "2g.20gb", 2, 3, 32, 20096, [2, 2, 0, 2, 0]),
+    mig(gi::SLICE_3, 9, "3g.40gb", 3, 2, 60, 40448, [3, 3, 0, 3, 0]),
+    mig(gi::SLICE_4, 5, "4g.40gb", 4, 1, 64, 40448, [4, 4, 0, 4, 0]),
+    mig(gi::SLICE_7, 0, "7g.80gb", 7, 1, 132, 81152, [8, 7, 0, 7, 1]),
+];
+
+/// MIG profiles of the A100 40GB (SXM4), as NVIDIA's driver lists them.
+static A100_MIG: &[MigProfile] = &[
+    mig(gi::SLICE_1, 19, "1g.5gb", 1, 7, 14, 4864, [1, 0, 0, 0, 0]),
+    mig(gi::SLICE_1_REV1, 20, "1g.5gb+me", 1, 1, 14, 4864, [1, 1, 0, 1, 1]),
+    mig(gi::SLICE_1_REV2, 15, "1g.10gb", 1, 4, 14, 9984, [1, 1, 0, 0, 0]),
+    mig(gi::SLICE_2, 14, "2g.10gb", 2, 3, 28, 9984, [2, 1, 0, 0, 0]),
+    mig(gi::SLICE_3, 9, "3g.20gb", 3, 2, 42, 20096, [3, 2, 0, 0, 0]),
+    mig(gi::SLICE_4, 5, "4g.20gb", 4, 1, 56, 20096, [4, 2, 0, 0, 0]),
+    mig(gi::SLICE_7, 0, "7g.40gb", 7, 1, 98, 40320, [7, 5, 0, 1, 1]),
+];
 const GIB: u64 = 1 << 30;
 
 /// The profiles `SIMGPU_DEVICES` accepts.
@@ -46,6 +118,7 @@ pub static PROFILES: &[Profile] = &[
         l2_cache_bytes: 50 * MIB as u32,
         context_memory: 500 * MIB,
         mig_capable: true,
+        mig_profiles: H100_MIG,
         power_mw: 700_000,
     },
     Profile {
@@ -60,6 +133,7 @@ pub static PROFILES: &[Profile] = &[
         l2_cache_bytes: 40 * MIB as u32,
         context_memory: 420 * MIB,
         mig_capable: true,
+        mig_profiles: A100_MIG,
         power_mw: 400_000,
     },
     Profile {
@@ -74,6 +148,7 @@ pub static PROFILES: &[Profile] = &[
         l2_cache_bytes: 2 * MIB as u32,
         context_memory: 128 * MIB,
         mig_capable: false,
+        mig_profiles: &[],
         power_mw: 75_000,
     },
 ];
@@ -88,4 +163,22 @@ pub fn find(key: &str) -> Option<&'static Profile> {
         k => k,
     };
     PROFILES.iter().find(|p| p.key == key)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mig_profiles_agree_with_the_model() {
+        for p in PROFILES {
+            assert_eq!(p.mig_capable, !p.mig_profiles.is_empty(), "{}", p.key);
+            for m in p.mig_profiles {
+                assert!(m.sm_count <= p.sm_count && m.memory_mib * MIB <= p.total_memory, "{} {}", p.key, m.name);
+                assert!(m.slices * m.instances <= 7, "{} {}", p.key, m.name);
+            }
+            let ids: Vec<u32> = p.mig_profiles.iter().map(|m| m.nvml_profile).collect();
+            assert!(ids.iter().enumerate().all(|(i, id)| !ids[..i].contains(id)), "{}: duplicate profile", p.key);
+        }
+    }
 }

@@ -3,8 +3,9 @@
 //! driver writes. It only observes: it never registers itself in that file.
 //!
 //! Export layer: this file (initialization and system queries), [`lookup`] (device enumeration and
-//! handles), [`device`] (per-device queries), [`process`] (process queries) and [`stubs`] (known symbols
-//! answering `NVML_ERROR_NOT_SUPPORTED`). The rest are private helpers.
+//! handles), [`device`] (per-device queries), [`metadata`] (core count and MIG profiles), [`process`]
+//! (process queries) and [`stubs`] (known symbols answering `NVML_ERROR_NOT_SUPPORTED`). The rest are
+//! private helpers.
 //! Every export catches panics and follows `nvml.h` for return codes.
 //!
 //! Safety contract of every `unsafe extern "C"` export (stated once here rather than on each): each pointer
@@ -16,6 +17,7 @@
 
 pub mod device;
 pub mod lookup;
+pub mod metadata;
 pub mod process;
 pub mod stubs;
 

@@ -1,0 +1,258 @@
+//! Device metadata exports beyond the basic queries: CUDA core count and MIG capabilities (the maximum MIG
+//! device count and the GPU instance profiles), from the device's profile. MIG mode is never enabled in the
+//! simulation, so, as on a real GPU with MIG disabled, `nvmlDeviceGetMaxMigDeviceCount` answers 0 while the
+//! profile queries describe what MIG would offer (they answer on any MIG-capable device).
+
+use crate::{guard, out};
+use simgpu::DeviceConfig;
+use simgpu::profile::MigProfile;
+use std::ffi::{c_char, c_uint};
+use std::mem::size_of;
+use tessera_ffi::nvml::{
+    NVML_ERROR_ARGUMENT_VERSION_MISMATCH, NVML_ERROR_INVALID_ARGUMENT, NVML_ERROR_NOT_SUPPORTED, NvmlDevice,
+    NvmlReturn, struct_version,
+};
+
+/// `nvmlGpuInstanceProfileInfo_t`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct NvmlGpuInstanceProfileInfo {
+    /// Profile id.
+    pub id: u32,
+    /// Whether peer-to-peer transfers work between instances.
+    pub is_p2p_supported: u32,
+    /// GPU slices the profile takes.
+    pub slice_count: u32,
+    /// Instances of it that fit on the device.
+    pub instance_count: u32,
+    /// SMs of one instance.
+    pub multiprocessor_count: u32,
+    /// Copy engines.
+    pub copy_engine_count: u32,
+    /// Decoders.
+    pub decoder_count: u32,
+    /// Encoders.
+    pub encoder_count: u32,
+    /// JPEG decoders.
+    pub jpeg_count: u32,
+    /// Optical-flow accelerators.
+    pub ofa_count: u32,
+    /// Memory of one instance in MiB.
+    pub memory_size_mb: u64,
+}
+
+/// Length of the `name` field of the versioned profile structs (`NVML_DEVICE_NAME_V2_BUFFER_SIZE`).
+const NAME_LEN: usize = 96;
+
+/// `nvmlGpuInstanceProfileInfo_v2_t`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct NvmlGpuInstanceProfileInfoV2 {
+    /// [`GPU_INSTANCE_PROFILE_INFO_V2`].
+    pub version: u32,
+    /// As in [`NvmlGpuInstanceProfileInfo`].
+    pub id: u32,
+    /// As in [`NvmlGpuInstanceProfileInfo`].
+    pub is_p2p_supported: u32,
+    /// As in [`NvmlGpuInstanceProfileInfo`].
+    pub slice_count: u32,
+    /// As in [`NvmlGpuInstanceProfileInfo`].
+    pub instance_count: u32,
+    /// As in [`NvmlGpuInstanceProfileInfo`].
+    pub multiprocessor_count: u32,
+    /// As in [`NvmlGpuInstanceProfileInfo`].
+    pub copy_engine_count: u32,
+    /// As in [`NvmlGpuInstanceProfileInfo`].
+    pub decoder_count: u32,
+    /// As in [`NvmlGpuInstanceProfileInfo`].
+    pub encoder_count: u32,
+    /// As in [`NvmlGpuInstanceProfileInfo`].
+    pub jpeg_count: u32,
+    /// As in [`NvmlGpuInstanceProfileInfo`].
+    pub ofa_count: u32,
+    /// As in [`NvmlGpuInstanceProfileInfo`].
+    pub memory_size_mb: u64,
+    /// The profile's name, e.g. `MIG 1g.10gb`, NUL-terminated.
+    pub name: [c_char; NAME_LEN],
+}
+
+/// `nvmlGpuInstanceProfileInfo_v3_t` (no `isP2pSupported`; a `capabilities` word at the end).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct NvmlGpuInstanceProfileInfoV3 {
+    /// [`GPU_INSTANCE_PROFILE_INFO_V3`].
+    pub version: u32,
+    /// As in [`NvmlGpuInstanceProfileInfo`].
+    pub id: u32,
+    /// As in [`NvmlGpuInstanceProfileInfo`].
+    pub slice_count: u32,
+    /// As in [`NvmlGpuInstanceProfileInfo`].
+    pub instance_count: u32,
+    /// As in [`NvmlGpuInstanceProfileInfo`].
+    pub multiprocessor_count: u32,
+    /// As in [`NvmlGpuInstanceProfileInfo`].
+    pub copy_engine_count: u32,
+    /// As in [`NvmlGpuInstanceProfileInfo`].
+    pub decoder_count: u32,
+    /// As in [`NvmlGpuInstanceProfileInfo`].
+    pub encoder_count: u32,
+    /// As in [`NvmlGpuInstanceProfileInfo`].
+    pub jpeg_count: u32,
+    /// As in [`NvmlGpuInstanceProfileInfo`].
+    pub ofa_count: u32,
+    /// As in [`NvmlGpuInstanceProfileInfo`].
+    pub memory_size_mb: u64,
+    /// As in [`NvmlGpuInstanceProfileInfoV2`].
+    pub name: [c_char; NAME_LEN],
+    /// `NVML_GPU_INSTANCE_PROFILE_CAPS_*` bits; none apply here.
+    pub capabilities: u32,
+}
+
+// The header's sizes on 64-bit Linux.
+const _: () = assert!(size_of::<NvmlGpuInstanceProfileInfo>() == 48);
+const _: () = assert!(size_of::<NvmlGpuInstanceProfileInfoV2>() == 152);
+const _: () = assert!(size_of::<NvmlGpuInstanceProfileInfoV3>() == 152);
+
+/// `nvmlGpuInstanceProfileInfo_v2` (`NVML_STRUCT_VERSION(GpuInstanceProfileInfo, 2)`).
+pub const GPU_INSTANCE_PROFILE_INFO_V2: u32 = struct_version(size_of::<NvmlGpuInstanceProfileInfoV2>(), 2);
+/// `nvmlGpuInstanceProfileInfo_v3` (`NVML_STRUCT_VERSION(GpuInstanceProfileInfo, 3)`).
+pub const GPU_INSTANCE_PROFILE_INFO_V3: u32 = struct_version(size_of::<NvmlGpuInstanceProfileInfoV3>(), 3);
+
+/// CUDA cores per SM of a compute capability, as NVIDIA's architecture documents give them.
+fn cores_per_sm(cc: (u32, u32)) -> Option<u32> {
+    match cc {
+        (7, _) | (8, 0) => Some(64),
+        (8, _) | (9, 0) | (10, _) | (12, _) => Some(128),
+        _ => None,
+    }
+}
+
+/// The device's MIG profile selected by `profile` (an `NVML_GPU_INSTANCE_PROFILE_*` value):
+/// `NVML_ERROR_NOT_SUPPORTED` on a device without MIG or for a profile the model lacks.
+fn mig_profile(dev: &DeviceConfig, profile: c_uint) -> Result<&'static MigProfile, NvmlReturn> {
+    dev.profile.mig_profiles.iter().find(|m| m.nvml_profile == profile).ok_or(NVML_ERROR_NOT_SUPPORTED)
+}
+
+/// The unversioned answer for `m`.
+fn info_of(m: &MigProfile) -> NvmlGpuInstanceProfileInfo {
+    let [copy, decoders, encoders, jpegs, ofas] = m.engines;
+    NvmlGpuInstanceProfileInfo {
+        id: m.id,
+        is_p2p_supported: 0,
+        slice_count: m.slices,
+        instance_count: m.instances,
+        multiprocessor_count: m.sm_count,
+        copy_engine_count: copy,
+        decoder_count: decoders,
+        encoder_count: encoders,
+        jpeg_count: jpegs,
+        ofa_count: ofas,
+        memory_size_mb: m.memory_mib,
+    }
+}
+
+/// `MIG <name>` as a NUL-padded C array.
+fn name_of(m: &MigProfile) -> [c_char; NAME_LEN] {
+    let mut name = [0 as c_char; NAME_LEN];
+    for (dst, b) in name.iter_mut().zip(format!("MIG {}", m.name).bytes().take(NAME_LEN - 1)) {
+        *dst = b as c_char;
+    }
+    name
+}
+
+/// `nvmlDeviceGetNumGpuCores`: SMs times the CUDA cores per SM of the compute capability;
+/// `NVML_ERROR_NOT_SUPPORTED` for an architecture without a known figure.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetNumGpuCores(device: NvmlDevice, cores: *mut c_uint) -> NvmlReturn {
+    guard::device(device, |_, dev| {
+        let per_sm = cores_per_sm(dev.profile.compute_capability).ok_or(NVML_ERROR_NOT_SUPPORTED)?;
+        // SAFETY: `cores` is NULL or writable (crate safety contract).
+        unsafe { out::write(cores, dev.sm_count * per_sm) }
+    })
+}
+
+/// `nvmlDeviceGetMaxMigDeviceCount`: 0, since MIG is never enabled here (NVML answers 0 when MIG is not
+/// supported or not enabled).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetMaxMigDeviceCount(device: NvmlDevice, count: *mut c_uint) -> NvmlReturn {
+    guard::device(device, |_, _| {
+        // SAFETY: `count` is NULL or writable (crate safety contract).
+        unsafe { out::write(count, 0) }
+    })
+}
+
+/// `nvmlDeviceGetGpuInstanceProfileInfo`: the model's GPU instance profile `profile`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceProfileInfo(
+    device: NvmlDevice,
+    profile: c_uint,
+    info: *mut NvmlGpuInstanceProfileInfo,
+) -> NvmlReturn {
+    guard::device(device, |_, dev| {
+        if info.is_null() {
+            return Err(NVML_ERROR_INVALID_ARGUMENT);
+        }
+        let m = mig_profile(dev, profile)?;
+        // SAFETY: `info` is writable for one struct (crate safety contract) and not NULL.
+        unsafe { out::write(info, info_of(m)) }
+    })
+}
+
+/// `nvmlDeviceGetGpuInstanceProfileInfoV`: as [`nvmlDeviceGetGpuInstanceProfileInfo`] with the profile's
+/// name, in the `v2` or `v3` layout the struct's `version` names (`NVML_ERROR_ARGUMENT_VERSION_MISMATCH`
+/// for any other).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetGpuInstanceProfileInfoV(
+    device: NvmlDevice,
+    profile: c_uint,
+    info: *mut NvmlGpuInstanceProfileInfoV2,
+) -> NvmlReturn {
+    guard::device(device, |_, dev| {
+        if info.is_null() {
+            return Err(NVML_ERROR_INVALID_ARGUMENT);
+        }
+        // SAFETY: not NULL; the caller set the leading version word of its struct (crate safety contract).
+        let version = unsafe { info.cast::<u32>().read() };
+        if version != GPU_INSTANCE_PROFILE_INFO_V2 && version != GPU_INSTANCE_PROFILE_INFO_V3 {
+            return Err(NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+        }
+        let m = mig_profile(dev, profile)?;
+        let i = info_of(m);
+        if version == GPU_INSTANCE_PROFILE_INFO_V3 {
+            let v3 = NvmlGpuInstanceProfileInfoV3 {
+                version,
+                id: i.id,
+                slice_count: i.slice_count,
+                instance_count: i.instance_count,
+                multiprocessor_count: i.multiprocessor_count,
+                copy_engine_count: i.copy_engine_count,
+                decoder_count: i.decoder_count,
+                encoder_count: i.encoder_count,
+                jpeg_count: i.jpeg_count,
+                ofa_count: i.ofa_count,
+                memory_size_mb: i.memory_size_mb,
+                name: name_of(m),
+                capabilities: 0,
+            };
+            // SAFETY: the caller's version says its struct is a v3 one, writable (crate safety contract).
+            return unsafe { out::write(info.cast::<NvmlGpuInstanceProfileInfoV3>(), v3) };
+        }
+        let v2 = NvmlGpuInstanceProfileInfoV2 {
+            version,
+            id: i.id,
+            is_p2p_supported: i.is_p2p_supported,
+            slice_count: i.slice_count,
+            instance_count: i.instance_count,
+            multiprocessor_count: i.multiprocessor_count,
+            copy_engine_count: i.copy_engine_count,
+            decoder_count: i.decoder_count,
+            encoder_count: i.encoder_count,
+            jpeg_count: i.jpeg_count,
+            ofa_count: i.ofa_count,
+            memory_size_mb: i.memory_size_mb,
+            name: name_of(m),
+        };
+        // SAFETY: a v2 struct, writable (crate safety contract).
+        unsafe { out::write(info, v2) }
+    })
+}
