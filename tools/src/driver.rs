@@ -98,6 +98,27 @@ impl Driver {
         Ok(v)
     }
 
+    /// `cuDeviceGetPCIBusId`: `domain:bus:device.function`, e.g. `0000:10:00.0`.
+    pub fn pci_bus_id(&self, dev: i32) -> Result<String, String> {
+        let f: unsafe extern "C" fn(*mut c_char, c_int, c_int) -> Res = self.call("cuDeviceGetPCIBusId")?;
+        // The driver documents 13 bytes as enough; room to spare for longer domains.
+        let mut buf = [0 as c_char; 64];
+        // SAFETY: the buffer holds 64 bytes, as passed.
+        check("cuDeviceGetPCIBusId", unsafe { f(buf.as_mut_ptr(), buf.len() as c_int, dev) })?;
+        // SAFETY: the driver NUL-terminates within the buffer.
+        Ok(unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned())
+    }
+
+    /// `cuDeviceGetUuid_v2`, in NVIDIA's textual form `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`.
+    pub fn uuid(&self, dev: i32) -> Result<String, String> {
+        let f: unsafe extern "C" fn(*mut [u8; 16], c_int) -> Res = self.call("cuDeviceGetUuid_v2")?;
+        let mut bytes = [0u8; 16];
+        // SAFETY: `CUuuid` is 16 bytes, which `bytes` holds.
+        check("cuDeviceGetUuid_v2", unsafe { f(&mut bytes, dev) })?;
+        let h: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        Ok(format!("GPU-{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32]))
+    }
+
     /// `cuDriverGetVersion`.
     pub fn version(&self) -> Result<i32, String> {
         let f: unsafe extern "C" fn(*mut c_int) -> Res = self.call("cuDriverGetVersion")?;

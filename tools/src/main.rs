@@ -38,8 +38,9 @@ enum Command {
         #[command(subcommand)]
         command: vgpu_cmd::VgpuCommand,
     },
-    /// Show the CUDA driver in use (real, or simulated when there is no GPU) and its devices.
-    Info,
+    /// Show the CUDA driver in use (real, or simulated when there is no GPU) and its devices; `--json` prints
+    /// one document for the host (docs/schema/device-info.schema.json).
+    Info(info::InfoArgs),
     /// Run a command under the shim: `tessera run --memory 8GiB -- python train.py`.
     Run(run::RunArgs),
     /// The simulated GPU (simgpu) used when no real GPU is present.
@@ -63,7 +64,7 @@ fn main() -> ExitCode {
         Command::Load(args) => load::run(args),
         Command::Daemon(args) => daemon_cmd::run(args),
         Command::Vgpu { command } => vgpu_cmd::run(command),
-        Command::Info => info::run(),
+        Command::Info(args) => info::run(args),
         Command::Simgpu { command } => simgpu_cmd::run(command),
         Command::Completions(args) => completions::run::<Cli>(args),
     };

@@ -1,0 +1,238 @@
+//! NVML for `tessera info`: the library that goes with the driver in use (the simulated one beside the
+//! simulated driver, else the machine's `libnvidia-ml.so.1` or `TESSERA_REAL_LIBNVML`, as the daemon
+//! loads it), loaded with `libloading`, and the few queries the device document needs. Every query is
+//! optional: a missing library, symbol or an error answer is `None`, which the document shows as `null`.
+
+use crate::driver::Origin;
+use libloading::Library;
+use std::ffi::{CStr, c_char, c_uint};
+use tessera_ffi::nvml::{
+    NVML_CLOCK_MEM, NVML_DEVICE_ARCH_ADA, NVML_DEVICE_ARCH_AMPERE, NVML_DEVICE_ARCH_BLACKWELL, NVML_DEVICE_ARCH_HOPPER,
+    NVML_DEVICE_ARCH_TURING, NVML_DEVICE_ARCH_VOLTA, NVML_DEVICE_MIG_ENABLE, NVML_SUCCESS, NvmlDevice, NvmlReturn,
+    struct_version,
+};
+
+/// `nvmlGpuInstanceProfileInfo_v2_t` (nvml.h), the layout `nvmlDeviceGetGpuInstanceProfileInfoV` fills when
+/// its `version` is [`PROFILE_INFO_V2`].
+#[repr(C)]
+struct ProfileInfoV2 {
+    version: u32,
+    id: u32,
+    is_p2p_supported: u32,
+    slice_count: u32,
+    instance_count: u32,
+    multiprocessor_count: u32,
+    copy_engine_count: u32,
+    decoder_count: u32,
+    encoder_count: u32,
+    jpeg_count: u32,
+    ofa_count: u32,
+    memory_size_mb: u64,
+    name: [c_char; 96],
+}
+
+const _: () = assert!(size_of::<ProfileInfoV2>() == 152);
+
+/// `nvmlGpuInstanceProfileInfo_v2`.
+const PROFILE_INFO_V2: u32 = struct_version(size_of::<ProfileInfoV2>(), 2);
+
+/// `NVML_GPU_INSTANCE_PROFILE_*` values asked about: nvml.h numbers the profiles from 0 up and adds new
+/// ones with new GPUs (`NVML_GPU_INSTANCE_PROFILE_COUNT` grows), so ask a margin beyond today's.
+const MAX_PROFILE: u32 = 32;
+
+/// One MIG GPU instance profile as NVML describes it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MigProfile {
+    /// The profile's name without `MIG `, e.g. `1g.10gb`.
+    pub name: String,
+    /// NVML's profile id (the ID column of `nvidia-smi mig -lgip`).
+    pub id: u32,
+    /// GPU slices one instance takes.
+    pub slices: u32,
+    /// Instances of it that fit on the device.
+    pub instances: u32,
+    /// SMs of one instance.
+    pub sm_count: u32,
+    /// Memory of one instance in bytes.
+    pub memory_bytes: u64,
+}
+
+/// What NVML tells about MIG on one device.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Mig {
+    /// MIG mode is on now (instances can be created); otherwise it must be enabled first.
+    pub enabled: bool,
+    /// The GPU instance profiles.
+    pub profiles: Vec<MigProfile>,
+}
+
+/// NVML, loaded and initialized.
+pub struct Nvml {
+    lib: Library,
+    /// The library's file (for messages).
+    pub name: String,
+}
+
+/// A device of [`Nvml`].
+pub struct Device<'a> {
+    nvml: &'a Nvml,
+    handle: NvmlDevice,
+}
+
+impl Nvml {
+    /// Loads the NVML that goes with a driver of `origin` and initializes it; `None` when there is none or
+    /// it does not initialize.
+    pub fn open(origin: &Origin) -> Option<Nvml> {
+        let name = match origin {
+            Origin::Simulated(folder) => folder.join("libnvidia-ml.so.1").to_string_lossy().into_owned(),
+            Origin::Real => std::env::var("TESSERA_REAL_LIBNVML").unwrap_or_else(|_| "libnvidia-ml.so.1".into()),
+        };
+        // SAFETY: loading NVML runs its initializers, as every NVML client does.
+        let lib = unsafe { Library::new(&name) }.ok()?;
+        let nvml = Nvml { lib, name };
+        let init: unsafe extern "C" fn() -> NvmlReturn = nvml.symbol("nvmlInit_v2")?;
+        // SAFETY: no arguments.
+        (unsafe { init() } == NVML_SUCCESS).then_some(nvml)
+    }
+
+    /// The entry point `name`, typed as `F`: the caller names the function-pointer type of `name` in nvml.h.
+    fn symbol<F: Copy>(&self, name: &str) -> Option<F> {
+        // SAFETY: F is the documented signature of `name` in nvml.h (every caller names its type).
+        unsafe { self.lib.get::<F>(name.as_bytes()).ok().map(|s| *s) }
+    }
+
+    /// A string query of the form `f(char *buf, unsigned int length)`.
+    fn system_string(&self, name: &str) -> Option<String> {
+        let f: unsafe extern "C" fn(*mut c_char, c_uint) -> NvmlReturn = self.symbol(name)?;
+        let mut buf = [0 as c_char; 96];
+        // SAFETY: the buffer holds 96 bytes, as passed.
+        ok(unsafe { f(buf.as_mut_ptr(), buf.len() as c_uint) })?;
+        // SAFETY: NVML NUL-terminates within the buffer on success.
+        Some(unsafe { CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned())
+    }
+
+    /// `nvmlSystemGetDriverVersion`: the display driver release, e.g. `580.65.06`.
+    pub fn driver_version(&self) -> Option<String> {
+        self.system_string("nvmlSystemGetDriverVersion")
+    }
+
+    /// `nvmlSystemGetNVMLVersion`.
+    pub fn version(&self) -> Option<String> {
+        self.system_string("nvmlSystemGetNVMLVersion")
+    }
+
+    /// The NVML device at PCI bus id `bus_id` (`nvmlDeviceGetHandleByPciBusId_v2`): CUDA and NVML may
+    /// number devices differently, the bus id names the same one in both.
+    pub fn device(&self, bus_id: &str) -> Option<Device<'_>> {
+        let f: unsafe extern "C" fn(*const c_char, *mut NvmlDevice) -> NvmlReturn =
+            self.symbol("nvmlDeviceGetHandleByPciBusId_v2")?;
+        let text = std::ffi::CString::new(bus_id).ok()?;
+        let mut handle: NvmlDevice = std::ptr::null_mut();
+        // SAFETY: a NUL-terminated string and a valid out-pointer.
+        ok(unsafe { f(text.as_ptr(), &mut handle) })?;
+        Some(Device { nvml: self, handle })
+    }
+}
+
+impl Drop for Nvml {
+    fn drop(&mut self) {
+        if let Some(shutdown) = self.symbol::<unsafe extern "C" fn() -> NvmlReturn>("nvmlShutdown") {
+            // SAFETY: no arguments; balances the successful nvmlInit_v2 of `open`.
+            unsafe { shutdown() };
+        }
+    }
+}
+
+impl Device<'_> {
+    /// A query of the form `f(device, unsigned int *out)`.
+    fn uint(&self, name: &str) -> Option<u32> {
+        let f: unsafe extern "C" fn(NvmlDevice, *mut c_uint) -> NvmlReturn = self.nvml.symbol(name)?;
+        let mut v = 0;
+        // SAFETY: NVML's handle and a valid out-pointer.
+        ok(unsafe { f(self.handle, &mut v) })?;
+        Some(v)
+    }
+
+    /// `nvmlDeviceGetNumGpuCores`: CUDA cores.
+    pub fn cuda_cores(&self) -> Option<u32> {
+        self.uint("nvmlDeviceGetNumGpuCores").filter(|&n| n > 0)
+    }
+
+    /// `nvmlDeviceGetMemoryBusWidth`, in bits.
+    pub fn memory_bus_width(&self) -> Option<u32> {
+        self.uint("nvmlDeviceGetMemoryBusWidth").filter(|&n| n > 0)
+    }
+
+    /// `nvmlDeviceGetMaxClockInfo(NVML_CLOCK_MEM)`, in MHz.
+    pub fn max_memory_clock_mhz(&self) -> Option<u32> {
+        let f: unsafe extern "C" fn(NvmlDevice, u32, *mut c_uint) -> NvmlReturn =
+            self.nvml.symbol("nvmlDeviceGetMaxClockInfo")?;
+        let mut v = 0;
+        // SAFETY: NVML's handle, a clock domain and a valid out-pointer.
+        ok(unsafe { f(self.handle, NVML_CLOCK_MEM, &mut v) })?;
+        Some(v).filter(|&v| v > 0)
+    }
+
+    /// `nvmlDeviceGetArchitecture`, by name.
+    pub fn architecture(&self) -> Option<&'static str> {
+        Some(match self.uint("nvmlDeviceGetArchitecture")? {
+            NVML_DEVICE_ARCH_VOLTA => "Volta",
+            NVML_DEVICE_ARCH_TURING => "Turing",
+            NVML_DEVICE_ARCH_AMPERE => "Ampere",
+            NVML_DEVICE_ARCH_ADA => "Ada",
+            NVML_DEVICE_ARCH_HOPPER => "Hopper",
+            NVML_DEVICE_ARCH_BLACKWELL => "Blackwell",
+            _ => return None,
+        })
+    }
+
+    /// MIG on this device: `None` when the device has no MIG (`nvmlDeviceGetMigMode` answers an error,
+    /// `NVML_ERROR_NOT_SUPPORTED` on models without it), else its mode and GPU instance profiles
+    /// (`nvmlDeviceGetGpuInstanceProfileInfoV`, which answers whether MIG is on or not).
+    pub fn mig(&self) -> Option<Mig> {
+        let mode: unsafe extern "C" fn(NvmlDevice, *mut c_uint, *mut c_uint) -> NvmlReturn =
+            self.nvml.symbol("nvmlDeviceGetMigMode")?;
+        let (mut current, mut pending) = (0, 0);
+        // SAFETY: NVML's handle and two valid out-pointers.
+        ok(unsafe { mode(self.handle, &mut current, &mut pending) })?;
+        let info: Option<unsafe extern "C" fn(NvmlDevice, c_uint, *mut ProfileInfoV2) -> NvmlReturn> =
+            self.nvml.symbol("nvmlDeviceGetGpuInstanceProfileInfoV");
+        let profiles = info.map_or_else(Vec::new, |f| (0..MAX_PROFILE).filter_map(|p| self.profile(f, p)).collect());
+        Some(Mig { enabled: current == NVML_DEVICE_MIG_ENABLE, profiles })
+    }
+}
+
+impl Device<'_> {
+    /// GPU instance profile `profile` through `f` (`nvmlDeviceGetGpuInstanceProfileInfoV`); `None` when the
+    /// device does not have it.
+    fn profile(
+        &self,
+        f: unsafe extern "C" fn(NvmlDevice, c_uint, *mut ProfileInfoV2) -> NvmlReturn,
+        profile: u32,
+    ) -> Option<MigProfile> {
+        // SAFETY: a plain C struct of integers and chars, for which all zeroes is a valid value.
+        let mut p: ProfileInfoV2 = unsafe { std::mem::zeroed() };
+        p.version = PROFILE_INFO_V2;
+        // SAFETY: NVML's handle and a v2 struct with its version set.
+        ok(unsafe { f(self.handle, profile, &mut p) })?;
+        if p.instance_count == 0 {
+            return None;
+        }
+        p.name[p.name.len() - 1] = 0;
+        // SAFETY: NUL-terminated (the last byte was just set).
+        let name = unsafe { CStr::from_ptr(p.name.as_ptr()) }.to_string_lossy();
+        Some(MigProfile {
+            name: name.strip_prefix("MIG ").unwrap_or(&name).to_string(),
+            id: p.id,
+            slices: p.slice_count,
+            instances: p.instance_count,
+            sm_count: p.multiprocessor_count,
+            memory_bytes: p.memory_size_mb << 20,
+        })
+    }
+}
+
+/// `Some(())` for `NVML_SUCCESS`.
+fn ok(code: NvmlReturn) -> Option<()> {
+    (code == NVML_SUCCESS).then_some(())
+}
