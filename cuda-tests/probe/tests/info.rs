@@ -177,6 +177,9 @@ fn mixed_machine_document() {
     assert_eq!(slot(&doc, "cuda.mig-1g.5gb").unwrap()["devices"], json!(["2"]));
 }
 
+/// A change that makes a valid document invalid.
+type Breakage = Box<dyn Fn(&mut Value)>;
+
 /// The schema is strict: each of these breakages of a valid document is rejected, so the validation above
 /// could fail.
 #[test]
@@ -184,7 +187,7 @@ fn the_schema_rejects_broken_documents() {
     let v = validator();
     let good = document("h100");
     assert!(errors(&v, &good).is_empty());
-    let broken: Vec<(&str, Box<dyn Fn(&mut Value)>)> = vec![
+    let broken: Vec<(&str, Breakage)> = vec![
         ("a required field removed", Box::new(|d| drop(d["devices"][0].as_object_mut().unwrap().remove("numa_node")))),
         ("an unknown field", Box::new(|d| d["devices"][0]["colour"] = json!("green"))),
         ("a wrong type", Box::new(|d| d["devices"][0]["memory_size"] = json!("80GiB"))),
