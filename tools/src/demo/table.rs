@@ -129,7 +129,7 @@ pub fn summary(tenants: &[Tenant], start: &Snapshot, end: &Snapshot) -> String {
                 configured(t),
                 format!("{:.0}%", demand[i]),
                 format!("{:.1}%", policy[i]),
-                format!("{:.0}%", held.min(999.0)),
+                format!("{:.1}%", held.min(999.0)),
                 format!("{entitled:.1}%"),
                 format!("{:.1}%", achieved[i]),
                 format!("{:+.1}", achieved[i] - entitled),
@@ -224,10 +224,10 @@ mod tests {
         let summary = summary(&tenants(), &start, &now);
         let expected = "\
 Summary over 10.0 s (achieved share: engine time per process, from the simulated GPU):
-VGPU       SHARE     DEMAND  POLICY  HELD  ENTITLED  ACHIEVED  DIFF  VERDICT
-inference  50% high     40%   40.0%   40%     40.0%     40.0%  +0.0  met
-training   30%         100%   48.0%   45%     48.0%     45.0%  -3.0  met
-notebook   20% cap     100%   12.0%   15%     12.0%     15.0%  +3.0  met
+VGPU       SHARE     DEMAND  POLICY   HELD  ENTITLED  ACHIEVED  DIFF  VERDICT
+inference  50% high     40%   40.0%  40.0%     40.0%     40.0%  +0.0  met
+training   30%         100%   48.0%  45.0%     48.0%     45.0%  -3.0  met
+notebook   20% cap     100%   12.0%  15.0%     12.0%     15.0%  +3.0  met
 VGPU       MEMORY QUOTA  PEAK USE  LAUNCHES  WAITED FOR TOKENS
 inference       4.0 GiB   2.0 GiB    40,000              4.0 s
 training        4.0 GiB   3.0 GiB    45,000              4.5 s
