@@ -32,7 +32,7 @@ pub struct TopArgs {
     /// Refresh interval, 100ms to 500ms (10 to 2 refreshes a second).
     #[arg(long, default_value = "500ms", value_name = "DURATION", value_parser = interval_value)]
     interval: u64,
-    /// Print one frame as plain text and exit.
+    /// Print one frame as plain text and exit (after two polls an interval apart, for the rates).
     #[arg(long, conflicts_with = "json")]
     once: bool,
     /// Print one stats snapshot as JSON (the daemon's `stats` reply) and exit.
@@ -119,6 +119,12 @@ pub fn run(args: TopArgs) -> Result<(), String> {
     if args.once {
         let mut app = App::new(None);
         app.history.push(stats);
+        // A second poll an interval later gives the rates (launches/s, waiting) a frame shows.
+        std::thread::sleep(Duration::from_millis(args.interval));
+        app.poll(&client);
+        if let Some(e) = app.error {
+            return Err(e);
+        }
         let width = if stdout.is_terminal() { terminal::width().unwrap_or(PLAIN_WIDTH) } else { PLAIN_WIDTH };
         print!("{}", render::plain(&app.view(), width.max(PLAIN_WIDTH)));
         return Ok(());

@@ -158,7 +158,10 @@ pub fn order(view: &View) -> Vec<String> {
 pub fn draw(view: &View, area: Rect, buf: &mut Buffer) {
     let p = parts(view);
     let keys = u16::from(p.every);
-    let panel = (2 + p.processes.len() as u16).min((area.height / 3).max(3));
+    let full = 2 + p.processes.len() as u16;
+    // Everything fits (always so for `--once`): the whole panel; else a third of the screen at most.
+    let needed = (5 + p.devices.len() + p.vgpus.len()) as u16 + full + keys;
+    let panel = if area.height >= needed { full } else { full.min((area.height / 3).max(3)) };
     let [top, devices, _, vgpus, _, processes, footer] = Layout::vertical([
         Constraint::Length(1),
         Constraint::Length(1 + p.devices.len() as u16),

@@ -196,6 +196,17 @@ fn once_prints_the_same_columns_as_plain_text() {
     assert_eq!(line(&text, "inference").split_whitespace().nth(7), Some("-"), "one poll: no launch rate");
     assert!(text.contains("31337") && !text.contains("q quit"), "{text}");
     assert_eq!(text.lines().count() as u16, render::height(&app.view()), "every row shown:\n{text}");
+    // Many processes: all of them in the plain frame, a third of the screen in the terminal.
+    let mut many = stats(1, 1);
+    many.vgpus[0].processes = (0..20).map(|pid| ProcessStats { pid: 1000 + pid, ..ProcessStats::default() }).collect();
+    app.history.push(many);
+    let text = render::plain(&app.view(), 80);
+    assert!(text.contains("1019") && text.contains("31337"), "{text}");
+    let mut live = App::new(Some(500));
+    live.history = std::mem::take(&mut app.history);
+    let screen = frame(&live, 80, 24);
+    assert!(screen.contains("1000") && !screen.contains("1019"), "{screen}");
+    assert!(line(&screen, "notebook").contains("20%"), "the vGPU table keeps its rows:\n{screen}");
 }
 
 #[test]
