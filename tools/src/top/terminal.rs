@@ -24,6 +24,16 @@ fn restore() {
     let _ = execute!(std::io::stdout(), terminal::LeaveAlternateScreen, cursor::Show);
 }
 
+/// Has a panic call `restore` first (a message printed in raw mode on the alternate screen would be lost,
+/// and the shell left unusable), then report as before.
+pub fn restore_on_panic(restore: fn()) {
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        restore();
+        previous(info);
+    }));
+}
+
 /// Restores the terminal when dropped.
 struct Screen;
 
@@ -58,11 +68,7 @@ pub fn key(app: &mut App, key: KeyEvent) -> Flow {
 /// Runs the live view until a key or a signal says to stop.
 pub fn live(app: &mut App, client: &Client, interval: Duration) -> Result<(), String> {
     crate::signals::install()?;
-    let previous = std::panic::take_hook();
-    std::panic::set_hook(Box::new(move |info| {
-        restore();
-        previous(info);
-    }));
+    restore_on_panic(restore);
     let screen = Screen;
     terminal::enable_raw_mode().map_err(|e| format!("cannot set up the terminal: {e}"))?;
     execute!(std::io::stdout(), terminal::EnterAlternateScreen, cursor::Hide)

@@ -231,3 +231,19 @@ fn the_interval_is_checked() {
     }
     assert!(interval_value("1s").unwrap_err().contains("outside 100ms-500ms"));
 }
+
+#[test]
+fn a_panic_restores_the_terminal_before_it_is_reported() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static RESTORED: AtomicBool = AtomicBool::new(false);
+    static SEEN_RESTORED: AtomicBool = AtomicBool::new(false);
+    // The report (the hook before ours) sees the terminal already restored.
+    let original = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| SEEN_RESTORED.store(RESTORED.load(Ordering::SeqCst), Ordering::SeqCst)));
+    super::terminal::restore_on_panic(|| RESTORED.store(true, Ordering::SeqCst));
+    let caught = std::panic::catch_unwind(|| panic!("a bug in the view"));
+    let _ = std::panic::take_hook();
+    std::panic::set_hook(original);
+    assert!(caught.is_err());
+    assert!(RESTORED.load(Ordering::SeqCst) && SEEN_RESTORED.load(Ordering::SeqCst));
+}
