@@ -92,9 +92,10 @@ fn script(m: &Machine, args: &str) -> PathBuf {
     let cmd = m.command(&[]);
     let mut text = String::from("#!/bin/sh\n");
     for (k, v) in cmd.get_envs() {
-        if let (k, Some(v)) = (k.to_string_lossy(), v) {
-            text += &format!("export {k}='{}'\n", v.to_string_lossy());
-        }
+        text += &match v {
+            Some(v) => format!("export {}='{}'\n", k.to_string_lossy(), v.to_string_lossy()),
+            None => format!("unset {}\n", k.to_string_lossy()),
+        };
     }
     text += &format!(
         "{} top {args}\necho \"top exited: $?\"\ncase \"$(stty -a)\" in *-icanon*) echo 'terminal: raw';; *) echo 'terminal: cooked';; esac\nexec sleep 300\n",
