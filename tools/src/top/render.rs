@@ -91,6 +91,7 @@ fn state_style(title: &str, text: &str) -> Style {
 }
 
 /// The frame's parts, computed once for drawing and for measuring.
+#[derive(Default)]
 struct Parts {
     header: String,
     devices: Vec<Vec<String>>,
@@ -102,21 +103,11 @@ struct Parts {
     every: bool,
 }
 
+/// The parts of `view`'s frame: only a header until the first poll.
 fn parts(view: &View) -> Parts {
     let Some(stats) = view.history.latest() else {
-        let header =
-            format!("tessera top: waiting for the daemon{}", view.error.map_or(String::new(), |e| format!(": {e}")));
-        let panel_title = String::new();
-        return Parts {
-            header,
-            devices: vec![],
-            vgpus: vec![],
-            names: vec![],
-            selected: None,
-            panel_title,
-            processes: vec![],
-            every: false,
-        };
+        let error = view.error.map_or(String::new(), |e| format!(": {e}"));
+        return Parts { header: format!("tessera top: waiting for the daemon{error}"), ..Parts::default() };
     };
     let vgpus = model::sorted(stats, view.history, view.sort);
     let selected = view.selected.and_then(|name| vgpus.iter().position(|v| v.name == name));
@@ -143,10 +134,14 @@ fn parts(view: &View) -> Parts {
     }
 }
 
+/// The height that shows every row of `p` (no key line).
+fn full_height(p: &Parts) -> u16 {
+    (1 + 1 + p.devices.len() + 1 + 1 + p.vgpus.len() + 1 + 2 + p.processes.len()) as u16
+}
+
 /// The height that shows every row of the frame (no key line): what `--once` prints.
 pub fn height(view: &View) -> u16 {
-    let p = parts(view);
-    (1 + 1 + p.devices.len() + 1 + 1 + p.vgpus.len() + 1 + 2 + p.processes.len()) as u16
+    full_height(&parts(view))
 }
 
 /// The names of the vGPU rows in their order (for moving the selection).
@@ -160,8 +155,7 @@ pub fn draw(view: &View, area: Rect, buf: &mut Buffer) {
     let keys = u16::from(p.every);
     let full = 2 + p.processes.len() as u16;
     // Everything fits (always so for `--once`): the whole panel; else a third of the screen at most.
-    let needed = (5 + p.devices.len() + p.vgpus.len()) as u16 + full + keys;
-    let panel = if area.height >= needed { full } else { full.min((area.height / 3).max(3)) };
+    let panel = if area.height >= full_height(&p) + keys { full } else { full.min((area.height / 3).max(3)) };
     let [top, devices, _, vgpus, _, processes, footer] = Layout::vertical([
         Constraint::Length(1),
         Constraint::Length(1 + p.devices.len() as u16),
