@@ -1,9 +1,11 @@
 //! `tessera demo`: Tessera at work in under a minute. On a private machine (see [`machine`]) — the
 //! simulated GPU when no NVIDIA driver is present, the real one otherwise — it starts a daemon, creates
 //! three vGPUs with different shares, quotas and priorities, runs `tessera load` in each under the shim,
-//! shows a live table of what each gets, and ends with a summary per vGPU: configured against achieved
-//! share, memory quota against peak use, launches, and time spent waiting for tokens.
+//! shows a live table of what each gets, and ends with a summary per vGPU: what it was entitled to given
+//! its demand (see [`entitlement`]) against what it achieved, met or missed; memory quota against peak
+//! use, launches, and time spent waiting for tokens.
 
+mod entitlement;
 mod figures;
 mod machine;
 mod table;
@@ -157,6 +159,7 @@ fn create(machine: &Machine, t: &Tenant) -> Result<(), String> {
 fn wait_for_launches(machine: &mut Machine, reader: &mut Reader) -> Result<Snapshot, String> {
     let deadline = Instant::now() + LOAD_START;
     loop {
+        reader.sample();
         let now = reader.read();
         if now.vgpus.iter().all(|v| v.launches > 0) {
             return Ok(now);
@@ -173,8 +176,8 @@ fn wait_for_launches(machine: &mut Machine, reader: &mut Reader) -> Result<Snaps
     }
 }
 
-/// Shows the live view for `seconds` from `start`: a table redrawn every [`TICK`] in a terminal, else a
-/// line a second. Returns the last snapshot and whether a signal cut the run short.
+/// Shows the live view for `seconds` from `start`: a table redrawn every [`TICK`] in a terminal, else
+/// the same table printed once a second; meanwhile samples the vGPUs' demand for their entitlements. Returns the last snapshot and whether a signal cut the run short.
 fn watch(
     machine: &mut Machine,
     reader: &mut Reader,
@@ -185,8 +188,7 @@ fn watch(
     let ticks = seconds as u32 * TICKS_PER_SECOND;
     let mut recent: VecDeque<Snapshot> = VecDeque::from([start.clone()]);
     for tick in 1..=ticks {
-        let due = start.at + TICK * tick;
-        if signals::sleep(due.saturating_duration_since(Instant::now())) {
+        if sample_until(reader, start.at + TICK * tick) {
             return Ok((reader.read(), true));
         }
         machine.check()?;
@@ -195,7 +197,8 @@ fn watch(
         if view.terminal {
             view.redraw(&table::live(&TENANTS, start, second_ago, &now, seconds));
         } else if tick.is_multiple_of(TICKS_PER_SECOND) {
-            show(&format!("{}\n", table::progress_line(&TENANTS, start, second_ago, &now)));
+            // Not a terminal: the same table once a second, one after the other.
+            show(&format!("{}\n", table::live(&TENANTS, start, second_ago, &now, seconds)));
         }
         recent.push_back(now);
         if recent.len() > TICKS_PER_SECOND as usize {
@@ -203,6 +206,20 @@ fn watch(
         }
     }
     Ok((recent.pop_back().expect("never empty"), false))
+}
+
+/// Samples the vGPUs' demand every [`entitlement::SAMPLE`] until `due`; true when a signal cut it short.
+fn sample_until(reader: &mut Reader, due: Instant) -> bool {
+    loop {
+        reader.sample();
+        let left = due.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        if signals::sleep(left.min(entitlement::SAMPLE)) {
+            return true;
+        }
+    }
 }
 
 /// The live table in a terminal: redrawn in place (the cursor moved up over the previous drawing, which

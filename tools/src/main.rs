@@ -12,6 +12,7 @@ mod load;
 mod run;
 mod signals;
 mod simgpu_cmd;
+mod top;
 mod vgpu_cmd;
 
 use clap::{Parser, Subcommand};
@@ -38,6 +39,9 @@ enum Command {
         #[command(subcommand)]
         command: vgpu_cmd::VgpuCommand,
     },
+    /// A live view of every device and vGPU: shares configured and achieved, launches, waiting, memory,
+    /// processes (`--once`: one frame as text, `--json`: one snapshot).
+    Top(top::TopArgs),
     /// Show the CUDA driver in use (real, or simulated when there is no GPU) and its devices; `--json` prints
     /// one document for the host (docs/schema/device-info.schema.json).
     Info(info::InfoArgs),
@@ -64,6 +68,7 @@ fn main() -> ExitCode {
         Command::Load(args) => load::run(args),
         Command::Daemon(args) => daemon_cmd::run(args),
         Command::Vgpu { command } => vgpu_cmd::run(command),
+        Command::Top(args) => top::run(args),
         Command::Info(args) => info::run(args),
         Command::Simgpu { command } => simgpu_cmd::run(command),
         Command::Completions(args) => completions::run::<Cli>(args),

@@ -3,11 +3,15 @@
 //! engine time each vGPU's process obtained, from the simulated GPU's state file: the ground truth of the
 //! share it got (on a real GPU, the device time the shim measured stands in for it).
 
+use super::entitlement::{Ledger, Sample, Totals};
 use simgpu::SharedState;
 use simgpu::meter::EngineMeter;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
+use tessera_ffi::futex;
 use tessera_ffi::region::file::RegionFile;
+use tessera_ffi::region::flags;
+use tessera_scheduler::refill::{Observed, Vgpu};
 
 /// One vGPU's figures at one instant.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -44,6 +48,8 @@ pub struct Snapshot {
     pub vgpus: Vec<VgpuFigures>,
     /// Time the device's engine has been busy (simulated GPU only).
     pub engine_busy_ns: Option<u64>,
+    /// What the vGPUs had demand for and were entitled to so far (see [`super::entitlement`]).
+    pub totals: Totals,
 }
 
 /// `part` in percent of `whole` nanoseconds (0 for an empty interval).
@@ -86,6 +92,7 @@ pub struct Reader {
     slots: Vec<usize>,
     device: usize,
     engine: Option<Engine>,
+    ledger: Ledger,
 }
 
 impl Reader {
@@ -117,7 +124,7 @@ impl Reader {
             }),
             None => None,
         };
-        Ok(Reader { region, slots, device, engine })
+        Ok(Reader { region, slots, device, engine, ledger: Ledger::default() })
     }
 
     /// Every vGPU's figures now.
@@ -143,6 +150,43 @@ impl Reader {
             })
             .collect();
         let engine_busy_ns = self.engine.as_ref().map(|e| e.state.device(d).busy_ns.load(Ordering::Acquire));
-        Snapshot { at: Instant::now(), vgpus, engine_busy_ns }
+        Snapshot { at: Instant::now(), vgpus, engine_busy_ns, totals: self.ledger.totals() }
+    }
+
+    /// Samples every vGPU's demand as the daemon's pacer reads it (its settings, launches waiting, work
+    /// queued, the last launch; the device's `high` hold) and adds it to the entitlement ledger.
+    pub fn sample(&mut self) {
+        let region = self.region.region();
+        let now = futex::monotonic_ns();
+        let vgpus = self
+            .slots
+            .iter()
+            .map(|&slot| {
+                let v = &region.vgpus[slot];
+                let s = &v.live.sched;
+                let seen = Observed {
+                    waiters: s.waiters.load(Ordering::Acquire),
+                    inflight_ns: s.inflight_ns.load(Ordering::Acquire),
+                    // A launch stamped after this read is not in the past.
+                    last_launch_ns: s.last_launch_ns.load(Ordering::Acquire).min(now),
+                    // The demo's loads stay attached from before the first sample to after the last.
+                    processes: true,
+                };
+                let f = v.flags();
+                Vgpu {
+                    share: v.config.share.load(Ordering::Relaxed),
+                    priority: v.config.priority.load(Ordering::Relaxed),
+                    cap: f & flags::CAP != 0,
+                    suspended: f & flags::SUSPENDED != 0,
+                    demand: seen.demand(now),
+                    busy: seen.busy(),
+                    room: u64::MAX,
+                    waiting: seen.waiters > 0,
+                    tokens: s.tokens.load(Ordering::Acquire),
+                }
+            })
+            .collect();
+        let hold = region.devices[self.device].high_until_ns.load(Ordering::Acquire) > now;
+        self.ledger.record(&Sample { at: Instant::now(), vgpus, hold });
     }
 }

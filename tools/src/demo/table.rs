@@ -1,7 +1,8 @@
 //! The demo's text, as pure functions of its vGPUs and [`Snapshot`]s: the live table (redrawn in a
-//! terminal), the line a second printed instead when stdout is not a terminal, and the closing summary.
+//! terminal, printed once a second otherwise) and the closing summary.
 
 use super::Tenant;
+use super::entitlement::{self, Verdict};
 use super::figures::{Snapshot, VgpuFigures};
 use crate::grid::{Align, render};
 use tessera_ffi::units::format_size;
@@ -98,18 +99,6 @@ pub fn live(tenants: &[Tenant], start: &Snapshot, recent: &Snapshot, now: &Snaps
     )
 }
 
-/// One line for a log: elapsed seconds, each vGPU's share over the last second, engine utilization.
-pub fn progress_line(tenants: &[Tenant], start: &Snapshot, recent: &Snapshot, now: &Snapshot) -> String {
-    let shares: Vec<String> =
-        tenants.iter().zip(now.shares_since(recent)).map(|(t, s)| format!("{} {s:.0}%", t.name)).collect();
-    format!(
-        "[{:4.1} s] {}  engine {}",
-        now.seconds_since(start),
-        shares.join("  "),
-        utilization(now.utilization_since(recent), 0)
-    )
-}
-
 /// What each kind of vGPU should get, for the reader of the summary.
 fn role(t: &Tenant) -> String {
     match (t.high, t.cap) {
@@ -119,30 +108,60 @@ fn role(t: &Tenant) -> String {
     }
 }
 
-/// The summary of the run from `start` to `end`: per vGPU the configured and achieved share, memory quota
-/// and peak use, launches and time waited for tokens; then engine utilization and what each vGPU's
-/// settings mean.
+/// The summary of the run from `start` to `end`: per vGPU the configured share, the time it had demand,
+/// the share it was entitled to given the demand of all, the share it achieved, the difference and the
+/// verdict; then memory quota and peak use, launches and time waited for tokens; engine utilization, the
+/// rule, and what each vGPU's settings mean.
 pub fn summary(tenants: &[Tenant], start: &Snapshot, end: &Snapshot) -> String {
-    let rows = per_vgpu(tenants, start, end, &end.shares_since(start), |t, v, share, [launches, waited]| {
-        vec![
-            t.name.to_string(),
-            configured(t),
-            format!("{share:.1}%"),
-            format_size(v.limit),
-            format_size(v.peak),
-            launches,
-            waited,
-        ]
-    });
-    let header = ["VGPU", "SHARE", "ACHIEVED", "MEMORY QUOTA", "PEAK USE", "LAUNCHES", "WAITED FOR TOKENS"];
-    let align = [Align::Left, Align::Left, Align::Right, Align::Right, Align::Right, Align::Right, Align::Right];
+    let (demand, policy) = entitlement::between(&start.totals, &end.totals);
+    let achieved = end.shares_since(start);
+    let elapsed_ns = end.seconds_since(start) * 1e9;
+    let rows: Vec<Vec<String>> = tenants
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let waited = end.vgpus[i].wait_ns.saturating_sub(start.vgpus[i].wait_ns) as f64;
+            let held = if elapsed_ns > 0.0 { waited / elapsed_ns * 100.0 } else { 0.0 };
+            let entitled = entitlement::entitled(policy[i], achieved[i], held);
+            let verdict = Verdict::of(achieved[i], entitled, t.cap.then_some(t.share as f64));
+            vec![
+                t.name.to_string(),
+                configured(t),
+                format!("{:.0}%", demand[i]),
+                format!("{:.1}%", policy[i]),
+                format!("{:.1}%", held.min(999.0)),
+                format!("{entitled:.1}%"),
+                format!("{:.1}%", achieved[i]),
+                format!("{:+.1}", achieved[i] - entitled),
+                verdict.text(),
+            ]
+        })
+        .collect();
+    let header = ["VGPU", "SHARE", "DEMAND", "POLICY", "HELD", "ENTITLED", "ACHIEVED", "DIFF", "VERDICT"];
+    let right = Align::Right;
+    let align = [Align::Left, Align::Left, right, right, right, right, right, right, Align::Left];
     let measured = match end.engine_busy_ns {
         Some(_) => "engine time per process, from the simulated GPU",
         None => "device time the shim measured",
     };
     let mut out = format!("Summary over {:.1} s (achieved share: {measured}):\n", end.seconds_since(start));
     out += &render(&header, &rows, &align);
+    let usage = per_vgpu(tenants, start, end, &achieved, |t, v, _, [launches, waited]| {
+        vec![t.name.to_string(), format_size(v.limit), format_size(v.peak), launches, waited]
+    });
+    let header = ["VGPU", "MEMORY QUOTA", "PEAK USE", "LAUNCHES", "WAITED FOR TOKENS"];
+    out += &render(&header, &usage, &[Align::Left, Align::Right, Align::Right, Align::Right, Align::Right]);
     out += &format!("Engine utilization: {}.\n", utilization(end.utilization_since(start), 1));
+    out += &format!(
+        "DEMAND: time the vGPU had work. POLICY: the daemon's split given who had work, sampled every {} ms\n\
+         (no work: nothing; a high vGPU with work: the device; else its share, and spare time to the\n\
+         uncapped vGPUs with work). HELD: time its launches waited for tokens. ENTITLED: POLICY, but no\n\
+         more than it asked (ACHIEVED + HELD). met: ACHIEVED at most {:.0} points below ENTITLED (capped:\n\
+         and at most {:.0} above its share).\n",
+        entitlement::SAMPLE.as_millis(),
+        entitlement::TOLERANCE,
+        entitlement::TOLERANCE
+    );
     for t in tenants {
         out += &role(t);
         out.push('\n');
@@ -162,8 +181,9 @@ mod tests {
         vec![t("inference", 50, true, false), t("training", 30, false, false), t("notebook", 20, false, true)]
     }
 
-    /// Figures after `s` seconds in which the vGPUs got 40%, 45% and 15% of the engine.
-    fn snapshot(at: Instant, s: u64) -> Snapshot {
+    /// Figures after `s` seconds in which the vGPUs got `got` percent of the engine, and were entitled to
+    /// 40%, 48% and 12% (inference busy 40% of the time).
+    fn snapshot(at: Instant, s: u64, got: [u64; 3]) -> Snapshot {
         let v = |percent: u64, used: u64| VgpuFigures {
             launches: s * 100 * percent,
             wait_ns: s * 10_000_000 * percent,
@@ -173,17 +193,24 @@ mod tests {
             limit: 4 * GIB,
             engine_ns: Some(s * 10_000_000 * percent),
         };
+        let part = |pct: f64| s as f64 * 1e9 * pct / 100.0;
         Snapshot {
             at: at + Duration::from_secs(s),
-            vgpus: vec![v(40, 1), v(45, 2), v(15, 3)],
+            vgpus: vec![v(got[0], 1), v(got[1], 2), v(got[2], 3)],
             engine_busy_ns: Some(s * 1_000_000_000),
+            totals: entitlement::Totals {
+                sampled_ns: part(100.0),
+                demand_ns: vec![part(40.0), part(100.0), part(100.0)],
+                entitled_ns: vec![part(40.0), part(48.0), part(12.0)],
+            },
         }
     }
 
     #[test]
     fn the_live_table_and_the_summary_line_up_every_figure() {
         let t0 = Instant::now();
-        let (start, recent, now) = (snapshot(t0, 0), snapshot(t0, 9), snapshot(t0, 10));
+        let got = [40, 45, 15];
+        let (start, recent, now) = (snapshot(t0, 0, got), snapshot(t0, 9, got), snapshot(t0, 10, got));
         let live = live(&tenants(), &start, &recent, &now, 20);
         let expected = [
             " 10.0 s of 20 s    engine busy 100%",
@@ -194,23 +221,42 @@ mod tests {
         ];
         assert_eq!(live, expected.join("\n") + "\n");
         assert!(live.lines().all(|l| l.chars().count() < 80), "fits a terminal");
-        assert_eq!(
-            progress_line(&tenants(), &start, &recent, &now),
-            "[10.0 s] inference 40%  training 45%  notebook 15%  engine 100%"
-        );
         let summary = summary(&tenants(), &start, &now);
         let expected = "\
 Summary over 10.0 s (achieved share: engine time per process, from the simulated GPU):
-VGPU       SHARE     ACHIEVED  MEMORY QUOTA  PEAK USE  LAUNCHES  WAITED FOR TOKENS
-inference  50% high     40.0%       4.0 GiB   2.0 GiB    40,000              4.0 s
-training   30%          45.0%       4.0 GiB   3.0 GiB    45,000              4.5 s
-notebook   20% cap      15.0%       4.0 GiB   4.0 GiB    15,000              1.5 s
+VGPU       SHARE     DEMAND  POLICY   HELD  ENTITLED  ACHIEVED  DIFF  VERDICT
+inference  50% high     40%   40.0%  40.0%     40.0%     40.0%  +0.0  met
+training   30%         100%   48.0%  45.0%     48.0%     45.0%  -3.0  met
+notebook   20% cap     100%   12.0%  15.0%     12.0%     15.0%  +3.0  met
+VGPU       MEMORY QUOTA  PEAK USE  LAUNCHES  WAITED FOR TOKENS
+inference       4.0 GiB   2.0 GiB    40,000              4.0 s
+training        4.0 GiB   3.0 GiB    45,000              4.5 s
+notebook        4.0 GiB   4.0 GiB    15,000              1.5 s
 Engine utilization: 100.0%.
+DEMAND: time the vGPU had work. POLICY: the daemon's split given who had work, sampled every 5 ms
+(no work: nothing; a high vGPU with work: the device; else its share, and spare time to the
+uncapped vGPUs with work). HELD: time its launches waited for tokens. ENTITLED: POLICY, but no
+more than it asked (ACHIEVED + HELD). met: ACHIEVED at most 5 points below ENTITLED (capped:
+and at most 5 above its share).
 inference is high priority: while it has work the others wait; its pauses are theirs.
 training takes what the others leave, beyond its 30%.
 notebook is capped: it never gets more than its 20%.
 ";
         assert_eq!(summary, expected);
+    }
+
+    #[test]
+    fn the_summary_says_who_missed_and_by_how_much() {
+        let t0 = Instant::now();
+        let got = [40, 34, 26];
+        let summary = summary(&tenants(), &snapshot(t0, 0, got), &snapshot(t0, 10, got));
+        let verdict = |name: &str| {
+            let line = summary.lines().find(|l| l.starts_with(name)).unwrap();
+            line[line.find(['+', '-']).unwrap()..].split_once("  ").unwrap().1.trim().to_string()
+        };
+        assert_eq!(verdict("inference"), "met");
+        assert_eq!(verdict("training"), "missed by 14.0 pts", "{summary}");
+        assert_eq!(verdict("notebook"), "over cap by 6.0 pts", "{summary}");
     }
 
     #[test]
