@@ -82,17 +82,17 @@ fn seconds(ns: f64) -> f64 {
 fn devices(f: &mut Families, devices: &[DeviceStats]) {
     let utilization = f.gauge(
         "device_utilization_ratio",
-        "Share of the last sample period a kernel ran on the device, as the driver (NVML) reports it.",
+        "Share of the last sample period a kernel ran on the device, as the driver (NVML) reports it",
     );
     let busy = f.gauge(
         "device_busy_ratio",
-        "Share of the device's time some vGPU's kernel ran, as Tessera measures it, over the last 1 s or 10 s.",
+        "Share of the device's time some vGPU's kernel ran, as Tessera measures it, over the last 1 s or 10 s",
     );
-    let used = f.gauge("device_memory_used_bytes", "Device memory the vGPUs' processes use.");
-    let total = f.gauge("device_memory_total_bytes", "The device's memory.");
-    let power = f.gauge("device_power_watts", "Board power draw, as the driver reports it.");
-    let temperature = f.gauge("device_temperature_celsius", "GPU temperature, as the driver reports it.");
-    let share = f.gauge("device_share_configured_ratio", "Sum of the device's vGPUs' configured shares.");
+    let used = f.gauge("device_memory_used_bytes", "Device memory the vGPUs' processes use");
+    let total = f.gauge("device_memory_total_bytes", "The device's memory");
+    let power = f.gauge("device_power_watts", "Board power draw, as the driver reports it");
+    let temperature = f.gauge("device_temperature_celsius", "GPU temperature, as the driver reports it");
+    let share = f.gauge("device_share_configured_ratio", "Sum of the device's vGPUs' configured shares");
     for d in devices {
         let l = device_labels(d);
         set(&utilization, &l, d.utilization_pct.map(|p| p / 100.0));
@@ -111,28 +111,28 @@ fn devices(f: &mut Families, devices: &[DeviceStats]) {
 
 /// The vGPUs' families.
 fn vgpus(f: &mut Families, vgpus: &[VgpuStats]) {
-    let share = f.gauge("vgpu_share_ratio", "The vGPU's configured share of its device's time.");
+    let share = f.gauge("vgpu_share_ratio", "The vGPU's configured share of its device's time");
     let achieved = f.gauge(
         "vgpu_achieved_ratio",
-        "Share of its device's time the vGPU's kernels took, over the last 1 s or 10 s (Tessera's measure).",
+        "Share of its device's time the vGPU's kernels took, over the last 1 s or 10 s (Tessera's measure)",
     );
     let device_time = f.counter::<f64, AtomicU64>(
         "vgpu_device_seconds",
-        "Device time the vGPU's kernels took, as its processes count it.",
+        "Device time the vGPU's kernels took, as its processes count it",
     );
-    let launches = f.counter::<u64, AtomicU64>("vgpu_launches", "Kernel launches of the vGPU's processes.");
-    let waited = f.counter::<f64, AtomicU64>("vgpu_wait_seconds", "Time the vGPU's launches waited for tokens.");
-    let tokens = f.gauge("vgpu_tokens_seconds", "Device time in the vGPU's token bucket (negative: debt).");
+    let launches = f.counter::<u64, AtomicU64>("vgpu_launches", "Kernel launches of the vGPU's processes");
+    let waited = f.counter::<f64, AtomicU64>("vgpu_wait_seconds", "Time the vGPU's launches waited for tokens");
+    let tokens = f.gauge("vgpu_tokens_seconds", "Device time in the vGPU's token bucket (negative: debt)");
     let memory = [
-        (f.gauge("vgpu_memory_used_bytes", "Device memory the vGPU's processes use."), 0),
-        (f.gauge("vgpu_memory_quota_bytes", "The vGPU's memory quota."), 1),
-        (f.gauge("vgpu_memory_resident_bytes", "Soft mode: device memory holding the vGPU's live pages."), 2),
-        (f.gauge("vgpu_memory_swapped_bytes", "Soft mode: the vGPU's live pages in host memory."), 3),
-        (f.gauge("vgpu_memory_pooled_bytes", "Soft mode: device memory the vGPU holds but no live page uses."), 4),
+        (f.gauge("vgpu_memory_used_bytes", "Device memory the vGPU's processes use"), 0),
+        (f.gauge("vgpu_memory_quota_bytes", "The vGPU's memory quota"), 1),
+        (f.gauge("vgpu_memory_resident_bytes", "Soft mode: device memory holding the vGPU's live pages"), 2),
+        (f.gauge("vgpu_memory_swapped_bytes", "Soft mode: the vGPU's live pages in host memory"), 3),
+        (f.gauge("vgpu_memory_pooled_bytes", "Soft mode: device memory the vGPU holds but no live page uses"), 4),
     ];
-    let processes = f.gauge("vgpu_processes", "Processes attached to the vGPU.");
-    let suspended = f.gauge("vgpu_suspended", "1 while the vGPU is suspended (by a request or by the audit), else 0.");
-    let priority = f.gauge("vgpu_priority", "1 for the vGPU's priority (label priority), 0 for the others.");
+    let processes = f.gauge("vgpu_processes", "Processes attached to the vGPU");
+    let suspended = f.gauge("vgpu_suspended", "1 while the vGPU is suspended (by a request or by the audit), else 0");
+    let priority = f.gauge("vgpu_priority", "1 for the vGPU's priority (label priority), 0 for the others");
     for v in vgpus {
         let l = vgpu_labels(v);
         set(&share, &l, Some(f64::from(v.share) / 100.0));
