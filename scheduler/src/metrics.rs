@@ -221,7 +221,14 @@ mod tests {
             launches: 42,
             device_ns: 2_500_000_000,
             wait_ns: 500_000_000,
-            memory: MemoryStats { quota: 1 << 30, used: 1 << 20, resident: 7, swapped: 8, pooled: 9, ..Default::default() },
+            memory: MemoryStats {
+                quota: 1 << 30,
+                used: 1 << 20,
+                resident: 7,
+                swapped: 8,
+                pooled: 9,
+                ..Default::default()
+            },
             processes: vec![ProcessStats { pid: 1, ..Default::default() }; 2],
             ..VgpuStats::default()
         };

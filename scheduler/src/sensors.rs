@@ -13,7 +13,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 use tessera_ffi::nvml::{
-    NVML_DEVICE_NAME_V2_BUFFER_SIZE, NVML_DEVICE_UUID_V2_BUFFER_SIZE, NVML_SUCCESS, NVML_TEMPERATURE_GPU, NvmlDevice, NvmlReturn, NvmlUtilization,
+    NVML_DEVICE_NAME_V2_BUFFER_SIZE, NVML_DEVICE_UUID_V2_BUFFER_SIZE, NVML_SUCCESS, NVML_TEMPERATURE_GPU, NvmlDevice,
+    NvmlReturn, NvmlUtilization,
 };
 use tessera_ffi::region::MAX_DEVICES;
 
