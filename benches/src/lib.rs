@@ -56,7 +56,12 @@ impl Machine {
 
     /// Starts `tessera daemon` and waits until it answers.
     pub fn start_daemon(&mut self) {
-        let mut cmd = self.command("tessera", &["daemon"]);
+        self.start_daemon_with(&[]);
+    }
+
+    /// Starts `tessera daemon ARGS` and waits until it answers.
+    pub fn start_daemon_with(&mut self, args: &[&str]) {
+        let mut cmd = self.command("tessera", &[&["daemon"][..], args].concat());
         cmd.stdout(Stdio::null());
         let socket = local::private_socket(&self.dir);
         let daemon = LocalDaemon::start(cmd, &socket, local::START_TIMEOUT, || Ok(()))

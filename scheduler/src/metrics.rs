@@ -6,12 +6,13 @@
 //! classic text format (0.0.4): there a counter's `# HELP`/`# TYPE` lines name its samples (`…_total`)
 //! and there is no `# EOF` line; the samples themselves are the same.
 
+use prometheus_client::collector::Collector;
 use prometheus_client::encoding::text::encode;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
-use std::sync::atomic::AtomicU64;
 use tessera_client::{DeviceStats, Priority, Stats, VgpuStats};
 
 /// The content type of the OpenMetrics text format.
@@ -19,163 +20,207 @@ pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; char
 /// The content type of the classic Prometheus text format.
 pub const TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 
-/// Labels of one series.
-type Labels = Vec<(&'static str, String)>;
-/// A family of floating-point gauges.
-type Gauges = Family<Labels, Gauge<f64, AtomicU64>>;
-
-/// Every priority, for the one-series-per-state `tessera_vgpu_priority`.
-const PRIORITIES: [Priority; 3] = [Priority::Low, Priority::Normal, Priority::High];
-
-/// Families being filled, registered in `registry`.
-struct Families {
-    registry: Registry,
-    /// Names (without the prefix) of the counters, whose metadata the classic format names differently.
-    counters: Vec<&'static str>,
+/// One figure of a series.
+#[derive(Debug, Clone, Copy)]
+enum Number {
+    /// A float (ratios, seconds, watts).
+    F(f64),
+    /// A count or a size.
+    U(u64),
 }
 
-impl Families {
-    fn new() -> Families {
-        Families { registry: Registry::with_prefix("tessera"), counters: Vec::new() }
-    }
+/// A label a family adds to the item's own (e.g. `window="1s"`), if any.
+type Extra = Option<(&'static str, &'static str)>;
 
-    /// A gauge family `tessera_NAME`.
-    fn gauge(&mut self, name: &'static str, help: &str) -> Gauges {
-        let family = Gauges::default();
-        self.registry.register(name, help, family.clone());
-        family
-    }
-
-    /// A counter family whose samples are `tessera_NAME_total`.
-    fn counter<N, A>(&mut self, name: &'static str, help: &str) -> Family<Labels, Counter<N, A>>
-    where
-        Counter<N, A>: prometheus_client::encoding::EncodeMetric + Default + std::fmt::Debug + Send + Sync + 'static,
-    {
-        let family = Family::<Labels, Counter<N, A>>::default();
-        self.registry.register(name, help, family.clone());
-        self.counters.push(name);
-        family
-    }
+/// A family of series of items `T` (devices or vGPUs): its name (after `tessera_`), help, type, and the
+/// series each item gives (none: the figure is unknown).
+struct Family<T> {
+    name: &'static str,
+    help: &'static str,
+    counter: bool,
+    series: fn(&T) -> Vec<(Extra, Number)>,
 }
 
-fn device_labels(d: &DeviceStats) -> Labels {
-    vec![("device", d.device.to_string()), ("uuid", d.uuid.clone().unwrap_or_default())]
+/// A family of one series per item.
+const fn one<T>(
+    name: &'static str,
+    help: &'static str,
+    counter: bool,
+    series: fn(&T) -> Vec<(Extra, Number)>,
+) -> Family<T> {
+    Family { name, help, counter, series }
 }
 
-fn vgpu_labels(v: &VgpuStats) -> Labels {
-    vec![("vgpu", v.name.clone()), ("device", v.device.to_string())]
+/// The value of a series without an extra label.
+fn just(n: Number) -> Vec<(Extra, Number)> {
+    vec![(None, n)]
 }
 
-/// Sets the gauge of `labels` in `family` to `value`, if there is one (an unknown figure is no series).
-fn set(family: &Gauges, labels: &Labels, value: Option<f64>) {
-    if let Some(v) = value {
-        family.get_or_create(labels).set(v);
-    }
+/// A ratio from percent.
+fn ratio(pct: f64) -> Number {
+    Number::F(pct / 100.0)
 }
 
 /// Nanoseconds as seconds.
-fn seconds(ns: f64) -> f64 {
-    ns / 1e9
+fn seconds(ns: f64) -> Number {
+    Number::F(ns / 1e9)
 }
 
-/// The devices' families.
-fn devices(f: &mut Families, devices: &[DeviceStats]) {
-    let utilization = f.gauge(
+/// Every priority, for the one-series-per-state `tessera_vgpu_priority`.
+const PRIORITIES: [(Priority, &str); 3] =
+    [(Priority::Low, "low"), (Priority::Normal, "normal"), (Priority::High, "high")];
+
+/// The devices' families (labels `device`, `uuid`).
+const DEVICE_FAMILIES: &[Family<DeviceStats>] = &[
+    one(
         "device_utilization_ratio",
         "Share of the last sample period a kernel ran on the device, as the driver (NVML) reports it",
-    );
-    let busy = f.gauge(
+        false,
+        |d| d.utilization_pct.map(ratio).map(just).unwrap_or_default(),
+    ),
+    one(
         "device_busy_ratio",
         "Share of the device's time some vGPU's kernel ran, as Tessera measures it, over the last 1 s or 10 s",
-    );
-    let used = f.gauge("device_memory_used_bytes", "Device memory the vGPUs' processes use");
-    let total = f.gauge("device_memory_total_bytes", "The device's memory");
-    let power = f.gauge("device_power_watts", "Board power draw, as the driver reports it");
-    let temperature = f.gauge("device_temperature_celsius", "GPU temperature, as the driver reports it");
-    let share = f.gauge("device_share_configured_ratio", "Sum of the device's vGPUs' configured shares");
-    for d in devices {
-        let l = device_labels(d);
-        set(&utilization, &l, d.utilization_pct.map(|p| p / 100.0));
-        for (window, pct) in [("1s", d.busy.last_1s_pct), ("10s", d.busy.last_10s_pct)] {
-            let mut w = l.clone();
-            w.push(("window", window.into()));
-            set(&busy, &w, Some(pct / 100.0));
-        }
-        set(&used, &l, Some(d.memory_used as f64));
-        set(&total, &l, Some(d.memory_total as f64));
-        set(&power, &l, d.power_watts);
-        set(&temperature, &l, d.temperature_c);
-        set(&share, &l, Some(f64::from(d.share_configured) / 100.0));
+        false,
+        |d| {
+            vec![
+                (Some(("window", "1s")), ratio(d.busy.last_1s_pct)),
+                (Some(("window", "10s")), ratio(d.busy.last_10s_pct)),
+            ]
+        },
+    ),
+    one("device_memory_used_bytes", "Device memory the vGPUs' processes use", false, |d| {
+        just(Number::U(d.memory_used))
+    }),
+    one("device_memory_total_bytes", "The device's memory", false, |d| just(Number::U(d.memory_total))),
+    one("device_power_watts", "Board power draw, as the driver reports it", false, |d| {
+        d.power_watts.map(Number::F).map(just).unwrap_or_default()
+    }),
+    one("device_temperature_celsius", "GPU temperature, as the driver reports it", false, |d| {
+        d.temperature_c.map(Number::F).map(just).unwrap_or_default()
+    }),
+    one("device_share_configured_ratio", "Sum of the device's vGPUs' configured shares", false, |d| {
+        just(ratio(f64::from(d.share_configured)))
+    }),
+];
+
+/// The vGPUs' families (labels `vgpu`, `device`).
+const VGPU_FAMILIES: &[Family<VgpuStats>] = &[
+    one("vgpu_share_ratio", "The vGPU's configured share of its device's time", false, |v| {
+        just(ratio(f64::from(v.share)))
+    }),
+    one(
+        "vgpu_achieved_ratio",
+        "Share of its device's time the vGPU's kernels took, over the last 1 s or 10 s (Tessera's measure)",
+        false,
+        |v| {
+            let a = v.achieved;
+            vec![(Some(("window", "1s")), ratio(a.last_1s_pct)), (Some(("window", "10s")), ratio(a.last_10s_pct))]
+        },
+    ),
+    one("vgpu_device_seconds", "Device time the vGPU's kernels took, as its processes count it", true, |v| {
+        just(seconds(v.device_ns as f64))
+    }),
+    one("vgpu_launches", "Kernel launches of the vGPU's processes", true, |v| just(Number::U(v.launches))),
+    one("vgpu_wait_seconds", "Time the vGPU's launches waited for tokens", true, |v| just(seconds(v.wait_ns as f64))),
+    one("vgpu_tokens_seconds", "Device time in the vGPU's token bucket (negative: debt)", false, |v| {
+        just(seconds(v.tokens_ns as f64))
+    }),
+    one("vgpu_memory_used_bytes", "Device memory the vGPU's processes use", false, |v| just(Number::U(v.memory.used))),
+    one("vgpu_memory_quota_bytes", "The vGPU's memory quota", false, |v| just(Number::U(v.memory.quota))),
+    one("vgpu_memory_resident_bytes", "Soft mode: device memory holding the vGPU's live pages", false, |v| {
+        just(Number::U(v.memory.resident))
+    }),
+    one("vgpu_memory_swapped_bytes", "Soft mode: the vGPU's live pages in host memory", false, |v| {
+        just(Number::U(v.memory.swapped))
+    }),
+    one("vgpu_memory_pooled_bytes", "Soft mode: device memory the vGPU holds but no live page uses", false, |v| {
+        just(Number::U(v.memory.pooled))
+    }),
+    one("vgpu_processes", "Processes attached to the vGPU", false, |v| just(Number::U(v.processes.len() as u64))),
+    one("vgpu_suspended", "1 while the vGPU is suspended (by a request or by the audit), else 0", false, |v| {
+        just(Number::U(u64::from(v.suspended)))
+    }),
+    one("vgpu_priority", "1 for the vGPU's priority (label priority), 0 for the others", false, |v| {
+        PRIORITIES.iter().map(|&(p, name)| (Some(("priority", name)), Number::U(u64::from(p == v.priority)))).collect()
+    }),
+];
+
+/// Writes one series' value.
+fn value(n: Number, counter: bool, into: MetricEncoder) -> Result<(), std::fmt::Error> {
+    match (n, counter) {
+        (Number::F(f), false) => ConstGauge::new(f).encode(into),
+        (Number::U(u), false) => ConstGauge::new(u).encode(into),
+        (Number::F(f), true) => ConstCounter::new(f).encode(into),
+        (Number::U(u), true) => ConstCounter::new(u).encode(into),
     }
 }
 
-/// The vGPUs' families.
-fn vgpus(f: &mut Families, vgpus: &[VgpuStats]) {
-    let share = f.gauge("vgpu_share_ratio", "The vGPU's configured share of its device's time");
-    let achieved = f.gauge(
-        "vgpu_achieved_ratio",
-        "Share of its device's time the vGPU's kernels took, over the last 1 s or 10 s (Tessera's measure)",
-    );
-    let device_time = f.counter::<f64, AtomicU64>(
-        "vgpu_device_seconds",
-        "Device time the vGPU's kernels took, as its processes count it",
-    );
-    let launches = f.counter::<u64, AtomicU64>("vgpu_launches", "Kernel launches of the vGPU's processes");
-    let waited = f.counter::<f64, AtomicU64>("vgpu_wait_seconds", "Time the vGPU's launches waited for tokens");
-    let tokens = f.gauge("vgpu_tokens_seconds", "Device time in the vGPU's token bucket (negative: debt)");
-    let memory = [
-        (f.gauge("vgpu_memory_used_bytes", "Device memory the vGPU's processes use"), 0),
-        (f.gauge("vgpu_memory_quota_bytes", "The vGPU's memory quota"), 1),
-        (f.gauge("vgpu_memory_resident_bytes", "Soft mode: device memory holding the vGPU's live pages"), 2),
-        (f.gauge("vgpu_memory_swapped_bytes", "Soft mode: the vGPU's live pages in host memory"), 3),
-        (f.gauge("vgpu_memory_pooled_bytes", "Soft mode: device memory the vGPU holds but no live page uses"), 4),
-    ];
-    let processes = f.gauge("vgpu_processes", "Processes attached to the vGPU");
-    let suspended = f.gauge("vgpu_suspended", "1 while the vGPU is suspended (by a request or by the audit), else 0");
-    let priority = f.gauge("vgpu_priority", "1 for the vGPU's priority (label priority), 0 for the others");
-    for v in vgpus {
-        let l = vgpu_labels(v);
-        set(&share, &l, Some(f64::from(v.share) / 100.0));
-        for (window, pct) in [("1s", v.achieved.last_1s_pct), ("10s", v.achieved.last_10s_pct)] {
-            let mut w = l.clone();
-            w.push(("window", window.into()));
-            set(&achieved, &w, Some(pct / 100.0));
+/// Writes `families`, one series per item of `items` (with its two labels) and extra label.
+fn write<T>(
+    encoder: &mut DescriptorEncoder,
+    families: &[Family<T>],
+    items: &[(&T, [(&'static str, &str); 2])],
+) -> Result<(), std::fmt::Error> {
+    for f in families {
+        let kind = if f.counter { MetricType::Counter } else { MetricType::Gauge };
+        let name = format!("tessera_{}", f.name);
+        let mut metric = encoder.encode_descriptor(&name, f.help, None, kind)?;
+        for (item, [a, b]) in items {
+            for (extra, n) in (f.series)(item) {
+                match extra {
+                    None => value(n, f.counter, metric.encode_family(&[*a, *b])?)?,
+                    Some(e) => value(n, f.counter, metric.encode_family(&[*a, *b, e])?)?,
+                }
+            }
         }
-        device_time.get_or_create(&l).inc_by(seconds(v.device_ns as f64));
-        launches.get_or_create(&l).inc_by(v.launches);
-        waited.get_or_create(&l).inc_by(seconds(v.wait_ns as f64));
-        set(&tokens, &l, Some(seconds(v.tokens_ns as f64)));
-        let m = &v.memory;
-        let bytes = [m.used, m.quota, m.resident, m.swapped, m.pooled];
-        for (family, k) in &memory {
-            set(family, &l, Some(bytes[*k] as f64));
-        }
-        set(&processes, &l, Some(v.processes.len() as f64));
-        set(&suspended, &l, Some(f64::from(u8::from(v.suspended))));
-        for p in PRIORITIES {
-            let mut s = l.clone();
-            s.push(("priority", p.name().into()));
-            set(&priority, &s, Some(f64::from(u8::from(p == v.priority))));
-        }
+    }
+    Ok(())
+}
+
+/// One `stats` snapshot, encoded on a scrape.
+#[derive(Debug)]
+struct Snapshot(Stats);
+
+impl Collector for Snapshot {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let ordinals: Vec<String> = self.0.devices.iter().map(|d| d.device.to_string()).collect();
+        let devices: Vec<_> = self
+            .0
+            .devices
+            .iter()
+            .zip(&ordinals)
+            .map(|(d, o)| (d, [("device", o.as_str()), ("uuid", d.uuid.as_deref().unwrap_or_default())]))
+            .collect();
+        write(&mut encoder, DEVICE_FAMILIES, &devices)?;
+        let ordinals: Vec<String> = self.0.vgpus.iter().map(|v| v.device.to_string()).collect();
+        let vgpus: Vec<_> = self
+            .0
+            .vgpus
+            .iter()
+            .zip(&ordinals)
+            .map(|(v, o)| (v, [("vgpu", v.name.as_str()), ("device", o.as_str())]))
+            .collect();
+        write(&mut encoder, VGPU_FAMILIES, &vgpus)
     }
 }
 
 /// `stats` as metrics: in the OpenMetrics text format when `openmetrics`, else in the classic one.
-pub fn render(stats: &Stats, openmetrics: bool) -> String {
-    let mut f = Families::new();
-    devices(&mut f, &stats.devices);
-    vgpus(&mut f, &stats.vgpus);
-    let mut text = String::with_capacity(64 * 1024);
-    // Writing into a String cannot fail; an error would only come from a metric's own encoder.
-    if encode(&mut text, &f.registry).is_err() {
+pub fn render(stats: Stats, openmetrics: bool) -> String {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(Snapshot(stats)));
+    let mut text = String::with_capacity(96 * 1024);
+    // Writing into a String cannot fail; an error could only come from an encoder.
+    if encode(&mut text, &registry).is_err() {
         return String::new();
     }
-    if openmetrics { text } else { classic(&text, &f.counters) }
+    if openmetrics { text } else { classic(&text) }
 }
 
 /// The OpenMetrics `text` in the classic format: counters' metadata lines name their `_total` samples,
 /// and the `# EOF` line goes.
-fn classic(text: &str, counters: &[&str]) -> String {
+fn classic(text: &str) -> String {
+    let counters: Vec<&str> = VGPU_FAMILIES.iter().filter(|f| f.counter).map(|f| f.name).collect();
     let mut out = String::with_capacity(text.len());
     for line in text.lines() {
         if line == "# EOF" {
@@ -249,7 +294,7 @@ mod tests {
 
     #[test]
     fn every_figure_is_a_series_in_base_units() {
-        let text = render(&sample(), false);
+        let text = render(sample(), false);
         for line in [
             r#"tessera_vgpu_device_seconds_total{vgpu="a",device="0"} 2.5"#,
             r#"tessera_vgpu_launches_total{vgpu="a",device="0"} 42"#,
@@ -257,16 +302,16 @@ mod tests {
             r#"tessera_vgpu_tokens_seconds{vgpu="a",device="0"} -1.5"#,
             r#"tessera_vgpu_share_ratio{vgpu="a",device="0"} 0.3"#,
             r#"tessera_vgpu_achieved_ratio{vgpu="a",device="0",window="10s"} 0.29"#,
-            r#"tessera_vgpu_memory_quota_bytes{vgpu="a",device="0"} 1073741824.0"#,
-            r#"tessera_vgpu_memory_pooled_bytes{vgpu="a",device="0"} 9.0"#,
-            r#"tessera_vgpu_processes{vgpu="a",device="0"} 2.0"#,
-            r#"tessera_vgpu_suspended{vgpu="a",device="0"} 1.0"#,
-            r#"tessera_vgpu_priority{vgpu="a",device="0",priority="high"} 1.0"#,
-            r#"tessera_vgpu_priority{vgpu="a",device="0",priority="low"} 0.0"#,
+            r#"tessera_vgpu_memory_quota_bytes{vgpu="a",device="0"} 1073741824"#,
+            r#"tessera_vgpu_memory_pooled_bytes{vgpu="a",device="0"} 9"#,
+            r#"tessera_vgpu_processes{vgpu="a",device="0"} 2"#,
+            r#"tessera_vgpu_suspended{vgpu="a",device="0"} 1"#,
+            r#"tessera_vgpu_priority{vgpu="a",device="0",priority="high"} 1"#,
+            r#"tessera_vgpu_priority{vgpu="a",device="0",priority="low"} 0"#,
             r#"tessera_device_utilization_ratio{device="0",uuid="GPU-1"} 0.5"#,
             r#"tessera_device_busy_ratio{device="0",uuid="GPU-1",window="1s"} 0.6"#,
             r#"tessera_device_power_watts{device="0",uuid="GPU-1"} 123.5"#,
-            r#"tessera_device_memory_total_bytes{device="0",uuid="GPU-1"} 17179869184.0"#,
+            r#"tessera_device_memory_total_bytes{device="0",uuid="GPU-1"} 17179869184"#,
             "# TYPE tessera_vgpu_launches_total counter",
             "# HELP tessera_vgpu_device_seconds_total Device time",
             "# TYPE tessera_vgpu_tokens_seconds gauge",
@@ -279,7 +324,7 @@ mod tests {
 
     #[test]
     fn openmetrics_keeps_the_crates_metadata_and_ends_with_eof() {
-        let text = render(&sample(), true);
+        let text = render(sample(), true);
         assert!(text.contains("# TYPE tessera_vgpu_launches counter\n"), "{text}");
         assert!(text.contains(r#"tessera_vgpu_launches_total{vgpu="a",device="0"} 42"#), "{text}");
         assert!(text.ends_with("# EOF\n"), "{text}");

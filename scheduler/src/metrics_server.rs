@@ -106,7 +106,7 @@ fn answer(request: tiny_http::Request, snapshot: &dyn Fn() -> Result<Stats, Stri
                 let accept = request.headers().iter().find(|h| h.field.equiv("Accept")).map(|h| h.value.as_str());
                 let openmetrics = metrics::wants_openmetrics(accept);
                 let kind = if openmetrics { metrics::OPENMETRICS } else { metrics::TEXT };
-                Response::from_string(metrics::render(&stats, openmetrics)).with_header(header("Content-Type", kind))
+                Response::from_string(metrics::render(stats, openmetrics)).with_header(header("Content-Type", kind))
             }
             Err(e) => Response::from_string(format!("cannot read the figures: {e}\n")).with_status_code(500),
         },

@@ -169,3 +169,26 @@ impl Sensors {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_driver_without_the_queries_leaves_the_figures_unknown() {
+        // Any library stands for NVML here: none of the optional queries is looked up in it.
+        // SAFETY: loading the C library, already loaded in this process, runs nothing new.
+        let lib = unsafe { Library::new("libc.so.6") }.expect("libc");
+        let sensors = Sensors {
+            _lib: lib,
+            utilization: None,
+            power: None,
+            temperature: None,
+            handles: vec![std::ptr::null_mut()],
+        };
+        let mut reading = Reading { utilization_pct: Some(1.0), power_watts: Some(1.0), ..Reading::default() };
+        sensors.read(0, &mut reading);
+        assert_eq!(reading, Reading::default());
+        assert_eq!(text(None, std::ptr::null_mut()), None);
+    }
+}

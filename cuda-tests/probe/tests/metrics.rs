@@ -165,7 +165,13 @@ fn a_real_prometheus_scrapes_each_vgpus_device_seconds_at_its_share() {
     assert_eq!(utilization.len(), 1, "{utilization:?}");
     let uuid = utilization[0]["metric"]["uuid"].as_str().unwrap_or_default();
     assert!(uuid.starts_with("GPU-"), "{utilization:?}");
-    assert_eq!(client.stats(None).unwrap().devices[0].uuid.as_deref(), Some(uuid));
+    // The same figures `stats` returns, which NVML filled (`small`: a 75 W board, so 7.5-75 W).
+    let device = client.stats(None).unwrap().devices.remove(0);
+    assert_eq!(device.uuid.as_deref(), Some(uuid));
+    assert!(device.name.starts_with("Simulated GPU"), "{device:?}");
+    let (watts, celsius) = (device.power_watts.unwrap_or(0.0), device.temperature_c.unwrap_or(0.0));
+    assert!((7.5..=75.0).contains(&watts) && (30.0..=80.0).contains(&celsius), "{device:?}");
+    assert!(device.utilization_pct.is_some_and(|u| u > 0.0), "the device ran: {device:?}");
     drop(prometheus);
     drop(tenants);
 }
