@@ -150,7 +150,7 @@ fn a_real_prometheus_scrapes_each_vgpus_device_seconds_at_its_share() {
     // Loose, functional bounds (as in api.rs): both saturate, so they split what the device ran by their
     // shares; how much it ran depends on the host (its CPUs run the simulated engine and the tenants).
     let total = ra + rb;
-    assert!(total > 0.15 && total <= 1.05, "device seconds per second: {shown}");
+    assert!(total > 0.15 && total <= 1.1, "device seconds per second: {shown}");
     assert!(
         (0.15..=0.45).contains(&(ra / total)),
         "a (30%) took {:.0}% of the device time: {shown}",
