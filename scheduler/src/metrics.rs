@@ -220,26 +220,27 @@ pub fn render(stats: Stats, openmetrics: bool) -> String {
 /// The OpenMetrics `text` in the classic format: counters' metadata lines name their `_total` samples,
 /// and the `# EOF` line goes.
 fn classic(text: &str) -> String {
-    let counters: Vec<&str> = VGPU_FAMILIES.iter().filter(|f| f.counter).map(|f| f.name).collect();
     let mut out = String::with_capacity(text.len());
     for line in text.lines() {
         if line == "# EOF" {
             continue;
         }
-        let meta = line.strip_prefix("# HELP ").map(|r| ("# HELP ", r));
-        let meta = meta.or_else(|| line.strip_prefix("# TYPE ").map(|r| ("# TYPE ", r)));
-        match meta {
-            Some((kind, rest)) => {
-                let (name, tail) = rest.split_once(' ').unwrap_or((rest, ""));
-                let counter = name.strip_prefix("tessera_").is_some_and(|n| counters.contains(&n));
-                let suffix = if counter { "_total" } else { "" };
-                out.push_str(&format!("{kind}{name}{suffix} {tail}\n"));
+        let meta = line.strip_prefix("# HELP tessera_").or_else(|| line.strip_prefix("# TYPE tessera_"));
+        let renamed = meta.and_then(|rest| {
+            let (name, tail) = rest.split_once(' ')?;
+            VGPU_FAMILIES.iter().any(|f| f.counter && f.name == name).then_some((name, tail))
+        });
+        match renamed {
+            Some((name, tail)) => {
+                // "# HELP tessera_" or "# TYPE tessera_": the prefix the name followed.
+                out.push_str(&line[..15]);
+                out.push_str(name);
+                out.push_str("_total ");
+                out.push_str(tail);
             }
-            None => {
-                out.push_str(line);
-                out.push('\n');
-            }
+            None => out.push_str(line),
         }
+        out.push('\n');
     }
     out
 }
