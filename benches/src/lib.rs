@@ -56,7 +56,12 @@ impl Machine {
 
     /// Starts `tessera daemon` and waits until it answers.
     pub fn start_daemon(&mut self) {
-        let mut cmd = self.command("tessera", &["daemon"]);
+        self.start_daemon_with(&[]);
+    }
+
+    /// Starts `tessera daemon ARGS` and waits until it answers.
+    pub fn start_daemon_with(&mut self, args: &[&str]) {
+        let mut cmd = self.command("tessera", &[&["daemon"][..], args].concat());
         cmd.stdout(Stdio::null());
         let socket = local::private_socket(&self.dir);
         let daemon = LocalDaemon::start(cmd, &socket, local::START_TIMEOUT, || Ok(()))
@@ -314,6 +319,17 @@ impl HostTimer {
 /// The nearest-rank `p` quantile (0 < p <= 1) of `sorted`, which is sorted ascending and not empty.
 pub fn nearest_rank<T: Copy>(sorted: &[T], p: f64) -> T {
     sorted[((p * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len()) - 1]
+}
+
+/// Process `pid`'s CPU time so far (all threads, including those that ended), in ns.
+pub fn cpu_ns(pid: u32) -> u64 {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("the process's /proc/PID/stat");
+    // Fields after the command name (which ends with the last ')'): utime and stime are the 12th and 13th.
+    let rest = &text[text.rfind(')').expect("a stat line") + 2..];
+    let fields: Vec<u64> = rest.split_whitespace().skip(11).take(2).map(|f| f.parse().unwrap_or(0)).collect();
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    fields.iter().sum::<u64>() * 1_000_000_000 / hz
 }
 
 /// How a benchmark line reports a target: `PASS` or `FAIL`.

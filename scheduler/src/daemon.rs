@@ -14,16 +14,20 @@
 
 use crate::logger::{self, say};
 use crate::manager::Manager;
+use crate::metrics_server::MetricsServer;
 use crate::nvml_usage::ProcessUsage;
+use crate::sensors::Sensors;
 use crate::server::Server;
 use crate::store::Store;
 use crate::{pacer, paths, watch};
 use std::fs::File;
+use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+use tessera_client::Request;
 use tessera_ffi::futex::monotonic_ns;
 use tessera_ffi::region::MAX_DEVICES;
 use tessera_ffi::region::open::checked_dir;
@@ -43,12 +47,20 @@ pub struct Options {
     /// Total memory of each device of the machine, by ordinal (vGPUs may only be placed on these, and hard
     /// quotas must fit in them).
     pub devices: Vec<u64>,
+    /// Where to serve `GET /metrics` (Prometheus), if anywhere (see [`crate::metrics_server`]).
+    pub metrics: Option<SocketAddr>,
 }
 
 impl Options {
     /// The paths from `TESSERA_REGION`, `TESSERA_SOCKET` and `TESSERA_STATE_DIR` (or their defaults).
     pub fn from_env(devices: Vec<u64>) -> Result<Options, String> {
-        Ok(Options { region: paths::region()?, socket: paths::socket()?, state_dir: paths::state_dir()?, devices })
+        Ok(Options {
+            region: paths::region()?,
+            socket: paths::socket()?,
+            state_dir: paths::state_dir()?,
+            devices,
+            metrics: None,
+        })
     }
 }
 
@@ -164,6 +176,8 @@ pub fn run(options: Options) -> Result<(), String> {
     unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &signals, std::ptr::null_mut()) };
     let _owner = OwnerLock::take(&options.region)?;
     crate::server::claim_path(&options.socket)?;
+    // Before anything is set up: an address in use stops the start with an error naming it.
+    let metrics = options.metrics.map(MetricsServer::bind).transpose()?;
     let file: &'static RegionFile = Box::leak(Box::new(RegionFile::open_as(&options.region, Access::Daemon)?));
     let store = Store::open(&options.state_dir)?;
     let state_path = store.path().display().to_string();
@@ -201,6 +215,21 @@ pub fn run(options: Options) -> Result<(), String> {
     let usage = ProcessUsage::open(devices)
         .map_err(|e| say!("tessera daemon: warning: no audit of the vGPUs' device time: {e}"))
         .ok();
+    match Sensors::open(devices) {
+        Ok(sensors) => supervise("sensors", stop, died.clone(), move || sensors.run(stop))?,
+        Err(e) => say!("tessera daemon: warning: no device name, utilization, power or temperature: {e}"),
+    }
+    let metrics_at = metrics.as_ref().map(|m| format!(", metrics on http://{}/metrics", m.address()));
+    if let Some(metrics) = metrics {
+        // The figures of `stats`, through the request the API answers (the same snapshot, no second path).
+        let scraped = Arc::clone(&manager);
+        let snapshot = move || {
+            let reply = scraped.handle(Request::Stats { name: None });
+            reply.stats.ok_or_else(|| reply.error.unwrap_or_else(|| "no figures in the reply".into()))
+        };
+        let died = died.clone();
+        metrics.serve(stop, snapshot, |name, body| supervise(name, stop, died.clone(), body))?;
+    }
     let watched = Arc::clone(&manager);
     supervise("watch", stop, died.clone(), move || watch::run(&watched, file.region(), usage, devices, stop))?;
     let on_signal = Arc::clone(&manager);
@@ -218,12 +247,13 @@ pub fn run(options: Options) -> Result<(), String> {
     })?;
 
     say!(
-        "tessera daemon: pid {}, {} vGPU(s) on {} device(s); region {}, socket {}, state {state_path}",
+        "tessera daemon: pid {}, {} vGPU(s) on {} device(s); region {}, socket {}, state {state_path}{}",
         std::process::id(),
         manager.specs().len(),
         options.devices.len(),
         options.region,
         server.path().display(),
+        metrics_at.unwrap_or_default(),
     );
     server.serve(manager)
 }

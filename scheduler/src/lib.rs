@@ -11,7 +11,9 @@
 //!   charges, brokers and refills;
 //! - [`protocol`], [`server`]: the daemon's API, JSON lines over a unix socket (the wire types and the
 //!   client are the `tessera-client` crate's); [`history`]: the device time each vGPU and device
-//!   achieved over the last seconds, which [`monitor`] reports with the rest of `stats`;
+//!   achieved over the last seconds, which [`monitor`] reports with the rest of `stats`, and
+//!   [`sensors`]: the driver's figures of each device (name, UUID, utilization, power, temperature);
+//!   [`metrics`], [`metrics_server`]: the same figures for Prometheus (`tessera daemon --metrics`);
 //! - [`integrity`]: validating the process slots tenants can write; [`recount`]: their memory counts; [`audit`]: holding each vGPU to the
 //!   device time the daemon granted it, measured by the driver ([`nvml_usage`]); [`watch`]: both, every
 //!   second;
@@ -30,6 +32,8 @@ pub mod integrity;
 pub mod ledger;
 pub mod logger;
 pub mod manager;
+pub mod metrics;
+pub mod metrics_server;
 pub mod monitor;
 pub mod nvml_usage;
 pub mod pacer;
@@ -37,6 +41,7 @@ pub mod paths;
 pub mod protocol;
 pub mod recount;
 pub mod refill;
+pub mod sensors;
 pub mod server;
 pub mod slots;
 pub mod store;

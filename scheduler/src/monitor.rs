@@ -1,9 +1,10 @@
 //! The `stats` request: every vGPU's and device's figures, read from the region's counters (atomics, no
 //! lock: a read polled at 10 Hz must not queue behind processes attaching) and from [`crate::history`]'s
-//! rings of achieved device time.
+//! rings of achieved device time, and the driver's figures of each device from [`crate::sensors`]' last
+//! reading.
 
 use crate::config::VgpuSpec;
-use crate::history;
+use crate::{history, sensors};
 use std::sync::atomic::Ordering;
 use tessera_client::{DeviceStats, MemoryStats, ProcessStats, Stats, VgpuStats};
 use tessera_ffi::futex::monotonic_ns;
@@ -85,13 +86,15 @@ pub fn stats(region: &Region, specs: &[VgpuSpec], devices: &[u64], only: Option<
                 .filter(|s| s.device == device)
                 .filter_map(|s| slot(region, &s.name))
                 .fold(0u64, |sum, (_, v)| sum.saturating_add(v.used(device as usize)));
+            // The driver's figures as the sensors thread last read them (no NVML call here).
+            let nvml = sensors::latest(device);
             DeviceStats {
                 device,
-                name: String::new(),
-                uuid: None,
-                utilization_pct: None,
-                power_watts: None,
-                temperature_c: None,
+                name: nvml.name,
+                uuid: nvml.uuid,
+                utilization_pct: nvml.utilization_pct,
+                power_watts: nvml.power_watts,
+                temperature_c: nvml.temperature_c,
                 memory_total: devices.get(device as usize).copied().unwrap_or(0),
                 memory_used: used,
                 share_configured: specs.iter().filter(|s| s.device == device).map(|s| s.share).sum(),

@@ -8,7 +8,7 @@ use clap::Args;
 use clap::builder::OsStringValueParser;
 use std::ffi::OsString;
 use tessera_scheduler::daemon::{self, Options};
-use tessera_scheduler::paths;
+use tessera_scheduler::{metrics_server, paths};
 
 /// The variables the daemon reads besides its options', listed by `tessera daemon --help`.
 const MORE_VARIABLES: &str = "\
@@ -41,6 +41,9 @@ pub struct DaemonArgs {
     /// [default: $XDG_STATE_HOME/tessera, else ~/.local/state/tessera]
     #[arg(long, value_name = "DIR", env = "TESSERA_STATE_DIR", value_parser = OsStringValueParser::new())]
     state_dir: Option<OsString>,
+    /// Serve Prometheus metrics at http://ADDR/metrics (HOST:PORT, e.g. 127.0.0.1:9400); off unless given
+    #[arg(long, value_name = "ADDR", env = "TESSERA_METRICS", value_parser = OsStringValueParser::new())]
+    metrics: Option<OsString>,
 }
 
 /// The total memory of each device the driver shows (`cuDeviceTotalMem`), by ordinal. The driver stays
@@ -54,13 +57,14 @@ fn device_memory() -> Result<Vec<u64>, String> {
     memory
 }
 
-/// A path given as an option or variable (taken as given by clap, so that the error is this one): an
-/// empty one, or one that is not UTF-8 (as the shim and `tessera vgpu` require), is an error naming both.
+/// A path (or address) given as an option or variable (taken as given by clap, so that the error is this
+/// one): an empty one, or one that is not UTF-8 (as the shim and `tessera vgpu` require), is an error
+/// naming both.
 fn given(value: OsString, option: &str, var: &str) -> Result<String, String> {
     match value.into_string() {
-        Ok(v) if v.trim().is_empty() => Err(format!("{option} ({var}) is empty; give a path or leave it out")),
+        Ok(v) if v.trim().is_empty() => Err(format!("{option} ({var}) is empty; give a value or leave it out")),
         Ok(v) => Ok(v),
-        Err(v) => Err(format!("{option} ({var}) {v:?} is not valid UTF-8; give a path in plain text")),
+        Err(v) => Err(format!("{option} ({var}) {v:?} is not valid UTF-8; give it in plain text")),
     }
 }
 
@@ -79,13 +83,18 @@ fn options(args: DaemonArgs, devices: Vec<u64>) -> Result<Options, String> {
         Some(d) => given(d, "--state-dir", "TESSERA_STATE_DIR")?.into(),
         None => paths::state_dir()?,
     };
-    Ok(Options { region, socket, state_dir, devices })
+    let metrics = match args.metrics {
+        Some(m) => Some(metrics_server::parse_address(&given(m, "--metrics", "TESSERA_METRICS")?)?),
+        None => None,
+    };
+    Ok(Options { region, socket, state_dir, devices, metrics })
 }
 
 /// Runs the daemon; returns only when it cannot start (a signal ends it with status 0).
 pub fn run(args: DaemonArgs) -> Result<(), String> {
-    let options = options(args, device_memory()?)?;
-    daemon::run(options)
+    // The options are checked before the driver is loaded: a bad one is reported as such.
+    let options = options(args, Vec::new())?;
+    daemon::run(Options { devices: device_memory()?, ..options })
 }
 
 #[cfg(test)]
@@ -108,15 +117,24 @@ mod tests {
         assert_eq!(o.socket, std::path::PathBuf::from("/r/x.sock"));
         assert_eq!(o.state_dir, std::path::PathBuf::from("/s"));
         assert_eq!(o.devices, vec![1 << 30]);
+        assert_eq!(o.metrics, None, "no metrics unless asked for");
+        let cli = Cli::try_parse_from(["d", "--metrics", "127.0.0.1:9400"]).unwrap();
+        assert_eq!(options(cli.daemon, Vec::new()).unwrap().metrics, Some("127.0.0.1:9400".parse().unwrap()));
+        let cli = Cli::try_parse_from(["d", "--metrics", "127.0.0.1"]).unwrap();
+        let e = options(cli.daemon, Vec::new()).unwrap_err();
+        assert!(e.contains("--metrics \"127.0.0.1\" has no port"), "{e}");
     }
 
     #[test]
     fn an_empty_option_is_an_error_naming_it() {
         use std::os::unix::ffi::OsStrExt;
         let not_utf8 = std::ffi::OsStr::from_bytes(b"/tmp/\xff");
-        for (option, var) in
-            [("--region", "TESSERA_REGION"), ("--socket", "TESSERA_SOCKET"), ("--state-dir", "TESSERA_STATE_DIR")]
-        {
+        for (option, var) in [
+            ("--region", "TESSERA_REGION"),
+            ("--socket", "TESSERA_SOCKET"),
+            ("--state-dir", "TESSERA_STATE_DIR"),
+            ("--metrics", "TESSERA_METRICS"),
+        ] {
             for (value, problem) in [
                 (std::ffi::OsStr::new(""), "is empty"),
                 (std::ffi::OsStr::new(" "), "is empty"),

@@ -14,7 +14,7 @@
 //! Figures depend on the host: the simulated device's engine threads share its CPUs.
 
 use std::time::{Duration, Instant};
-use tessera_benches::{CpuTimes, Machine, nearest_rank, verdict};
+use tessera_benches::{CpuTimes, Machine, cpu_ns, nearest_rank, verdict};
 use tessera_client::{Client, Request, VgpuSpec};
 
 /// Requests timed in each burst.
@@ -23,17 +23,6 @@ const REQUESTS: usize = 3000;
 const BASELINE: Duration = Duration::from_secs(3);
 /// How long `stats` is polled at 10 Hz.
 const POLL_FOR: Duration = Duration::from_secs(5);
-
-/// The daemon's CPU time so far (all threads, including those that ended), in ns.
-fn cpu_ns(pid: u32) -> u64 {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("the daemon's /proc/PID/stat");
-    // Fields after the command name (which ends with the last ')'): utime and stime are the 12th and 13th.
-    let rest = &text[text.rfind(')').expect("a stat line") + 2..];
-    let fields: Vec<u64> = rest.split_whitespace().skip(11).take(2).map(|f| f.parse().unwrap_or(0)).collect();
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-    fields.iter().sum::<u64>() * 1_000_000_000 / hz
-}
 
 /// Sends `request` `n` times; returns each request's latency (µs, sorted) and the daemon's CPU time and
 /// the wall time the burst took (ns).

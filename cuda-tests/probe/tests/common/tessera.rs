@@ -105,8 +105,13 @@ impl Machine {
 
     /// Starts the daemon and waits until it answers (10 s at most).
     pub fn start(&mut self) {
+        self.start_with(&[]);
+    }
+
+    /// Starts `tessera daemon ARGS` and waits until it answers (10 s at most).
+    pub fn start_with(&mut self, args: &[&str]) {
         assert!(self.daemon.is_none(), "the daemon is running already");
-        let mut cmd = self.command(&["daemon"]);
+        let mut cmd = self.command(&[&["daemon"][..], args].concat());
         cmd.stderr(Stdio::piped());
         let daemon = LocalDaemon::start(cmd, &self.socket(), Duration::from_secs(10), || Ok(()))
             .unwrap_or_else(|e| panic!("tessera daemon: {e}"));

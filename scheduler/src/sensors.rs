@@ -1,0 +1,194 @@
+//! What the driver says of each device, for the device fields of `stats`: its name and UUID (read once)
+//! and its utilization, power draw and temperature (read by the `sensors` thread every [`PERIOD`] and
+//! kept here, so a `stats` request or a scrape only copies the last reading instead of calling NVML).
+//!
+//! NVML is loaded with `libloading` from the machine's `libnvidia-ml.so.1` (or `TESSERA_REAL_LIBNVML`),
+//! as [`crate::nvml_usage`] loads it. Each query is looked up on its own: a driver without one (or a
+//! device answering it with an error, e.g. `NVML_ERROR_NOT_SUPPORTED` for power on some boards) leaves
+//! that field unknown, and the others are still read.
+
+use libloading::Library;
+use std::ffi::{c_char, c_uint};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+use tessera_ffi::nvml::{
+    NVML_DEVICE_NAME_V2_BUFFER_SIZE, NVML_DEVICE_UUID_V2_BUFFER_SIZE, NVML_SUCCESS, NVML_TEMPERATURE_GPU, NvmlDevice,
+    NvmlReturn, NvmlUtilization,
+};
+use tessera_ffi::region::MAX_DEVICES;
+
+/// Time between two readings: NVML's utilization covers about a second, so reading more often tells
+/// nothing new.
+pub const PERIOD: Duration = Duration::from_secs(1);
+
+/// Room for a name or a UUID, whichever is longer.
+const TEXT_LEN: usize = if NVML_DEVICE_UUID_V2_BUFFER_SIZE > NVML_DEVICE_NAME_V2_BUFFER_SIZE {
+    NVML_DEVICE_UUID_V2_BUFFER_SIZE
+} else {
+    NVML_DEVICE_NAME_V2_BUFFER_SIZE
+};
+
+type Init = unsafe extern "C" fn() -> NvmlReturn;
+type HandleByIndex = unsafe extern "C" fn(c_uint, *mut NvmlDevice) -> NvmlReturn;
+type Text = unsafe extern "C" fn(NvmlDevice, *mut c_char, c_uint) -> NvmlReturn;
+type Utilization = unsafe extern "C" fn(NvmlDevice, *mut NvmlUtilization) -> NvmlReturn;
+type Power = unsafe extern "C" fn(NvmlDevice, *mut c_uint) -> NvmlReturn;
+type Temperature = unsafe extern "C" fn(NvmlDevice, u32, *mut c_uint) -> NvmlReturn;
+
+/// One device's figures, as last read; `None` where the driver did not tell.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Reading {
+    /// Model name (empty when unknown).
+    pub name: String,
+    /// `GPU-…` UUID.
+    pub uuid: Option<String>,
+    /// NVML's `gpu` utilization, percent.
+    pub utilization_pct: Option<f64>,
+    /// Board power draw, watts.
+    pub power_watts: Option<f64>,
+    /// GPU temperature, °C.
+    pub temperature_c: Option<f64>,
+}
+
+/// The last reading of each device, by ordinal (empty until NVML was opened).
+static LATEST: Mutex<Vec<Reading>> = Mutex::new(Vec::new());
+
+/// Device `device`'s last reading (all unknown when there is none).
+pub fn latest(device: u32) -> Reading {
+    // A reading is replaced whole, so a poisoned lock still guards a consistent list.
+    let latest = LATEST.lock().unwrap_or_else(PoisonError::into_inner);
+    latest.get(device as usize).cloned().unwrap_or_default()
+}
+
+/// NVML, loaded, with the queries it has and the devices' handles.
+pub struct Sensors {
+    _lib: Library,
+    utilization: Option<Utilization>,
+    power: Option<Power>,
+    temperature: Option<Temperature>,
+    handles: Vec<NvmlDevice>,
+}
+
+// SAFETY: the handles are NVML's opaque, process-wide device handles, valid on any thread; the value is
+// used by one thread at a time (it is moved into the sensors thread).
+unsafe impl Send for Sensors {}
+
+/// Text an NVML query writes into a buffer (`None` when it fails or is missing).
+fn text(query: Option<Text>, handle: NvmlDevice) -> Option<String> {
+    let mut buf = [0 as c_char; TEXT_LEN];
+    // SAFETY: `buf` holds `buf.len()` bytes, the length passed; the handle is NVML's.
+    let rc = unsafe { query?(handle, buf.as_mut_ptr(), buf.len() as c_uint) };
+    if rc != NVML_SUCCESS {
+        return None;
+    }
+    let bytes: Vec<u8> = buf.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
+    Some(String::from_utf8_lossy(&bytes).into_owned())
+}
+
+impl Sensors {
+    /// Loads NVML, opens devices `0..devices` and reads their names and UUIDs; the error names the
+    /// library and the call that failed.
+    pub fn open(devices: u32) -> Result<Sensors, String> {
+        let name = std::env::var("TESSERA_REAL_LIBNVML").unwrap_or_else(|_| "libnvidia-ml.so.1".into());
+        // SAFETY: loading NVML runs its initializers, as every NVML client does.
+        let lib = unsafe { Library::new(&name) }.map_err(|e| format!("cannot load {name}: {e}"))?;
+        let sym = |s: &str| format!("{name}: {s} is missing");
+        // SAFETY: each symbol is read with its documented signature in nvml.h; the optional ones are
+        // `None` when the library lacks them.
+        let (init, by_index, device_name, uuid, utilization, power, temperature) = unsafe {
+            (
+                *lib.get::<Init>(b"nvmlInit_v2").map_err(|_| sym("nvmlInit_v2"))?,
+                *lib.get::<HandleByIndex>(b"nvmlDeviceGetHandleByIndex_v2")
+                    .map_err(|_| sym("nvmlDeviceGetHandleByIndex_v2"))?,
+                lib.get::<Text>(b"nvmlDeviceGetName").ok().map(|s| *s),
+                lib.get::<Text>(b"nvmlDeviceGetUUID").ok().map(|s| *s),
+                lib.get::<Utilization>(b"nvmlDeviceGetUtilizationRates").ok().map(|s| *s),
+                lib.get::<Power>(b"nvmlDeviceGetPowerUsage").ok().map(|s| *s),
+                lib.get::<Temperature>(b"nvmlDeviceGetTemperature").ok().map(|s| *s),
+            )
+        };
+        // SAFETY: no arguments.
+        let rc = unsafe { init() };
+        if rc != NVML_SUCCESS {
+            return Err(format!("{name}: nvmlInit_v2 returned {rc}"));
+        }
+        let mut handles = Vec::new();
+        let mut readings = Vec::new();
+        for index in 0..devices.min(MAX_DEVICES as u32) {
+            let mut handle: NvmlDevice = std::ptr::null_mut();
+            // SAFETY: a valid out-pointer.
+            let rc = unsafe { by_index(index, &mut handle) };
+            if rc != NVML_SUCCESS {
+                return Err(format!("{name}: nvmlDeviceGetHandleByIndex_v2({index}) returned {rc}"));
+            }
+            handles.push(handle);
+            readings.push(Reading {
+                name: text(device_name, handle).unwrap_or_default(),
+                uuid: text(uuid, handle).filter(|u| !u.is_empty()),
+                ..Reading::default()
+            });
+        }
+        let sensors = Sensors { _lib: lib, utilization, power, temperature, handles };
+        for (device, reading) in readings.iter_mut().enumerate() {
+            sensors.read(device, reading);
+        }
+        *LATEST.lock().unwrap_or_else(PoisonError::into_inner) = readings;
+        Ok(sensors)
+    }
+
+    /// Reads device `device`'s utilization, power and temperature into `reading`.
+    fn read(&self, device: usize, reading: &mut Reading) {
+        let handle = self.handles[device];
+        reading.utilization_pct = self.utilization.and_then(|query| {
+            let mut u = NvmlUtilization::default();
+            // SAFETY: a valid out-pointer for one nvmlUtilization_t; the handle is NVML's.
+            (unsafe { query(handle, &mut u) } == NVML_SUCCESS).then_some(f64::from(u.gpu.min(100)))
+        });
+        reading.power_watts = self.power.and_then(|query| {
+            let mut mw: c_uint = 0;
+            // SAFETY: a valid out-pointer; the handle is NVML's.
+            (unsafe { query(handle, &mut mw) } == NVML_SUCCESS).then_some(f64::from(mw) / 1000.0)
+        });
+        reading.temperature_c = self.temperature.and_then(|query| {
+            let mut c: c_uint = 0;
+            // SAFETY: a valid out-pointer; the handle is NVML's.
+            (unsafe { query(handle, NVML_TEMPERATURE_GPU, &mut c) } == NVML_SUCCESS).then_some(f64::from(c))
+        });
+    }
+
+    /// Reads every device again every [`PERIOD`] until `stop` is set.
+    pub fn run(self, stop: &AtomicBool) {
+        while !stop.load(Ordering::Acquire) {
+            std::thread::sleep(PERIOD);
+            let mut readings: Vec<Reading> = (0..self.handles.len() as u32).map(latest).collect();
+            for (device, reading) in readings.iter_mut().enumerate() {
+                self.read(device, reading);
+            }
+            *LATEST.lock().unwrap_or_else(PoisonError::into_inner) = readings;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_driver_without_the_queries_leaves_the_figures_unknown() {
+        // Any library stands for NVML here: none of the optional queries is looked up in it.
+        // SAFETY: loading the C library, already loaded in this process, runs nothing new.
+        let lib = unsafe { Library::new("libc.so.6") }.expect("libc");
+        let sensors = Sensors {
+            _lib: lib,
+            utilization: None,
+            power: None,
+            temperature: None,
+            handles: vec![std::ptr::null_mut()],
+        };
+        let mut reading = Reading { utilization_pct: Some(1.0), power_watts: Some(1.0), ..Reading::default() };
+        sensors.read(0, &mut reading);
+        assert_eq!(reading, Reading::default());
+        assert_eq!(text(None, std::ptr::null_mut()), None);
+    }
+}
