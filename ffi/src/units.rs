@@ -66,16 +66,38 @@ fn scale(num: &str, multiplier: u64) -> Option<u64> {
     }
 }
 
-/// Formats bytes in the largest binary unit that keeps one decimal, e.g. `1.5 GiB`.
-pub fn format_size(bytes: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+/// `bytes` in its largest binary unit up to TiB: the value and the unit's index (0 = bytes, 1 = KiB, …
+/// 4 = TiB), for formatters that spell the unit their own way.
+pub fn binary_scale(bytes: u64) -> (f64, usize) {
     let mut value = bytes as f64;
     let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
+    while value >= 1024.0 && unit < 4 {
         value /= 1024.0;
         unit += 1;
     }
-    if unit == 0 { format!("{bytes} B") } else { format!("{value:.1} {}", UNITS[unit]) }
+    (value, unit)
+}
+
+/// Formats bytes in the largest binary unit that keeps one decimal, e.g. `1.5 GiB`.
+pub fn format_size(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    match binary_scale(bytes) {
+        (_, 0) => format!("{bytes} B"),
+        (value, unit) => format!("{value:.1} {}", UNITS[unit]),
+    }
+}
+
+/// `n` with thousands separators: `12,345`.
+pub fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// A setting given once for every device (`8GiB`) or per device ordinal (`0=8GiB,1=4GiB`).

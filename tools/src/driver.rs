@@ -72,10 +72,17 @@ impl Driver {
 
     /// Device name.
     pub fn name(&self, dev: i32) -> Result<String, String> {
-        let f: unsafe extern "C" fn(*mut c_char, c_int, c_int) -> Res = self.call("cuDeviceGetName")?;
+        self.device_string("cuDeviceGetName", dev)
+    }
+
+    /// A device's string from `symbol`, a driver call of the form `(char *out, int len, CUdevice dev)`
+    /// that NUL-terminates within `len` (`cuDeviceGetName`, `cuDeviceGetPCIBusId`).
+    fn device_string(&self, symbol: &str, dev: i32) -> Result<String, String> {
+        let f: unsafe extern "C" fn(*mut c_char, c_int, c_int) -> Res = self.call(symbol)?;
+        // Names are under 100 bytes and bus ids 13 (as the driver documents); room to spare.
         let mut buf = [0 as c_char; 128];
         // SAFETY: the buffer holds 128 bytes, as passed.
-        check("cuDeviceGetName", unsafe { f(buf.as_mut_ptr(), buf.len() as c_int, dev) })?;
+        check(symbol, unsafe { f(buf.as_mut_ptr(), buf.len() as c_int, dev) })?;
         // SAFETY: the driver NUL-terminates within the buffer.
         Ok(unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned())
     }
@@ -100,13 +107,7 @@ impl Driver {
 
     /// `cuDeviceGetPCIBusId`: `domain:bus:device.function`, e.g. `0000:10:00.0`.
     pub fn pci_bus_id(&self, dev: i32) -> Result<String, String> {
-        let f: unsafe extern "C" fn(*mut c_char, c_int, c_int) -> Res = self.call("cuDeviceGetPCIBusId")?;
-        // The driver documents 13 bytes as enough; room to spare for longer domains.
-        let mut buf = [0 as c_char; 64];
-        // SAFETY: the buffer holds 64 bytes, as passed.
-        check("cuDeviceGetPCIBusId", unsafe { f(buf.as_mut_ptr(), buf.len() as c_int, dev) })?;
-        // SAFETY: the driver NUL-terminates within the buffer.
-        Ok(unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned())
+        self.device_string("cuDeviceGetPCIBusId", dev)
     }
 
     /// `cuDeviceGetUuid_v2`, in NVIDIA's textual form `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`.

@@ -5,7 +5,7 @@ use super::Tenant;
 use super::entitlement::{self, Verdict};
 use super::figures::{Snapshot, VgpuFigures};
 use crate::grid::{Align, render};
-use tessera_ffi::units::format_size;
+use tessera_ffi::units::{format_size, thousands};
 
 /// Width of the share bars of the live table.
 const BAR: usize = 10;
@@ -20,19 +20,6 @@ pub fn configured(t: &Tenant) -> String {
         s += " cap";
     }
     s
-}
-
-/// `n` with thousands separators: `12,345`.
-fn thousands(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 /// Nanoseconds as seconds with one decimal: `12.3 s`.

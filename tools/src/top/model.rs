@@ -4,6 +4,7 @@
 
 use super::history::{History, Rates};
 use tessera_client::{DeviceStats, Mode, Priority, Stats, VgpuStats};
+use tessera_ffi::units::{binary_scale, thousands};
 
 /// The order of the vGPU rows; `s` cycles through them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -112,16 +113,10 @@ pub const PROCESS_COLUMNS: [Column; 5] = [
 /// Sizes in few characters: `512M`, `6.0G`, `80G`.
 pub fn short_size(bytes: u64) -> String {
     const UNITS: [&str; 5] = ["B", "K", "M", "G", "T"];
-    let mut value = bytes as f64;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    match unit {
-        0 => format!("{bytes}B"),
-        _ if value < 9.95 => format!("{value:.1}{}", UNITS[unit]),
-        _ => format!("{value:.0}{}", UNITS[unit]),
+    match binary_scale(bytes) {
+        (_, 0) => format!("{bytes}B"),
+        (value, unit) if value < 9.95 => format!("{value:.1}{}", UNITS[unit]),
+        (value, unit) => format!("{value:.0}{}", UNITS[unit]),
     }
 }
 
@@ -138,16 +133,7 @@ fn tokens(ns: i64) -> String {
 
 /// A count per second with thousands separators: `12,345`.
 fn per_second(value: Option<f64>) -> String {
-    let Some(v) = value else { return "-".into() };
-    let digits = (v.max(0.0).round() as u64).to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
+    value.map_or("-".into(), |v| thousands(v.max(0.0).round() as u64))
 }
 
 /// A sparkline of `values` (percent), one block character each, at most `width` of the latest.
