@@ -27,6 +27,9 @@ pub struct Charger {
     /// Device time charged to each slot since the charger started (the daemon's own count, which no
     /// tenant can write, unlike its `device_ns`).
     charged: Vec<u64>,
+    /// Each slot's `charged` when its present vGPU became a member of the device, so that a vGPU placed
+    /// in a slot is not counted what the slot's previous vGPU took.
+    joined: Vec<u64>,
 }
 
 /// Whether slot `v` is a managed vGPU of `device`.
@@ -45,12 +48,22 @@ impl Charger {
             records: Vec::new(),
             changes: Vec::new(),
             charged: vec![0; MAX_VGPUS],
+            joined: vec![0; MAX_VGPUS],
         }
     }
 
-    /// Device time charged to slot `slot` since this charger started.
+    /// Whether slot `slot` held a managed vGPU of the device at the last [`Charger::charge`].
+    pub fn is_member(&self, slot: usize) -> bool {
+        self.readers.get(slot).is_some_and(Option::is_some)
+    }
+
+    /// Device time charged to slot `slot`'s vGPU since it became a member of the device under this
+    /// charger (0 for a slot that is not a member).
     pub fn charged_ns(&self, slot: usize) -> u64 {
-        self.charged.get(slot).copied().unwrap_or(0)
+        if !self.is_member(slot) {
+            return 0;
+        }
+        self.charged[slot] - self.joined[slot]
     }
 
     /// Charges the kernels the device's vGPUs published since the last call, at `now_ns`.
@@ -63,6 +76,9 @@ impl Charger {
                 continue;
             }
             let t = &v.live.timeline;
+            if self.readers[i].is_none() {
+                self.joined[i] = self.charged[i];
+            }
             let reader = self.readers[i].get_or_insert_with(|| Reader::resume(t));
             self.records.clear();
             reader.read(t, now_ns, &mut self.records);
@@ -187,5 +203,37 @@ mod tests {
         assert!(r.vgpus[21].live.timeline.publish(&honest));
         charger.charge(r, 13 * MS);
         assert_eq!((device(21), r.vgpus[21].live.sched.tokens.load(Ordering::Relaxed)), (MS, 0));
+    }
+
+    #[test]
+    fn a_vgpu_placed_in_a_reused_slot_counts_only_its_own_charges() {
+        let r = region();
+        let v = &r.vgpus[30];
+        let ready = || v.config.state.store(state::READY, Ordering::Relaxed);
+        let free = || v.config.state.store(state::FREE, Ordering::Relaxed);
+        v.config.flags.store(flags::MANAGED, Ordering::Relaxed);
+        ready();
+        let mut charger = Charger::new(r, 0);
+        let kernel = |start: u64| Record {
+            start_ns: start,
+            end_ns: start + MS,
+            charged: MS as i64,
+            kind: 0,
+            launches: 1,
+            bound_ns: 0,
+        };
+        assert!(v.live.timeline.publish(&kernel(MS)));
+        charger.charge(r, 5 * MS);
+        assert!(charger.is_member(30) && !charger.is_member(31));
+        assert_eq!(charger.charged_ns(30), MS);
+        // The vGPU is removed: the slot is no member and counts nothing.
+        free();
+        charger.charge(r, 6 * MS);
+        assert_eq!((charger.is_member(30), charger.charged_ns(30)), (false, 0));
+        // Another vGPU takes the slot: it starts from nothing, not from its predecessor's millisecond.
+        ready();
+        assert!(v.live.timeline.publish(&kernel(7 * MS)));
+        charger.charge(r, 10 * MS);
+        assert_eq!(charger.charged_ns(30), MS);
     }
 }

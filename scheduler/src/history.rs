@@ -5,11 +5,11 @@
 //! a copy of 66 integers, and not taken at all on the ticks in between. A device's busy time is the sum
 //! over its slots (the ledger never charges the same nanosecond twice).
 
-use crate::charger::{Charger, member};
+use crate::charger::Charger;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use tessera_client::Achieved;
-use tessera_ffi::region::{MAX_DEVICES, MAX_VGPUS, Region};
+use tessera_ffi::region::{MAX_DEVICES, MAX_VGPUS};
 
 /// Least time between two samples.
 pub const SAMPLE_NS: u64 = 100_000_000;
@@ -26,7 +26,7 @@ struct Sample {
     at_ns: u64,
     /// Bit `i`: slot `i` is a managed vGPU of the device.
     members: u64,
-    /// Device time charged to each slot so far.
+    /// Device time charged to each member slot's vGPU since it became a member.
     charged: [u64; MAX_VGPUS],
 }
 
@@ -53,13 +53,14 @@ fn ring(device: usize) -> MutexGuard<'static, Option<Ring>> {
 }
 
 /// Records device `device`'s sample at `now_ns`, if one is due, from its charger.
-pub fn record(region: &Region, device: u32, charger: &Charger, now_ns: u64) {
+pub fn record(device: u32, charger: &Charger, now_ns: u64) {
     let d = device as usize;
     if d >= MAX_DEVICES || now_ns < DUE[d].load(Ordering::Relaxed) {
         return;
     }
     DUE[d].store(now_ns + SAMPLE_NS, Ordering::Relaxed);
-    let members = (0..MAX_VGPUS).filter(|&i| member(&region.vgpus[i], device)).fold(0u64, |m, i| m | 1 << i);
+    // Membership as the charger saw it at its last charge, so that a sample's members and counts agree.
+    let members = (0..MAX_VGPUS).filter(|&i| charger.is_member(i)).fold(0u64, |m, i| m | 1 << i);
     put(d, now_ns, members, |slot| charger.charged_ns(slot));
 }
 
@@ -90,18 +91,33 @@ pub struct Reading {
     pub span_1s_ns: u64,
     /// The time the 10 s figures cover, ns.
     pub span_10s_ns: u64,
+    /// Device time charged to each slot's vGPU since it became a member under this daemon, as of the
+    /// last sample (0 for slots not on the device now).
+    pub charged_ns: [u64; MAX_VGPUS],
 }
 
 /// What device `device` and its slots achieved over the last [`SHORT_NS`] and [`LONG_NS`] of samples.
 pub fn read(device: u32) -> Reading {
-    let mut reading =
-        Reading { busy: Achieved::default(), slots: [Achieved::default(); MAX_VGPUS], span_1s_ns: 0, span_10s_ns: 0 };
+    let mut reading = Reading {
+        busy: Achieved::default(),
+        slots: [Achieved::default(); MAX_VGPUS],
+        span_1s_ns: 0,
+        span_10s_ns: 0,
+        charged_ns: [0; MAX_VGPUS],
+    };
     let d = device as usize;
     if d >= MAX_DEVICES {
         return reading;
     }
     let guard = ring(d);
     let Some(ring) = guard.as_ref() else { return reading };
+    if let Some(last) = ring.ordered().next_back() {
+        for (slot, charged) in reading.charged_ns.iter_mut().enumerate() {
+            if last.members & 1 << slot != 0 {
+                *charged = last.charged[slot];
+            }
+        }
+    }
     for (window, long) in [(SHORT_NS, false), (LONG_NS, true)] {
         let (span, busy, slots) = window_of(ring, window);
         let set = |a: &mut Achieved, pct: f64| if long { a.last_10s_pct = pct } else { a.last_1s_pct = pct };
@@ -171,6 +187,7 @@ mod tests {
         assert!((r.slots[1].last_10s_pct - 5.0).abs() < 1e-9, "2 s at 25% over 10 s: {:?}", r.slots[1]);
         assert!((r.busy.last_1s_pct - 75.0).abs() < 1e-9, "{:?}", r.busy);
         assert!((r.busy.last_10s_pct - 55.0).abs() < 1e-9, "{:?}", r.busy);
+        assert_eq!(r.charged_ns[..3], [10_000 * MS, 5_500 * MS, 0], "the last sample's counts, members only");
         assert_eq!(read(14).span_10s_ns, 0, "a device never sampled reads as nothing");
     }
 }

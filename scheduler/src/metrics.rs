@@ -118,9 +118,13 @@ const VGPU_FAMILIES: &[Family<VgpuStats>] = &[
             vec![(Some(("window", "1s")), ratio(a.last_1s_pct)), (Some(("window", "10s")), ratio(a.last_10s_pct))]
         },
     ),
-    one("vgpu_device_seconds", "Device time the vGPU's kernels took, as its processes count it", true, |v| {
-        just(seconds(v.device_ns as f64))
-    }),
+    one(
+        "vgpu_device_seconds",
+        "Device time the daemon charged the vGPU's kernels (its own count, which no tenant can write; from 0 when \
+         the daemon starts)",
+        true,
+        |v| just(seconds(v.charged_ns as f64)),
+    ),
     one("vgpu_launches", "Kernel launches of the vGPU's processes", true, |v| just(Number::U(v.launches))),
     one("vgpu_wait_seconds", "Time the vGPU's launches waited for tokens", true, |v| just(seconds(v.wait_ns as f64))),
     one("vgpu_tokens_seconds", "Device time in the vGPU's token bucket (negative: debt)", false, |v| {
@@ -265,7 +269,8 @@ mod tests {
             achieved: Achieved { last_1s_pct: 25.0, last_10s_pct: 29.0 },
             tokens_ns: -1_500_000_000,
             launches: 42,
-            device_ns: 2_500_000_000,
+            device_ns: 2_400_000_000,
+            charged_ns: 2_500_000_000,
             wait_ns: 500_000_000,
             memory: MemoryStats {
                 quota: 1 << 30,

@@ -49,6 +49,7 @@ pub fn stats(region: &Region, specs: &[VgpuSpec], devices: &[u64], only: Option<
             let Some((index, v)) = slot(region, &spec.name) else { return st };
             if let Some(r) = reading(spec.device) {
                 st.achieved = r.slots[index];
+                st.charged_ns = r.charged_ns[index];
             }
             let d = spec.device as usize;
             let s = &v.live.sched;

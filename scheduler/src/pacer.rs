@@ -362,7 +362,7 @@ pub fn run(region: &Region, device: u32, stop: &AtomicBool) {
         let urgent = bells(region, device, true);
         let now = futex::monotonic_ns();
         let (demand, recheck) = tick(region, device, &mut state, now, (now - last).min(MAX_DT_NS));
-        crate::history::record(region, device, &state.charger, now);
+        crate::history::record(device, &state.charger, now);
         last = now;
         region.daemon.heartbeat_ns.fetch_max(now, Ordering::AcqRel);
         pace = pace.after_tick(now, demand);

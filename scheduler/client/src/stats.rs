@@ -87,6 +87,11 @@ pub struct VgpuStats {
     pub launches: u64,
     /// Device time its kernels took so far, as its processes count it.
     pub device_ns: u64,
+    /// Device time the daemon charged its kernels since the vGPU became a member of its device under this
+    /// daemon (the daemon's own count from the order of completions, which no tenant can write; it starts
+    /// again at 0 when the daemon restarts), as of the last 100 ms sample.
+    #[serde(default)]
+    pub charged_ns: u64,
     /// Time its launches spent waiting for tokens so far.
     pub wait_ns: u64,
     /// Its memory.
