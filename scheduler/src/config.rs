@@ -16,6 +16,8 @@ pub type Devices<'a> = &'a [u64];
 pub const MIN_WINDOW_NS: u64 = 1_000;
 /// Longest window a vGPU may have.
 pub const MAX_WINDOW_NS: u64 = 1_000_000_000;
+/// Smallest share a vGPU may have, in percent of its device (shares sum to at most 100 per device).
+pub const MIN_SHARE: u32 = 1;
 
 pub use tessera_client::spec::{Change, Mode, Priority, VgpuSpec};
 
@@ -59,8 +61,8 @@ impl Checked for VgpuSpec {
             return Err(format!("{:?} is not a vGPU name; {VGPU_NAME_FORM}", self.name));
         }
         check_device(self.device, devices.len() as u32)?;
-        if !(1..=100).contains(&self.share) {
-            return Err(format!("a share of {}% is out of range; use 1 to 100", self.share));
+        if !(MIN_SHARE..=100).contains(&self.share) {
+            return Err(format!("a share of {}% is out of range; use {MIN_SHARE} to 100", self.share));
         }
         if self.memory == 0 {
             return Err("a memory quota of 0 bytes allows nothing".into());

@@ -7,9 +7,9 @@ use super::device::Facts;
 use serde_json::{Value, json};
 use tessera_ffi::region::{MAX_DEVICES, MAX_VGPUS};
 
-/// Smallest share a vGPU may have, in percent: the daemon accepts shares of 1 to 100 summing to at most
-/// 100 per device (`tessera_scheduler::config`), so a device holds at most 100 vGPUs by shares alone.
-pub const MIN_SHARE_PERCENT: u32 = 1;
+/// Smallest share a vGPU may have, in percent: the daemon's own rule (shares of it to 100 summing to at
+/// most 100 per device), so a device holds at most `100 / MIN_SHARE_PERCENT` vGPUs by shares alone.
+pub use tessera_scheduler::config::MIN_SHARE as MIN_SHARE_PERCENT;
 
 /// Most fractional vGPUs device `dev` can hold: the region's vGPU slots ([`MAX_VGPUS`], all of which may
 /// sit on one device) or what the smallest share allows, whichever is fewer; `None` for a device the
