@@ -49,6 +49,9 @@ pub struct Options {
     pub devices: Vec<u64>,
     /// Where to serve `GET /metrics` (Prometheus), if anywhere (see [`crate::metrics_server`]).
     pub metrics: Option<SocketAddr>,
+    /// The NVML library that goes with the driver whose devices these are (for the audit and the
+    /// devices' name, utilization, power and temperature).
+    pub nvml: String,
 }
 
 impl Options {
@@ -60,6 +63,7 @@ impl Options {
             state_dir: paths::state_dir()?,
             devices,
             metrics: None,
+            nvml: crate::nvml_usage::machine_nvml(),
         })
     }
 }
@@ -202,6 +206,7 @@ pub fn run(options: Options) -> Result<(), String> {
         }
     };
     let devices = options.devices.len().min(MAX_DEVICES) as u32;
+    let nvml = options.nvml.clone();
     for device in 0..devices {
         let name = format!("refill-{device}");
         supervise(&name, stop, died.clone(), move || pacer::run(file.region(), device, stop))?;
@@ -212,10 +217,10 @@ pub fn run(options: Options) -> Result<(), String> {
             std::thread::sleep(Duration::from_secs(1));
         }
     })?;
-    let usage = ProcessUsage::open(devices)
+    let usage = ProcessUsage::open(&nvml, devices)
         .map_err(|e| say!("tessera daemon: warning: no audit of the vGPUs' device time: {e}"))
         .ok();
-    match Sensors::open(devices) {
+    match Sensors::open(&nvml, devices) {
         Ok(sensors) => supervise("sensors", stop, died.clone(), move || sensors.run(stop))?,
         Err(e) => say!("tessera daemon: warning: no device name, utilization, power or temperature: {e}"),
     }

@@ -22,6 +22,13 @@ type ProcessUtilization =
     unsafe extern "C" fn(NvmlDevice, *mut NvmlProcessUtilizationSample, *mut c_uint, u64) -> NvmlReturn;
 type RunningProcesses = unsafe extern "C" fn(NvmlDevice, *mut c_uint, *mut NvmlProcessInfoV1) -> NvmlReturn;
 
+/// The machine's NVML: `TESSERA_REAL_LIBNVML` when set, else `libnvidia-ml.so.1` on the loader's path (as
+/// the shim loads it). A daemon on the simulated GPU is given the simulated NVML instead (see `tessera
+/// daemon`).
+pub fn machine_nvml() -> String {
+    std::env::var("TESSERA_REAL_LIBNVML").unwrap_or_else(|_| "libnvidia-ml.so.1".into())
+}
+
 /// Most processes read per query (more are asked for again with a larger buffer, up to this).
 const MAX_SAMPLES: usize = 4096;
 
@@ -53,10 +60,9 @@ fn now_us() -> u64 {
 
 impl ProcessUsage {
     /// Loads NVML and opens devices `0..devices`; the error names the library and the call that failed.
-    pub fn open(devices: u32) -> Result<ProcessUsage, String> {
-        let name = std::env::var("TESSERA_REAL_LIBNVML").unwrap_or_else(|_| "libnvidia-ml.so.1".into());
+    pub fn open(name: &str, devices: u32) -> Result<ProcessUsage, String> {
         // SAFETY: loading NVML runs its initializers, as every NVML client does.
-        let lib = unsafe { Library::new(&name) }.map_err(|e| format!("cannot load {name}: {e}"))?;
+        let lib = unsafe { Library::new(name) }.map_err(|e| format!("cannot load {name}: {e}"))?;
         let sym = |s: &str| format!("{name}: {s} is missing");
         // SAFETY: each symbol is read with its documented signature in nvml.h.
         let (init, by_index, utilization, running) = unsafe {

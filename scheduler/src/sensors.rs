@@ -89,10 +89,9 @@ fn text(query: Option<Text>, handle: NvmlDevice) -> Option<String> {
 impl Sensors {
     /// Loads NVML, opens devices `0..devices` and reads their names and UUIDs; the error names the
     /// library and the call that failed.
-    pub fn open(devices: u32) -> Result<Sensors, String> {
-        let name = std::env::var("TESSERA_REAL_LIBNVML").unwrap_or_else(|_| "libnvidia-ml.so.1".into());
+    pub fn open(name: &str, devices: u32) -> Result<Sensors, String> {
         // SAFETY: loading NVML runs its initializers, as every NVML client does.
-        let lib = unsafe { Library::new(&name) }.map_err(|e| format!("cannot load {name}: {e}"))?;
+        let lib = unsafe { Library::new(name) }.map_err(|e| format!("cannot load {name}: {e}"))?;
         let sym = |s: &str| format!("{name}: {s} is missing");
         // SAFETY: each symbol is read with its documented signature in nvml.h; the optional ones are
         // `None` when the library lacks them.

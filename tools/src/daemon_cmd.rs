@@ -8,7 +8,7 @@ use clap::Args;
 use clap::builder::OsStringValueParser;
 use std::ffi::OsString;
 use tessera_scheduler::daemon::{self, Options};
-use tessera_scheduler::{metrics_server, paths};
+use tessera_scheduler::{metrics_server, nvml_usage, paths};
 
 /// The variables the daemon reads besides its options', listed by `tessera daemon --help`.
 const MORE_VARIABLES: &str = "\
@@ -46,15 +46,18 @@ pub struct DaemonArgs {
     metrics: Option<OsString>,
 }
 
-/// The total memory of each device the driver shows (`cuDeviceTotalMem`), by ordinal. The driver stays
-/// loaded for the daemon's life.
-fn device_memory() -> Result<Vec<u64>, String> {
+/// The total memory of each device the driver shows (`cuDeviceTotalMem`), by ordinal, and the NVML that
+/// goes with that driver (the simulated one on the simulated GPU). The driver stays loaded for the
+/// daemon's life.
+fn devices() -> Result<(Vec<u64>, String), String> {
     let driver = Driver::load()?;
     driver.init()?;
     let n = driver.device_count()?;
-    let memory = (0..n).map(|d| driver.total_memory(d).map_err(|e| format!("device {d}: {e}"))).collect();
+    let memory: Result<Vec<u64>, String> =
+        (0..n).map(|d| driver.total_memory(d).map_err(|e| format!("device {d}: {e}"))).collect();
+    let nvml = driver.origin.nvml_library();
     std::mem::forget(driver);
-    memory
+    Ok((memory?, nvml))
 }
 
 /// A path (or address) given as an option or variable (taken as given by clap, so that the error is this
@@ -87,14 +90,15 @@ fn options(args: DaemonArgs, devices: Vec<u64>) -> Result<Options, String> {
         Some(m) => Some(metrics_server::parse_address(&given(m, "--metrics", "TESSERA_METRICS")?)?),
         None => None,
     };
-    Ok(Options { region, socket, state_dir, devices, metrics })
+    Ok(Options { region, socket, state_dir, devices, metrics, nvml: nvml_usage::machine_nvml() })
 }
 
 /// Runs the daemon; returns only when it cannot start (a signal ends it with status 0).
 pub fn run(args: DaemonArgs) -> Result<(), String> {
     // The options are checked before the driver is loaded: a bad one is reported as such.
     let options = options(args, Vec::new())?;
-    daemon::run(Options { devices: device_memory()?, ..options })
+    let (devices, nvml) = devices()?;
+    daemon::run(Options { devices, nvml, ..options })
 }
 
 #[cfg(test)]

@@ -12,6 +12,17 @@ pub enum Origin {
     Simulated(std::path::PathBuf),
 }
 
+impl Origin {
+    /// The NVML library that goes with this driver: the simulated one beside the simulated driver, else
+    /// the machine's (`TESSERA_REAL_LIBNVML`, or `libnvidia-ml.so.1` on the loader's path).
+    pub fn nvml_library(&self) -> String {
+        match self {
+            Origin::Simulated(folder) => folder.join("libnvidia-ml.so.1").to_string_lossy().into_owned(),
+            Origin::Real => tessera_scheduler::nvml_usage::machine_nvml(),
+        }
+    }
+}
+
 /// A loaded driver with the handful of entry points the CLI needs.
 pub struct Driver {
     lib: Library,

@@ -83,10 +83,7 @@ impl Nvml {
     /// Loads the NVML that goes with a driver of `origin` and initializes it; `None` when there is none or
     /// it does not initialize.
     pub fn open(origin: &Origin) -> Option<Nvml> {
-        let name = match origin {
-            Origin::Simulated(folder) => folder.join("libnvidia-ml.so.1").to_string_lossy().into_owned(),
-            Origin::Real => std::env::var("TESSERA_REAL_LIBNVML").unwrap_or_else(|_| "libnvidia-ml.so.1".into()),
-        };
+        let name = origin.nvml_library();
         // SAFETY: loading NVML runs its initializers, as every NVML client does.
         let lib = unsafe { Library::new(&name) }.ok()?;
         let nvml = Nvml { lib, name };
