@@ -105,6 +105,19 @@ impl Rng {
 /// Churning processes, SIGKILLed and reaped when dropped (also when a check fails: [`Guarded`]).
 struct Tenants(Vec<Guarded>);
 
+impl Tenants {
+    /// Stops every process (SIGSTOP) before any is killed, so that none of them can take a dead peer's
+    /// slot back while the others die one by one (the shim scans for dead peers when it allocates): the
+    /// slots of all those that had joined are left as they were. Then kills and reaps them.
+    fn kill_all_at_once(self) {
+        for t in &self.0 {
+            // SAFETY: plain signal to a child this test spawned and has not reaped yet.
+            unsafe { libc::kill(t.id() as libc::pid_t, libc::SIGSTOP) };
+        }
+        drop(self);
+    }
+}
+
 /// Runs a storm: `TENANTS` processes from `spawn`, one SIGKILLed every 1-8 ms and replaced, `KILLS`
 /// times; returns the processes still churning. A watcher samples the vGPU's usage and what the driver gave its live
 /// processes all along, each sample while no process is being killed (a sample never mixes a process's
@@ -187,7 +200,7 @@ fn a_kill_storm_on_a_managed_vgpu_leaks_nothing_and_never_overshoots() {
     let tenants = storm(&m.sim, &view, |args| quiet(m.tenant("storm", args)));
     // The daemon is killed before the last tenants: the restarted one must find their slots and reclaim them.
     m.kill_daemon();
-    drop(tenants);
+    tenants.kill_all_at_once();
     assert!(view.vgpu().attached().count() > 0, "dead tenants' slots are left for the restarted daemon");
     m.start();
     common::region::wait_for("the restarted daemon to reclaim every dead tenant", Duration::from_secs(20), || {
