@@ -4,7 +4,7 @@
 //! program may pass a value an enum lacks, and holding such a value in an enum is undefined behaviour. Field
 //! names are the C names in snake case; the layouts are checked against the header's sizes at compile time.
 
-use std::ffi::CStr;
+use std::ffi::{CStr, c_char};
 use std::mem::{offset_of, size_of};
 
 /// `nvmlReturn_t` as the C ABI carries it.
@@ -389,3 +389,111 @@ const _: () = {
     assert!(size_of::<NvmlProcessUtilizationInfoV1>() == 40);
     assert!(size_of::<NvmlProcessesUtilizationInfoV1>() == 24);
 };
+
+// MIG GPU instance profiles (`nvmlDeviceGetGpuInstanceProfileInfo` and `…InfoV`): read by `tessera info`,
+// answered by the simulated NVML.
+
+/// `nvmlGpuInstanceProfileInfo_t`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct NvmlGpuInstanceProfileInfo {
+    /// Profile id.
+    pub id: u32,
+    /// Whether peer-to-peer transfers work between instances.
+    pub is_p2p_supported: u32,
+    /// GPU slices the profile takes.
+    pub slice_count: u32,
+    /// Instances of it that fit on the device.
+    pub instance_count: u32,
+    /// SMs of one instance.
+    pub multiprocessor_count: u32,
+    /// Copy engines.
+    pub copy_engine_count: u32,
+    /// Decoders.
+    pub decoder_count: u32,
+    /// Encoders.
+    pub encoder_count: u32,
+    /// JPEG decoders.
+    pub jpeg_count: u32,
+    /// Optical-flow accelerators.
+    pub ofa_count: u32,
+    /// Memory of one instance in MiB.
+    pub memory_size_mb: u64,
+}
+
+/// Length of the `name` field of the versioned profile structs (`NVML_DEVICE_NAME_V2_BUFFER_SIZE`).
+pub const GPU_INSTANCE_PROFILE_NAME_LEN: usize = 96;
+
+/// `nvmlGpuInstanceProfileInfo_v2_t`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct NvmlGpuInstanceProfileInfoV2 {
+    /// [`GPU_INSTANCE_PROFILE_INFO_V2`].
+    pub version: u32,
+    /// As in [`NvmlGpuInstanceProfileInfo`].
+    pub id: u32,
+    /// As in [`NvmlGpuInstanceProfileInfo`].
+    pub is_p2p_supported: u32,
+    /// As in [`NvmlGpuInstanceProfileInfo`].
+    pub slice_count: u32,
+    /// As in [`NvmlGpuInstanceProfileInfo`].
+    pub instance_count: u32,
+    /// As in [`NvmlGpuInstanceProfileInfo`].
+    pub multiprocessor_count: u32,
+    /// As in [`NvmlGpuInstanceProfileInfo`].
+    pub copy_engine_count: u32,
+    /// As in [`NvmlGpuInstanceProfileInfo`].
+    pub decoder_count: u32,
+    /// As in [`NvmlGpuInstanceProfileInfo`].
+    pub encoder_count: u32,
+    /// As in [`NvmlGpuInstanceProfileInfo`].
+    pub jpeg_count: u32,
+    /// As in [`NvmlGpuInstanceProfileInfo`].
+    pub ofa_count: u32,
+    /// As in [`NvmlGpuInstanceProfileInfo`].
+    pub memory_size_mb: u64,
+    /// The profile's name, e.g. `MIG 1g.10gb`, NUL-terminated.
+    pub name: [c_char; GPU_INSTANCE_PROFILE_NAME_LEN],
+}
+
+/// `nvmlGpuInstanceProfileInfo_v3_t` (no `isP2pSupported`; a `capabilities` word at the end).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct NvmlGpuInstanceProfileInfoV3 {
+    /// [`GPU_INSTANCE_PROFILE_INFO_V3`].
+    pub version: u32,
+    /// As in [`NvmlGpuInstanceProfileInfo`].
+    pub id: u32,
+    /// As in [`NvmlGpuInstanceProfileInfo`].
+    pub slice_count: u32,
+    /// As in [`NvmlGpuInstanceProfileInfo`].
+    pub instance_count: u32,
+    /// As in [`NvmlGpuInstanceProfileInfo`].
+    pub multiprocessor_count: u32,
+    /// As in [`NvmlGpuInstanceProfileInfo`].
+    pub copy_engine_count: u32,
+    /// As in [`NvmlGpuInstanceProfileInfo`].
+    pub decoder_count: u32,
+    /// As in [`NvmlGpuInstanceProfileInfo`].
+    pub encoder_count: u32,
+    /// As in [`NvmlGpuInstanceProfileInfo`].
+    pub jpeg_count: u32,
+    /// As in [`NvmlGpuInstanceProfileInfo`].
+    pub ofa_count: u32,
+    /// As in [`NvmlGpuInstanceProfileInfo`].
+    pub memory_size_mb: u64,
+    /// As in [`NvmlGpuInstanceProfileInfoV2`].
+    pub name: [c_char; GPU_INSTANCE_PROFILE_NAME_LEN],
+    /// `NVML_GPU_INSTANCE_PROFILE_CAPS_*` bits; none apply here.
+    pub capabilities: u32,
+}
+
+// The header's sizes on 64-bit Linux.
+const _: () = assert!(size_of::<NvmlGpuInstanceProfileInfo>() == 48);
+const _: () = assert!(size_of::<NvmlGpuInstanceProfileInfoV2>() == 152);
+const _: () = assert!(size_of::<NvmlGpuInstanceProfileInfoV3>() == 152);
+
+/// `nvmlGpuInstanceProfileInfo_v2` (`NVML_STRUCT_VERSION(GpuInstanceProfileInfo, 2)`).
+pub const GPU_INSTANCE_PROFILE_INFO_V2: u32 = struct_version(size_of::<NvmlGpuInstanceProfileInfoV2>(), 2);
+/// `nvmlGpuInstanceProfileInfo_v3` (`NVML_STRUCT_VERSION(GpuInstanceProfileInfo, 3)`).
+pub const GPU_INSTANCE_PROFILE_INFO_V3: u32 = struct_version(size_of::<NvmlGpuInstanceProfileInfoV3>(), 3);

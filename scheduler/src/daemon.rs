@@ -206,7 +206,6 @@ pub fn run(options: Options) -> Result<(), String> {
         }
     };
     let devices = options.devices.len().min(MAX_DEVICES) as u32;
-    let nvml = options.nvml.clone();
     for device in 0..devices {
         let name = format!("refill-{device}");
         supervise(&name, stop, died.clone(), move || pacer::run(file.region(), device, stop))?;
@@ -217,10 +216,10 @@ pub fn run(options: Options) -> Result<(), String> {
             std::thread::sleep(Duration::from_secs(1));
         }
     })?;
-    let usage = ProcessUsage::open(&nvml, devices)
+    let usage = ProcessUsage::open(&options.nvml, devices)
         .map_err(|e| say!("tessera daemon: warning: no audit of the vGPUs' device time: {e}"))
         .ok();
-    match Sensors::open(&nvml, devices) {
+    match Sensors::open(&options.nvml, devices) {
         Ok(sensors) => supervise("sensors", stop, died.clone(), move || sensors.run(stop))?,
         Err(e) => say!("tessera daemon: warning: no device name, utilization, power or temperature: {e}"),
     }

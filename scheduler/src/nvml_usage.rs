@@ -1,7 +1,7 @@
 //! Each process's device time and memory from NVML, figures tenants cannot write: the driver's per-process
 //! SM utilization (`nvmlDeviceGetProcessUtilization`) and memory (`nvmlDeviceGetComputeRunningProcesses`),
-//! loaded with `libloading` from the
-//! machine's `libnvidia-ml.so.1` (or `TESSERA_REAL_LIBNVML`), as the shim loads it.
+//! loaded with `libloading` from the library the daemon is given (`Options::nvml`: the one that goes with
+//! its driver; by default the machine's, [`machine_nvml`]).
 //!
 //! Each query asks for the utilization since the previous one (`lastSeenTimeStamp`: that query's time)
 //! and turns a process's percentage into device time over the interval between the two. A process first

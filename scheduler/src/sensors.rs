@@ -2,8 +2,8 @@
 //! and its utilization, power draw and temperature (read by the `sensors` thread every [`PERIOD`] and
 //! kept here, so a `stats` request or a scrape only copies the last reading instead of calling NVML).
 //!
-//! NVML is loaded with `libloading` from the machine's `libnvidia-ml.so.1` (or `TESSERA_REAL_LIBNVML`),
-//! as [`crate::nvml_usage`] loads it. Each query is looked up on its own: a driver without one (or a
+//! NVML is loaded with `libloading` from the library the daemon is given (`Options::nvml`: the one that
+//! goes with its driver), as [`crate::nvml_usage`] loads it. Each query is looked up on its own: a driver without one (or a
 //! device answering it with an error, e.g. `NVML_ERROR_NOT_SUPPORTED` for power on some boards) leaves
 //! that field unknown, and the others are still read.
 

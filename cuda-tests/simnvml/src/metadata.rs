@@ -7,116 +7,11 @@ use crate::{guard, out};
 use simgpu::DeviceConfig;
 use simgpu::profile::MigProfile;
 use std::ffi::{c_char, c_uint};
-use std::mem::size_of;
 use tessera_ffi::nvml::{
+    GPU_INSTANCE_PROFILE_INFO_V2, GPU_INSTANCE_PROFILE_INFO_V3, GPU_INSTANCE_PROFILE_NAME_LEN as NAME_LEN,
     NVML_ERROR_ARGUMENT_VERSION_MISMATCH, NVML_ERROR_INVALID_ARGUMENT, NVML_ERROR_NOT_SUPPORTED, NvmlDevice,
-    NvmlReturn, struct_version,
+    NvmlGpuInstanceProfileInfo, NvmlGpuInstanceProfileInfoV2, NvmlGpuInstanceProfileInfoV3, NvmlReturn,
 };
-
-/// `nvmlGpuInstanceProfileInfo_t`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct NvmlGpuInstanceProfileInfo {
-    /// Profile id.
-    pub id: u32,
-    /// Whether peer-to-peer transfers work between instances.
-    pub is_p2p_supported: u32,
-    /// GPU slices the profile takes.
-    pub slice_count: u32,
-    /// Instances of it that fit on the device.
-    pub instance_count: u32,
-    /// SMs of one instance.
-    pub multiprocessor_count: u32,
-    /// Copy engines.
-    pub copy_engine_count: u32,
-    /// Decoders.
-    pub decoder_count: u32,
-    /// Encoders.
-    pub encoder_count: u32,
-    /// JPEG decoders.
-    pub jpeg_count: u32,
-    /// Optical-flow accelerators.
-    pub ofa_count: u32,
-    /// Memory of one instance in MiB.
-    pub memory_size_mb: u64,
-}
-
-/// Length of the `name` field of the versioned profile structs (`NVML_DEVICE_NAME_V2_BUFFER_SIZE`).
-const NAME_LEN: usize = 96;
-
-/// `nvmlGpuInstanceProfileInfo_v2_t`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct NvmlGpuInstanceProfileInfoV2 {
-    /// [`GPU_INSTANCE_PROFILE_INFO_V2`].
-    pub version: u32,
-    /// As in [`NvmlGpuInstanceProfileInfo`].
-    pub id: u32,
-    /// As in [`NvmlGpuInstanceProfileInfo`].
-    pub is_p2p_supported: u32,
-    /// As in [`NvmlGpuInstanceProfileInfo`].
-    pub slice_count: u32,
-    /// As in [`NvmlGpuInstanceProfileInfo`].
-    pub instance_count: u32,
-    /// As in [`NvmlGpuInstanceProfileInfo`].
-    pub multiprocessor_count: u32,
-    /// As in [`NvmlGpuInstanceProfileInfo`].
-    pub copy_engine_count: u32,
-    /// As in [`NvmlGpuInstanceProfileInfo`].
-    pub decoder_count: u32,
-    /// As in [`NvmlGpuInstanceProfileInfo`].
-    pub encoder_count: u32,
-    /// As in [`NvmlGpuInstanceProfileInfo`].
-    pub jpeg_count: u32,
-    /// As in [`NvmlGpuInstanceProfileInfo`].
-    pub ofa_count: u32,
-    /// As in [`NvmlGpuInstanceProfileInfo`].
-    pub memory_size_mb: u64,
-    /// The profile's name, e.g. `MIG 1g.10gb`, NUL-terminated.
-    pub name: [c_char; NAME_LEN],
-}
-
-/// `nvmlGpuInstanceProfileInfo_v3_t` (no `isP2pSupported`; a `capabilities` word at the end).
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-pub struct NvmlGpuInstanceProfileInfoV3 {
-    /// [`GPU_INSTANCE_PROFILE_INFO_V3`].
-    pub version: u32,
-    /// As in [`NvmlGpuInstanceProfileInfo`].
-    pub id: u32,
-    /// As in [`NvmlGpuInstanceProfileInfo`].
-    pub slice_count: u32,
-    /// As in [`NvmlGpuInstanceProfileInfo`].
-    pub instance_count: u32,
-    /// As in [`NvmlGpuInstanceProfileInfo`].
-    pub multiprocessor_count: u32,
-    /// As in [`NvmlGpuInstanceProfileInfo`].
-    pub copy_engine_count: u32,
-    /// As in [`NvmlGpuInstanceProfileInfo`].
-    pub decoder_count: u32,
-    /// As in [`NvmlGpuInstanceProfileInfo`].
-    pub encoder_count: u32,
-    /// As in [`NvmlGpuInstanceProfileInfo`].
-    pub jpeg_count: u32,
-    /// As in [`NvmlGpuInstanceProfileInfo`].
-    pub ofa_count: u32,
-    /// As in [`NvmlGpuInstanceProfileInfo`].
-    pub memory_size_mb: u64,
-    /// As in [`NvmlGpuInstanceProfileInfoV2`].
-    pub name: [c_char; NAME_LEN],
-    /// `NVML_GPU_INSTANCE_PROFILE_CAPS_*` bits; none apply here.
-    pub capabilities: u32,
-}
-
-// The header's sizes on 64-bit Linux.
-const _: () = assert!(size_of::<NvmlGpuInstanceProfileInfo>() == 48);
-const _: () = assert!(size_of::<NvmlGpuInstanceProfileInfoV2>() == 152);
-const _: () = assert!(size_of::<NvmlGpuInstanceProfileInfoV3>() == 152);
-
-/// `nvmlGpuInstanceProfileInfo_v2` (`NVML_STRUCT_VERSION(GpuInstanceProfileInfo, 2)`).
-pub const GPU_INSTANCE_PROFILE_INFO_V2: u32 = struct_version(size_of::<NvmlGpuInstanceProfileInfoV2>(), 2);
-/// `nvmlGpuInstanceProfileInfo_v3` (`NVML_STRUCT_VERSION(GpuInstanceProfileInfo, 3)`).
-pub const GPU_INSTANCE_PROFILE_INFO_V3: u32 = struct_version(size_of::<NvmlGpuInstanceProfileInfoV3>(), 3);
 
 /// CUDA cores per SM of a compute capability, as NVIDIA's architecture documents give them.
 fn cores_per_sm(cc: (u32, u32)) -> Option<u32> {

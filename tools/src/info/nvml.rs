@@ -1,40 +1,16 @@
 //! NVML for `tessera info`: the library that goes with the driver in use (the simulated one beside the
-//! simulated driver, else the machine's `libnvidia-ml.so.1` or `TESSERA_REAL_LIBNVML`, as the daemon
-//! loads it), loaded with `libloading`, and the few queries the device document needs. Every query is
+//! simulated driver, else the machine's `libnvidia-ml.so.1` or `TESSERA_REAL_LIBNVML`:
+//! [`Origin::nvml_library`], as the daemon is given it), loaded with `libloading`, and the few queries the device document needs. Every query is
 //! optional: a missing library, symbol or an error answer is `None`, which the document shows as `null`.
 
 use crate::driver::Origin;
 use libloading::Library;
 use std::ffi::{CStr, c_char, c_uint};
 use tessera_ffi::nvml::{
-    NVML_CLOCK_MEM, NVML_DEVICE_ARCH_ADA, NVML_DEVICE_ARCH_AMPERE, NVML_DEVICE_ARCH_BLACKWELL, NVML_DEVICE_ARCH_HOPPER,
-    NVML_DEVICE_ARCH_TURING, NVML_DEVICE_ARCH_VOLTA, NVML_DEVICE_MIG_ENABLE, NVML_SUCCESS, NvmlDevice, NvmlReturn,
-    struct_version,
+    GPU_INSTANCE_PROFILE_INFO_V2, NVML_CLOCK_MEM, NVML_DEVICE_ARCH_ADA, NVML_DEVICE_ARCH_AMPERE,
+    NVML_DEVICE_ARCH_BLACKWELL, NVML_DEVICE_ARCH_HOPPER, NVML_DEVICE_ARCH_TURING, NVML_DEVICE_ARCH_VOLTA,
+    NVML_DEVICE_MIG_ENABLE, NVML_SUCCESS, NvmlDevice, NvmlGpuInstanceProfileInfoV2, NvmlReturn,
 };
-
-/// `nvmlGpuInstanceProfileInfo_v2_t` (nvml.h), the layout `nvmlDeviceGetGpuInstanceProfileInfoV` fills when
-/// its `version` is [`PROFILE_INFO_V2`].
-#[repr(C)]
-struct ProfileInfoV2 {
-    version: u32,
-    id: u32,
-    is_p2p_supported: u32,
-    slice_count: u32,
-    instance_count: u32,
-    multiprocessor_count: u32,
-    copy_engine_count: u32,
-    decoder_count: u32,
-    encoder_count: u32,
-    jpeg_count: u32,
-    ofa_count: u32,
-    memory_size_mb: u64,
-    name: [c_char; 96],
-}
-
-const _: () = assert!(size_of::<ProfileInfoV2>() == 152);
-
-/// `nvmlGpuInstanceProfileInfo_v2`.
-const PROFILE_INFO_V2: u32 = struct_version(size_of::<ProfileInfoV2>(), 2);
 
 /// `NVML_GPU_INSTANCE_PROFILE_*` values asked about: nvml.h numbers the profiles from 0 up and adds new
 /// ones with new GPUs (`NVML_GPU_INSTANCE_PROFILE_COUNT` grows), so ask a margin beyond today's.
@@ -192,7 +168,7 @@ impl Device<'_> {
         let (mut current, mut pending) = (0, 0);
         // SAFETY: NVML's handle and two valid out-pointers.
         ok(unsafe { mode(self.handle, &mut current, &mut pending) })?;
-        let info: Option<unsafe extern "C" fn(NvmlDevice, c_uint, *mut ProfileInfoV2) -> NvmlReturn> =
+        let info: Option<unsafe extern "C" fn(NvmlDevice, c_uint, *mut NvmlGpuInstanceProfileInfoV2) -> NvmlReturn> =
             self.nvml.symbol("nvmlDeviceGetGpuInstanceProfileInfoV");
         let profiles = info.map_or_else(Vec::new, |f| (0..MAX_PROFILE).filter_map(|p| self.profile(f, p)).collect());
         Some(Mig { enabled: current == NVML_DEVICE_MIG_ENABLE, profiles })
@@ -204,12 +180,12 @@ impl Device<'_> {
     /// device does not have it.
     fn profile(
         &self,
-        f: unsafe extern "C" fn(NvmlDevice, c_uint, *mut ProfileInfoV2) -> NvmlReturn,
+        f: unsafe extern "C" fn(NvmlDevice, c_uint, *mut NvmlGpuInstanceProfileInfoV2) -> NvmlReturn,
         profile: u32,
     ) -> Option<MigProfile> {
         // SAFETY: a plain C struct of integers and chars, for which all zeroes is a valid value.
-        let mut p: ProfileInfoV2 = unsafe { std::mem::zeroed() };
-        p.version = PROFILE_INFO_V2;
+        let mut p: NvmlGpuInstanceProfileInfoV2 = unsafe { std::mem::zeroed() };
+        p.version = GPU_INSTANCE_PROFILE_INFO_V2;
         // SAFETY: NVML's handle and a v2 struct with its version set.
         ok(unsafe { f(self.handle, profile, &mut p) })?;
         if p.instance_count == 0 {
