@@ -191,7 +191,7 @@ impl Device {
 }
 
 /// What the loop reads of vGPU `v` at `now_ns` (`processes`: whether any process is attached).
-fn observe(v: &VgpuSlot, now_ns: u64, processes: bool) -> Observed {
+pub fn observe(v: &VgpuSlot, now_ns: u64, processes: bool) -> Observed {
     let s = &v.live.sched;
     Observed {
         waiters: s.waiters.load(Ordering::Acquire),
@@ -202,7 +202,7 @@ fn observe(v: &VgpuSlot, now_ns: u64, processes: bool) -> Observed {
 }
 
 /// The algorithm's view of vGPU `v`, observed as `seen` at `now_ns`.
-fn view(v: &VgpuSlot, seen: &Observed, now_ns: u64) -> Vgpu {
+pub fn view(v: &VgpuSlot, seen: &Observed, now_ns: u64) -> Vgpu {
     let c = &v.config;
     let f = v.flags();
     let tokens = v.live.sched.tokens.load(Ordering::Acquire);

@@ -10,8 +10,7 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 use tessera_ffi::futex;
 use tessera_ffi::region::file::RegionFile;
-use tessera_ffi::region::flags;
-use tessera_scheduler::refill::{Observed, Vgpu};
+use tessera_scheduler::pacer;
 
 /// One vGPU's figures at one instant.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -163,27 +162,8 @@ impl Reader {
             .iter()
             .map(|&slot| {
                 let v = &region.vgpus[slot];
-                let s = &v.live.sched;
-                let seen = Observed {
-                    waiters: s.waiters.load(Ordering::Acquire),
-                    inflight_ns: s.inflight_ns.load(Ordering::Acquire),
-                    // A launch stamped after this read is not in the past.
-                    last_launch_ns: s.last_launch_ns.load(Ordering::Acquire).min(now),
-                    // The demo's loads stay attached from before the first sample to after the last.
-                    processes: true,
-                };
-                let f = v.flags();
-                Vgpu {
-                    share: v.config.share.load(Ordering::Relaxed),
-                    priority: v.config.priority.load(Ordering::Relaxed),
-                    cap: f & flags::CAP != 0,
-                    suspended: f & flags::SUSPENDED != 0,
-                    demand: seen.demand(now),
-                    busy: seen.busy(),
-                    room: u64::MAX,
-                    waiting: seen.waiters > 0,
-                    tokens: s.tokens.load(Ordering::Acquire),
-                }
+                // The demo's loads stay attached from before the first sample to after the last.
+                pacer::view(v, &pacer::observe(v, now, true), now)
             })
             .collect();
         let hold = region.devices[self.device].high_until_ns.load(Ordering::Acquire) > now;
