@@ -12,6 +12,7 @@ use crate::config::{Config, MAX_DEVICES};
 use crate::mig::{self, CiProfile, ComputeInstance, GpuInstance, MAX_COMPUTE_INSTANCES, MAX_GPU_INSTANCES, MigError};
 use crate::profile::{MigProfile, Profile};
 use crate::state::StateError;
+use parking_lot::Mutex;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::OpenOptionsExt;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -92,6 +93,9 @@ pub struct MigState {
     file: File,
     map: memmap2::MmapMut,
     models: Vec<&'static Profile>,
+    /// `flock` excludes other processes only (threads share the open file and so its lock): this excludes
+    /// this process's other threads.
+    threads: Mutex<()>,
 }
 
 /// The MIG state file that goes with `config`'s state file.
@@ -131,8 +135,12 @@ impl MigState {
             // SAFETY: the file is ours (0600), sized to the layout, and only ever accessed through atomics
             // and fields written under the exclusive lock.
             let map = unsafe { memmap2::MmapMut::map_mut(&file) }.map_err(|e| fail("cannot map", e))?;
-            let mut state =
-                MigState { file: file.try_clone().map_err(|e| fail("cannot duplicate", e))?, map, models: vec![] };
+            let mut state = MigState {
+                file: file.try_clone().map_err(|e| fail("cannot duplicate", e))?,
+                map,
+                models: vec![],
+                threads: Mutex::new(()),
+            };
             let h = &state.layout().header;
             let magic = h.magic.load(Ordering::Acquire);
             // An all-zero file was sized by a process that died before filling it in: it is made afresh.
@@ -151,7 +159,7 @@ impl MigState {
             }
             state.map
         };
-        Ok(MigState { file, map, models: config.devices.iter().map(|d| d.profile).collect() })
+        Ok(MigState { file, map, models: config.devices.iter().map(|d| d.profile).collect(), threads: Mutex::new(()) })
     }
 
     fn initialize(&mut self, config: &Config) {
@@ -178,6 +186,7 @@ impl MigState {
 
     /// Runs `f` holding the exclusive (`write`) or shared lock of the file.
     fn locked<T>(&self, write: bool, f: impl FnOnce(&Layout) -> T) -> T {
+        let _threads = self.threads.lock();
         let lock = if write { FileLock::new(&self.file) } else { FileLock::shared(&self.file) };
         // An open descriptor of our own file cannot fail to lock but through a kernel fault; the NVML
         // entry points turn this panic into NVML_ERROR_UNKNOWN.
@@ -351,6 +360,26 @@ mod tests {
         let other = config(&dir, "h100,a100", "0");
         let fresh = MigState::open(&other).unwrap();
         assert!(fresh.device(0).enabled && !fresh.device(1).enabled);
+    }
+
+    #[test]
+    fn concurrent_creators_never_share_a_slice() {
+        let dir = tempdir();
+        let c = config(&dir, "h100", "0");
+        let one = c.devices[0].profile.mig_profiles.iter().find(|m| m.id == 19).unwrap();
+        // Two mappings (as two processes have) and four threads on each.
+        let states = [MigState::open(&c).unwrap(), MigState::open(&c).unwrap()];
+        let made: Vec<Result<GpuInstance, MigError>> = std::thread::scope(|s| {
+            let states = &states;
+            let handles: Vec<_> =
+                (0..8).map(|i| s.spawn(move || states[i % 2].create_gpu_instance(0, one, None))).collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let mut ids: Vec<u32> = made.iter().filter_map(|r| r.ok()).map(|g| g.id).collect();
+        ids.sort();
+        assert_eq!(ids, [7, 8, 9, 10, 11, 12, 13]);
+        assert_eq!(made.iter().filter(|r| **r == Err(MigError::Insufficient)).count(), 1);
+        assert_eq!(states[0].device(0).gpu_instances.len(), 7);
     }
 
     #[test]
