@@ -360,6 +360,11 @@ fn first_process() {
         let mut m = NvmlMemory { total: 0, free: 0, used: 0 };
         assert_eq!(memory(mig, &mut m), NVML_SUCCESS);
         assert_eq!((m.total, m.free), (40448 << 20, 40448 << 20));
+        let procs: unsafe extern "C" fn(NvmlDevice, *mut c_uint, *mut NvmlProcessInfo) -> NvmlReturn =
+            n.f("nvmlDeviceGetComputeRunningProcesses_v3");
+        count = 0;
+        assert_eq!(procs(mig, &mut count, null_mut()), NVML_SUCCESS, "no process runs inside it");
+        assert_eq!(count, 0);
 
         // A second process sees both GPU instances and the MIG device, and adds one of its own.
         let state = std::env::var("SIMGPU_STATE").unwrap();

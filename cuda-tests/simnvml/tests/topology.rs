@@ -1,6 +1,7 @@
 //! `libsimnvml.so`'s topology queries on a simulated machine of 4 devices, loaded as programs load NVML:
 //! devices 0-1 and 2-3 share a PCIe switch, the pairs sit on NUMA nodes 0 and 1 (see
-//! `simgpu::topology`). One test in its own binary: NVML reads `SIMGPU_*` once per process.
+//! `simgpu::topology`); then, in a child copy of this binary, the levels of an 8-device machine. One test in
+//! its own binary: NVML reads `SIMGPU_*` once per process.
 
 use libloading::Library;
 use std::ffi::{c_uint, c_ulong};
@@ -28,8 +29,54 @@ fn cpus() -> usize {
     unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize
 }
 
+const EIGHT: &str = "SIMNVML_TOPOLOGY_EIGHT";
+
+/// In the child: an 8-device machine has two pairs per node, so `NVML_TOPOLOGY_NODE` appears.
+fn eight_devices(lib: &Library) {
+    // SAFETY: symbols read with their nvml.h signatures, called with NVML handles and valid pointers.
+    unsafe {
+        let by_index = *lib
+            .get::<unsafe extern "C" fn(c_uint, *mut NvmlDevice) -> NvmlReturn>(b"nvmlDeviceGetHandleByIndex_v2")
+            .unwrap();
+        let ancestor = *lib.get::<Ancestor>(b"nvmlDeviceGetTopologyCommonAncestor").unwrap();
+        let numa = *lib.get::<Uint>(b"nvmlDeviceGetNumaNodeId").unwrap();
+        let h = |i| {
+            let mut h = null_mut();
+            assert_eq!(by_index(i, &mut h), NVML_SUCCESS);
+            h
+        };
+        let level = |a, b| {
+            let mut l = 99;
+            assert_eq!(ancestor(h(a), h(b), &mut l), NVML_SUCCESS);
+            l
+        };
+        assert_eq!(level(0, 1), NVML_TOPOLOGY_SINGLE);
+        assert_eq!(level(0, 3), NVML_TOPOLOGY_NODE);
+        assert_eq!(level(5, 6), NVML_TOPOLOGY_NODE);
+        assert_eq!(level(3, 4), NVML_TOPOLOGY_SYSTEM);
+        let nodes: Vec<c_uint> = (0..8)
+            .map(|i| {
+                let mut n = 9;
+                assert_eq!(numa(h(i), &mut n), NVML_SUCCESS);
+                n
+            })
+            .collect();
+        assert_eq!(nodes, [0, 0, 0, 0, 1, 1, 1, 1]);
+    }
+}
+
 #[test]
 fn four_device_topology() {
+    if std::env::var_os(EIGHT).is_some() {
+        // SAFETY: the simulated NVML; its initializers only set up Rust statics.
+        let lib = unsafe { Library::new(library_path()) }.unwrap();
+        // SAFETY: nvmlInit_v2 takes nothing.
+        assert_eq!(
+            unsafe { (*lib.get::<unsafe extern "C" fn() -> NvmlReturn>(b"nvmlInit_v2").unwrap())() },
+            NVML_SUCCESS
+        );
+        return eight_devices(&lib);
+    }
     let state = std::env::temp_dir().join(format!("simnvml-topology-{}.state", std::process::id()));
     // SAFETY: the only test of this binary, run before anything reads the environment.
     unsafe {
@@ -157,4 +204,22 @@ fn four_device_topology() {
     }
     let _ = std::fs::remove_file(&state);
     let _ = std::fs::remove_file(state.with_extension("state.mig"));
+
+    let eight = std::env::temp_dir().join(format!("simnvml-topology-8-{}.state", std::process::id()));
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["four_device_topology", "--exact", "--nocapture", "--test-threads=1"])
+        .env(EIGHT, "1")
+        .env("SIMGPU_DEVICES", "small,small,small,small,small,small,small,small")
+        .env("SIMGPU_STATE", &eight)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&eight);
+    let _ = std::fs::remove_file(eight.with_extension("state.mig"));
+    assert!(
+        out.status.success(),
+        "8-device machine\n--- stdout\n{}\n--- stderr\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("1 passed"), "the child ran the 8-device checks");
 }
