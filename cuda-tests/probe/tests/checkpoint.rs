@@ -136,8 +136,8 @@ fn checkpoint_releases_device_memory_and_restore_brings_every_byte_back() {
     let (mut t, report, pid) = tenant(&sim, 256, &[]);
     let mut c = controller(&sim);
     let held = process_memory(&sim, pid);
-    // The tenant's charge: its buffers, rounded VMM memory and its context.
-    assert!(held >= buffer_bytes(&report) + 128 * MIB, "tenant holds {held}");
+    // The tenant's charge: its buffers, its array and its context.
+    assert_eq!(held, buffer_bytes(&report) + u64_at(&report, "array_bytes") + 128 * MIB, "tenant holds {held}");
     let used_running = used(&sim);
     assert_eq!(state(&mut c, pid), RUNNING);
     let tid = act(&mut c, "tid", pid);
@@ -293,4 +293,25 @@ fn unknown_processes_and_managed_memory_are_refused() {
     assert_eq!(code(&mut c, "unlock", pid), SUCCESS);
     assert_eq!(u64_at(&t.ask("verify"), "verified_bytes"), buffer_bytes(&report));
     common::finish(t.child);
+}
+
+#[test]
+fn a_c_program_checkpoints_itself_through_the_real_header_with_and_without_the_shim() {
+    let program = common::cprog::CBuild::program("checkpoint_self.c").link_driver().build();
+    for shim in [false, true] {
+        let sim = Sim::new("ckpt-self");
+        let sim = if shim { sim.with_shim() } else { sim.without_shim() };
+        let facts = common::cprog::Facts::ok(sim.command_for(&program, &[]));
+        for s in ["lock", "checkpoint", "restore", "unlock"] {
+            assert_eq!(facts.num(&format!("size.{s}")), 64, "sizeof CUcheckpoint*Args of cuda.h");
+        }
+        assert_eq!(facts.num("state.running"), RUNNING as i64);
+        assert_eq!(facts.num("state.locked"), LOCKED as i64);
+        assert_eq!(facts.num("state.checkpointed"), CHECKPOINTED as i64);
+        assert_eq!(facts.num("state.restored"), LOCKED as i64);
+        assert_eq!(facts.num("state.unlocked"), RUNNING as i64);
+        assert!(facts.num("tid") > 0);
+        assert_eq!(facts.num("verified"), 4 << 20, "every word back after the restore (shim: {shim})");
+        assert_eq!(facts.num("free.after"), facts.num("free.before"));
+    }
 }
