@@ -26,7 +26,20 @@ pub(crate) fn start(d: &'static Driver) {
     if d.state.me().is_none() {
         return;
     }
-    let spawned = std::thread::Builder::new().name("simgpu-restore".into()).spawn(move || serve(d));
+    // The thread is the driver's own: every signal stays blocked in it from its first instruction (the
+    // program's handlers and `sigwait` threads expect signals to reach their threads, not ours), so it is
+    // created while the caller blocks them all, and the caller's mask is put back.
+    // SAFETY: sigset_t is plain data, filled by sigfillset; pthread_sigmask changes only this thread's
+    // mask and writes the old one into our variable.
+    let spawned = unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old);
+        let spawned = std::thread::Builder::new().name("simgpu-restore".into()).spawn(move || serve(d));
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+        spawned
+    };
     if spawned.is_err() {
         eprintln!("simgpu: cannot start the checkpoint control thread; this process cannot be checkpointed");
     }
