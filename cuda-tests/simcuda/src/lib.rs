@@ -22,6 +22,7 @@ mod memory;
 mod module;
 mod pool;
 mod stream;
+mod visible;
 mod vmm;
 
 #[allow(unused_imports)]
