@@ -107,7 +107,8 @@ impl Nvml {
 }
 
 /// The child: on device 0, `create` makes a `1g.10gb` GPU instance with one compute instance and prints
-/// its MIG device's UUID; `destroy` removes every instance.
+/// its MIG device's UUID; `used` prints the memory NVML reports used on that MIG device; `destroy` removes
+/// every instance.
 fn nvml_child(role: &str) {
     let n = Nvml::load();
     let by_index: unsafe extern "C" fn(c_uint, *mut NvmlDevice) -> NvmlReturn = n.f("nvmlDeviceGetHandleByIndex_v2");
@@ -124,6 +125,7 @@ fn nvml_child(role: &str) {
     let mig_device: unsafe extern "C" fn(NvmlDevice, c_uint, *mut NvmlDevice) -> NvmlReturn =
         n.f("nvmlDeviceGetMigDeviceHandleByIndex");
     let uuid: unsafe extern "C" fn(NvmlDevice, *mut c_char, c_uint) -> NvmlReturn = n.f("nvmlDeviceGetUUID");
+    let memory: unsafe extern "C" fn(NvmlDevice, *mut NvmlMemory) -> NvmlReturn = n.f("nvmlDeviceGetMemoryInfo");
     // SAFETY: NVML handles from NVML and valid out-pointers of the types nvml.h gives.
     unsafe {
         let mut dev = null_mut();
@@ -136,6 +138,11 @@ fn nvml_child(role: &str) {
             let mut buf = [0 as c_char; 96];
             assert_eq!(uuid(m, buf.as_mut_ptr(), 96), NVML_SUCCESS);
             println!("UUID={}", CStr::from_ptr(buf.as_ptr()).to_string_lossy());
+        } else if role == "used" {
+            let (mut m, mut info) = (null_mut(), NvmlMemory { total: 0, free: 0, used: 0 });
+            assert_eq!(mig_device(dev, 0, &mut m), NVML_SUCCESS);
+            assert_eq!(memory(m, &mut info), NVML_SUCCESS);
+            println!("USED={}", info.used);
         } else {
             let (mut gis, mut count) = ([null_mut(); 8], 0);
             assert_eq!(gi_list(dev, P1G, gis.as_mut_ptr(), &mut count), NVML_SUCCESS);
@@ -224,6 +231,9 @@ fn mig_device() {
     assert!(!granted, "the holder's 4 GiB count against the instance: {report}");
     assert_eq!(u64_at(&report, "free_before"), left, "{report}");
     assert!(allocates(&sim, &mig_uuid, left).0);
+    // NVML's MIG device reports what the holder holds in it (its context and allocation).
+    let used = run_nvml(&sim, "used");
+    assert_eq!(used.lines().find_map(|l| l.strip_prefix("USED=")), Some((4 * GIB + ctx).to_string().as_str()));
     // The parent device counts the holder's memory too.
     assert!(sim.driver_state().device(0).used_memory.load(std::sync::atomic::Ordering::Acquire) >= 4 * GIB + ctx);
     // A killed holder's share is reclaimed.

@@ -24,10 +24,12 @@ pub fn name(dev: &DeviceConfig, gi: &GpuInstance, ci: &ComputeInstance) -> Strin
     format!("{} {}", dev.profile.name, mig::ci_name(gi.profile, ci.profile))
 }
 
-/// A MIG device's memory: its GPU instance's, all free (no process runs inside a simulated MIG device).
-pub fn memory(gi: &GpuInstance) -> NvmlMemory {
+/// A MIG device's memory: its GPU instance's, `used` what CUDA processes in the instance hold (machine-wide,
+/// from the MIG state file).
+pub fn memory(gi: &GpuInstance, used: u64) -> NvmlMemory {
     let total = gi.profile.memory_mib << 20;
-    NvmlMemory { total, free: total, used: 0 }
+    let used = used.min(total);
+    NvmlMemory { total, free: total - used, used }
 }
 
 /// `nvmlDeviceGetMaxMigDeviceCount`: with MIG on, one per compute slice (7); 0 when MIG is off or absent,
