@@ -53,9 +53,9 @@ thread_local! {
 impl Context {
     /// Creates a context on `device`, charging the device memory a context costs.
     pub fn create(d: &Driver, device: usize, flags: u32, primary: bool) -> CuRes<Arc<Context>> {
-        d.charge(device, d.config.devices[device].context_memory)?;
+        d.charge(device, d.device_config(device).context_memory)?;
         if let Some(me) = d.state.me() {
-            me.contexts[device].fetch_add(1, Ordering::AcqRel);
+            me.contexts[d.physical(device)].fetch_add(1, Ordering::AcqRel);
         }
         let ctx = Arc::new(Context {
             device,
@@ -118,9 +118,10 @@ impl Context {
         crate::module::unload_context(d, self.handle());
         d.memory.free_context(d, self.handle());
         let _ = d.contexts.remove(self.handle());
-        d.uncharge(self.device, d.config.devices[self.device].context_memory);
+        d.uncharge(self.device, d.device_config(self.device).context_memory);
         if let Some(me) = d.state.me() {
-            let _ = me.contexts[self.device].fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| c.checked_sub(1));
+            let _ = me.contexts[d.physical(self.device)]
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| c.checked_sub(1));
         }
         CURRENT.with(|c| c.borrow_mut().retain(|&h| h != self.handle()));
     }

@@ -9,7 +9,7 @@ use tessera_ffi::sys::{CUdevice, CUdevice_attribute as A, CUuuid};
 
 fn config(dev: CUdevice) -> CuRes<&'static DeviceConfig> {
     let d = driver()?;
-    Ok(&d.config.devices[d.device(dev)?])
+    Ok(d.device_config(d.device(dev)?))
 }
 
 /// Copies `text` into a caller buffer of `len` bytes, NUL-terminated and truncated to fit.
@@ -36,7 +36,7 @@ pub extern "C" fn cuDeviceGet(dev: *mut CUdevice, ordinal: c_int) -> CuResult {
 /// `cuDeviceGetCount`.
 #[unsafe(no_mangle)]
 pub extern "C" fn cuDeviceGetCount(count: *mut c_int) -> CuResult {
-    entry(|| out(count, driver()?.config.devices.len() as c_int))
+    entry(|| out(count, driver()?.visible.len() as c_int))
 }
 
 /// `cuDeviceGetName`.
@@ -46,7 +46,9 @@ pub extern "C" fn cuDeviceGetName(name: *mut c_char, len: c_int, dev: CUdevice) 
 }
 
 fn uuid(out_uuid: *mut CUuuid, dev: CUdevice) -> CuRes {
-    out(out_uuid as *mut [u8; 16], config(dev)?.uuid())
+    let d = driver()?;
+    // A MIG device reports its `MIG-` UUID.
+    out(out_uuid as *mut [u8; 16], d.visible[d.device(dev)?].uuid())
 }
 
 /// `cuDeviceGetUuid`.
@@ -167,8 +169,8 @@ pub extern "C" fn cuDeviceGetByPCIBusId(dev: *mut CUdevice, bus_id: *const c_cha
         let bus = bus.and_then(|s| u32::from_str_radix(s, 16).ok());
         match (domain, bus) {
             (Some(0), Some(bus)) => {
-                let c = d.config.devices.iter().find(|c| c.pci_bus() == bus).ok_or(CUDA_ERROR_INVALID_DEVICE)?;
-                out(dev, c.ordinal as CUdevice)
+                let i = d.visible.iter().position(|v| v.config.pci_bus() == bus).ok_or(CUDA_ERROR_INVALID_DEVICE)?;
+                out(dev, i as CUdevice)
             }
             _ => Err(CUDA_ERROR_INVALID_VALUE),
         }

@@ -8,9 +8,11 @@ use crate::handles::Registry;
 use crate::memory::{AddressSpace, Array, Pool};
 use crate::module::{Function, Module};
 use crate::stream::Stream;
+use crate::visible::{self, VisibleDevice};
 use crate::vmm::{Physical, Released, Reservations};
 use parking_lot::Mutex;
-use simgpu::{Config, SharedState};
+use simgpu::mig_state::MigState;
+use simgpu::{Config, DeviceConfig, SharedState};
 use std::sync::OnceLock;
 use tessera_ffi::cuda::*;
 
@@ -20,6 +22,11 @@ pub struct Driver {
     pub config: Config,
     /// The machine-wide state shared with every other simulated process.
     pub state: SharedState,
+    /// The devices this process enumerates (`CUDA_VISIBLE_DEVICES`), by CUDA ordinal; every `usize` device
+    /// in this crate is an index into it.
+    pub visible: Vec<VisibleDevice>,
+    /// The machine-wide MIG state, opened when `CUDA_VISIBLE_DEVICES` is set.
+    pub mig: Option<MigState>,
     /// Per-device primary context bookkeeping.
     pub primary: Vec<Mutex<Primary>>,
     /// `CUcontext` handles.
@@ -81,10 +88,13 @@ fn create() -> CuRes<&'static Driver> {
                 eprintln!("{e}");
                 CUDA_ERROR_UNKNOWN
             })?;
+            let (visible, mig) = visible_devices(&config)?;
             // SAFETY: registering a plain extern "C" function with no captured state.
             unsafe { libc::atexit(unregister_at_exit) };
             Ok(Driver {
-                primary: config.devices.iter().map(|_| Mutex::new(Primary::default())).collect(),
+                primary: visible.iter().map(|_| Mutex::new(Primary::default())).collect(),
+                visible,
+                mig,
                 config,
                 state,
                 contexts: Registry::new(0xc7, CUDA_ERROR_INVALID_CONTEXT),
@@ -110,22 +120,68 @@ extern "C" fn unregister_at_exit() {
     // The real driver frees a process's device memory when it exits; so do we.
     if let Some(Ok(d)) = DRIVER.get() {
         d.state.unregister();
+        if let Some(mig) = &d.mig {
+            mig.release_process();
+        }
     }
+}
+
+/// The visible devices, and the MIG state when `CUDA_VISIBLE_DEVICES` is set; `CUDA_ERROR_NO_DEVICE` when
+/// it leaves none, as the real `cuInit` answers.
+fn visible_devices(config: &Config) -> CuRes<(Vec<VisibleDevice>, Option<MigState>)> {
+    let value = std::env::var("CUDA_VISIBLE_DEVICES").ok();
+    let mig = match value {
+        Some(_) => Some(MigState::open(config).map_err(|e| {
+            eprintln!("{e}");
+            CUDA_ERROR_UNKNOWN
+        })?),
+        None => None,
+    };
+    let visible = visible::resolve(value.as_deref(), config, mig.as_ref());
+    if visible.is_empty() {
+        return Err(CUDA_ERROR_NO_DEVICE);
+    }
+    Ok((visible, mig))
 }
 
 impl Driver {
     /// Checks a device ordinal and returns it as an index.
     pub fn device(&self, ordinal: i32) -> CuRes<usize> {
-        usize::try_from(ordinal).ok().filter(|&d| d < self.config.devices.len()).ok_or(CUDA_ERROR_INVALID_DEVICE)
+        usize::try_from(ordinal).ok().filter(|&d| d < self.visible.len()).ok_or(CUDA_ERROR_INVALID_DEVICE)
     }
 
-    /// Takes `bytes` of device `device`'s memory for this process, or fails with out-of-memory.
+    /// How CUDA describes device `device` (an index from [`Driver::device`]).
+    pub fn device_config(&self, device: usize) -> &DeviceConfig {
+        &self.visible[device].config
+    }
+
+    /// The physical device behind `device`: its index in the state file and the engine.
+    pub fn physical(&self, device: usize) -> usize {
+        self.visible[device].physical
+    }
+
+    /// Takes `bytes` of device `device`'s memory for this process, or fails with out-of-memory; on a MIG
+    /// device from its GPU instance too.
     pub fn charge(&self, device: usize, bytes: u64) -> CuRes {
-        if self.state.reserve(device, bytes) { Ok(()) } else { Err(CUDA_ERROR_OUT_OF_MEMORY) }
+        let v = &self.visible[device];
+        if let (Some(m), Some(state)) = (&v.mig, &self.mig) {
+            state.charge(v.physical, m.serial, bytes).map_err(|_| CUDA_ERROR_OUT_OF_MEMORY)?;
+        }
+        if self.state.reserve(v.physical, bytes) {
+            return Ok(());
+        }
+        if let (Some(_), Some(state)) = (&v.mig, &self.mig) {
+            state.uncharge(bytes);
+        }
+        Err(CUDA_ERROR_OUT_OF_MEMORY)
     }
 
     /// Returns memory taken with [`Driver::charge`].
     pub fn uncharge(&self, device: usize, bytes: u64) {
-        self.state.release(device, bytes);
+        let v = &self.visible[device];
+        self.state.release(v.physical, bytes);
+        if let (Some(_), Some(state)) = (&v.mig, &self.mig) {
+            state.uncharge(bytes);
+        }
     }
 }

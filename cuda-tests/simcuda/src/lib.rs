@@ -26,6 +26,7 @@ mod module;
 mod pool;
 mod stream;
 mod suspend;
+mod visible;
 mod vmm;
 
 #[allow(unused_imports)]

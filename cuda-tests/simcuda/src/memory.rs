@@ -325,10 +325,8 @@ fn mem_info(free: *mut usize, total: *mut usize) -> CuRes {
     let d = driver()?;
     let ctx = current()?;
     ensure(!free.is_null() && !total.is_null())?;
-    let dev = d.state.device(ctx.device);
-    let t = dev.total_memory.load(std::sync::atomic::Ordering::Acquire);
-    let used = dev.used_memory.load(std::sync::atomic::Ordering::Acquire);
-    out(free, t.saturating_sub(used) as usize)?;
+    let (t, free_now) = crate::visible::memory_info(d, ctx.device);
+    out(free, free_now as usize)?;
     out(total, t as usize)
 }
 

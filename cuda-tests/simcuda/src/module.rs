@@ -320,7 +320,7 @@ fn function_attribute(d: &Driver, f: &Function, attr: c_int, device: usize) -> C
     if let Some(v) = f.attrs.lock().get(&attr) {
         return Ok(*v);
     }
-    let (major, minor) = d.config.devices[device].profile.compute_capability;
+    let (major, minor) = d.device_config(device).profile.compute_capability;
     Ok(match attr {
         0 => 1024,                              // MAX_THREADS_PER_BLOCK
         1..=3 => 0,                             // SHARED_SIZE_BYTES, CONST_SIZE_BYTES, LOCAL_SIZE_BYTES

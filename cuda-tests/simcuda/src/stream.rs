@@ -213,7 +213,7 @@ impl Stream {
         match op {
             Op::Kernel { device, call } => {
                 // SAFETY: the ranges were validated at launch, and frees synchronize with queued work.
-                return unsafe { simgpu::engine::run(&d.state, device, ready, &call) }.end_ns;
+                return unsafe { simgpu::engine::run(&d.state, d.physical(device), ready, &call) }.end_ns;
             }
             // SAFETY: both ranges were validated when the copy was queued; ptr::copy tolerates overlap.
             Op::Copy { dst, src, len } => unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, len as usize) },

@@ -67,6 +67,9 @@ struct Saved {
     mappings: Vec<(u64, u64, u32)>,
     /// Bytes released per device.
     charges: Vec<u64>,
+    /// Bytes released in the GPU instance of the process's MIG device (which takes part of its parent's
+    /// charge above), with the MIG device's compute instance creation number and physical device.
+    mig: Option<(usize, u64, u64)>,
 }
 
 /// The checkpoint of this process, while it is CHECKPOINTED.
@@ -197,7 +200,7 @@ pub(crate) fn checkpoint(d: &Driver) -> CuRes {
     if allocs.iter().any(|a| a.kind == Kind::Managed) {
         return Err(CUDA_ERROR_NOT_SUPPORTED);
     }
-    let mut saved = Saved { linear: Vec::new(), vmm: Vec::new(), mappings: Vec::new(), charges: Vec::new() };
+    let mut saved = Saved { linear: Vec::new(), vmm: Vec::new(), mappings: Vec::new(), charges: Vec::new(), mig: None };
     for a in allocs.iter().filter(|a| matches!(a.kind, Kind::Device | Kind::Pool)) {
         match save_linear(a.base, a.size) {
             Ok(l) => saved.linear.push(l),
@@ -233,6 +236,12 @@ pub(crate) fn checkpoint(d: &Driver) -> CuRes {
         d.state.release(dev, bytes);
         saved.charges.push(bytes);
     }
+    // A process sees at most one MIG device; its GPU instance's memory is given back too.
+    if let (Some(v), Some(mig)) = (d.visible.iter().find(|v| v.mig.is_some()), &d.mig) {
+        let bytes = mig.held();
+        mig.uncharge(bytes);
+        saved.mig = v.mig.as_ref().map(|m| (v.physical, m.serial, bytes));
+    }
     *SAVED.lock() = Some(saved);
     Ok(())
 }
@@ -242,10 +251,19 @@ pub(crate) fn checkpoint(d: &Driver) -> CuRes {
 pub(crate) fn restore(d: &Driver) -> CuRes {
     let mut slot = SAVED.lock();
     let saved = slot.take().ok_or(CUDA_ERROR_ILLEGAL_STATE)?;
+    if let (Some((physical, serial, bytes)), Some(mig)) = (saved.mig, &d.mig) {
+        if bytes > 0 && mig.charge(physical, serial, bytes).is_err() {
+            *slot = Some(saved);
+            return Err(CUDA_ERROR_OUT_OF_MEMORY);
+        }
+    }
     for (dev, &bytes) in saved.charges.iter().enumerate() {
         if bytes > 0 && !d.state.reserve(dev, bytes) {
             for (done, &b) in saved.charges.iter().enumerate().take(dev) {
                 d.state.release(done, b);
+            }
+            if let (Some((_, _, bytes)), Some(mig)) = (saved.mig, &d.mig) {
+                mig.uncharge(bytes);
             }
             *slot = Some(saved);
             return Err(CUDA_ERROR_OUT_OF_MEMORY);

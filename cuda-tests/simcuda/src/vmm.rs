@@ -39,7 +39,7 @@ impl Drop for Physical {
         if let Ok(d) = driver() {
             d.uncharge(self.device, self.size);
             if let Some(fd) = self.fd.take() {
-                d.released.keep(self.device, self.size, fd, d.config.devices[self.device].total_memory);
+                d.released.keep(self.device, self.size, fd, d.device_config(self.device).total_memory);
             }
         }
     }

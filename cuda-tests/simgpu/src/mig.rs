@@ -81,6 +81,25 @@ pub fn gpu_instance_id(profile: &MigProfile, start: u32) -> u32 {
     }
 }
 
+/// A MIG device's UUID bytes, derived from its device, instance ids and creation number: every process (NVML
+/// and the CUDA driver alike) derives the same one while the instance exists, and a recreated instance gets
+/// a new one, as on the real driver.
+pub fn mig_uuid(ordinal: u32, gi: &GpuInstance, ci: &ComputeInstance) -> [u8; 16] {
+    let mut u = [0u8; 16];
+    u[..4].copy_from_slice(b"SIMM");
+    u[4] = ordinal as u8;
+    u[5] = gi.id as u8;
+    u[6] = ci.id as u8;
+    u[8..].copy_from_slice(&ci.serial.to_be_bytes());
+    u
+}
+
+/// UUID bytes in NVIDIA's textual form behind `prefix` (`GPU` or `MIG`): `MIG-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`.
+pub fn uuid_text(prefix: &str, u: &[u8; 16]) -> String {
+    let h: String = u.iter().map(|b| format!("{b:02x}")).collect();
+    format!("{prefix}-{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
+}
+
 /// Memory slices `start..start + size` as a bit mask.
 fn mask(start: u32, size: u32) -> u32 {
     ((1u32 << size) - 1) << start

@@ -7,11 +7,17 @@
 //! instance half made; a slot's profile word is written last, so a process killed while changing one leaves
 //! it either whole or free. A file made for another device list or another `SIMGPU_MIG` starts afresh: its
 //! instances described another machine.
+//!
+//! It also keeps the device memory CUDA processes hold inside GPU instances (version 2): a process sees at
+//! most one MIG device, so one slot per process records its pid, instance and bytes; an instance's usage is
+//! the sum of the live slots naming it, so two processes in one GPU instance share its memory, and a dead
+//! process's slot is reclaimed by the next process that charges memory.
 
 use crate::config::{Config, MAX_DEVICES};
 use crate::mig::{self, CiProfile, ComputeInstance, GpuInstance, MAX_COMPUTE_INSTANCES, MAX_GPU_INSTANCES, MigError};
+use crate::process;
 use crate::profile::{MigProfile, Profile};
-use crate::state::StateError;
+use crate::state::{MAX_PROCS, StateError};
 use parking_lot::Mutex;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::OpenOptionsExt;
@@ -19,7 +25,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use tessera_ffi::flock::FileLock;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"SIMGPUMG");
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 
 #[repr(C)]
 struct Header {
@@ -60,10 +66,27 @@ struct DeviceSlot {
     gis: [GiSlot; MAX_GPU_INSTANCES],
 }
 
+/// Device memory one process holds inside one GPU instance.
+#[repr(C)]
+struct MemorySlot {
+    /// Owner pid; 0 when free.
+    pid: AtomicU32,
+    device: AtomicU32,
+    /// Owner's start time, against pid reuse.
+    start_time: AtomicU64,
+    gi: AtomicU32,
+    _pad: u32,
+    /// Creation number of the compute instance it runs in: bytes charged to an instance that was destroyed
+    /// since no longer count.
+    serial: AtomicU64,
+    bytes: AtomicU64,
+}
+
 #[repr(C)]
 struct Layout {
     header: Header,
     devices: [DeviceSlot; MAX_DEVICES],
+    memory: [MemorySlot; MAX_PROCS],
 }
 
 /// A device's MIG mode and instances at one moment.
@@ -79,6 +102,11 @@ impl DeviceMig {
     /// The GPU instance `id`, with its compute instances.
     pub fn gpu_instance(&self, id: u32) -> Option<&(GpuInstance, Vec<ComputeInstance>)> {
         self.gpu_instances.iter().find(|(g, _)| g.id == id)
+    }
+
+    /// The compute instance with creation number `serial` and its GPU instance, if it still exists.
+    pub fn by_serial(&self, serial: u64) -> Option<(&GpuInstance, &ComputeInstance)> {
+        self.mig_devices().find(|(_, c)| c.serial == serial)
     }
 
     /// Every compute instance with its GPU instance, in MIG device order (by GPU instance id, then
@@ -313,6 +341,120 @@ impl MigState {
     }
 }
 
+/// This process's pid and start time, as memory slots record them.
+fn me() -> (u32, u64) {
+    let pid = process::own_pid();
+    (pid, process::start_time(pid).unwrap_or(0))
+}
+
+impl MigState {
+    /// Bytes held machine-wide in GPU instance `gi` of device `ordinal` (only slots of live processes whose
+    /// compute instance still exists count).
+    fn used_in(&self, l: &Layout, now: &DeviceMig, ordinal: usize, gi: u32) -> u64 {
+        l.memory
+            .iter()
+            .filter(|m| m.pid.load(Ordering::Acquire) != 0)
+            .filter(|m| m.device.load(Ordering::Relaxed) as usize == ordinal && m.gi.load(Ordering::Relaxed) == gi)
+            .filter(|m| now.by_serial(m.serial.load(Ordering::Relaxed)).is_some_and(|(g, _)| g.id == gi))
+            .map(|m| m.bytes.load(Ordering::Relaxed))
+            .sum()
+    }
+
+    /// Frees the slots of processes that died without releasing them.
+    fn reclaim_dead(&self, l: &Layout) {
+        for m in &l.memory {
+            let pid = m.pid.load(Ordering::Acquire);
+            if pid != 0 && !process::is_alive(pid, m.start_time.load(Ordering::Relaxed)) {
+                m.bytes.store(0, Ordering::Relaxed);
+                m.pid.store(0, Ordering::Release);
+            }
+        }
+    }
+
+    /// Bytes CUDA processes hold in GPU instance `gi` of device `ordinal`.
+    pub fn instance_used(&self, ordinal: usize, gi: u32) -> u64 {
+        self.locked(false, |l| self.used_in(l, &self.read_device(l, ordinal), ordinal, gi))
+    }
+
+    /// Charges `bytes` to this process inside the MIG device whose compute instance has creation number
+    /// `serial` on device `ordinal`: `NotFound` when that instance is gone, `Insufficient` when its GPU
+    /// instance's memory (shared by every process in it) has not that much free.
+    pub fn charge(&self, ordinal: usize, serial: u64, bytes: u64) -> Result<(), MigError> {
+        self.locked(true, |l| {
+            let now = self.read_device(l, ordinal);
+            let (gi, _) = now.by_serial(serial).ok_or(MigError::NotFound)?;
+            let limit = gi.profile.memory_mib << 20;
+            let mut used = self.used_in(l, &now, ordinal, gi.id);
+            if used.saturating_add(bytes) > limit {
+                self.reclaim_dead(l);
+                used = self.used_in(l, &now, ordinal, gi.id);
+                if used.saturating_add(bytes) > limit {
+                    return Err(MigError::Insufficient);
+                }
+            }
+            let (pid, start) = me();
+            let mine =
+                |m: &&MemorySlot| m.pid.load(Ordering::Acquire) == pid && m.start_time.load(Ordering::Relaxed) == start;
+            let slot = match l.memory.iter().find(mine) {
+                Some(m) => m,
+                None => {
+                    self.reclaim_dead(l);
+                    let m =
+                        l.memory.iter().find(|m| m.pid.load(Ordering::Acquire) == 0).ok_or(MigError::Insufficient)?;
+                    m.bytes.store(0, Ordering::Relaxed);
+                    m.start_time.store(start, Ordering::Relaxed);
+                    m.pid.store(pid, Ordering::Release);
+                    m
+                }
+            };
+            slot.device.store(ordinal as u32, Ordering::Relaxed);
+            slot.gi.store(gi.id, Ordering::Relaxed);
+            slot.serial.store(serial, Ordering::Relaxed);
+            slot.bytes.fetch_add(bytes, Ordering::Relaxed);
+            Ok(())
+        })
+    }
+
+    /// Returns `bytes` charged with [`MigState::charge`].
+    pub fn uncharge(&self, bytes: u64) {
+        let (pid, start) = me();
+        self.locked(true, |l| {
+            let mine = l
+                .memory
+                .iter()
+                .find(|m| m.pid.load(Ordering::Acquire) == pid && m.start_time.load(Ordering::Relaxed) == start);
+            if let Some(m) = mine {
+                let left = m.bytes.load(Ordering::Relaxed).saturating_sub(bytes);
+                m.bytes.store(left, Ordering::Relaxed);
+            }
+        })
+    }
+
+    /// Bytes this process holds in its MIG device (0 without one).
+    pub fn held(&self) -> u64 {
+        let (pid, start) = me();
+        self.locked(false, |l| {
+            l.memory
+                .iter()
+                .find(|m| m.pid.load(Ordering::Acquire) == pid && m.start_time.load(Ordering::Relaxed) == start)
+                .map_or(0, |m| m.bytes.load(Ordering::Relaxed))
+        })
+    }
+
+    /// Frees this process's slot, returning whatever it still holds (the driver calls this at exit).
+    pub fn release_process(&self) {
+        let (pid, start) = me();
+        self.locked(true, |l| {
+            for m in &l.memory {
+                if m.pid.load(Ordering::Acquire) == pid && m.start_time.load(Ordering::Relaxed) == start {
+                    m.bytes.store(0, Ordering::Relaxed);
+                    m.pid.store(0, Ordering::Release);
+                }
+            }
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -383,6 +525,26 @@ mod tests {
     }
 
     #[test]
+    fn instance_memory_is_charged_up_to_its_size() {
+        let dir = tempdir();
+        let c = config(&dir, "h100", "0");
+        let s = MigState::open(&c).unwrap();
+        let p = c.devices[0].profile.mig_profiles.iter().find(|m| m.id == 19).unwrap();
+        let gi = s.create_gpu_instance(0, p, None).unwrap();
+        let ci = s.create_compute_instance(0, gi.id, mig::ci_profiles(p)[0]).unwrap();
+        let limit = p.memory_mib << 20;
+        s.charge(0, ci.serial, limit - 1).unwrap();
+        assert_eq!(s.charge(0, ci.serial, 2), Err(MigError::Insufficient));
+        assert_eq!(MigState::open(&c).unwrap().instance_used(0, gi.id), limit - 1, "seen by every mapping");
+        s.uncharge(limit - 1);
+        s.charge(0, ci.serial, limit).unwrap();
+        s.release_process();
+        assert_eq!(s.instance_used(0, gi.id), 0);
+        s.destroy_compute_instance(0, gi.id, ci.id).unwrap();
+        assert_eq!(s.charge(0, ci.serial, 1), Err(MigError::NotFound));
+    }
+
+    #[test]
     fn foreign_files_are_rejected() {
         let dir = tempdir();
         let c = config(&dir, "h100", "0");
@@ -391,6 +553,6 @@ mod tests {
         assert!(e.0.contains("corrupt"), "{}", e.0);
         std::fs::write(path(&c), vec![0xAB; std::mem::size_of::<Layout>()]).unwrap();
         let e = MigState::open(&c).err().unwrap();
-        assert!(e.0.contains("not a version-1"), "{}", e.0);
+        assert!(e.0.contains("not a version-2"), "{}", e.0);
     }
 }

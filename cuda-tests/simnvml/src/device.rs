@@ -92,7 +92,7 @@ pub unsafe extern "C" fn nvmlDeviceGetUUID(device: NvmlDevice, uuid: *mut c_char
 fn memory_of(rt: &crate::runtime::Runtime, target: Target) -> NvmlMemory {
     match target {
         Target::Gpu(dev) => facts::memory(&rt.state, dev),
-        Target::Mig(_, gi, _) => mig_device::memory(&gi),
+        Target::Mig(dev, gi, _) => mig_device::memory(&gi, rt.mig.instance_used(dev.ordinal as usize, gi.id)),
     }
 }
 

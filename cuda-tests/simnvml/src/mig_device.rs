@@ -16,14 +16,7 @@ use tessera_ffi::nvml::{
 
 /// `MIG-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx` of a MIG device.
 pub fn uuid(dev: &DeviceConfig, gi: &GpuInstance, ci: &ComputeInstance) -> String {
-    let mut u = [0u8; 16];
-    u[..4].copy_from_slice(b"SIMM");
-    u[4] = dev.ordinal as u8;
-    u[5] = gi.id as u8;
-    u[6] = ci.id as u8;
-    u[8..].copy_from_slice(&ci.serial.to_be_bytes());
-    let h: String = u.iter().map(|b| format!("{b:02x}")).collect();
-    format!("MIG-{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
+    mig::uuid_text("MIG", &mig::mig_uuid(dev.ordinal, gi, ci))
 }
 
 /// A MIG device's name: the GPU's followed by its profile, e.g. `NVIDIA H100 80GB HBM3 MIG 1g.10gb`.
@@ -31,10 +24,12 @@ pub fn name(dev: &DeviceConfig, gi: &GpuInstance, ci: &ComputeInstance) -> Strin
     format!("{} {}", dev.profile.name, mig::ci_name(gi.profile, ci.profile))
 }
 
-/// A MIG device's memory: its GPU instance's, all free (no process runs inside a simulated MIG device).
-pub fn memory(gi: &GpuInstance) -> NvmlMemory {
+/// A MIG device's memory: its GPU instance's, `used` what CUDA processes in the instance hold (machine-wide,
+/// from the MIG state file).
+pub fn memory(gi: &GpuInstance, used: u64) -> NvmlMemory {
     let total = gi.profile.memory_mib << 20;
-    NvmlMemory { total, free: total, used: 0 }
+    let used = used.min(total);
+    NvmlMemory { total, free: total - used, used }
 }
 
 /// `nvmlDeviceGetMaxMigDeviceCount`: with MIG on, one per compute slice (7); 0 when MIG is off or absent,
