@@ -2,6 +2,7 @@
 //! simulated driver, else the machine's `libnvidia-ml.so.1` or `TESSERA_REAL_LIBNVML`:
 //! [`Origin::nvml_library`], as the daemon is given it), loaded with `libloading`, and the few queries the device document needs. Every query is
 //! optional: a missing library, symbol or an error answer is `None`, which the document shows as `null`.
+//! More queries (identity, topology, processes, metrics) are in `nvml_more`, MIG instances in `mig`.
 
 use crate::driver::Origin;
 use libloading::Library;
@@ -51,8 +52,8 @@ pub struct Nvml {
 
 /// A device of [`Nvml`].
 pub struct Device<'a> {
-    nvml: &'a Nvml,
-    handle: NvmlDevice,
+    pub(crate) nvml: &'a Nvml,
+    pub(crate) handle: NvmlDevice,
 }
 
 impl Nvml {
@@ -69,7 +70,7 @@ impl Nvml {
     }
 
     /// The entry point `name`, typed as `F`: the caller names the function-pointer type of `name` in nvml.h.
-    fn symbol<F: Copy>(&self, name: &str) -> Option<F> {
+    pub(crate) fn symbol<F: Copy>(&self, name: &str) -> Option<F> {
         // SAFETY: F is the documented signature of `name` in nvml.h (every caller names its type).
         unsafe { self.lib.get::<F>(name.as_bytes()).ok().map(|s| *s) }
     }
@@ -118,7 +119,7 @@ impl Drop for Nvml {
 
 impl Device<'_> {
     /// A query of the form `f(device, unsigned int *out)`.
-    fn uint(&self, name: &str) -> Option<u32> {
+    pub(crate) fn uint(&self, name: &str) -> Option<u32> {
         let f: unsafe extern "C" fn(NvmlDevice, *mut c_uint) -> NvmlReturn = self.nvml.symbol(name)?;
         let mut v = 0;
         // SAFETY: NVML's handle and a valid out-pointer.
@@ -206,6 +207,6 @@ impl Device<'_> {
 }
 
 /// `Some(())` for `NVML_SUCCESS`.
-fn ok(code: NvmlReturn) -> Option<()> {
+pub(crate) fn ok(code: NvmlReturn) -> Option<()> {
     (code == NVML_SUCCESS).then_some(())
 }

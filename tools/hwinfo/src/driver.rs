@@ -60,7 +60,7 @@ impl Driver {
     }
 
     /// The entry point `name`, typed as `F`: the caller names the function-pointer type of `name` in cuda.h.
-    pub(crate) fn call<F: Copy>(&self, name: &str) -> Result<F, String> {
+    pub fn call<F: Copy>(&self, name: &str) -> Result<F, String> {
         // SAFETY: F is the documented signature of `name` in cuda.h (every caller names its type).
         unsafe { self.lib.get::<F>(name.as_bytes()).map(|s| *s).map_err(|e| format!("{name}: {e}")) }
     }
@@ -162,6 +162,6 @@ fn lib_is_simulated(lib: &Library) -> bool {
 }
 
 /// `Ok` for `CUDA_SUCCESS`, else an error naming `what` and the code.
-pub(crate) fn check(what: &str, code: Res) -> Result<(), String> {
+pub fn check(what: &str, code: Res) -> Result<(), String> {
     if code == 0 { Ok(()) } else { Err(format!("{what} failed with CUDA error {code}")) }
 }
