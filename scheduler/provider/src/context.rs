@@ -1,31 +1,35 @@
 //! What every call needs, opened once (by `AccelInit`, or by the first call that needs it) and closed by
-//! `AccelShutdown`: the CUDA driver in use (the machine's, else the simulated one from the library folder
-//! beside this library), the NVML that goes with it, and the device list, numbered as CUDA numbers them
-//! (the ordinals vGPUs name).
+//! `AccelShutdown`: NVML and the device list it gives. The library never initializes CUDA in the calling
+//! process: a worker that sets its own limits before `cuInit` must still be free to join the vGPU they
+//! made (the shim reads `TESSERA_VGPU` at its first CUDA call).
+//!
+//! NVML is the one that goes with the driver programs load: `TESSERA_REAL_LIBNVML`, else
+//! `libnvidia-ml.so.1` on the loader's path (the simulated one where the simulated GPU's folder is on it),
+//! else the simulated NVML of Tessera's library folder, found beside this library.
 
-use crate::abi::current::ACCEL_ERROR_OPERATION_FAILED;
+use crate::abi::current::{ACCEL_ERROR_NOT_FOUND, ACCEL_ERROR_OPERATION_FAILED};
 use crate::guard::Fail;
 use parking_lot::RwLock;
 use std::path::PathBuf;
 use std::sync::Arc;
-use tessera_ffi::sys::CUdevice_attribute as A;
-use tessera_hwinfo::driver::Driver;
+use tessera_hwinfo::driver::Origin;
 use tessera_hwinfo::nvml::{Device, Nvml};
 
-/// One device as the CUDA driver describes it.
+/// One device as NVML describes it.
 #[derive(Debug, Clone)]
 pub struct Gpu {
-    /// CUDA ordinal (the `device` of a vGPU).
+    /// NVML's index (PCI bus order: CUDA's ordinal with `CUDA_DEVICE_ORDER=PCI_BUS_ID`), the `device` of
+    /// a vGPU.
     pub index: u32,
     /// `GPU-...`.
     pub uuid: String,
     /// Model name.
     pub name: String,
-    /// PCI bus id, which names the same device in NVML.
+    /// PCI bus id.
     pub bus_id: String,
     /// Device memory, in bytes.
     pub memory: u64,
-    /// SMs.
+    /// SMs (0 when NVML cannot tell).
     pub sms: u32,
     /// Compute capability.
     pub cc: (i32, i32),
@@ -33,16 +37,14 @@ pub struct Gpu {
     pub clock_mhz: u32,
 }
 
-/// The opened driver, NVML and devices.
+/// The opened NVML and devices.
 pub struct Context {
-    /// The CUDA driver in use.
-    pub driver: Driver,
-    /// Its NVML, when it has one that initializes.
-    pub nvml: Option<Nvml>,
-    /// The devices, by CUDA ordinal.
+    /// NVML.
+    pub nvml: Nvml,
+    /// True when it is the simulated GPU's.
+    pub simulated: bool,
+    /// The devices, by index.
     pub gpus: Vec<Gpu>,
-    /// This library's file, when the loader tells.
-    pub library: Option<PathBuf>,
 }
 
 /// The open context, if any.
@@ -67,51 +69,50 @@ pub fn close() {
     *CONTEXT.write() = None;
 }
 
-/// Opens the driver, NVML and device list.
-fn open() -> Result<Context, String> {
-    let library = own_file();
-    if let Some(file) = &library {
-        tessera_hwinfo::lib_dir::anchor_at(file.clone());
+/// The NVML to use; see the module documentation.
+fn open_nvml() -> Result<Nvml, String> {
+    let machine = tessera_scheduler::nvml_usage::machine_nvml();
+    if let Some(n) = Nvml::open_library(&machine) {
+        return Ok(n);
     }
-    let driver = Driver::load()?;
-    driver.init()?;
-    let nvml = Nvml::open(&driver.origin);
-    let mut gpus = Vec::new();
-    for dev in 0..driver.device_count()? {
-        gpus.push(describe(&driver, nvml.as_ref(), dev).map_err(|e| format!("device {dev}: {e}"))?);
+    if let Some(file) = own_file() {
+        tessera_hwinfo::lib_dir::anchor_at(file);
     }
-    crate::log::line(
-        "INFO",
-        &format!(
-            "{} device(s) on the {} driver, NVML {}",
-            gpus.len(),
-            if matches!(driver.origin, tessera_hwinfo::driver::Origin::Real) { "NVIDIA" } else { "simulated" },
-            nvml.as_ref().map_or("unavailable".to_string(), |n| n.name.clone())
-        ),
-    );
-    Ok(Context { driver, nvml, gpus, library })
+    let folder = tessera_hwinfo::lib_dir::simgpu_folder()
+        .map_err(|e| format!("no NVML: {machine} does not load, and the simulated GPU's is not found: {e}"))?;
+    let simulated = Origin::Simulated(folder).nvml_library();
+    Nvml::open_library(&simulated).ok_or_else(|| format!("no NVML: neither {machine} nor {simulated} initializes"))
 }
 
-/// Device `dev` as the driver describes it.
-fn describe(d: &Driver, nvml: Option<&Nvml>, dev: i32) -> Result<Gpu, String> {
-    let attr = |a: A| d.attribute(dev, a as i32);
-    let bus_id = d.pci_bus_id(dev)?;
-    let nvml_clock = nvml.and_then(|n| n.device(&bus_id)).and_then(|n| n.max_sm_clock_mhz());
-    // CU_DEVICE_ATTRIBUTE_CLOCK_RATE is in kHz.
-    let clock_mhz =
-        nvml_clock.unwrap_or_else(|| (attr(A::CU_DEVICE_ATTRIBUTE_CLOCK_RATE).unwrap_or(0).max(0) / 1000) as u32);
-    Ok(Gpu {
-        index: dev as u32,
-        uuid: d.uuid(dev)?,
-        name: d.name(dev)?,
-        bus_id,
-        memory: d.total_memory(dev)?,
-        sms: attr(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?.max(0) as u32,
-        cc: (
-            attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
-            attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
-        ),
-        clock_mhz,
+/// Opens NVML and the device list.
+fn open() -> Result<Context, String> {
+    let nvml = open_nvml()?;
+    let count = nvml.device_count().ok_or("nvmlDeviceGetCount_v2 failed")?;
+    let mut gpus = Vec::new();
+    for i in 0..count {
+        let dev = nvml.device_at(i).ok_or_else(|| format!("NVML has no device {i}"))?;
+        gpus.push(describe(&dev, i).ok_or_else(|| format!("NVML does not describe device {i}"))?);
+    }
+    let simulated = loaded_file("libsimnvml").is_some();
+    crate::log::line(
+        "INFO",
+        &format!("{} device(s) through {} ({})", gpus.len(), nvml.name, if simulated { "simulated" } else { "NVIDIA" }),
+    );
+    Ok(Context { nvml, simulated, gpus })
+}
+
+/// Device `index` as NVML describes it.
+fn describe(dev: &Device<'_>, index: u32) -> Option<Gpu> {
+    let cc = dev.compute_capability()?;
+    Some(Gpu {
+        index,
+        uuid: dev.uuid()?,
+        name: dev.name()?,
+        bus_id: dev.pci_bus_id()?,
+        memory: dev.memory()?.0,
+        sms: dev.sm_count().unwrap_or(0),
+        cc,
+        clock_mhz: dev.max_sm_clock_mhz().unwrap_or(0),
     })
 }
 
@@ -120,17 +121,23 @@ impl Context {
     pub fn gpu(&self, uuid: &str) -> Result<&Gpu, Fail> {
         self.gpus.iter().find(|g| g.uuid.eq_ignore_ascii_case(uuid)).ok_or_else(|| {
             let known: Vec<&str> = self.gpus.iter().map(|g| g.uuid.as_str()).collect();
-            Fail::new(
-                crate::abi::current::ACCEL_ERROR_NOT_FOUND,
-                format!("no device {uuid}; the devices are {}", known.join(", ")),
-            )
+            Fail::new(ACCEL_ERROR_NOT_FOUND, format!("no device {uuid}; the devices are {}", known.join(", ")))
         })
     }
 
-    /// NVML's handle of `gpu`, when NVML is there.
+    /// NVML's handle of `gpu`.
     pub fn nvml_device(&self, gpu: &Gpu) -> Option<Device<'_>> {
-        self.nvml.as_ref()?.device(&gpu.bus_id)
+        self.nvml.device_at(gpu.index)
     }
+}
+
+/// The first file mapped into this process whose name starts with `prefix` (`/proc/self/maps`).
+pub fn loaded_file(prefix: &str) -> Option<PathBuf> {
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    maps.lines().filter_map(|l| l.split_whitespace().nth(5)).find_map(|path| {
+        let name = path.rsplit('/').next().unwrap_or("");
+        (path.starts_with('/') && name.starts_with(prefix)).then(|| PathBuf::from(path))
+    })
 }
 
 /// This library's own file (`dladdr` of one of its functions), so the library folder is found beside

@@ -71,7 +71,7 @@ fn report(ctx: &Context, gpu: &Gpu, vgpus: Option<&[tessera_client::VgpuStatus]>
     properties.push(("tesseraDriver".into(), driver_kind(ctx).into()));
     let max_partitions = mig.as_ref().and_then(|m| m.profiles.iter().map(|p| p.instances).max()).unwrap_or(0);
     Report {
-        driver_version: ctx.nvml.as_ref().and_then(|n| n.driver_version()).unwrap_or_default(),
+        driver_version: ctx.nvml.driver_version().unwrap_or_default(),
         firmware: nv.as_ref().and_then(|n| n.vbios_version()).unwrap_or_default(),
         device_node: format!("/dev/nvidia{}", nv.as_ref().and_then(|n| n.minor_number()).unwrap_or(gpu.index)),
         numa_node: nv.as_ref().and_then(|n| n.numa_node()).and_then(|n| i32::try_from(n).ok()).unwrap_or(-1),
@@ -97,10 +97,7 @@ fn report(ctx: &Context, gpu: &Gpu, vgpus: Option<&[tessera_client::VgpuStatus]>
 
 /// `real` or `simulated`.
 fn driver_kind(ctx: &Context) -> &'static str {
-    match ctx.driver.origin {
-        tessera_hwinfo::driver::Origin::Real => "real",
-        tessera_hwinfo::driver::Origin::Simulated(_) => "simulated",
-    }
+    if ctx.simulated { "simulated" } else { "real" }
 }
 
 /// Fills `props` with `list` (at most [`MAX_DEVICE_PROPERTIES`]).

@@ -1,12 +1,12 @@
 //! `AccelGetVendorMountLibs`: the files a container needs to run CUDA programs under Tessera, each mounted
 //! at the same path inside: the shim (`libtessera.so`, from Tessera's library folder), and the CUDA driver
-//! and NVML libraries in use, as this process loaded them (with, for the simulated GPU, the folder of
-//! links programs load them by).
+//! and NVML libraries in use: the NVML file this library loaded, `libcuda.so.1` beside it (the driver
+//! installs both in one folder; the simulated GPU's folder of links holds both too), and the files they
+//! resolve to.
 
 use crate::context::Context;
 use std::collections::BTreeSet;
 use std::path::PathBuf;
-use tessera_hwinfo::driver::Origin;
 
 /// Library files whose names start with these are the driver's and NVML's (real or simulated).
 const DRIVER_FILES: [&str; 4] = ["libcuda.so", "libnvidia-ml.so", "libsimcuda", "libsimnvml"];
@@ -20,13 +20,18 @@ pub fn list(ctx: &Context) -> Vec<PathBuf> {
             paths.push(shim);
         }
     }
-    if let Origin::Simulated(folder) = &ctx.driver.origin {
-        for link in ["libcuda.so.1", "libnvidia-ml.so.1"] {
-            let p = folder.join(link);
-            if p.exists() {
-                paths.push(p);
+    // The NVML as named when loaded (a link in a library folder), else the file mapped.
+    let nvml = ctx.nvml.file().filter(|p| p.is_absolute());
+    if let Some(nvml) = nvml {
+        if let Some(dir) = nvml.parent() {
+            let cuda = dir.join("libcuda.so.1");
+            if cuda.exists() {
+                paths.push(cuda.clone());
+                paths.extend(cuda.canonicalize().ok());
             }
         }
+        paths.extend(nvml.canonicalize().ok());
+        paths.push(nvml);
     }
     paths.extend(loaded_driver_files());
     let mut seen = BTreeSet::new();

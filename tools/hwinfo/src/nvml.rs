@@ -60,9 +60,18 @@ impl Nvml {
     /// Loads the NVML that goes with a driver of `origin` and initializes it; `None` when there is none or
     /// it does not initialize.
     pub fn open(origin: &Origin) -> Option<Nvml> {
-        let name = origin.nvml_library();
+        Nvml::open_library(&origin.nvml_library())
+    }
+
+    /// Loads NVML from `name` (a path, or a file name the loader looks up) and initializes it; `None`
+    /// when it does not load or initialize.
+    pub fn open_library(name: &str) -> Option<Nvml> {
+        let name = name.to_string();
+        // Its own symbols first (RTLD_DEEPBIND): calls inside NVML must not go through a shim preloaded in
+        // this process (whose NVML hooks answer for a vGPU, and whose first call fixes its configuration).
+        let flags = libc::RTLD_NOW | libc::RTLD_DEEPBIND;
         // SAFETY: loading NVML runs its initializers, as every NVML client does.
-        let lib = unsafe { Library::new(&name) }.ok()?;
+        let lib: Library = unsafe { libloading::os::unix::Library::open(Some(&name), flags) }.ok()?.into();
         let nvml = Nvml { lib, name };
         let init: unsafe extern "C" fn() -> NvmlReturn = nvml.symbol("nvmlInit_v2")?;
         // SAFETY: no arguments.
@@ -83,6 +92,21 @@ impl Nvml {
         ok(unsafe { f(buf.as_mut_ptr(), buf.len() as c_uint) })?;
         // SAFETY: NVML NUL-terminates within the buffer on success.
         Some(unsafe { CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned())
+    }
+
+    /// The file NVML was loaded from, as the loader names it (`dladdr` of `nvmlInit_v2`).
+    pub fn file(&self) -> Option<std::path::PathBuf> {
+        let init: unsafe extern "C" fn() -> NvmlReturn = self.symbol("nvmlInit_v2")?;
+        // SAFETY: a zeroed Dl_info is a valid out-value.
+        let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+        // SAFETY: an address inside the loaded library and a valid out-pointer.
+        if unsafe { libc::dladdr(init as *const libc::c_void, &mut info) } == 0 || info.dli_fname.is_null() {
+            return None;
+        }
+        // SAFETY: dladdr's NUL-terminated file name.
+        let name = unsafe { CStr::from_ptr(info.dli_fname) };
+        use std::os::unix::ffi::OsStrExt;
+        Some(std::path::PathBuf::from(std::ffi::OsStr::from_bytes(name.to_bytes())))
     }
 
     /// `nvmlSystemGetDriverVersion`: the display driver release, e.g. `580.65.06`.

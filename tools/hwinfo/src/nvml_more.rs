@@ -6,7 +6,7 @@
 use crate::nvml::{Device, Nvml, ok};
 use std::ffi::{CStr, CString, c_char, c_uint};
 use tessera_ffi::nvml::{NVML_CLOCK_SM, NVML_TEMPERATURE_GPU, NvmlDevice, NvmlMemory, NvmlProcessInfo, NvmlReturn};
-use tessera_ffi::nvml::{NVML_ERROR_INSUFFICIENT_SIZE, NvmlUtilization};
+use tessera_ffi::nvml::{NVML_ERROR_INSUFFICIENT_SIZE, NvmlPciInfo, NvmlUtilization};
 
 /// `NVML_PCIE_UTIL_TX_BYTES` / `NVML_PCIE_UTIL_RX_BYTES` of `nvmlPcieUtilCounter_t`.
 const PCIE_TX: u32 = 0;
@@ -54,6 +54,25 @@ pub struct RunningProcess {
 }
 
 impl Nvml {
+    /// `nvmlDeviceGetCount_v2`.
+    pub fn device_count(&self) -> Option<u32> {
+        let f: unsafe extern "C" fn(*mut c_uint) -> NvmlReturn = self.symbol("nvmlDeviceGetCount_v2")?;
+        let mut n = 0;
+        // SAFETY: a valid out-pointer.
+        ok(unsafe { f(&mut n) })?;
+        Some(n)
+    }
+
+    /// `nvmlDeviceGetHandleByIndex_v2`: the device NVML numbers `index` (PCI bus order).
+    pub fn device_at(&self, index: u32) -> Option<Device<'_>> {
+        let f: unsafe extern "C" fn(c_uint, *mut NvmlDevice) -> NvmlReturn =
+            self.symbol("nvmlDeviceGetHandleByIndex_v2")?;
+        let mut handle: NvmlDevice = std::ptr::null_mut();
+        // SAFETY: an index and a valid out-pointer.
+        ok(unsafe { f(index, &mut handle) })?;
+        Some(Device { nvml: self, handle })
+    }
+
     /// `nvmlDeviceGetHandleByUUID`: the device (or MIG device) with UUID `uuid`.
     pub fn device_by_uuid(&self, uuid: &str) -> Option<Device<'_>> {
         let f: unsafe extern "C" fn(*const c_char, *mut NvmlDevice) -> NvmlReturn =
@@ -86,6 +105,34 @@ impl Device<'_> {
     /// `nvmlDeviceGetName`.
     pub fn name(&self) -> Option<String> {
         self.string("nvmlDeviceGetName")
+    }
+
+    /// `nvmlDeviceGetPciInfo_v3`: the PCI bus id, `domain:bus:device.function`.
+    pub fn pci_bus_id(&self) -> Option<String> {
+        let f: unsafe extern "C" fn(NvmlDevice, *mut NvmlPciInfo) -> NvmlReturn =
+            self.nvml.symbol("nvmlDeviceGetPciInfo_v3")?;
+        // SAFETY: a plain C struct of integers and chars, for which all zeroes is a valid value.
+        let mut info: NvmlPciInfo = unsafe { std::mem::zeroed() };
+        // SAFETY: NVML's handle and a valid out-pointer.
+        ok(unsafe { f(self.handle, &mut info) })?;
+        let end = info.bus_id.iter().position(|&b| b == 0).unwrap_or(info.bus_id.len());
+        Some(String::from_utf8_lossy(&info.bus_id[..end]).into_owned())
+    }
+
+    /// `nvmlDeviceGetCudaComputeCapability`.
+    pub fn compute_capability(&self) -> Option<(i32, i32)> {
+        let f: unsafe extern "C" fn(NvmlDevice, *mut i32, *mut i32) -> NvmlReturn =
+            self.nvml.symbol("nvmlDeviceGetCudaComputeCapability")?;
+        let (mut major, mut minor) = (0, 0);
+        // SAFETY: NVML's handle and two valid out-pointers.
+        ok(unsafe { f(self.handle, &mut major, &mut minor) })?;
+        Some((major, minor))
+    }
+
+    /// SMs: CUDA cores (`nvmlDeviceGetNumGpuCores`) over the cores per SM of the compute capability.
+    pub fn sm_count(&self) -> Option<u32> {
+        let per_sm = crate::precision::cuda_cores_per_sm(self.compute_capability()?)?;
+        Some(self.cuda_cores()? / per_sm)
     }
 
     /// `nvmlDeviceGetVbiosVersion`.

@@ -49,6 +49,17 @@ pub fn tensor_cores_per_sm(cc: Cc) -> u32 {
     }
 }
 
+/// CUDA cores (FP32 lanes) per SM of compute capability `cc`, NVIDIA's per-architecture figure: 64 on
+/// Pascal GP100, Volta, Turing, A100 and Hopper; 128 on Pascal GP10x, GA10x, Ada and Blackwell. `None`
+/// for older or unknown architectures.
+pub fn cuda_cores_per_sm(cc: Cc) -> Option<u32> {
+    match cc {
+        (6, 0) | (7, _) | (8, 0) | (9, 0) => Some(64),
+        (6, _) | (8, _) | (10, _) | (11, _) | (12, _) => Some(128),
+        _ => None,
+    }
+}
+
 /// Peak dense FP16 operations per SM per clock of compute capability `cc`, the figure behind
 /// `maxTflops` of the provider library (documented in the README, "For cluster hypervisors"): tensor-core
 /// FP16 with FP32 accumulation where the architecture has tensor cores, the FP16/FP32 ALUs before.
