@@ -14,6 +14,7 @@
 
 pub mod cublas;
 pub mod cuda;
+pub mod elf;
 pub mod flock;
 pub mod futex;
 pub mod nvml;

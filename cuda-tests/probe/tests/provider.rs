@@ -125,7 +125,7 @@ fn a_worker_s_own_memory_limit_is_enforced_by_the_shim() {
     let mut m = Machine::new("provider-limit", DEVICES);
     m.start();
     let exe = program("provider_limit.c").link_driver().build();
-    let mut cmd = m.sim.command_for(&exe, &["64"]);
+    let mut cmd = m.sim.command_for(&exe, &["512"]);
     cmd.env("LD_PRELOAD", shim_path()).env("TESSERA_LOG", "info");
     let f = Facts::ok(cmd);
     assert_eq!(f.get("limit"), "0");
@@ -133,5 +133,5 @@ fn a_worker_s_own_memory_limit_is_enforced_by_the_shim() {
     assert_eq!(f.get("beyond"), "2", "beyond the limit is CUDA_ERROR_OUT_OF_MEMORY\n{}", f.stderr);
     let vgpu = f.get("vgpu");
     let v = m.client().show(vgpu).expect("the worker's vGPU stays until AccelShutdown");
-    assert_eq!(v.spec.memory, 64 << 20);
+    assert_eq!(v.spec.memory, 512 << 20);
 }

@@ -45,7 +45,10 @@ pub struct Mig {
 
 /// NVML, loaded and initialized.
 pub struct Nvml {
-    lib: Library,
+    /// Kept open while `Nvml` lives; its symbols are looked up through `handle`.
+    _lib: Library,
+    /// The `dlopen` handle of `_lib`.
+    handle: usize,
     /// The library's file (for messages).
     pub name: String,
 }
@@ -71,17 +74,24 @@ impl Nvml {
         // this process (whose NVML hooks answer for a vGPU, and whose first call fixes its configuration).
         let flags = libc::RTLD_NOW | libc::RTLD_DEEPBIND;
         // SAFETY: loading NVML runs its initializers, as every NVML client does.
-        let lib: Library = unsafe { libloading::os::unix::Library::open(Some(&name), flags) }.ok()?.into();
-        let nvml = Nvml { lib, name };
+        let raw = unsafe { libloading::os::unix::Library::open(Some(&name), flags) }.ok()?.into_raw();
+        // SAFETY: the handle `into_raw` just gave back, owned again by the Library.
+        let lib: Library = unsafe { libloading::os::unix::Library::from_raw(raw) }.into();
+        let nvml = Nvml { _lib: lib, handle: raw as usize, name };
         let init: unsafe extern "C" fn() -> NvmlReturn = nvml.symbol("nvmlInit_v2")?;
         // SAFETY: no arguments.
         (unsafe { init() } == NVML_SUCCESS).then_some(nvml)
     }
 
     /// The entry point `name`, typed as `F`: the caller names the function-pointer type of `name` in nvml.h.
+    /// Looked up with libc's own `dlsym` ([`crate::dl`]), never the shim's.
     pub(crate) fn symbol<F: Copy>(&self, name: &str) -> Option<F> {
-        // SAFETY: F is the documented signature of `name` in nvml.h (every caller names its type).
-        unsafe { self.lib.get::<F>(name.as_bytes()).ok().map(|s| *s) }
+        assert_eq!(size_of::<F>(), size_of::<*mut std::ffi::c_void>(), "F is a function pointer type");
+        let name = std::ffi::CString::new(name).ok()?;
+        let address = crate::dl::symbol(self.handle as *mut std::ffi::c_void, &name);
+        // SAFETY: F is the documented signature of `name` in nvml.h (every caller names its type), a
+        // function pointer of the same size as the address.
+        (!address.is_null()).then(|| unsafe { std::mem::transmute_copy::<*mut std::ffi::c_void, F>(&address) })
     }
 
     /// A string query of the form `f(char *buf, unsigned int length)`.
