@@ -14,6 +14,7 @@ mod signals;
 mod simgpu_cmd;
 mod top;
 mod vgpu_cmd;
+mod vgpu_snapshot;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
