@@ -14,6 +14,9 @@ use std::time::Duration;
 /// `CUDA_ERROR_OUT_OF_MEMORY`: a restore found too little device memory.
 pub const OUT_OF_MEMORY: u32 = 2;
 
+/// `CUDA_ERROR_NOT_INITIALIZED`: the process has not initialized CUDA (nothing of it on the device).
+pub const NOT_INITIALIZED: u32 = 3;
+
 /// What the driver says of a process (`CUprocessState`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ProcessState {

@@ -163,9 +163,9 @@ impl Manager {
         }
         let outcome = snapshots::take(self.checkpoint.as_ref(), name, &targets);
         match outcome {
-            Ok(()) => {
+            Ok(checkpointed) => {
                 snapshot.whole |= pids.is_empty();
-                snapshot.processes.extend(targets);
+                snapshot.processes.extend(checkpointed);
                 say!(
                     "tessera daemon: vGPU {name:?} snapshotted{}: {} in host memory",
                     if pids.is_empty() { String::new() } else { format!(" (pid {pids:?})") },

@@ -13,7 +13,7 @@
 //! Each step asks the driver the process's state first, so that a sequence broken off (an error, a
 //! restarted daemon) is picked up where it stopped.
 
-use crate::checkpoint::{CallError, Checkpointer, ProcessState};
+use crate::checkpoint::{CallError, Checkpointer, NOT_INITIALIZED, ProcessState};
 use crate::config::bytes;
 use crate::protocol::{Error, ErrorCode};
 use std::collections::HashMap;
@@ -133,10 +133,14 @@ fn with_undo(mut error: Error, name: &str, left: &[Held], why: &[String]) -> Err
 }
 
 /// Locks, then checkpoints, every process of `targets` (of vGPU `name`); all or nothing (see the module
-/// documentation).
-pub fn take(c: &dyn Checkpointer, name: &str, targets: &[Held]) -> Result<(), Failed> {
+/// documentation). A process that has not initialized CUDA (the driver answers
+/// `CUDA_ERROR_NOT_INITIALIZED` for its state) has nothing on the device and is left out; returns those
+/// checkpointed.
+pub fn take(c: &dyn Checkpointer, name: &str, targets: &[Held]) -> Result<Vec<Held>, Failed> {
+    let targets: Vec<Held> =
+        targets.iter().filter(|h| !c.state(h.pid).is_err_and(|e| e.code == NOT_INITIALIZED)).cloned().collect();
     let mut locked = Vec::new();
-    for h in targets {
+    for h in &targets {
         if let Err(e) = c.lock(h.pid, LOCK_TIMEOUT) {
             let (left, why) = undo(c, &[], &locked);
             return Err(Failed { error: with_undo(failed(name, "snapshot", &e), name, &left, &why), left });
@@ -144,7 +148,7 @@ pub fn take(c: &dyn Checkpointer, name: &str, targets: &[Held]) -> Result<(), Fa
         locked.push(h.clone());
     }
     let mut checkpointed = Vec::new();
-    for h in targets {
+    for h in &targets {
         if let Err(e) = c.checkpoint(h.pid) {
             // A checkpoint that failed half way may have left the process checkpointed: asked, not assumed.
             if c.state(h.pid) == Ok(ProcessState::Checkpointed) {
@@ -155,7 +159,7 @@ pub fn take(c: &dyn Checkpointer, name: &str, targets: &[Held]) -> Result<(), Fa
         }
         checkpointed.push(h.clone());
     }
-    Ok(())
+    Ok(checkpointed)
 }
 
 /// Restores, then unlocks, every process of `held` (of vGPU `name`, on `device`), whatever step each was

@@ -73,7 +73,7 @@ impl FakeDriver {
         if let Some(&(_, _, code)) = i.failing.iter().find(|(c, p, _)| *c == call && *p == pid) {
             return Err(err(code));
         }
-        let Some(&now) = i.states.get(&pid) else { return Err(err(1)) };
+        let Some(&now) = i.states.get(&pid) else { return Err(err(crate::checkpoint::NOT_INITIALIZED)) };
         if now != from {
             return Err(err(401));
         }
@@ -104,7 +104,12 @@ impl Checkpointer for FakeDriver {
     }
     fn state(&self, pid: u32) -> Result<ProcessState, CallError> {
         let i = self.inner.lock().unwrap();
-        i.states.get(&pid).copied().ok_or(CallError { call: "state", pid, code: 1, message: None })
+        i.states.get(&pid).copied().ok_or(CallError {
+            call: "state",
+            pid,
+            code: crate::checkpoint::NOT_INITIALIZED,
+            message: None,
+        })
     }
 }
 
@@ -118,7 +123,7 @@ fn held(processes: &[(u32, u64)]) -> Vec<Held> {
 fn a_snapshot_checkpoints_every_process_and_a_resume_brings_them_back() {
     let procs = [(10, GIB), (11, 2 * GIB)];
     let d = FakeDriver::new(GIB, &procs);
-    take(&d, "a", &held(&procs)).unwrap();
+    assert_eq!(take(&d, "a", &held(&procs)).unwrap(), held(&procs));
     assert_eq!((d.state_of(10), d.state_of(11)), (ProcessState::Checkpointed, ProcessState::Checkpointed));
     assert_eq!(d.free(), 4 * GIB, "their memory is the device's again");
     assert_eq!(d.calls(), ["lock 10", "lock 11", "checkpoint 10", "checkpoint 11"], "every process stops first");
@@ -183,6 +188,13 @@ fn a_resume_short_of_memory_leaves_everything_snapshotted_and_succeeds_once_memo
     d.take_memory(-((2 * GIB) as i64));
     bring_back(&d, "a", 0, &held(&procs)).unwrap();
     assert_eq!((d.state_of(10), d.state_of(11)), (ProcessState::Running, ProcessState::Running));
+}
+
+#[test]
+fn a_process_without_cuda_is_left_out() {
+    let d = FakeDriver::new(0, &[(10, GIB)]);
+    assert_eq!(take(&d, "a", &held(&[(10, GIB), (99, 0)])).unwrap(), held(&[(10, GIB)]));
+    assert_eq!(d.calls(), ["lock 10", "checkpoint 10"]);
 }
 
 #[test]
