@@ -10,6 +10,10 @@
 use libloading::Library;
 use std::ffi::{c_int, c_uint};
 use std::time::Duration;
+use tessera_ffi::checkpoint::{
+    CHECKPOINT, CUcheckpointLockArgs, CheckpointFn, GET_STATE, GetStateFn, LOCK, LockFn, RESTORE, RestoreFn, UNLOCK,
+    UnlockFn,
+};
 
 /// `CUDA_ERROR_OUT_OF_MEMORY`: a restore found too little device memory.
 pub const OUT_OF_MEMORY: u32 = 2;
@@ -74,19 +78,12 @@ impl std::fmt::Display for CallError {
     }
 }
 
-/// The name of a `CUresult` the checkpoint calls document, with its number.
+/// The name of a `CUresult`, with its number (`CUDA_ERROR_NOT_READY (600)`).
 pub fn code_name(code: u32) -> String {
-    let name = match code {
-        1 => "CUDA_ERROR_INVALID_VALUE",
-        2 => "CUDA_ERROR_OUT_OF_MEMORY",
-        3 => "CUDA_ERROR_NOT_INITIALIZED",
-        401 => "CUDA_ERROR_ILLEGAL_STATE",
-        600 => "CUDA_ERROR_NOT_READY",
-        801 => "CUDA_ERROR_NOT_SUPPORTED",
-        909 => "CUDA_ERROR_TIMEOUT",
-        _ => return format!("CUDA error {code}"),
-    };
-    format!("{name} ({code})")
+    match tessera_ffi::cuda::describe(code) {
+        Some((name, _)) => format!("{name} ({code})"),
+        None => format!("CUDA error {code}"),
+    }
 }
 
 /// The machine's CUDA driver library: `TESSERA_REAL_LIBCUDA`, else `libcuda.so.1` on the loader's path
@@ -128,30 +125,13 @@ impl<T: Checkpointer> Checkpointer for std::sync::Arc<T> {
     }
 }
 
-/// `CUcheckpointLockArgs` (cuda.h, 12.8): the lock's timeout, then reserved words that must be zero.
-#[repr(C)]
-#[derive(Default)]
-struct LockArgs {
-    timeout_ms: c_uint,
-    reserved0: c_uint,
-    reserved1: [u64; 7],
-}
-
-/// `CUresult cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *args)`.
-type LockFn = unsafe extern "C" fn(c_int, *mut LockArgs) -> c_uint;
-/// `cuCheckpointProcessCheckpoint`, `Restore` and `Unlock`: `(int pid, <args> *)`, the optional arguments
-/// passed as NULL (no GPU remapping at restore).
-type PidFn = unsafe extern "C" fn(c_int, *mut std::ffi::c_void) -> c_uint;
-/// `CUresult cuCheckpointProcessGetState(int pid, CUprocessState *state)`.
-type StateFn = unsafe extern "C" fn(c_int, *mut c_uint) -> c_uint;
-
 /// The driver library's checkpoint entry points.
 pub struct DriverCheckpoint {
     lock: LockFn,
-    checkpoint: PidFn,
-    restore: PidFn,
-    unlock: PidFn,
-    state: StateFn,
+    checkpoint: CheckpointFn,
+    restore: RestoreFn,
+    unlock: UnlockFn,
+    state: GetStateFn,
     // The functions above point into it: kept loaded as long as they may be called.
     _lib: Library,
 }
@@ -176,15 +156,11 @@ impl DriverCheckpoint {
             if code != 0 {
                 return Err(format!("cuInit of the driver {library} failed with {}", code_name(code)));
             }
-            let lock =
-                *lib.get::<LockFn>(b"cuCheckpointProcessLock").map_err(|e| missing("cuCheckpointProcessLock", e))?;
-            let pid = |name: &str| lib.get::<PidFn>(name.as_bytes()).map(|f| *f).map_err(|e| missing(name, e));
-            let checkpoint = pid("cuCheckpointProcessCheckpoint")?;
-            let restore = pid("cuCheckpointProcessRestore")?;
-            let unlock = pid("cuCheckpointProcessUnlock")?;
-            let state = *lib
-                .get::<StateFn>(b"cuCheckpointProcessGetState")
-                .map_err(|e| missing("cuCheckpointProcessGetState", e))?;
+            let lock = *lib.get::<LockFn>(LOCK.as_bytes()).map_err(|e| missing(LOCK, e))?;
+            let checkpoint = *lib.get::<CheckpointFn>(CHECKPOINT.as_bytes()).map_err(|e| missing(CHECKPOINT, e))?;
+            let restore = *lib.get::<RestoreFn>(RESTORE.as_bytes()).map_err(|e| missing(RESTORE, e))?;
+            let unlock = *lib.get::<UnlockFn>(UNLOCK.as_bytes()).map_err(|e| missing(UNLOCK, e))?;
+            let state = *lib.get::<GetStateFn>(GET_STATE.as_bytes()).map_err(|e| missing(GET_STATE, e))?;
             Ok(DriverCheckpoint { lock, checkpoint, restore, unlock, state, _lib: lib })
         }
     }
@@ -199,7 +175,7 @@ impl Checkpointer for DriverCheckpoint {
     fn lock(&self, pid: u32, timeout: Duration) -> Result<(), CallError> {
         // At least 1 ms: 0 would mean no timeout at all.
         let timeout_ms = timeout.as_millis().clamp(1, u32::MAX as u128) as c_uint;
-        let mut args = LockArgs { timeout_ms, ..LockArgs::default() };
+        let mut args = CUcheckpointLockArgs { timeout_ms, ..CUcheckpointLockArgs::default() };
         // SAFETY: `args` is a valid CUcheckpointLockArgs for the call's duration.
         checked("cuCheckpointProcessLock", pid, unsafe { (self.lock)(pid as c_int, &mut args) })
     }
@@ -257,12 +233,6 @@ impl Checkpointer for Unavailable {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_lock_arguments_are_laid_out_as_cuda_h_declares_them() {
-        assert_eq!(std::mem::size_of::<LockArgs>(), 64);
-        assert_eq!(std::mem::offset_of!(LockArgs, reserved1), 8);
-    }
 
     #[test]
     fn states_and_codes_read_as_the_driver_documents_them() {

@@ -39,10 +39,12 @@ pub fn snapshotted(name: &str, pids: &[u32], v: &VgpuStatus) -> String {
 /// and after.
 pub fn resumed(name: &str, pids: &[u32], before: Option<&VgpuStatus>, after: Option<&VgpuStatus>) -> String {
     let restored = match (before, after) {
-        (Some(b), Some(a)) if b.snapshotted => {
+        (Some(b), Some(a)) => {
             let bytes = b.snapshot_bytes.saturating_sub(a.snapshot_bytes);
-            let count = b.snapshot_pids.iter().filter(|p| !a.snapshot_pids.contains(p)).count();
-            format!(": {count} process(es) restored, {} back on device {}", format_size(bytes), b.spec.device)
+            match b.snapshot_pids.iter().filter(|p| !a.snapshot_pids.contains(p)).count() {
+                0 => String::new(),
+                n => format!(": {n} process(es) restored, {} back on device {}", format_size(bytes), b.spec.device),
+            }
         }
         _ => String::new(),
     };
