@@ -232,9 +232,17 @@ pub fn bring_back(c: &dyn Checkpointer, name: &str, device: u32, held: &[Held]) 
     Err(Failed { error, left: stuck })
 }
 
+/// `snapshot` without its processes no longer among `attached` (dead: their slots were reclaimed, the
+/// snapshot forgets them at its next `snapshot` or `resume`).
+fn among(snapshot: &Snapshot, attached: &[u32]) -> Snapshot {
+    let processes = snapshot.processes.iter().filter(|h| attached.contains(&h.pid)).cloned().collect();
+    Snapshot { whole: snapshot.whole, processes }
+}
+
 /// Writes vGPU `status`'s snapshot figures from `snapshots`.
 pub fn annotate_status(status: &mut VgpuStatus, snapshots: &Snapshots) {
     if let Some(s) = snapshots.get(&status.spec.name) {
+        let s = among(s, &status.processes);
         status.snapshotted = !s.is_empty();
         status.snapshot_pids = s.pids();
         status.snapshot_bytes = s.bytes();
@@ -246,6 +254,7 @@ pub fn annotate_status(status: &mut VgpuStatus, snapshots: &Snapshots) {
 pub fn annotate_stats(stats: &mut Stats, snapshots: &Snapshots) {
     for v in &mut stats.vgpus {
         let Some(s) = snapshots.get(&v.name) else { continue };
+        let s = among(s, &v.processes.iter().map(|p| p.pid).collect::<Vec<_>>());
         v.snapshotted = !s.is_empty();
         v.memory.snapshot = s.bytes();
         for p in &mut v.processes {

@@ -88,9 +88,9 @@ impl Tenant {
         std::fs::write(&self.trigger, b"go").unwrap();
         let round = self.expect("round");
         for what in ["verified", "kernel"] {
-            assert_eq!(u64_at(&round, &format!("{what}/mismatched_words")), 0, "{what}: {round}");
+            assert_eq!(u64_at(&round, &format!("{what}.mismatched_words")), 0, "{what}: {round}");
         }
-        assert!(u64_at(&round, "verified/bytes") > 0, "{round}");
+        assert!(u64_at(&round, "verified.bytes") > 0, "{round}");
         round
     }
 
