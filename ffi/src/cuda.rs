@@ -51,6 +51,8 @@ codes!(
     CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD,
     CUDA_ERROR_ILLEGAL_STATE,
     CUDA_ERROR_UNKNOWN,
+    CUDA_ERROR_OPERATING_SYSTEM,
+    CUDA_ERROR_TIMEOUT,
 );
 
 /// The name and description the driver gives `code`, or `None` when the code is not one cudarc knows.
@@ -118,4 +120,10 @@ static NAMES: &[(CuResult, &str, &str)] = &[
     ),
     (CUDA_ERROR_ILLEGAL_STATE, "CUDA_ERROR_ILLEGAL_STATE", "the operation is not permitted in the current state"),
     (CUDA_ERROR_UNKNOWN, "CUDA_ERROR_UNKNOWN", "unknown error"),
+    (
+        CUDA_ERROR_OPERATING_SYSTEM,
+        "CUDA_ERROR_OPERATING_SYSTEM",
+        "OS call failed or operation not supported on this OS",
+    ),
+    (CUDA_ERROR_TIMEOUT, "CUDA_ERROR_TIMEOUT", "timeout occurred"),
 ];

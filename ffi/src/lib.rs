@@ -1,6 +1,7 @@
 //! Binary interfaces that two sides of Tessera must agree on.
 //!
 //! - [`cuda`]: CUDA driver result codes as plain integers.
+//! - [`checkpoint`]: the driver's process checkpoint API (CUDA 12.8+): argument structs, states, signatures.
 //! - [`cublas`]: the cuBLAS math modes and status codes of the tensor-core policy.
 //! - [`proc_address`]: the real driver's `cuGetProcAddress` answers, as data.
 //! - [`region`]: the versioned shared-memory region processes of one vGPU share: its binary layout
@@ -12,6 +13,7 @@
 //! - [`nvml`]: the NVML C types the simulated NVML and the shim exchange with programs.
 //! - [`units`]: the textual forms of sizes and durations accepted in every environment variable.
 
+pub mod checkpoint;
 pub mod cublas;
 pub mod cuda;
 pub mod elf;

@@ -12,6 +12,7 @@ mod signals;
 mod simgpu_cmd;
 mod top;
 mod vgpu_cmd;
+mod vgpu_snapshot;
 
 use tessera_hwinfo::{driver, lib_dir};
 

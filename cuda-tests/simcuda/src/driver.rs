@@ -61,8 +61,16 @@ pub fn driver() -> CuRes<&'static Driver> {
     }
 }
 
-/// Initializes the driver once; later calls return the first outcome.
+/// Initializes the driver once (and starts the checkpoint control thread); later calls return the first
+/// outcome.
 pub fn initialize() -> CuRes<&'static Driver> {
+    static CONTROL: std::sync::Once = std::sync::Once::new();
+    let d = create()?;
+    CONTROL.call_once(|| crate::control::start(d));
+    Ok(d)
+}
+
+fn create() -> CuRes<&'static Driver> {
     DRIVER
         .get_or_init(|| {
             let config = Config::from_env().map_err(|e| {

@@ -1,5 +1,6 @@
-//! The boundary every exported function crosses: the call is counted ([`crate::calls`]), panics become
-//! `CUDA_ERROR_UNKNOWN`, `Result`s become codes, and output pointers are checked before they are written.
+//! The boundary every exported function crosses: the call is counted ([`crate::calls`]), waits while a
+//! checkpoint lock holds the process ([`crate::gate`]), panics become `CUDA_ERROR_UNKNOWN`, `Result`s
+//! become codes, and output pointers are checked before they are written.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use tessera_ffi::cuda::*;
@@ -7,8 +8,16 @@ use tessera_ffi::cuda::*;
 /// What implementations return: `Ok` becomes `CUDA_SUCCESS`.
 pub(crate) type CuRes<T = ()> = Result<T, CuResult>;
 
-/// Runs an implementation, turning its result (or a panic) into a `CUresult`.
+/// Runs an implementation, turning its result (or a panic) into a `CUresult`; blocks first while the
+/// process is locked by `cuCheckpointProcessLock`.
 pub(crate) fn entry(f: impl FnOnce() -> CuRes) -> CuResult {
+    let _inside = crate::gate::Inside::enter();
+    ungated(f)
+}
+
+/// [`entry`] for the checkpoint API itself, which must work while the gate is closed (a process may lock
+/// and checkpoint itself, and its requests are served by another thread).
+pub(crate) fn ungated(f: impl FnOnce() -> CuRes) -> CuResult {
     crate::calls::count();
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(())) => CUDA_SUCCESS,

@@ -9,11 +9,14 @@ mod guard;
 mod array;
 mod calls;
 mod capture_mode;
+mod checkpoint;
 mod context;
+mod control;
 mod copy;
 mod device;
 mod driver;
 mod event;
+mod gate;
 mod graph;
 mod handles;
 mod init;
@@ -22,12 +25,13 @@ mod memory;
 mod module;
 mod pool;
 mod stream;
+mod suspend;
 mod vmm;
 
 #[allow(unused_imports)]
 use {
-    array::*, capture_mode::*, context::*, copy::*, device::*, event::*, graph::*, init::*, launch::*, memory::*,
-    module::*, pool::*, stream::*, vmm::*,
+    array::*, capture_mode::*, checkpoint::*, context::*, copy::*, device::*, event::*, graph::*, init::*, launch::*,
+    memory::*, module::*, pool::*, stream::*, vmm::*,
 };
 
 include!(concat!(env!("OUT_DIR"), "/exports.rs"));

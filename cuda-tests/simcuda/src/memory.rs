@@ -129,6 +129,11 @@ impl AddressSpace {
         self.allocs.lock().values().filter(|a| pred(a)).map(|a| a.size).sum()
     }
 
+    /// Every allocation, in address order.
+    pub fn all(&self) -> Vec<Alloc> {
+        self.allocs.lock().values().cloned().collect()
+    }
+
     /// The allocation starting exactly at `base`.
     pub fn at(&self, base: u64) -> Option<Alloc> {
         self.allocs.lock().get(&base).cloned()

@@ -46,7 +46,8 @@ impl Drop for Physical {
 }
 
 impl Physical {
-    fn raw_fd(&self) -> c_int {
+    /// The memfd holding the allocation's pages (-1 once given up).
+    pub(crate) fn raw_fd(&self) -> c_int {
         self.fd.as_ref().map_or(-1, |f| f.as_raw_fd())
     }
 }
@@ -70,6 +71,11 @@ impl Released {
         if held + size <= limit {
             kept.push((device, size, fd));
         }
+    }
+
+    /// Gives every kept memfd back to the host (a checkpointed process keeps no device memory).
+    pub(crate) fn clear(&self) {
+        self.kept.lock().clear();
     }
 
     /// A kept memfd of exactly `size` bytes on `device`.
@@ -190,6 +196,14 @@ impl Reservations {
         let map = self.inner.lock();
         let (_, r) = reservation_of(&map, addr)?;
         mapping_of(r, addr).map(|(s, m)| (s, m.len))
+    }
+
+    /// Every mapping of every reservation: `(start, length, access flags, physical allocation, offset)`.
+    pub(crate) fn mappings(&self) -> Vec<(u64, u64, u32, Arc<Physical>, u64)> {
+        let map = self.inner.lock();
+        map.values()
+            .flat_map(|r| r.maps.iter().map(|(&s, m)| (s, m.len, m.access, m.physical.clone(), m.offset)))
+            .collect()
     }
 
     /// Device of the physical memory mapped at `addr`.

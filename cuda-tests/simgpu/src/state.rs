@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use tessera_ffi::flock::FileLock;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"SIMGPUST");
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 /// Most processes that may use the simulated GPUs at once.
 pub const MAX_PROCS: usize = 256;
 /// Ring of engine queue positions remembered with their owner, for recovering from a dead owner.
@@ -77,6 +77,39 @@ pub struct ProcState {
     pub busy_ns: [AtomicU64; MAX_DEVICES],
     /// Contexts the process holds, per device.
     pub contexts: [AtomicU32; MAX_DEVICES],
+    /// The process's checkpoint control words.
+    pub checkpoint: CheckpointWords,
+}
+
+/// Control words of the driver's process checkpoint API (`cuCheckpointProcess*`) for one process: a
+/// requester in another process writes a request and sleeps on `done`; the process's control thread sleeps
+/// on `request`, carries it out and answers. The driver side is simcuda's `checkpoint` module.
+#[repr(C)]
+pub struct CheckpointWords {
+    /// `CU_PROCESS_STATE_*` of the process.
+    pub state: AtomicU32,
+    /// Thread id of the process's control thread (the "restore thread"); 0 until it runs.
+    pub thread: AtomicU32,
+    /// Pid of the requester talking to the process now; 0 when none. Serializes requesters.
+    pub owner: AtomicU32,
+    /// Latest request, `sequence << 8 | operation`; the futex word the control thread sleeps on.
+    pub request: AtomicU32,
+    /// Argument of the latest request (the lock's timeout in milliseconds).
+    pub argument: AtomicU32,
+    /// The request word of the last request carried out; the futex word requesters sleep on.
+    pub done: AtomicU32,
+    /// Result code (`CUresult`) of the last request carried out.
+    pub result: AtomicU32,
+    _pad: u32,
+}
+
+impl CheckpointWords {
+    /// Back to a fresh process's values (RUNNING, no control thread, no request).
+    fn reset(&self) {
+        for w in [&self.state, &self.thread, &self.owner, &self.request, &self.argument, &self.done, &self.result] {
+            w.store(0, Ordering::Relaxed);
+        }
+    }
 }
 
 #[repr(C)]
@@ -202,6 +235,7 @@ impl SharedState {
         let start = process::start_time(pid).unwrap_or(0);
         for (i, p) in self.layout().procs.iter().enumerate() {
             if p.pid.compare_exchange(0, pid, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                p.checkpoint.reset();
                 p.start_time.store(start, Ordering::Release);
                 self.me = i;
                 return Ok(());
@@ -230,6 +264,13 @@ impl SharedState {
         self.layout().procs.iter().filter(|p| {
             let pid = p.pid.load(Ordering::Acquire);
             pid != 0 && pid != u32::MAX
+        })
+    }
+
+    /// The live registered entry of `pid` (the process registered with its current start time).
+    pub fn process(&self, pid: u32) -> Option<&ProcState> {
+        self.processes().find(|p| {
+            p.pid.load(Ordering::Acquire) == pid && process::is_alive(pid, p.start_time.load(Ordering::Acquire))
         })
     }
 
@@ -293,6 +334,7 @@ impl SharedState {
             p.busy_ns[d].store(0, Ordering::Relaxed);
             p.contexts[d].store(0, Ordering::Relaxed);
         }
+        p.checkpoint.reset();
         p.start_time.store(0, Ordering::Relaxed);
         p.pid.store(0, Ordering::Release);
     }
@@ -394,7 +436,7 @@ mod tests {
         let size = std::mem::size_of::<Layout>();
         std::fs::write(&c.state_path, vec![0xAB; size]).unwrap();
         let e = SharedState::open(&c, true).err().unwrap();
-        assert!(e.0.contains("not a version-1"), "{}", e.0);
+        assert!(e.0.contains("not a version-2"), "{}", e.0);
     }
 
     #[test]

@@ -13,6 +13,15 @@ pub enum Origin {
 }
 
 impl Origin {
+    /// The driver library itself: the simulated one in its folder, else the machine's
+    /// (`TESSERA_REAL_LIBCUDA`, or `libcuda.so.1` on the loader's path).
+    pub fn driver_library(&self) -> String {
+        match self {
+            Origin::Simulated(folder) => folder.join("libcuda.so.1").to_string_lossy().into_owned(),
+            Origin::Real => tessera_scheduler::checkpoint::machine_driver(),
+        }
+    }
+
     /// The NVML library that goes with this driver: the simulated one beside the simulated driver, else
     /// the machine's (`TESSERA_REAL_LIBNVML`, or `libnvidia-ml.so.1` on the loader's path).
     pub fn nvml_library(&self) -> String {

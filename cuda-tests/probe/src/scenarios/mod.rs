@@ -3,6 +3,7 @@
 mod alloc;
 mod arrivals;
 mod attributes;
+mod checkpoint;
 mod churn;
 mod graph;
 mod kernels;
@@ -155,6 +156,18 @@ const SCENARIOS: &[Scenario] = &[
         options: &["device", "mib", "free-large", "free-small", "rounds", "wait-file", "wait-timeout"],
         summary: "large and small buffers (--mib in all) with distinct contents, every --free-large/--free-small-th freed and allocated again; ready, then per --rounds trigger (--wait-file appears) every byte checked and vector_add_f32 run",
         run: softmem::run,
+    },
+    Scenario {
+        name: "checkpoint-tenant",
+        options: &["device", "mib", "managed"],
+        summary: "device memory of every kind with known bytes (--mib, --managed 1); serves stdin lines spin NS | call | verify",
+        run: checkpoint::tenant,
+    },
+    Scenario {
+        name: "checkpoint-ctl",
+        options: &[],
+        summary: "controller: stdin lines ACTION PID [ARG] call cuCheckpointProcess* (loaded with libloading); one JSON line each",
+        run: checkpoint::ctl,
     },
 ];
 

@@ -1,0 +1,220 @@
+//! What `cuCheckpointProcessCheckpoint` and `cuCheckpointProcessRestore` do to a locked process's device
+//! memory: every byte is copied into host memory of the process and the device memory is given back to
+//! the machine (other processes can allocate it); restore takes the memory back and copies the bytes
+//! back to the same device addresses.
+//!
+//! Device memory is host memory in the simulation, so "giving it back" means: linear allocations keep their
+//! address range but lose their pages (`MADV_DONTNEED`) and all access (`PROT_NONE`); VMM physical
+//! allocations (memfds) have their pages punched out and their mappings made inaccessible; and the
+//! process's whole charge in the machine-wide state (allocations, VMM, arrays, context reservations) is
+//! released, so a process killed while checkpointed has nothing left to reclaim.
+
+use crate::driver::Driver;
+use crate::guard::CuRes;
+use crate::memory::{Kind, map_anonymous};
+use crate::vmm::Physical;
+use parking_lot::Mutex;
+use std::ffi::c_void;
+use std::fs::File;
+use std::mem::ManuallyDrop;
+use std::os::fd::FromRawFd;
+use std::os::unix::fs::FileExt;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use tessera_ffi::cuda::*;
+
+/// Host memory holding a copy of device memory.
+struct HostCopy {
+    addr: u64,
+    len: usize,
+}
+
+impl HostCopy {
+    fn new(len: u64) -> CuRes<HostCopy> {
+        Ok(HostCopy { addr: map_anonymous(len)?, len: len as usize })
+    }
+
+    fn bytes(&mut self) -> &mut [u8] {
+        // SAFETY: `addr` is our own read-write mapping of `len` bytes, alive until drop.
+        unsafe { std::slice::from_raw_parts_mut(self.addr as *mut u8, self.len) }
+    }
+}
+
+impl Drop for HostCopy {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`, referenced by nothing else.
+        unsafe { libc::munmap(self.addr as *mut c_void, self.len.max(1)) };
+    }
+}
+
+/// One linear allocation's saved bytes.
+struct Linear {
+    base: u64,
+    copy: HostCopy,
+}
+
+/// One VMM physical allocation's saved bytes.
+struct Vmm {
+    physical: Arc<Physical>,
+    copy: HostCopy,
+}
+
+/// Everything a checkpoint took away, kept until the restore.
+struct Saved {
+    linear: Vec<Linear>,
+    vmm: Vec<Vmm>,
+    /// VMM mappings: (start, length, access flags) to make accessible again.
+    mappings: Vec<(u64, u64, u32)>,
+    /// Bytes released per device.
+    charges: Vec<u64>,
+}
+
+/// The checkpoint of this process, while it is CHECKPOINTED.
+static SAVED: Mutex<Option<Saved>> = Mutex::new(None);
+
+fn protect(addr: u64, len: u64, prot: i32) -> CuRes {
+    // SAFETY: callers pass ranges of device memory this driver mapped and still owns.
+    let r = unsafe { libc::mprotect(addr as *mut c_void, len.max(1) as usize, prot) };
+    if r == 0 { Ok(()) } else { Err(CUDA_ERROR_UNKNOWN) }
+}
+
+fn access_prot(access: u32) -> i32 {
+    match access {
+        3 => libc::PROT_READ | libc::PROT_WRITE,
+        1 => libc::PROT_READ,
+        _ => libc::PROT_NONE,
+    }
+}
+
+/// The memfd of a physical allocation as a `File`, without taking ownership of the descriptor.
+fn memfd(p: &Physical) -> ManuallyDrop<File> {
+    // SAFETY: the descriptor stays open as long as `p` lives; ManuallyDrop never closes it.
+    ManuallyDrop::new(unsafe { File::from_raw_fd(p.raw_fd()) })
+}
+
+/// Copies a linear allocation out and releases its pages.
+fn save_linear(base: u64, size: u64) -> CuRes<Linear> {
+    let mut copy = HostCopy::new(size)?;
+    // SAFETY: [base, base+size) is a live read-write device allocation no call or stream uses (the process
+    // is locked); the copy is a distinct mapping of the same length.
+    unsafe { std::ptr::copy_nonoverlapping(base as *const u8, copy.bytes().as_mut_ptr(), size as usize) };
+    // SAFETY: as above; dropping the pages of our own private anonymous mapping.
+    unsafe { libc::madvise(base as *mut c_void, size.max(1) as usize, libc::MADV_DONTNEED) };
+    protect(base, size, libc::PROT_NONE)?;
+    Ok(Linear { base, copy })
+}
+
+fn restore_linear(mut l: Linear) -> CuRes {
+    let len = l.copy.len;
+    protect(l.base, len as u64, libc::PROT_READ | libc::PROT_WRITE)?;
+    // SAFETY: the allocation's range is ours and read-write again; the copy has exactly its length.
+    unsafe { std::ptr::copy_nonoverlapping(l.copy.bytes().as_ptr(), l.base as *mut u8, len) };
+    Ok(())
+}
+
+/// Copies a physical allocation out and punches its pages out of the memfd.
+fn save_vmm(physical: Arc<Physical>) -> CuRes<Vmm> {
+    let mut copy = HostCopy::new(physical.size)?;
+    memfd(&physical).read_exact_at(copy.bytes(), 0).map_err(|_| CUDA_ERROR_UNKNOWN)?;
+    // SAFETY: fallocate on our own memfd; punching a hole keeps its size and frees its pages.
+    unsafe {
+        libc::fallocate(
+            physical.raw_fd(),
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            0,
+            physical.size as libc::off_t,
+        )
+    };
+    Ok(Vmm { physical, copy })
+}
+
+fn restore_vmm(mut v: Vmm) -> CuRes {
+    memfd(&v.physical).write_all_at(v.copy.bytes(), 0).map_err(|_| CUDA_ERROR_UNKNOWN)
+}
+
+/// Puts back what a partial checkpoint already took (after a failure half-way).
+fn undo(saved: Saved) {
+    for l in saved.linear {
+        let _ = restore_linear(l);
+    }
+    for v in saved.vmm {
+        let _ = restore_vmm(v);
+    }
+    for (start, len, access) in saved.mappings {
+        let _ = protect(start, len, access_prot(access));
+    }
+}
+
+/// Checkpoints the (locked) process's device memory into host memory and releases the device memory.
+/// Managed memory cannot be checkpointed (`CUDA_ERROR_NOT_SUPPORTED`, nothing changed).
+pub(crate) fn checkpoint(d: &Driver) -> CuRes {
+    let allocs = d.memory.all();
+    if allocs.iter().any(|a| a.kind == Kind::Managed) {
+        return Err(CUDA_ERROR_NOT_SUPPORTED);
+    }
+    let mut saved = Saved { linear: Vec::new(), vmm: Vec::new(), mappings: Vec::new(), charges: Vec::new() };
+    for a in allocs.iter().filter(|a| matches!(a.kind, Kind::Device | Kind::Pool)) {
+        match save_linear(a.base, a.size) {
+            Ok(l) => saved.linear.push(l),
+            Err(e) => {
+                undo(saved);
+                return Err(e);
+            }
+        }
+    }
+    // Every physical allocation: the registered handles and those only mappings still hold.
+    let mappings = d.reservations.mappings();
+    let mut physicals: Vec<Arc<Physical>> = d.physical.all().into_iter().map(|(_, p)| p).collect();
+    physicals.extend(mappings.iter().map(|m| m.3.clone()));
+    physicals.sort_by_key(|p| Arc::as_ptr(p) as usize);
+    physicals.dedup_by_key(|p| Arc::as_ptr(p) as usize);
+    for (start, len, access, _, _) in &mappings {
+        saved.mappings.push((*start, *len, *access));
+        let _ = protect(*start, *len, libc::PROT_NONE);
+    }
+    for p in physicals {
+        match save_vmm(p) {
+            Ok(v) => saved.vmm.push(v),
+            Err(e) => {
+                undo(saved);
+                return Err(e);
+            }
+        }
+    }
+    d.released.clear();
+    let me = d.state.me().ok_or(CUDA_ERROR_NOT_INITIALIZED)?;
+    for dev in 0..d.config.devices.len() {
+        let bytes = me.memory[dev].load(Ordering::Acquire);
+        d.state.release(dev, bytes);
+        saved.charges.push(bytes);
+    }
+    *SAVED.lock() = Some(saved);
+    Ok(())
+}
+
+/// Takes the device memory back and copies the saved bytes to their addresses. Without enough free
+/// device memory: `CUDA_ERROR_OUT_OF_MEMORY`, and the process stays checkpointed.
+pub(crate) fn restore(d: &Driver) -> CuRes {
+    let mut slot = SAVED.lock();
+    let saved = slot.take().ok_or(CUDA_ERROR_ILLEGAL_STATE)?;
+    for (dev, &bytes) in saved.charges.iter().enumerate() {
+        if bytes > 0 && !d.state.reserve(dev, bytes) {
+            for (done, &b) in saved.charges.iter().enumerate().take(dev) {
+                d.state.release(done, b);
+            }
+            *slot = Some(saved);
+            return Err(CUDA_ERROR_OUT_OF_MEMORY);
+        }
+    }
+    let mut result = Ok(());
+    for l in saved.linear {
+        result = result.and(restore_linear(l));
+    }
+    for v in saved.vmm {
+        result = result.and(restore_vmm(v));
+    }
+    for (start, len, access) in saved.mappings {
+        result = result.and(protect(start, len, access_prot(access)));
+    }
+    result
+}
