@@ -9,6 +9,7 @@ mod common;
 use common::cprog::{CBuild, Facts, workspace};
 use common::tessera::Machine;
 use common::{build_dir, shim_path};
+use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 
 /// Three simulated devices, the middle one MIG-capable.
@@ -59,8 +60,8 @@ fn every_function_of_the_current_abi_on_a_multi_gpu_machine() {
     let vgpu = f.get("vgpu");
     assert!(vgpu.starts_with("accel-") && vgpu.ends_with("-gpu0"), "{vgpu}");
     assert!(!vgpus(&m).contains(&vgpu.to_string()), "AccelShutdown left {vgpu}");
-    // Snapshot is not there yet.
-    assert_eq!(f.get("snapshot"), "3");
+    // The program itself is in no vGPU (it never initialized CUDA): nothing of it to snapshot.
+    assert_eq!(f.get("snapshot"), "2");
     // Tessera's accounting in the metrics, and what a container mounts.
     assert!(f.all("extra").iter().any(|e| e.ends_with("tessera.daemon 1.0")), "{:?}", f.all("extra"));
     let mounts = f.all("mount");
@@ -90,7 +91,7 @@ fn every_function_of_the_earlier_abi() {
     assert_eq!(f.get("devices"), "3");
     assert!(f.get("topology").starts_with("3 PCIe GPU-"), "{}", f.get("topology"));
     assert_eq!(f.get("assign_without_mig"), "0");
-    assert_eq!(f.get("snapshot"), "3");
+    assert_eq!(f.get("snapshot"), "2");
     // The worker's vGPU carries its limits.
     let v = m.client().show("legacy-w1").expect("the worker's vGPU");
     assert_eq!((v.spec.memory, v.spec.share, v.spec.device), (128 << 20, 30, 0));
@@ -134,4 +135,46 @@ fn a_worker_s_own_memory_limit_is_enforced_by_the_shim() {
     let vgpu = f.get("vgpu");
     let v = m.client().show(vgpu).expect("the worker's vGPU stays until AccelShutdown");
     assert_eq!(v.spec.memory, 512 << 20);
+}
+
+#[test]
+fn snapshot_and_resume_of_a_worker_and_of_a_device() {
+    let mut m = Machine::new("provider-snapshot", "small");
+    m.sim = std::mem::replace(&mut m.sim, common::Sim::new("unused"))
+        .with("SIMGPU_MEMORY", "1GiB")
+        .with("SIMGPU_CONTEXT_MEMORY", "32MiB");
+    m.start();
+    m.ok(&["vgpu", "create", "snap", "--device", "0", "--memory", "512MiB", "--share", "40"]);
+    let trigger = m.file("go");
+    let args = ["softmem", "--mib", "64", "--free-large", "0", "--free-small", "0", "--rounds", "1", "--wait-file"];
+    let mut tenant = m.spawn_tenant("snap", &[&args[..], &[trigger.to_str().unwrap()]].concat());
+    let mut lines = BufReader::new(tenant.stdout.take().unwrap()).lines();
+    let ready = lines.next().expect("the tenant says it is ready").unwrap();
+    let v: serde_json::Value = serde_json::from_str(&ready).unwrap();
+    let pid = v["pid"].as_u64().expect("its pid").to_string();
+    let exe = program("provider_snapshot.c").build();
+    let run = |args: &[&str]| {
+        let f = Facts::ok(m.sim.command_for(&exe, args));
+        eprintln!("provider_snapshot {args:?}: {:?}", f.all("log"));
+        f.get("result").to_string()
+    };
+
+    assert_eq!(run(&["snapshot", &pid]), "0");
+    assert_eq!(m.show("snap")["snapshotted"], true);
+    assert_eq!(run(&["snapshot", "1"]), "2", "pid 1 is in no vGPU: NOT_FOUND");
+    assert_eq!(run(&["resume", &pid]), "0");
+    assert_eq!(m.show("snap")["snapshotted"], false);
+    assert_eq!(run(&["snapshot-device"]), "0");
+    assert_eq!(
+        (m.show("snap")["snapshotted"].clone(), m.show("snap")["suspended"].clone()),
+        (true.into(), true.into())
+    );
+    assert_eq!(run(&["resume-device"]), "0");
+    assert_eq!(m.show("snap")["snapshotted"], false);
+    // Every byte came back: the tenant's round verifies its buffers.
+    std::fs::write(&trigger, b"go").unwrap();
+    let round: serde_json::Value = serde_json::from_str(&lines.next().expect("a round").unwrap()).unwrap();
+    assert_eq!(round["verified"]["mismatched_words"], 0, "{round}");
+    assert!(round["verified"]["bytes"].as_u64().unwrap() > 0, "{round}");
+    assert!(tenant.wait().unwrap().success());
 }

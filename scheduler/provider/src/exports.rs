@@ -191,7 +191,7 @@ unsafe fn scope(context: *mut SnapshotContext) -> Result<Scope, Fail> {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn AccelSnapshot(context: *mut SnapshotContext) -> AccelResult {
     // SAFETY: the caller's guarantees, passed on.
-    entry("AccelSnapshot", || snapshot::run(&unsafe { scope(context) }?, false))
+    entry("AccelSnapshot", || snapshot::run(&*context::get()?, &unsafe { scope(context) }?, false))
 }
 
 /// Resumes processes or a device.
@@ -201,7 +201,7 @@ pub unsafe extern "C" fn AccelSnapshot(context: *mut SnapshotContext) -> AccelRe
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn AccelResume(context: *mut SnapshotContext) -> AccelResult {
     // SAFETY: the caller's guarantees, passed on.
-    entry("AccelResume", || snapshot::run(&unsafe { scope(context) }?, true))
+    entry("AccelResume", || snapshot::run(&*context::get()?, &unsafe { scope(context) }?, true))
 }
 
 /// Up to `max_count` processes on the devices.

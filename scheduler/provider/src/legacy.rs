@@ -185,7 +185,7 @@ unsafe fn scope(processes: *mut ProcessArray) -> Result<Scope, Fail> {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn Snapshot(processes: *mut ProcessArray) -> AccelResult {
     // SAFETY: the caller's guarantees, passed on.
-    entry("Snapshot", || snapshot::run(&unsafe { scope(processes) }?, false))
+    entry("Snapshot", || snapshot::run(&*context::get()?, &unsafe { scope(processes) }?, false))
 }
 
 /// `Resume`.
@@ -195,7 +195,7 @@ pub unsafe extern "C" fn Snapshot(processes: *mut ProcessArray) -> AccelResult {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn Resume(processes: *mut ProcessArray) -> AccelResult {
     // SAFETY: the caller's guarantees, passed on.
-    entry("Resume", || snapshot::run(&unsafe { scope(processes) }?, true))
+    entry("Resume", || snapshot::run(&*context::get()?, &unsafe { scope(processes) }?, true))
 }
 
 /// `GetProcessInformation`: as `AccelGetProcessInformation` (same layout).
