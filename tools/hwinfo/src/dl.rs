@@ -20,7 +20,10 @@ fn libc_dlsym() -> Option<unsafe extern "C" fn(*mut c_void, *const c_char) -> *m
 }
 
 /// `name` in the library of `handle` (a `dlopen` handle), by libc's own `dlsym`; null when absent.
-pub fn symbol(handle: *mut c_void, name: &CStr) -> *mut c_void {
+///
+/// # Safety
+/// `handle` is a live `dlopen` handle.
+pub unsafe fn symbol(handle: *mut c_void, name: &CStr) -> *mut c_void {
     match libc_dlsym() {
         // SAFETY: a dlopen handle and a NUL-terminated name.
         Some(f) => unsafe { f(handle, name.as_ptr()) },

@@ -88,7 +88,8 @@ impl Nvml {
     pub(crate) fn symbol<F: Copy>(&self, name: &str) -> Option<F> {
         assert_eq!(size_of::<F>(), size_of::<*mut std::ffi::c_void>(), "F is a function pointer type");
         let name = std::ffi::CString::new(name).ok()?;
-        let address = crate::dl::symbol(self.handle as *mut std::ffi::c_void, &name);
+        // SAFETY: the handle of the library `self` keeps open.
+        let address = unsafe { crate::dl::symbol(self.handle as *mut std::ffi::c_void, &name) };
         // SAFETY: F is the documented signature of `name` in nvml.h (every caller names its type), a
         // function pointer of the same size as the address.
         (!address.is_null()).then(|| unsafe { std::mem::transmute_copy::<*mut std::ffi::c_void, F>(&address) })
