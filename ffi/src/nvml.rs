@@ -497,3 +497,8 @@ const _: () = assert!(size_of::<NvmlGpuInstanceProfileInfoV3>() == 152);
 pub const GPU_INSTANCE_PROFILE_INFO_V2: u32 = struct_version(size_of::<NvmlGpuInstanceProfileInfoV2>(), 2);
 /// `nvmlGpuInstanceProfileInfo_v3` (`NVML_STRUCT_VERSION(GpuInstanceProfileInfo, 3)`).
 pub const GPU_INSTANCE_PROFILE_INFO_V3: u32 = struct_version(size_of::<NvmlGpuInstanceProfileInfoV3>(), 3);
+
+mod instances;
+mod topology;
+pub use instances::*;
+pub use topology::*;

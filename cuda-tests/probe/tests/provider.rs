@@ -54,8 +54,10 @@ fn every_function_of_the_current_abi_on_a_multi_gpu_machine() {
     assert!(caps[1].contains("partitioning=1") && caps[0].contains("partitioning=0"), "{caps:?}");
     assert!(caps.iter().all(|c| c.contains("soft=1 hard=1") && c.contains("metrics=1")), "{caps:?}");
     assert!(f.all("property").iter().any(|p| p.starts_with("1 computeCapability=8.0")), "{:?}", f.all("property"));
-    // Every device against every other.
-    assert_eq!(f.all("topology").len(), 6);
+    // Every device against every other, each pair placed by NVML (no TOPO_LEVEL_UNKNOWN, 7).
+    let topology = f.all("topology");
+    assert_eq!(topology.len(), 6);
+    assert!(topology.iter().all(|t| !t.ends_with(" 7")), "{topology:?}");
     // The limits made a vGPU for the process and told the shim to join it; shutdown removed it.
     let vgpu = f.get("vgpu");
     assert!(vgpu.starts_with("accel-") && vgpu.ends_with("-gpu0"), "{vgpu}");
@@ -177,4 +179,20 @@ fn snapshot_and_resume_of_a_worker_and_of_a_device() {
     assert_eq!(round["verified"]["mismatched_words"], 0, "{round}");
     assert!(round["verified"]["bytes"].as_u64().unwrap() > 0, "{round}");
     assert!(tenant.wait().unwrap().success());
+}
+
+#[test]
+fn a_partition_is_a_mig_instance_on_the_device_with_mig_mode_on() {
+    let mut m = Machine::new("provider-mig", DEVICES);
+    m.sim = std::mem::replace(&mut m.sim, common::Sim::new("unused")).with("SIMGPU_MIG", "1");
+    m.start();
+    let exe = program("provider_abi.c").build();
+    let f = Facts::ok(m.sim.command_for(&exe, &["1g.5gb"]));
+    assert!(f.all("property").iter().any(|p| *p == "1 migMode=enabled"), "{:?}", f.all("property"));
+    let partition = f.get("partition");
+    assert!(partition.starts_with("MIG-"), "{partition}");
+    let env = f.all("partition_env");
+    assert!(env.contains(&format!("CUDA_VISIBLE_DEVICES={partition}").as_str()), "{env:?}");
+    // The devices without MIG mode refused (checked by the program), and the instance is gone again.
+    assert_eq!(f.all("partition_without_mig").len(), 2);
 }

@@ -19,6 +19,9 @@ pub struct DeviceConfig {
     pub sm_count: u32,
     /// Device memory each context costs.
     pub context_memory: u64,
+    /// Whether MIG mode is on when the machine starts (`SIMGPU_MIG`); `nvmlDeviceSetMigMode` changes it
+    /// afterwards (see [`crate::mig_state`]).
+    pub mig_enabled: bool,
 }
 
 impl DeviceConfig {
@@ -92,6 +95,32 @@ pub fn default_state_path() -> String {
     format!("{dir}/simgpu-{uid}.state")
 }
 
+/// `SIMGPU_MIG`: the ordinals of the devices that start in MIG mode, comma-separated, or `all` (every
+/// MIG-capable device) or `none`; each named device must exist and its model support MIG.
+fn parse_mig(text: &str, profiles: &[&'static Profile]) -> Result<Vec<u32>, String> {
+    let capable = |i: usize| profiles[i].mig_capable;
+    match text.trim() {
+        "none" => return Ok(Vec::new()),
+        "all" => return Ok((0..profiles.len()).filter(|&i| capable(i)).map(|i| i as u32).collect()),
+        "" => return Err("is empty; give device ordinals (e.g. 0,2), `all` or `none`".into()),
+        _ => {}
+    }
+    text.split(',')
+        .map(|part| {
+            let i = part.trim().parse::<u32>().map_err(|_| {
+                format!("{:?} is not a device ordinal; give ordinals (e.g. 0,2), `all` or `none`", part.trim())
+            })?;
+            let profile = profiles
+                .get(i as usize)
+                .ok_or_else(|| format!("names device {i}, but only {} are configured", profiles.len()))?;
+            if !profile.mig_capable {
+                return Err(format!("device {i} is a {} ({}), which has no MIG", profile.key, profile.name));
+            }
+            Ok(i)
+        })
+        .collect()
+}
+
 impl Config {
     /// Reads the configuration from the process environment.
     pub fn from_env() -> Result<Config, ConfigError> {
@@ -139,6 +168,7 @@ impl Config {
                 .ok_or_else(|| format!("{t:?} is not an SM count between 1 and 1024"))
         })?;
         let ctx_mem = per_device("SIMGPU_CONTEXT_MEMORY", parse_size)?;
+        let mig = get("SIMGPU_MIG").map(|t| parse_mig(&t, &profiles).map_err(err("SIMGPU_MIG"))).transpose()?;
 
         let devices = profiles
             .iter()
@@ -151,6 +181,7 @@ impl Config {
                     total_memory: memory.as_ref().and_then(|m| m.get(i)).unwrap_or(p.total_memory),
                     sm_count: sms.as_ref().and_then(|m| m.get(i)).map(|v| v as u32).unwrap_or(p.sm_count),
                     context_memory: ctx_mem.as_ref().and_then(|m| m.get(i)).unwrap_or(p.context_memory),
+                    mig_enabled: mig.as_ref().is_some_and(|m| m.contains(&i)),
                 }
             })
             .collect::<Vec<_>>();
@@ -239,6 +270,23 @@ mod tests {
         assert_eq!(c.devices[2].total_memory, 4 << 30);
         assert_ne!(c.devices[0].uuid(), c.devices[1].uuid());
         assert!(c.devices[0].uuid_string().starts_with("GPU-"));
+        assert!(c.devices.iter().all(|d| !d.mig_enabled));
+    }
+
+    #[test]
+    fn mig_modes() {
+        let on = |mig: &str| -> Vec<bool> {
+            let c = cfg(&[("SIMGPU_DEVICES", "h100,small,a100"), ("SIMGPU_MIG", mig)]).unwrap();
+            c.devices.iter().map(|d| d.mig_enabled).collect()
+        };
+        assert_eq!(on("0,2"), [true, false, true]);
+        assert_eq!(on(" 2 "), [false, false, true]);
+        assert_eq!(on("all"), [true, false, true]);
+        assert_eq!(on("none"), [false, false, false]);
+        let e = cfg(&[("SIMGPU_DEVICES", "h100,small"), ("SIMGPU_MIG", "0,1")]).unwrap_err();
+        assert!(e.message.contains("device 1 is a small"), "{e}");
+        let e = cfg(&[("SIMGPU_DEVICES", "h100,small"), ("SIMGPU_MIG", "0,5")]).unwrap_err();
+        assert!(e.message.contains("only 2 are configured"), "{e}");
     }
 
     #[test]
@@ -252,6 +300,9 @@ mod tests {
             ("SIMGPU_DRIVER_VERSION", "12.8"),
             ("SIMGPU_CONTEXT_MEMORY", "100GiB"),
             ("SIMGPU_STATE", ""),
+            ("SIMGPU_MIG", "1"),
+            ("SIMGPU_MIG", "zero"),
+            ("SIMGPU_MIG", ""),
         ] {
             let e = cfg(&[(var, value)]).unwrap_err();
             assert_eq!(e.var, var, "{var}={value}");

@@ -18,11 +18,14 @@ pub mod futex;
 pub mod kernels;
 pub mod libdir;
 pub mod meter;
+pub mod mig;
+pub mod mig_state;
 pub mod process;
 pub mod profile;
 #[cfg(feature = "engine")]
 pub mod ptx;
 pub mod state;
+pub mod topology;
 #[cfg(feature = "engine")]
 pub mod trace;
 

@@ -41,8 +41,12 @@ pub struct MigProfile {
     pub id: u32,
     /// Its name without the `MIG ` prefix, e.g. `1g.10gb`.
     pub name: &'static str,
-    /// Memory slices (of 8) and compute slices (of 7) it takes.
+    /// Compute slices (of 7) it takes: NVML's `sliceCount`.
     pub slices: u32,
+    /// Memory slices (of 8) it takes: the `size` of its placements.
+    pub memory_slices: u32,
+    /// The memory slices its instances may start at (`nvidia-smi mig -lgipp`), lowest first.
+    pub placements: &'static [u32],
     /// How many instances of it fit on one device.
     pub instances: u32,
     /// Streaming multiprocessors of one instance.
@@ -66,41 +70,56 @@ mod gi {
     pub const SLICE_1_REV2: u32 = 0x9;
 }
 
-/// A [`MigProfile`] row: NVML profile, id, name, slices, instances, SMs, MiB, engines.
+/// Placement starts of the A100 and H100 (`nvidia-smi mig -lgipp`), by profile shape.
+mod starts {
+    /// One memory slice, anywhere but the eighth (which only the whole-GPU profile reaches).
+    pub const ONE: &[u32] = &[0, 1, 2, 3, 4, 5, 6];
+    /// Two memory slices for one compute slice (`1g.20gb`).
+    pub const PAIRS: &[u32] = &[0, 2, 4, 6];
+    /// Two memory slices for two compute slices (`2g.*`).
+    pub const TWO: &[u32] = &[0, 2, 4];
+    /// Four memory slices for three compute slices (`3g.*`): either half.
+    pub const HALVES: &[u32] = &[0, 4];
+    /// Only the first slice (`4g.*` and `7g.*`).
+    pub const FIRST: &[u32] = &[0];
+}
+
+/// A [`MigProfile`] row: NVML profile, id, name, compute slices, memory slices and placement starts,
+/// instances, SMs, MiB, engines.
 #[allow(clippy::too_many_arguments)]
 const fn mig(
     nvml_profile: u32,
     id: u32,
     name: &'static str,
-    slices: u32,
+    (slices, memory_slices, placements): (u32, u32, &'static [u32]),
     instances: u32,
     sm_count: u32,
     memory_mib: u64,
     engines: [u32; 5],
 ) -> MigProfile {
-    MigProfile { nvml_profile, id, name, slices, instances, sm_count, memory_mib, engines }
+    MigProfile { nvml_profile, id, name, slices, memory_slices, placements, instances, sm_count, memory_mib, engines }
 }
 
 /// MIG profiles of the H100 80GB (SXM), as NVIDIA's driver lists them.
 static H100_MIG: &[MigProfile] = &[
-    mig(gi::SLICE_1, 19, "1g.10gb", 1, 7, 16, 9984, [1, 1, 0, 1, 0]),
-    mig(gi::SLICE_1_REV1, 20, "1g.10gb+me", 1, 1, 16, 9984, [1, 1, 0, 1, 1]),
-    mig(gi::SLICE_1_REV2, 15, "1g.20gb", 1, 4, 26, 20096, [1, 1, 0, 1, 0]),
-    mig(gi::SLICE_2, 14, "2g.20gb", 2, 3, 32, 20096, [2, 2, 0, 2, 0]),
-    mig(gi::SLICE_3, 9, "3g.40gb", 3, 2, 60, 40448, [3, 3, 0, 3, 0]),
-    mig(gi::SLICE_4, 5, "4g.40gb", 4, 1, 64, 40448, [4, 4, 0, 4, 0]),
-    mig(gi::SLICE_7, 0, "7g.80gb", 7, 1, 132, 81152, [8, 7, 0, 7, 1]),
+    mig(gi::SLICE_1, 19, "1g.10gb", (1, 1, starts::ONE), 7, 16, 9984, [1, 1, 0, 1, 0]),
+    mig(gi::SLICE_1_REV1, 20, "1g.10gb+me", (1, 1, starts::ONE), 1, 16, 9984, [1, 1, 0, 1, 1]),
+    mig(gi::SLICE_1_REV2, 15, "1g.20gb", (1, 2, starts::PAIRS), 4, 26, 20096, [1, 1, 0, 1, 0]),
+    mig(gi::SLICE_2, 14, "2g.20gb", (2, 2, starts::TWO), 3, 32, 20096, [2, 2, 0, 2, 0]),
+    mig(gi::SLICE_3, 9, "3g.40gb", (3, 4, starts::HALVES), 2, 60, 40448, [3, 3, 0, 3, 0]),
+    mig(gi::SLICE_4, 5, "4g.40gb", (4, 4, starts::FIRST), 1, 64, 40448, [4, 4, 0, 4, 0]),
+    mig(gi::SLICE_7, 0, "7g.80gb", (7, 8, starts::FIRST), 1, 132, 81152, [8, 7, 0, 7, 1]),
 ];
 
 /// MIG profiles of the A100 40GB (SXM4), as NVIDIA's driver lists them.
 static A100_MIG: &[MigProfile] = &[
-    mig(gi::SLICE_1, 19, "1g.5gb", 1, 7, 14, 4864, [1, 0, 0, 0, 0]),
-    mig(gi::SLICE_1_REV1, 20, "1g.5gb+me", 1, 1, 14, 4864, [1, 1, 0, 1, 1]),
-    mig(gi::SLICE_1_REV2, 15, "1g.10gb", 1, 4, 14, 9984, [1, 1, 0, 0, 0]),
-    mig(gi::SLICE_2, 14, "2g.10gb", 2, 3, 28, 9984, [2, 1, 0, 0, 0]),
-    mig(gi::SLICE_3, 9, "3g.20gb", 3, 2, 42, 20096, [3, 2, 0, 0, 0]),
-    mig(gi::SLICE_4, 5, "4g.20gb", 4, 1, 56, 20096, [4, 2, 0, 0, 0]),
-    mig(gi::SLICE_7, 0, "7g.40gb", 7, 1, 98, 40320, [7, 5, 0, 1, 1]),
+    mig(gi::SLICE_1, 19, "1g.5gb", (1, 1, starts::ONE), 7, 14, 4864, [1, 0, 0, 0, 0]),
+    mig(gi::SLICE_1_REV1, 20, "1g.5gb+me", (1, 1, starts::ONE), 1, 14, 4864, [1, 1, 0, 1, 1]),
+    mig(gi::SLICE_1_REV2, 15, "1g.10gb", (1, 2, starts::PAIRS), 4, 14, 9984, [1, 1, 0, 0, 0]),
+    mig(gi::SLICE_2, 14, "2g.10gb", (2, 2, starts::TWO), 3, 28, 9984, [2, 1, 0, 0, 0]),
+    mig(gi::SLICE_3, 9, "3g.20gb", (3, 4, starts::HALVES), 2, 42, 20096, [3, 2, 0, 0, 0]),
+    mig(gi::SLICE_4, 5, "4g.20gb", (4, 4, starts::FIRST), 1, 56, 20096, [4, 2, 0, 0, 0]),
+    mig(gi::SLICE_7, 0, "7g.40gb", (7, 8, starts::FIRST), 1, 98, 40320, [7, 5, 0, 1, 1]),
 ];
 const GIB: u64 = 1 << 30;
 
@@ -176,6 +195,8 @@ mod tests {
             for m in p.mig_profiles {
                 assert!(m.sm_count <= p.sm_count && m.memory_mib * MIB <= p.total_memory, "{} {}", p.key, m.name);
                 assert!(m.slices * m.instances <= 7, "{} {}", p.key, m.name);
+                assert!(m.placements.len() as u32 >= m.instances, "{} {}", p.key, m.name);
+                assert!(m.placements.iter().all(|s| s + m.memory_slices <= 8), "{} {}", p.key, m.name);
             }
             let ids: Vec<u32> = p.mig_profiles.iter().map(|m| m.nvml_profile).collect();
             assert!(ids.iter().enumerate().all(|(i, id)| !ids[..i].contains(id)), "{}: duplicate profile", p.key);

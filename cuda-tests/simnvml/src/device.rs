@@ -1,13 +1,13 @@
 //! Per-device query exports: identity, PCI, memory, activity, sensors, clocks and modes. The figures come
 //! from [`crate::facts`]; this module only checks arguments and writes answers.
 
-use crate::{facts, guard, out};
+use crate::guard::Target;
+use crate::{facts, guard, mig_device, out};
 use std::ffi::{c_char, c_int, c_uint};
 use tessera_ffi::nvml::{
-    NVML_COMPUTEMODE_DEFAULT, NVML_DEVICE_MIG_DISABLE, NVML_ERROR_ARGUMENT_VERSION_MISMATCH,
-    NVML_ERROR_INVALID_ARGUMENT, NVML_ERROR_NOT_SUPPORTED, NVML_FEATURE_ENABLED, NVML_MEMORY_V2, NVML_PCI_INFO_EXT_V1,
-    NVML_PCI_INFO_LEGACY_PREFIX, NVML_PSTATE_0, NVML_TEMPERATURE_GPU, NvmlDevice, NvmlMemory, NvmlMemoryV2,
-    NvmlPciInfo, NvmlPciInfoExtV1, NvmlReturn, NvmlUtilization,
+    NVML_COMPUTEMODE_DEFAULT, NVML_ERROR_ARGUMENT_VERSION_MISMATCH, NVML_ERROR_INVALID_ARGUMENT, NVML_FEATURE_ENABLED,
+    NVML_MEMORY_V2, NVML_PCI_INFO_EXT_V1, NVML_PCI_INFO_LEGACY_PREFIX, NVML_PSTATE_0, NVML_TEMPERATURE_GPU, NvmlDevice,
+    NvmlMemory, NvmlMemoryV2, NvmlPciInfo, NvmlPciInfoExtV1, NvmlReturn, NvmlUtilization,
 };
 
 /// Defines exports of the form `f(device, *out) -> nvmlReturn_t` that write one value computed from the
@@ -35,8 +35,6 @@ value_exports! {
     nvmlDeviceGetMinorNumber -> c_uint = |_, dev| dev.ordinal;
     /// `nvmlDeviceGetPciInfo_v3`: PCI ids and bus ids.
     nvmlDeviceGetPciInfo_v3 -> NvmlPciInfo = |_, dev| facts::pci_info(dev);
-    /// `nvmlDeviceGetMemoryInfo`: total, free and used (allocations plus context reservations of every process).
-    nvmlDeviceGetMemoryInfo -> NvmlMemory = |rt, dev| facts::memory(&rt.state, dev);
     /// `nvmlDeviceGetUtilizationRates`: engine busy percentage over the last second, and memory activity.
     nvmlDeviceGetUtilizationRates -> NvmlUtilization = |rt, dev| facts::utilization(&rt.state, dev);
     /// `nvmlDeviceGetPowerUsage`: draw in milliwatts, rising with activity.
@@ -57,29 +55,54 @@ value_exports! {
     nvmlDeviceGetPerformanceState -> u32 = |_, _| NVML_PSTATE_0;
     /// `nvmlDeviceGetMultiGpuBoard`: 0 (one GPU per board).
     nvmlDeviceGetMultiGpuBoard -> c_uint = |_, _| 0;
-    /// `nvmlDeviceIsMigDeviceHandle`: 0 (MIG is never enabled, so every handle is a whole GPU).
-    nvmlDeviceIsMigDeviceHandle -> c_uint = |_, _| 0;
     /// `nvmlDeviceGetMemoryBusWidth`: the profile's bus width in bits.
     nvmlDeviceGetMemoryBusWidth -> c_uint = |_, dev| dev.profile.memory_bus_width;
     /// `nvmlDeviceGetArchitecture`: from the compute capability.
     nvmlDeviceGetArchitecture -> u32 = |_, dev| facts::architecture(dev);
 }
 
-/// `nvmlDeviceGetName`: the profile's marketing name.
+/// `nvmlDeviceGetName`: the profile's marketing name; a MIG device's is followed by its MIG profile.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetName(device: NvmlDevice, name: *mut c_char, length: c_uint) -> NvmlReturn {
-    guard::device(device, |_, dev| {
+    guard::any_device(device, |_, target| {
+        let text = match target {
+            Target::Gpu(dev) => dev.profile.name.to_string(),
+            Target::Mig(dev, gi, ci) => mig_device::name(dev, &gi, &ci),
+        };
         // SAFETY: the caller passes `length` writable bytes at `name` (crate safety contract).
-        unsafe { out::write_str(name, length, dev.profile.name) }
+        unsafe { out::write_str(name, length, &text) }
     })
 }
 
-/// `nvmlDeviceGetUUID`: `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, the same in every process.
+/// `nvmlDeviceGetUUID`: `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, the same in every process; a MIG device's
+/// is `MIG-…` ([`mig_device::uuid`]).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetUUID(device: NvmlDevice, uuid: *mut c_char, length: c_uint) -> NvmlReturn {
-    guard::device(device, |_, dev| {
+    guard::any_device(device, |_, target| {
+        let text = match target {
+            Target::Gpu(dev) => dev.uuid_string(),
+            Target::Mig(dev, gi, ci) => mig_device::uuid(dev, &gi, &ci),
+        };
         // SAFETY: the caller passes `length` writable bytes at `uuid` (crate safety contract).
-        unsafe { out::write_str(uuid, length, &dev.uuid_string()) }
+        unsafe { out::write_str(uuid, length, &text) }
+    })
+}
+
+/// The memory figures of a GPU or MIG device.
+fn memory_of(rt: &crate::runtime::Runtime, target: Target) -> NvmlMemory {
+    match target {
+        Target::Gpu(dev) => facts::memory(&rt.state, dev),
+        Target::Mig(_, gi, _) => mig_device::memory(&gi),
+    }
+}
+
+/// `nvmlDeviceGetMemoryInfo`: total, free and used (allocations plus context reservations of every process);
+/// for a MIG device its GPU instance's memory.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo(device: NvmlDevice, memory: *mut NvmlMemory) -> NvmlReturn {
+    guard::any_device(device, |rt, target| {
+        // SAFETY: `memory` is NULL or writable (crate safety contract).
+        unsafe { out::write(memory, memory_of(rt, target)) }
     })
 }
 
@@ -110,15 +133,17 @@ pub unsafe extern "C" fn nvmlDeviceGetPciInfoExt(device: NvmlDevice, pci: *mut N
     })
 }
 
-/// `nvmlDeviceGetMemoryInfo_v2`: as [`nvmlDeviceGetMemoryInfo`] with `reserved` 0; checks the struct's
+/// `nvmlDeviceGetMemoryInfo_v2`: as [`nvmlDeviceGetMemoryInfo`] with `reserved` 0 (MIG devices too); checks the struct's
 /// `version` (`nvmlMemory_v2`), answering `NVML_ERROR_ARGUMENT_VERSION_MISMATCH` otherwise.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetMemoryInfo_v2(device: NvmlDevice, memory: *mut NvmlMemoryV2) -> NvmlReturn {
-    guard::device(device, |rt, dev| {
+    guard::any_device(device, |rt, target| {
         // SAFETY: `memory` is NULL or points to an nvmlMemory_v2_t whose version the caller set.
         unsafe { check_version(memory.cast::<u32>(), NVML_MEMORY_V2) }?;
+        let m = memory_of(rt, target);
+        let v2 = NvmlMemoryV2 { version: NVML_MEMORY_V2, total: m.total, reserved: 0, free: m.free, used: m.used };
         // SAFETY: as above; the struct is writable.
-        unsafe { out::write(memory, facts::memory_v2(&rt.state, dev)) }
+        unsafe { out::write(memory, v2) }
     })
 }
 
@@ -168,29 +193,6 @@ pub unsafe extern "C" fn nvmlDeviceGetMaxClockInfo(
         let mhz = facts::max_clock_mhz(dev, clock_type).ok_or(NVML_ERROR_INVALID_ARGUMENT)?;
         // SAFETY: `clock` is NULL or writable (crate safety contract).
         unsafe { out::write(clock, mhz) }
-    })
-}
-
-/// `nvmlDeviceGetMigMode`: current and pending mode both disabled; `NVML_ERROR_NOT_SUPPORTED` on models
-/// without MIG.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetMigMode(
-    device: NvmlDevice,
-    current_mode: *mut c_uint,
-    pending_mode: *mut c_uint,
-) -> NvmlReturn {
-    guard::device(device, |_, dev| {
-        if !dev.profile.mig_capable {
-            return Err(NVML_ERROR_NOT_SUPPORTED);
-        }
-        if current_mode.is_null() || pending_mode.is_null() {
-            return Err(NVML_ERROR_INVALID_ARGUMENT);
-        }
-        // SAFETY: both are writable (crate safety contract) and not NULL.
-        unsafe {
-            out::write(current_mode, NVML_DEVICE_MIG_DISABLE)?;
-            out::write(pending_mode, NVML_DEVICE_MIG_DISABLE)
-        }
     })
 }
 

@@ -14,8 +14,8 @@ use std::sync::atomic::Ordering;
 use tessera_ffi::nvml::{
     NVML_CLOCK_GRAPHICS, NVML_CLOCK_MEM, NVML_CLOCK_SM, NVML_CLOCK_VIDEO, NVML_DEVICE_ARCH_ADA,
     NVML_DEVICE_ARCH_AMPERE, NVML_DEVICE_ARCH_BLACKWELL, NVML_DEVICE_ARCH_HOPPER, NVML_DEVICE_ARCH_TURING,
-    NVML_DEVICE_ARCH_UNKNOWN, NVML_DEVICE_ARCH_VOLTA, NVML_MEMORY_V2, NVML_PCI_INFO_EXT_V1, NvmlMemory, NvmlMemoryV2,
-    NvmlPciInfo, NvmlPciInfoExtV1, NvmlUtilization,
+    NVML_DEVICE_ARCH_UNKNOWN, NVML_DEVICE_ARCH_VOLTA, NVML_PCI_INFO_EXT_V1, NvmlMemory, NvmlPciInfo, NvmlPciInfoExtV1,
+    NvmlUtilization,
 };
 
 /// Busy percentage (0..=100) of the device over the last second.
@@ -42,12 +42,6 @@ pub fn memory(state: &SharedState, dev: &DeviceConfig) -> NvmlMemory {
     let total = d.total_memory.load(Ordering::Acquire);
     let used = d.used_memory.load(Ordering::Acquire);
     NvmlMemory { total, used, free: total.saturating_sub(used) }
-}
-
-/// [`memory`] in the v2 layout; no memory is set aside as `reserved` (context reservations count as used).
-pub fn memory_v2(state: &SharedState, dev: &DeviceConfig) -> NvmlMemoryV2 {
-    let m = memory(state, dev);
-    NvmlMemoryV2 { version: NVML_MEMORY_V2, total: m.total, reserved: 0, free: m.free, used: m.used }
 }
 
 /// `nvmlPciInfo_t` of the device.

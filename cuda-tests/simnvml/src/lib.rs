@@ -3,8 +3,10 @@
 //! driver writes. It only observes: it never registers itself in that file.
 //!
 //! Export layer: this file (initialization and system queries), [`lookup`] (device enumeration and
-//! handles), [`device`] (per-device queries), [`metadata`] (core count and MIG profiles), [`process`]
-//! (process queries) and [`stubs`] (known symbols answering `NVML_ERROR_NOT_SUPPORTED`). The rest are
+//! handles), [`device`] (per-device queries), [`metadata`] (core count and MIG profiles), [`mig_gpu`] (MIG
+//! mode and GPU instances), [`mig_compute`] (compute instances), [`mig_device`] (MIG device handles),
+//! [`topology`] (how the devices connect, NUMA and CPU affinity), [`process`] (process queries) and
+//! [`stubs`] (known symbols answering `NVML_ERROR_NOT_SUPPORTED`). The rest are
 //! private helpers.
 //! Every export catches panics and follows `nvml.h` for return codes.
 //!
@@ -18,8 +20,12 @@
 pub mod device;
 pub mod lookup;
 pub mod metadata;
+pub mod mig_compute;
+pub mod mig_device;
+pub mod mig_gpu;
 pub mod process;
 pub mod stubs;
+pub mod topology;
 
 mod clock;
 mod facts;

@@ -1,6 +1,6 @@
 //! Exports that enumerate devices and turn indices, UUIDs and PCI bus ids into handles.
 
-use crate::{guard, handles, out, pci};
+use crate::{guard, handles, mig_device, out, pci};
 use std::ffi::{c_char, c_uint};
 use tessera_ffi::nvml::{NVML_ERROR_INVALID_ARGUMENT, NVML_ERROR_NOT_FOUND, NvmlDevice, NvmlReturn};
 
@@ -37,7 +37,8 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByIndex_v2(index: c_uint, device: *m
     })
 }
 
-/// `nvmlDeviceGetHandleByUUID`: the device whose `GPU-…` UUID matches (ignoring case);
+/// `nvmlDeviceGetHandleByUUID`: the device whose `GPU-…` UUID, or MIG device whose `MIG-…` UUID, matches
+/// (ignoring case);
 /// `NVML_ERROR_INVALID_ARGUMENT` for text that is no UUID, `NVML_ERROR_NOT_FOUND` when none matches.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn nvmlDeviceGetHandleByUUID(uuid: *const c_char, device: *mut NvmlDevice) -> NvmlReturn {
@@ -48,10 +49,18 @@ pub unsafe extern "C" fn nvmlDeviceGetHandleByUUID(uuid: *const c_char, device: 
         if !prefix.eq_ignore_ascii_case("GPU-") && !prefix.eq_ignore_ascii_case("MIG-") {
             return Err(NVML_ERROR_INVALID_ARGUMENT);
         }
-        let dev = rt.config.devices.iter().find(|d| d.uuid_string().eq_ignore_ascii_case(text));
-        let dev = dev.ok_or(NVML_ERROR_NOT_FOUND)?;
+        let gpu = rt.config.devices.iter().find(|d| d.uuid_string().eq_ignore_ascii_case(text));
+        let found = gpu.map(|d| handles::handle(d.ordinal as usize)).or_else(|| {
+            // A MIG device's UUID names it (a MIG device handle), as NVML allows since MIG exists.
+            rt.config.devices.iter().find_map(|d| {
+                let ordinal = d.ordinal as usize;
+                let mig = rt.mig.device(ordinal);
+                let (gi, ci) = mig.mig_devices().find(|(g, c)| mig_device::uuid(d, g, c).eq_ignore_ascii_case(text))?;
+                Some(handles::mig_device(ordinal, gi.id, ci.id))
+            })
+        });
         // SAFETY: `device` is NULL or writable (crate safety contract).
-        unsafe { out::write(device, handles::handle(dev.ordinal as usize)) }
+        unsafe { out::write(device, found.ok_or(NVML_ERROR_NOT_FOUND)?) }
     })
 }
 

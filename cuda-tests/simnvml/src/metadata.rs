@@ -1,7 +1,7 @@
-//! Device metadata exports beyond the basic queries: CUDA core count and MIG capabilities (the maximum MIG
-//! device count and the GPU instance profiles), from the device's profile. MIG mode is never enabled in the
-//! simulation, so, as on a real GPU with MIG disabled, `nvmlDeviceGetMaxMigDeviceCount` answers 0 while the
-//! profile queries describe what MIG would offer (they answer on any MIG-capable device).
+//! Device metadata exports beyond the basic queries: CUDA core count and the MIG GPU instance profiles, from
+//! the device's profile. The profile queries describe what MIG offers on any MIG-capable device, whether its
+//! MIG mode is on or not (tools list profiles before turning MIG on); the instances themselves are in
+//! [`crate::mig_gpu`].
 
 use crate::{guard, out};
 use simgpu::DeviceConfig;
@@ -63,16 +63,6 @@ pub unsafe extern "C" fn nvmlDeviceGetNumGpuCores(device: NvmlDevice, cores: *mu
         let per_sm = cores_per_sm(dev.profile.compute_capability).ok_or(NVML_ERROR_NOT_SUPPORTED)?;
         // SAFETY: `cores` is NULL or writable (crate safety contract).
         unsafe { out::write(cores, dev.sm_count * per_sm) }
-    })
-}
-
-/// `nvmlDeviceGetMaxMigDeviceCount`: 0, since MIG is never enabled here (NVML answers 0 when MIG is not
-/// supported or not enabled).
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn nvmlDeviceGetMaxMigDeviceCount(device: NvmlDevice, count: *mut c_uint) -> NvmlReturn {
-    guard::device(device, |_, _| {
-        // SAFETY: `count` is NULL or writable (crate safety contract).
-        unsafe { out::write(count, 0) }
     })
 }
 

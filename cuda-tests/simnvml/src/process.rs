@@ -5,6 +5,7 @@
 //! `NVML_ERROR_INSUFFICIENT_SIZE` (so `*infoCount == 0` asks for the size and `infos` may be NULL).
 //! Only compute processes exist in the simulation: graphics and MPS lists are always empty.
 
+use crate::guard::Target;
 use crate::out::{self, Outcome};
 use crate::runtime::Runtime;
 use crate::sampling::Sample;
@@ -28,7 +29,7 @@ enum Kind {
     None,
 }
 
-/// Answers a running-process query in the caller's element layout `T`.
+/// Answers a running-process query in the caller's element layout `T`, for a GPU or a MIG device.
 ///
 /// # Safety
 /// `count` and `infos` follow the crate safety contract for the query.
@@ -38,10 +39,13 @@ unsafe fn running<T: Copy + From<Usage>>(
     infos: *mut T,
     kind: Kind,
 ) -> NvmlReturn {
-    guard::device(device, |rt, dev| {
-        let items: Vec<T> = match kind {
-            Kind::Compute => usage::running(&rt.state, dev.ordinal as usize).into_iter().map(T::from).collect(),
-            Kind::None => Vec::new(),
+    guard::any_device(device, |rt, target| {
+        let items: Vec<T> = match (kind, target) {
+            (Kind::Compute, Target::Gpu(dev)) => {
+                usage::running(&rt.state, dev.ordinal as usize).into_iter().map(T::from).collect()
+            }
+            // No process runs inside a simulated MIG device (the simulated driver does not open them).
+            (Kind::Compute, Target::Mig(..)) | (Kind::None, _) => Vec::new(),
         };
         // SAFETY: forwarded from our caller.
         unsafe { out::write_list(count, infos, &items) }

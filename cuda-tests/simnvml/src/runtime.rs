@@ -1,6 +1,8 @@
 //! Reference-counted initialization: what `nvmlInit` sets up and the last `nvmlShutdown` drops.
 
 use crate::sampling::History;
+use simgpu::mig::{ComputeInstance, GpuInstance};
+use simgpu::mig_state::MigState;
 use simgpu::{Config, DeviceConfig, SharedState};
 use std::io::Write as _;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -15,12 +17,21 @@ pub struct Runtime {
     pub state: SharedState,
     /// Earlier process-utilization readings.
     pub history: History,
+    /// The machine-wide MIG modes and instances.
+    pub mig: MigState,
 }
 
 impl Runtime {
     /// The configured device `ordinal`; `NVML_ERROR_INVALID_ARGUMENT` when there is none.
     pub fn device(&self, ordinal: usize) -> Result<&DeviceConfig, NvmlReturn> {
         self.config.devices.get(ordinal).ok_or(NVML_ERROR_INVALID_ARGUMENT)
+    }
+
+    /// Compute instance `ci` of GPU instance `gi` of device `ordinal`, with its GPU instance, if both exist.
+    pub fn compute_instance(&self, ordinal: usize, gi: u32, ci: u32) -> Option<(GpuInstance, ComputeInstance)> {
+        let mig = self.mig.device(ordinal);
+        let (g, cis) = mig.gpu_instance(gi)?;
+        Some((*g, *cis.iter().find(|c| c.id == ci)?))
     }
 }
 
@@ -57,7 +68,8 @@ pub fn init() -> Result<(), NvmlReturn> {
 fn open() -> Result<Runtime, String> {
     let config = Config::from_env().map_err(|e| e.to_string())?;
     let state = SharedState::open(&config, false).map_err(|e| e.to_string())?;
-    Ok(Runtime { config, state, history: History::default() })
+    let mig = MigState::open(&config).map_err(|e| e.to_string())?;
+    Ok(Runtime { config, state, history: History::default(), mig })
 }
 
 /// Counts one initialization off; the last one unmaps the state file.

@@ -132,5 +132,6 @@ fn core_counts_and_mig_profiles() {
         wrong.version = struct_version(size_of::<InfoV2>(), 1);
         assert_eq!(vx(h100, 0, &mut wrong), NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
     }
-    let _ = std::fs::remove_file(state);
+    let _ = std::fs::remove_file(&state);
+    let _ = std::fs::remove_file(state.with_extension("state.mig"));
 }
