@@ -1,52 +1,23 @@
 //! MIG instances through NVML, as `nvidia-smi mig -cgi P -C` makes them: a GPU instance of a profile and
 //! one compute instance spanning it, which together are one MIG device (`MIG-<uuid>`) a CUDA program
-//! selects with `CUDA_VISIBLE_DEVICES`. The calls and structs are nvml.h's (R470+).
+//! selects with `CUDA_VISIBLE_DEVICES`. The calls are nvml.h's (R470+), the structs `tessera_ffi::nvml`'s.
 
 use crate::nvml::{Device, ok};
 use std::ffi::c_uint;
 use tessera_ffi::nvml::{
-    NVML_ERROR_INSUFFICIENT_RESOURCES, NVML_ERROR_NOT_SUPPORTED, NVML_SUCCESS, NvmlDevice, NvmlReturn,
+    NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED, NVML_ERROR_INSUFFICIENT_RESOURCES, NVML_ERROR_NOT_SUPPORTED,
+    NVML_SUCCESS, NvmlComputeInstance, NvmlComputeInstanceInfo, NvmlComputeInstanceProfileInfo, NvmlDevice,
+    NvmlGpuInstance, NvmlGpuInstanceInfo, NvmlReturn,
 };
 
-/// `nvmlGpuInstance_t` / `nvmlComputeInstance_t`: opaque handles.
-type Instance = *mut std::ffi::c_void;
-
-/// `nvmlGpuInstancePlacement_t`.
-#[repr(C)]
-#[derive(Clone, Copy, Default)]
-struct Placement {
-    start: u32,
-    size: u32,
-}
-
-/// `nvmlGpuInstanceInfo_t`.
-#[repr(C)]
-struct GpuInstanceInfo {
-    device: NvmlDevice,
-    id: u32,
-    profile_id: u32,
-    placement: Placement,
-}
-
-/// `nvmlComputeInstanceProfileInfo_t`.
-#[repr(C)]
-#[derive(Default)]
-struct ComputeInstanceProfileInfo {
-    id: u32,
-    slice_count: u32,
-    instance_count: u32,
-    multiprocessor_count: u32,
-    shared_copy_engine_count: u32,
-    shared_decoder_count: u32,
-    shared_encoder_count: u32,
-    shared_jpeg_count: u32,
-    shared_ofa_count: u32,
-}
-
-/// `NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED`.
-const ENGINE_PROFILE_SHARED: u32 = 0;
-/// `NVML_COMPUTE_INSTANCE_PROFILE_*` values asked about (0..COUNT, with a margin).
+/// `NVML_COMPUTE_INSTANCE_PROFILE_*` values asked about (0..COUNT, with a margin for newer GPUs).
 const MAX_CI_PROFILE: u32 = 16;
+
+/// A zeroed GPU instance info, for NVML to fill.
+fn gi_info_zero() -> NvmlGpuInstanceInfo {
+    // SAFETY: a plain C struct of integers and a pointer, for which all zeroes is a valid value.
+    unsafe { std::mem::zeroed() }
+}
 
 /// Why a MIG operation did not happen.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,9 +62,9 @@ impl Device<'_> {
     /// Creates a GPU instance of profile `profile_id` (`NVML_GPU_INSTANCE_PROFILE_*`) and one compute
     /// instance spanning it.
     pub fn create_mig_instance(&self, profile_id: u32) -> Result<MigInstance, MigError> {
-        let create_gi: unsafe extern "C" fn(NvmlDevice, c_uint, *mut Instance) -> NvmlReturn =
+        let create_gi: unsafe extern "C" fn(NvmlDevice, c_uint, *mut NvmlGpuInstance) -> NvmlReturn =
             self.mig_call("nvmlDeviceCreateGpuInstance")?;
-        let mut gi: Instance = std::ptr::null_mut();
+        let mut gi: NvmlGpuInstance = std::ptr::null_mut();
         // SAFETY: NVML's handle, a profile id and a valid out-pointer.
         let code = unsafe { create_gi(self.handle, profile_id, &mut gi) };
         if code != NVML_SUCCESS {
@@ -104,7 +75,7 @@ impl Device<'_> {
             Err(e) => {
                 // Leave nothing half made.
                 if let Ok(destroy) =
-                    self.mig_call::<unsafe extern "C" fn(Instance) -> NvmlReturn>("nvmlGpuInstanceDestroy")
+                    self.mig_call::<unsafe extern "C" fn(NvmlGpuInstance) -> NvmlReturn>("nvmlGpuInstanceDestroy")
                 {
                     // SAFETY: the GPU instance just created.
                     unsafe { destroy(gi) };
@@ -115,31 +86,34 @@ impl Device<'_> {
     }
 
     /// Creates the compute instance spanning GPU instance `gi` and names the MIG device.
-    fn fill_gpu_instance(&self, gi: Instance) -> Result<MigInstance, MigError> {
-        let gi_info: unsafe extern "C" fn(Instance, *mut GpuInstanceInfo) -> NvmlReturn =
+    fn fill_gpu_instance(&self, gi: NvmlGpuInstance) -> Result<MigInstance, MigError> {
+        let gi_info: unsafe extern "C" fn(NvmlGpuInstance, *mut NvmlGpuInstanceInfo) -> NvmlReturn =
             self.mig_call("nvmlGpuInstanceGetInfo")?;
-        let mut info =
-            GpuInstanceInfo { device: std::ptr::null_mut(), id: 0, profile_id: 0, placement: Placement::default() };
+        let mut info = gi_info_zero();
         // SAFETY: a GPU instance handle and a valid out-pointer.
         let code = unsafe { gi_info(gi, &mut info) };
         if code != NVML_SUCCESS {
             return Err(failure("nvmlGpuInstanceGetInfo", code));
         }
-        let ci_profile: unsafe extern "C" fn(Instance, c_uint, c_uint, *mut ComputeInstanceProfileInfo) -> NvmlReturn =
-            self.mig_call("nvmlGpuInstanceGetComputeInstanceProfileInfo")?;
+        let ci_profile: unsafe extern "C" fn(
+            NvmlGpuInstance,
+            c_uint,
+            c_uint,
+            *mut NvmlComputeInstanceProfileInfo,
+        ) -> NvmlReturn = self.mig_call("nvmlGpuInstanceGetComputeInstanceProfileInfo")?;
         // The compute instance profile with the most slices the GPU instance offers spans it.
         let best = (0..MAX_CI_PROFILE)
             .filter_map(|p| {
-                let mut ci = ComputeInstanceProfileInfo::default();
+                let mut ci = NvmlComputeInstanceProfileInfo::default();
                 // SAFETY: a GPU instance handle, two enum values and a valid out-pointer.
-                ok(unsafe { ci_profile(gi, p, ENGINE_PROFILE_SHARED, &mut ci) })?;
+                ok(unsafe { ci_profile(gi, p, NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED, &mut ci) })?;
                 (ci.instance_count > 0).then_some(ci)
             })
             .max_by_key(|ci| ci.slice_count)
             .ok_or_else(|| MigError::Failed(format!("GPU instance {} offers no compute instance profile", info.id)))?;
-        let create_ci: unsafe extern "C" fn(Instance, c_uint, *mut Instance) -> NvmlReturn =
+        let create_ci: unsafe extern "C" fn(NvmlGpuInstance, c_uint, *mut NvmlComputeInstance) -> NvmlReturn =
             self.mig_call("nvmlGpuInstanceCreateComputeInstance")?;
-        let mut ci: Instance = std::ptr::null_mut();
+        let mut ci: NvmlComputeInstance = std::ptr::null_mut();
         // SAFETY: a GPU instance handle, a profile id and a valid out-pointer.
         let code = unsafe { create_ci(gi, best.id, &mut ci) };
         if code != NVML_SUCCESS {
@@ -151,25 +125,11 @@ impl Device<'_> {
     }
 
     /// The id of compute instance `ci` (`nvmlComputeInstanceGetInfo_v2`).
-    fn compute_instance_id(&self, ci: Instance) -> Option<u32> {
-        /// `nvmlComputeInstanceInfo_t`.
-        #[repr(C)]
-        struct Info {
-            device: NvmlDevice,
-            gpu_instance: Instance,
-            id: u32,
-            profile_id: u32,
-            placement: Placement,
-        }
-        let f: unsafe extern "C" fn(Instance, *mut Info) -> NvmlReturn =
+    fn compute_instance_id(&self, ci: NvmlComputeInstance) -> Option<u32> {
+        let f: unsafe extern "C" fn(NvmlComputeInstance, *mut NvmlComputeInstanceInfo) -> NvmlReturn =
             self.nvml.symbol("nvmlComputeInstanceGetInfo_v2")?;
-        let mut info = Info {
-            device: std::ptr::null_mut(),
-            gpu_instance: std::ptr::null_mut(),
-            id: 0,
-            profile_id: 0,
-            placement: Placement::default(),
-        };
+        // SAFETY: a plain C struct of integers and pointers, for which all zeroes is a valid value.
+        let mut info: NvmlComputeInstanceInfo = unsafe { std::mem::zeroed() };
         // SAFETY: a compute instance handle and a valid out-pointer.
         ok(unsafe { f(ci, &mut info) })?;
         Some(info.id)
@@ -203,15 +163,10 @@ impl Device<'_> {
     /// Destroys GPU instance `gpu_instance` of profile `profile_id` and its compute instances.
     pub fn destroy_mig_instance(&self, profile_id: u32, gpu_instance: u32) -> Result<(), MigError> {
         let instances = self.gpu_instances(profile_id)?;
-        let gi_info: unsafe extern "C" fn(Instance, *mut GpuInstanceInfo) -> NvmlReturn =
+        let gi_info: unsafe extern "C" fn(NvmlGpuInstance, *mut NvmlGpuInstanceInfo) -> NvmlReturn =
             self.mig_call("nvmlGpuInstanceGetInfo")?;
         let found = instances.into_iter().find(|&gi| {
-            let mut info = GpuInstanceInfo {
-                device: std::ptr::null_mut(),
-                id: u32::MAX,
-                profile_id: 0,
-                placement: Placement::default(),
-            };
+            let mut info = NvmlGpuInstanceInfo { id: u32::MAX, ..gi_info_zero() };
             // SAFETY: a GPU instance handle NVML listed and a valid out-pointer.
             ok(unsafe { gi_info(gi, &mut info) }).is_some() && info.id == gpu_instance
         });
@@ -231,8 +186,8 @@ impl Device<'_> {
     }
 
     /// The GPU instances of profile `profile_id` (`nvmlDeviceGetGpuInstances`).
-    fn gpu_instances(&self, profile_id: u32) -> Result<Vec<Instance>, MigError> {
-        let list: unsafe extern "C" fn(NvmlDevice, c_uint, *mut Instance, *mut c_uint) -> NvmlReturn =
+    fn gpu_instances(&self, profile_id: u32) -> Result<Vec<NvmlGpuInstance>, MigError> {
+        let list: unsafe extern "C" fn(NvmlDevice, c_uint, *mut NvmlGpuInstance, *mut c_uint) -> NvmlReturn =
             self.mig_call("nvmlDeviceGetGpuInstances")?;
         let mut handles = vec![std::ptr::null_mut(); 64];
         let mut count: c_uint = 0;
@@ -246,10 +201,11 @@ impl Device<'_> {
     }
 
     /// Destroys the compute instances of `gi`, then `gi`.
-    fn destroy_gpu_instance(&self, gi: Instance) -> Result<(), MigError> {
-        let list: unsafe extern "C" fn(Instance, c_uint, *mut Instance, *mut c_uint) -> NvmlReturn =
+    fn destroy_gpu_instance(&self, gi: NvmlGpuInstance) -> Result<(), MigError> {
+        let list: unsafe extern "C" fn(NvmlGpuInstance, c_uint, *mut NvmlComputeInstance, *mut c_uint) -> NvmlReturn =
             self.mig_call("nvmlGpuInstanceGetComputeInstances")?;
-        let destroy_ci: unsafe extern "C" fn(Instance) -> NvmlReturn = self.mig_call("nvmlComputeInstanceDestroy")?;
+        let destroy_ci: unsafe extern "C" fn(NvmlComputeInstance) -> NvmlReturn =
+            self.mig_call("nvmlComputeInstanceDestroy")?;
         for profile in 0..MAX_CI_PROFILE {
             let mut cis = vec![std::ptr::null_mut(); 16];
             let mut count: c_uint = 0;
@@ -265,7 +221,8 @@ impl Device<'_> {
                 }
             }
         }
-        let destroy_gi: unsafe extern "C" fn(Instance) -> NvmlReturn = self.mig_call("nvmlGpuInstanceDestroy")?;
+        let destroy_gi: unsafe extern "C" fn(NvmlGpuInstance) -> NvmlReturn =
+            self.mig_call("nvmlGpuInstanceDestroy")?;
         // SAFETY: a GPU instance NVML listed, now without compute instances.
         let code = unsafe { destroy_gi(gi) };
         if code != NVML_SUCCESS {
