@@ -188,7 +188,7 @@ fn a_partition_is_a_mig_instance_on_the_device_with_mig_mode_on() {
     m.start();
     let exe = program("provider_abi.c").build();
     let f = Facts::ok(m.sim.command_for(&exe, &["1g.5gb"]));
-    assert!(f.all("property").iter().any(|p| *p == "1 migMode=enabled"), "{:?}", f.all("property"));
+    assert!(f.all("property").contains(&"1 migMode=enabled"), "{:?}", f.all("property"));
     let partition = f.get("partition");
     assert!(partition.starts_with("MIG-"), "{partition}");
     let env = f.all("partition_env");
