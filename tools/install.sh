@@ -3,6 +3,8 @@
 # install), building it first if needed:
 #   PREFIX/bin/tessera
 #   PREFIX/lib/tessera/libtessera.so, libsimcuda.so, libsimnvml.so, libsimcublas.so, simgpu/ (links)
+#   PREFIX/lib/tessera/libaccelerator_tessera.so (the cluster provider library)
+#   PREFIX/include/tessera/accelerator.h, accelerator_legacy.h (its two ABIs)
 #   PREFIX/share/bash-completion/completions/tessera
 #   PREFIX/share/zsh/site-functions/_tessera
 #   PREFIX/share/fish/vendor_completions.d/tessera.fish
@@ -16,8 +18,8 @@ usage() {
     cat <<'USAGE'
 Usage: tools/install.sh [--prefix DIR] [--no-build]
 
-Installs Tessera (the tessera command, libtessera.so, the simulated GPU's libraries, shell completions and
-a systemd unit example) into DIR.
+Installs Tessera (the tessera command, libtessera.so, the simulated GPU's libraries, the cluster provider
+library libaccelerator_tessera.so with its headers, shell completions and a systemd unit example) into DIR.
 
   --prefix DIR   where to install (DIR/bin, DIR/lib/tessera, DIR/share); default: ~/.local.
                  Use --prefix /usr/local (as root) for a system install.
@@ -83,7 +85,7 @@ cd "$(dirname "$0")/.."
 repo=$(pwd)
 
 built="$repo/target/release"
-libraries=(libtessera.so libsimcuda.so libsimnvml.so libsimcublas.so)
+libraries=(libtessera.so libsimcuda.so libsimnvml.so libsimcublas.so libaccelerator_tessera.so)
 if [ "$build" = 1 ]; then
     echo "== cargo build --release --workspace (only what changed)"
     command -v cargo >/dev/null || fail "cargo not found: install the Rust toolchain (https://rustup.rs)"
@@ -133,6 +135,11 @@ done
 simgpu_dir=$(env -u TESSERA_LIB_DIR "$bin/tessera" simgpu libdir) || fail "the installed tessera cannot find its libraries"
 [ "$simgpu_dir" = "$lib/simgpu" ] || fail "the installed tessera uses $simgpu_dir instead of $lib/simgpu"
 installed+=("$simgpu_dir/")
+
+# The provider library's headers, for hypervisors built against either of its ABIs.
+for h in accelerator.h accelerator_legacy.h; do
+    put "$repo/scheduler/provider/include/$h" "$prefix/include/tessera/$h" 0644
+done
 
 put_output "$share/bash-completion/completions/tessera" completions bash
 put_output "$share/zsh/site-functions/_tessera" completions zsh

@@ -16,6 +16,7 @@
 pub mod checkpoint;
 pub mod cublas;
 pub mod cuda;
+pub mod elf;
 pub mod flock;
 pub mod futex;
 pub mod nvml;

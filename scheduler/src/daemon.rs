@@ -52,6 +52,9 @@ pub struct Options {
     /// The NVML library that goes with the driver whose devices these are (for the audit and the
     /// devices' name, utilization, power and temperature).
     pub nvml: String,
+    /// The CUDA driver library the devices come from, whose process checkpoint calls `snapshot` and
+    /// `resume` use (the simulated one on the simulated GPU).
+    pub driver: String,
 }
 
 impl Options {
@@ -64,6 +67,7 @@ impl Options {
             devices,
             metrics: None,
             nvml: crate::nvml_usage::machine_nvml(),
+            driver: crate::checkpoint::machine_driver(),
         })
     }
 }
@@ -185,7 +189,15 @@ pub fn run(options: Options) -> Result<(), String> {
     let file: &'static RegionFile = Box::leak(Box::new(RegionFile::open_as(&options.region, Access::Daemon)?));
     let store = Store::open(&options.state_dir)?;
     let state_path = store.path().display().to_string();
-    let manager = Arc::new(Manager::start(file, store, options.devices.clone())?);
+    let checkpoint: Box<dyn crate::checkpoint::Checkpointer> =
+        match crate::checkpoint::DriverCheckpoint::open(&options.driver) {
+            Ok(driver) => Box::new(driver),
+            Err(e) => {
+                say!("tessera daemon: warning: no snapshots of vGPUs: {e}");
+                Box::new(crate::checkpoint::Unavailable(e))
+            }
+        };
+    let manager = Arc::new(Manager::start(file, store, options.devices.clone())?.with_checkpointer(checkpoint));
     let server = Server::bind(&options.socket)?;
     let region = file.region();
     region.daemon.heartbeat_ns.store(monotonic_ns(), Ordering::Release);

@@ -17,6 +17,8 @@
 //! - [`integrity`]: validating the process slots tenants can write; [`recount`]: their memory counts; [`audit`]: holding each vGPU to the
 //!   device time the daemon granted it, measured by the driver ([`nvml_usage`]); [`watch`]: both, every
 //!   second;
+//! - [`checkpoint`]: the driver's process checkpoint calls; [`snapshots`]: snapshots of vGPUs taken and
+//!   given back with them (`snapshot`, `resume`);
 //! - [`paths`]: where the files are; [`daemon`]: the daemon's life; [`logger`]: its log lines, which never
 //!   hold up a thread.
 
@@ -24,6 +26,7 @@ pub mod alone;
 pub mod audit;
 pub mod broker;
 pub mod charger;
+pub mod checkpoint;
 pub mod config;
 pub mod daemon;
 pub mod fairness;
@@ -44,5 +47,6 @@ pub mod refill;
 pub mod sensors;
 pub mod server;
 pub mod slots;
+pub mod snapshots;
 pub mod store;
 pub mod watch;

@@ -12,11 +12,13 @@
 //! lock.
 
 use crate::audit::Overuse;
+use crate::checkpoint::{Checkpointer, Unavailable};
 use crate::config::{Config, Mode, VgpuSpec};
 use crate::integrity::{self, FileId, Stray};
 use crate::logger::say;
 use crate::protocol::{DEFRAG_TIMEOUT, Error, ErrorCode, PagerReport, Reply, Request, VgpuStatus};
 use crate::slots;
+use crate::snapshots::{self, Snapshots};
 use crate::store::Store;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -51,6 +53,12 @@ pub struct Manager {
     published: Mutex<Arc<Config>>,
     /// Why the audit suspended a vGPU (by name), until it is resumed or removed.
     audit: Mutex<HashMap<String, String>>,
+    /// The driver's process checkpoint calls (see [`snapshot`]).
+    checkpoint: Box<dyn Checkpointer>,
+    /// Held for the whole of a `snapshot` or `resume`, which take seconds: one at a time.
+    snapshot_op: Mutex<()>,
+    /// The snapshotted vGPUs; locked only to read or replace entries (reads never wait for a snapshot).
+    snapshots: Mutex<Snapshots>,
 }
 
 impl Manager {
@@ -76,7 +84,17 @@ impl Manager {
             }
         }
         let published = Mutex::new(Arc::new(config.clone()));
-        Ok(Manager { region, store, devices, config: Mutex::new(config), published, audit: Mutex::default() })
+        Ok(Manager {
+            region,
+            store,
+            devices,
+            config: Mutex::new(config),
+            published,
+            audit: Mutex::default(),
+            checkpoint: Box::new(Unavailable("the daemon was started without a driver".into())),
+            snapshot_op: Mutex::default(),
+            snapshots: Mutex::default(),
+        })
     }
 
     /// The configuration's lock, if it can be had within `timeout`: no change is being carried out while
@@ -113,7 +131,8 @@ impl Manager {
     /// Carries out one request.
     pub fn handle(&self, request: Request) -> Reply {
         let lifted = match &request {
-            Request::Resume { name } | Request::Rm { name } => Some(name.clone()),
+            Request::Resume { name, pids } if pids.is_empty() => Some(name.clone()),
+            Request::Rm { name } => Some(name.clone()),
             _ => None,
         };
         let mut response = self.carry_out(request).unwrap_or_else(|e| Reply::failure(&e));
@@ -121,6 +140,14 @@ impl Manager {
         if let Some(name) = lifted.filter(|_| response.ok) {
             audits.remove(&name);
         }
+        let snapshots = self.snapshots();
+        for st in response.vgpus.iter_mut() {
+            snapshots::annotate_status(st, &snapshots);
+        }
+        if let Some(stats) = response.stats.as_mut() {
+            snapshots::annotate_stats(stats, &snapshots);
+        }
+        drop(snapshots);
         let region = self.region.region();
         for st in response.vgpus.iter_mut().filter(|st| st.spec.suspended) {
             st.audit = audits.get(&st.spec.name).cloned().or_else(|| {
@@ -240,6 +267,9 @@ impl Manager {
             Request::SwapOut { name } => {
                 return self.ask_pagers(name, PagerRequest::Evict, DEFRAG_TIMEOUT, DEFRAG_POLL);
             }
+            // They wait for the driver's checkpoint calls, taking the configuration's lock only to suspend.
+            Request::Snapshot { name, pids } => return self.snapshot(name, pids),
+            Request::Resume { name, pids } => return self.resume(name, pids),
             _ => {}
         }
         let mut config = self.config();
@@ -267,11 +297,6 @@ impl Manager {
                 let next = config.suspend(&name, true, devices).code(ErrorCode::Invalid)?;
                 self.reconfigure(&mut config, next, &name, false)?
             }
-            Request::Resume { name } => {
-                config.get(&name).code(ErrorCode::NotFound)?;
-                let next = config.suspend(&name, false, devices).code(ErrorCode::Invalid)?;
-                self.reconfigure(&mut config, next, &name, false)?
-            }
             Request::Rm { name } => {
                 let old = config.get(&name).code(ErrorCode::NotFound)?.clone();
                 let next = config.remove(&name).code(ErrorCode::Invalid)?;
@@ -296,7 +321,9 @@ impl Manager {
             | Request::List
             | Request::Show { .. }
             | Request::Defrag { .. }
-            | Request::SwapOut { .. } => unreachable!("answered above"),
+            | Request::SwapOut { .. }
+            | Request::Snapshot { .. }
+            | Request::Resume { .. } => unreachable!("answered above"),
         };
         Ok(Reply::ok(vgpus))
     }
@@ -454,6 +481,9 @@ impl Manager {
     }
 }
 
+#[path = "manager_snapshot.rs"]
+mod snapshot;
+
 /// How a change locks the region: against this process's other threads only (atomic settings), or against
 /// other processes too (naming or freeing a slot).
 #[derive(Clone, Copy)]
@@ -563,7 +593,7 @@ mod tests {
         assert_eq!(list.len(), 2);
         assert!(list[0].spec.suspended && list[0].used == 4096, "usage kept: {list:?}");
         assert_eq!((list[1].spec.share, list[1].spec.priority), (20, Priority::High));
-        ok(&m, Request::Resume { name: "a".into() });
+        ok(&m, Request::Resume { name: "a".into(), pids: vec![] });
         assert_eq!(a.config.flags.load(Ordering::Relaxed), flags::MANAGED);
     }
 
@@ -609,8 +639,8 @@ mod tests {
         ok(&m, Request::Set { name: "a".into(), change });
         assert_eq!(flags_now(), flags::MANAGED | flags::SUSPENDED | flags::AUDIT);
         assert_eq!(ok(&m, Request::Show { name: "a".into() })[0].audit.as_deref(), Some(why));
-        err(&m, Request::Resume { name: "zz".into() });
-        let st = &ok(&m, Request::Resume { name: "a".into() })[0];
+        err(&m, Request::Resume { name: "zz".into(), pids: vec![] });
+        let st = &ok(&m, Request::Resume { name: "a".into(), pids: vec![] })[0];
         assert!(!st.spec.suspended && st.audit.is_none(), "{st:?}");
         assert_eq!(flags_now(), flags::MANAGED);
         // A vGPU suspended by hand says no more than that.
@@ -795,7 +825,7 @@ mod tests {
             Request::Show { name: "a".into() },
             Request::Set { name: "a".into(), change },
             Request::Suspend { name: "a".into() },
-            Request::Resume { name: "a".into() },
+            Request::Resume { name: "a".into(), pids: vec![] },
         ] {
             let resp = within_10s(move || m.handle(r.clone())).expect("a request waited for another's file lock");
             assert!(resp.ok, "{resp:?}");

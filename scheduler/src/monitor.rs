@@ -72,6 +72,8 @@ pub fn stats(region: &Region, specs: &[VgpuSpec], devices: &[u64], only: Option<
                     soft: p.is_soft(),
                     used: p.used.get(d).map_or(0, |u| u.load(Ordering::Acquire)),
                     command: command_of(pid),
+                    // Written by the manager, which knows the snapshots.
+                    snapshotted: false,
                 })
                 .collect();
             st

@@ -22,7 +22,7 @@ mod contexts;
 mod current;
 mod dl;
 mod driver;
-mod elf;
+use tessera_ffi::elf;
 mod footprint;
 mod guard;
 mod hooks;

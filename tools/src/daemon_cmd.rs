@@ -46,18 +46,19 @@ pub struct DaemonArgs {
     metrics: Option<OsString>,
 }
 
-/// The total memory of each device the driver shows (`cuDeviceTotalMem`), by ordinal, and the NVML that
-/// goes with that driver (the simulated one on the simulated GPU). The driver stays loaded for the
-/// daemon's life.
-fn devices() -> Result<(Vec<u64>, String), String> {
+/// The total memory of each device the driver shows (`cuDeviceTotalMem`), by ordinal, the NVML that
+/// goes with that driver (the simulated one on the simulated GPU), and the driver library itself (for its
+/// process checkpoint calls). The driver stays loaded for the daemon's life.
+fn devices() -> Result<(Vec<u64>, String, String), String> {
     let driver = Driver::load()?;
     driver.init()?;
     let n = driver.device_count()?;
     let memory: Result<Vec<u64>, String> =
         (0..n).map(|d| driver.total_memory(d).map_err(|e| format!("device {d}: {e}"))).collect();
     let nvml = driver.origin.nvml_library();
+    let library = driver.origin.driver_library();
     std::mem::forget(driver);
-    Ok((memory?, nvml))
+    Ok((memory?, nvml, library))
 }
 
 /// A path (or address) given as an option or variable (taken as given by clap, so that the error is this
@@ -90,15 +91,16 @@ fn options(args: DaemonArgs, devices: Vec<u64>) -> Result<Options, String> {
         Some(m) => Some(metrics_server::parse_address(&given(m, "--metrics", "TESSERA_METRICS")?)?),
         None => None,
     };
-    Ok(Options { region, socket, state_dir, devices, metrics, nvml: nvml_usage::machine_nvml() })
+    let (nvml, driver) = (nvml_usage::machine_nvml(), tessera_scheduler::checkpoint::machine_driver());
+    Ok(Options { region, socket, state_dir, devices, metrics, nvml, driver })
 }
 
 /// Runs the daemon; returns only when it cannot start (a signal ends it with status 0).
 pub fn run(args: DaemonArgs) -> Result<(), String> {
     // The options are checked before the driver is loaded: a bad one is reported as such.
     let options = options(args, Vec::new())?;
-    let (devices, nvml) = devices()?;
-    daemon::run(Options { devices, nvml, ..options })
+    let (devices, nvml, driver) = devices()?;
+    daemon::run(Options { devices, nvml, driver, ..options })
 }
 
 #[cfg(test)]

@@ -4,16 +4,17 @@ mod account;
 mod completions;
 mod daemon_cmd;
 mod demo;
-mod driver;
 mod grid;
 mod info;
-mod lib_dir;
 mod load;
 mod run;
 mod signals;
 mod simgpu_cmd;
 mod top;
 mod vgpu_cmd;
+mod vgpu_snapshot;
+
+use tessera_hwinfo::{driver, lib_dir};
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;

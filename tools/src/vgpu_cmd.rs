@@ -39,11 +39,27 @@ pub enum VgpuCommand {
         #[arg(value_parser = crate::run::vgpu_value)]
         name: String,
     },
-    /// Let a suspended vGPU's launches continue.
+    /// Bring a snapshotted vGPU's memory back to the device (at the same addresses) and let its launches
+    /// continue; on a vGPU merely suspended, let its launches continue.
     Resume {
         /// The vGPU.
         #[arg(value_parser = crate::run::vgpu_value)]
         name: String,
+        /// Only this snapshotted process of the vGPU (repeat for more); the vGPU stays suspended if it was
+        /// snapshotted as a whole.
+        #[arg(long = "pid", value_name = "PID")]
+        pids: Vec<u32>,
+    },
+    /// Suspend a vGPU (launches stop at the next kernel boundary, work in flight finishes) and checkpoint
+    /// its processes: their device memory goes to host memory and is free for other tenants until
+    /// `tessera vgpu resume`.
+    Snapshot {
+        /// The vGPU.
+        #[arg(value_parser = crate::run::vgpu_value)]
+        name: String,
+        /// Only this process of the vGPU (repeat for more), without suspending the vGPU.
+        #[arg(long = "pid", value_name = "PID")]
+        pids: Vec<u32>,
     },
     /// Remove a vGPU (refused while processes are attached to it).
     Rm {
@@ -242,7 +258,8 @@ fn request(command: &VgpuCommand) -> Request {
             },
         },
         VgpuCommand::Suspend { name } => Request::Suspend { name: name.clone() },
-        VgpuCommand::Resume { name } => Request::Resume { name: name.clone() },
+        VgpuCommand::Resume { name, pids } => Request::Resume { name: name.clone(), pids: pids.clone() },
+        VgpuCommand::Snapshot { name, pids } => Request::Snapshot { name: name.clone(), pids: pids.clone() },
         VgpuCommand::Rm { name } => Request::Rm { name: name.clone() },
         VgpuCommand::Defrag { name } => Request::Defrag { name: name.clone() },
         VgpuCommand::SwapOut { name } => Request::SwapOut { name: name.clone() },
@@ -308,8 +325,12 @@ fn table(vgpus: &[VgpuStatus], stats: Option<&Stats>) -> String {
     crate::grid::render(&header, &rows, &[])
 }
 
-/// `running`, `suspended`, or `suspended (audit: took 50% of device 0 over 10 s, entitled to 20%)`.
+/// `running`, `suspended`, `suspended (audit: took 50% of device 0 over 10 s, entitled to 20%)`, or
+/// `snapshotted (...)`.
 fn state(v: &VgpuStatus) -> String {
+    if v.snapshotted {
+        return crate::vgpu_snapshot::state(v);
+    }
     match (&v.audit, v.spec.suspended) {
         (_, false) => "running".to_string(),
         (None, true) => "suspended".to_string(),
@@ -429,6 +450,11 @@ fn defragged(name: &str, r: &PagerReport) -> String {
 /// Runs one `tessera vgpu` subcommand.
 pub fn run(command: VgpuCommand) -> Result<(), String> {
     let client = Client::new(paths::socket()?);
+    // What a resume brings back, said after it (a vGPU that does not exist fails the resume itself).
+    let before = match &command {
+        VgpuCommand::Resume { name, .. } => client.show(name).ok(),
+        _ => None,
+    };
     let response = client.request(&request(&command))?;
     let first = response.vgpus.first();
     let out = match (&command, first) {
@@ -467,7 +493,10 @@ pub fn run(command: VgpuCommand) -> Result<(), String> {
             _ => format!("vGPU {name}: the daemon did not say what it swapped out\n"),
         },
         (VgpuCommand::Suspend { name }, _) => format!("vGPU {name} suspended\n"),
-        (VgpuCommand::Resume { name }, _) => format!("vGPU {name} resumed\n"),
+        (VgpuCommand::Resume { name, pids }, after) => {
+            crate::vgpu_snapshot::resumed(name, pids, before.as_ref(), after)
+        }
+        (VgpuCommand::Snapshot { name, pids }, Some(v)) => crate::vgpu_snapshot::snapshotted(name, pids, v),
         (VgpuCommand::Rm { name }, _) => format!("vGPU {name} removed\n"),
         (_, None) => String::new(),
     };

@@ -160,7 +160,20 @@ impl Client {
     /// Suspends (`true`) or resumes a vGPU.
     pub fn suspend(&self, name: &str, suspended: bool) -> Result<VgpuStatus, Error> {
         let name = name.to_string();
-        one(self.request(&if suspended { Request::Suspend { name } } else { Request::Resume { name } })?)
+        let request = if suspended { Request::Suspend { name } } else { Request::Resume { name, pids: Vec::new() } };
+        one(self.request(&request)?)
+    }
+
+    /// Snapshots vGPU `name`: suspends it and checkpoints every process of it (their device memory goes to
+    /// host memory); with `pids`, checkpoints only those processes of it. Returns its status after.
+    pub fn snapshot(&self, name: &str, pids: &[u32]) -> Result<VgpuStatus, Error> {
+        one(self.request(&Request::Snapshot { name: name.into(), pids: pids.to_vec() })?)
+    }
+
+    /// Resumes vGPU `name`: restores its checkpointed processes' memory (only `pids`' when given) and, for
+    /// the whole vGPU, lets its launches continue. Returns its status after.
+    pub fn resume(&self, name: &str, pids: &[u32]) -> Result<VgpuStatus, Error> {
+        one(self.request(&Request::Resume { name: name.into(), pids: pids.to_vec() })?)
     }
 
     /// Removes a vGPU.

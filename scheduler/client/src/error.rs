@@ -27,6 +27,9 @@ pub enum ErrorCode {
     Unavailable,
     /// The processes a request waits for did not finish in time, or the daemon did not answer in time.
     Timeout,
+    /// The device lacks the memory the request needs now (a `resume` whose memory others took); nothing
+    /// was changed, and the request may be tried again once memory is freed.
+    ResourceExhausted,
     /// The daemon failed on its side (its state file or region could not be written); nothing was changed.
     Internal,
     /// The daemon answered something this client cannot read (never sent by a daemon).
@@ -38,7 +41,7 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code, in the order `docs/protocol.md` lists them.
-    pub const ALL: [ErrorCode; 12] = [
+    pub const ALL: [ErrorCode; 13] = [
         ErrorCode::BadRequest,
         ErrorCode::UnsupportedVersion,
         ErrorCode::PermissionDenied,
@@ -48,6 +51,7 @@ impl ErrorCode {
         ErrorCode::InUse,
         ErrorCode::Unavailable,
         ErrorCode::Timeout,
+        ErrorCode::ResourceExhausted,
         ErrorCode::Internal,
         ErrorCode::BadReply,
         ErrorCode::Unknown,
@@ -65,6 +69,7 @@ impl ErrorCode {
             ErrorCode::InUse => "in_use",
             ErrorCode::Unavailable => "unavailable",
             ErrorCode::Timeout => "timeout",
+            ErrorCode::ResourceExhausted => "resource_exhausted",
             ErrorCode::Internal => "internal",
             ErrorCode::BadReply => "bad_reply",
             ErrorCode::Unknown => "unknown",

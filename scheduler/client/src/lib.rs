@@ -15,4 +15,6 @@ pub use client::Client;
 pub use error::{Error, ErrorCode};
 pub use spec::{Change, DEFAULT_WINDOW_NS, Mode, Priority, VgpuSpec};
 pub use stats::{Achieved, DeviceStats, MemoryStats, ProcessStats, Stats, VgpuStats};
-pub use wire::{DEFRAG_TIMEOUT, MAX_LINE, PagerReport, Reply, Request, VERSION, VgpuStatus};
+pub use wire::{
+    DEFRAG_TIMEOUT, LOCK_TIMEOUT, MAX_LINE, PagerReport, Reply, Request, SNAPSHOT_TIMEOUT, VERSION, VgpuStatus,
+};

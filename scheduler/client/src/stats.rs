@@ -43,6 +43,10 @@ pub struct MemoryStats {
     pub pooled: u64,
     /// Soft mode: device memory its processes wait for now.
     pub wanted: u64,
+    /// Device memory of its checkpointed processes, held in host memory since a `snapshot` (part of
+    /// `used`, which stays their quota, but not on the device).
+    #[serde(default)]
+    pub snapshot: u64,
 }
 
 /// One process attached to a vGPU.
@@ -58,6 +62,9 @@ pub struct ProcessStats {
     /// daemon or a process gone meanwhile).
     #[serde(default)]
     pub command: String,
+    /// Checkpointed by a `snapshot`: its device memory is in host memory until `resume`.
+    #[serde(default)]
+    pub snapshotted: bool,
 }
 
 /// One vGPU's figures.
@@ -77,6 +84,9 @@ pub struct VgpuStats {
     pub mode: Mode,
     /// Suspended (by a request or by the audit).
     pub suspended: bool,
+    /// Some of its processes (all, after a whole-vGPU `snapshot`) are checkpointed.
+    #[serde(default)]
+    pub snapshotted: bool,
     /// The share of its device's time its kernels took.
     pub achieved: Achieved,
     /// Tokens in its bucket (ns of device time; negative: debt).
@@ -123,7 +133,8 @@ pub struct DeviceStats {
     pub temperature_c: Option<f64>,
     /// Its memory, in bytes.
     pub memory_total: u64,
-    /// Memory its vGPUs' processes use, in bytes.
+    /// Device memory its vGPUs' processes use, in bytes (checkpointed processes' memory, in host memory,
+    /// is not counted).
     pub memory_used: u64,
     /// Sum of its vGPUs' configured shares, in percent.
     pub share_configured: u32,

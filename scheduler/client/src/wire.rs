@@ -18,6 +18,14 @@ pub const MAX_LINE: usize = 64 * 1024;
 /// Longest a `defrag` or `swap-out` request waits for the vGPU's processes.
 pub const DEFRAG_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Longest a `snapshot` waits for each process to stop (its in-flight work to finish) before it gives up
+/// and undoes what it did.
+pub const LOCK_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Longest a `snapshot` or `resume` request may take beyond that: copying every byte of a vGPU's memory to
+/// host memory or back (a 80 GiB device at a few GB/s).
+pub const SNAPSHOT_TIMEOUT: Duration = Duration::from_secs(120);
+
 /// A request to the daemon. On the wire its kind is the `op` field, beside `version` and its own fields.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "lowercase")]
@@ -48,10 +56,15 @@ pub enum Request {
         /// Its name.
         name: String,
     },
-    /// Let a suspended vGPU's launches continue.
+    /// Bring a snapshotted vGPU's memory back (or only that of processes `pids`) and let its launches
+    /// continue; also lifts a plain suspension.
     Resume {
         /// Its name.
         name: String,
+        /// Only these processes of the vGPU (snapshotted by a `snapshot` naming them); empty: the whole
+        /// vGPU.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        pids: Vec<u32>,
     },
     /// Remove a vGPU nobody is attached to.
     Rm {
@@ -70,6 +83,16 @@ pub enum Request {
         /// Its name.
         name: String,
     },
+    /// Suspend a vGPU (its launches stop at the next kernel boundary) and checkpoint every process of it
+    /// through the driver (their device memory goes to host memory and is released to other tenants);
+    /// with `pids`, checkpoint only those processes, without suspending the vGPU.
+    Snapshot {
+        /// Its name.
+        name: String,
+        /// Only these processes of the vGPU; empty: the whole vGPU.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        pids: Vec<u32>,
+    },
     /// The monitoring figures of every vGPU and device (or of one vGPU and its device): cheap enough to
     /// poll at 10 Hz.
     Stats {
@@ -81,7 +104,7 @@ pub enum Request {
 
 impl Request {
     /// How many kinds of request there are (see [`Request::ordinal`]).
-    pub const KINDS: usize = 11;
+    pub const KINDS: usize = 12;
 
     /// The request's kind as a number below [`Request::KINDS`]: a new kind does not compile until it is
     /// numbered here, and a test then checks [`Request::examples`] and `docs/protocol.md` cover it.
@@ -98,6 +121,7 @@ impl Request {
             Request::Defrag { .. } => 8,
             Request::SwapOut { .. } => 9,
             Request::Stats { .. } => 10,
+            Request::Snapshot { .. } => 11,
         }
     }
 
@@ -111,11 +135,12 @@ impl Request {
             Request::Show { name: name() },
             Request::Set { name: name(), change: Change { share: Some(40), ..Change::default() } },
             Request::Suspend { name: name() },
-            Request::Resume { name: name() },
+            Request::Resume { name: name(), pids: Vec::new() },
             Request::Rm { name: name() },
             Request::Defrag { name: name() },
             Request::SwapOut { name: name() },
             Request::Stats { name: None },
+            Request::Snapshot { name: name(), pids: Vec::new() },
         ]
     }
 
@@ -132,6 +157,7 @@ impl Request {
     pub fn answer_within(&self, base: Duration) -> Duration {
         match self {
             Request::Defrag { .. } | Request::SwapOut { .. } => base + DEFRAG_TIMEOUT,
+            Request::Snapshot { .. } | Request::Resume { .. } => base + LOCK_TIMEOUT + SNAPSHOT_TIMEOUT,
             _ => base,
         }
     }
@@ -206,6 +232,17 @@ pub struct VgpuStatus {
     /// suspended for that.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub audit: Option<String>,
+    /// Some of its processes (all, after a whole-vGPU `snapshot`) are checkpointed: their device memory
+    /// is in host memory until `resume`.
+    #[serde(default)]
+    pub snapshotted: bool,
+    /// The checkpointed processes.
+    #[serde(default)]
+    pub snapshot_pids: Vec<u32>,
+    /// Bytes of device memory the checkpointed processes had, held in host memory (still counted in
+    /// `used`, their quota, which they take back at resume).
+    #[serde(default)]
+    pub snapshot_bytes: u64,
 }
 
 impl VgpuStatus {
@@ -232,6 +269,9 @@ impl VgpuStatus {
             swap_charged_ns: 0,
             wanted: 0,
             audit: None,
+            snapshotted: false,
+            snapshot_pids: Vec::new(),
+            snapshot_bytes: 0,
         }
     }
 }

@@ -2,13 +2,13 @@
 //! BEP-1000's compute units, precision support, memory specification and partitioning, each read through
 //! the CUDA driver API or NVML (or derived from what they tell, as documented); what neither tells is `null`.
 
-use super::nvml::{Mig, Nvml};
-use super::precision::{self, Cc};
 use super::slots;
 use crate::driver::Driver;
 use serde_json::{Value, json};
 use std::path::Path;
 use tessera_ffi::sys::CUdevice_attribute as A;
+use tessera_hwinfo::nvml::{Mig, Nvml};
+use tessera_hwinfo::precision::{self, Cc};
 
 /// What the resource slots need to know of a device besides its document entry.
 pub struct Facts {

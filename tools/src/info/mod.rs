@@ -2,12 +2,10 @@
 //! host (driver, devices with BEP-1000's metadata, resource slots) that `docs/schema/device-info.schema.json`
 //! describes.
 //!
-//! - [`device`]: one device's entry; [`precision`]: what the compute capability says (formats, tensor
-//!   cores); [`slots`]: the resource slots Tessera offers; [`nvml`]: the NVML queries.
+//! - [`device`]: one device's entry; [`slots`]: the resource slots Tessera offers; NVML and the compute
+//!   capability tables are `tessera_hwinfo`'s.
 
 mod device;
-mod nvml;
-mod precision;
 mod slots;
 
 use crate::driver::{Driver, Origin};
@@ -15,6 +13,7 @@ use clap::Args;
 use serde_json::{Value, json};
 use tessera_ffi::sys::CUdevice_attribute as A;
 use tessera_ffi::units::format_size;
+use tessera_hwinfo::nvml;
 
 /// Version of the document's layout (`schema_version`); bumped on any incompatible change.
 pub const SCHEMA_VERSION: u32 = 1;

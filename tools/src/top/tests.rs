@@ -24,16 +24,19 @@ fn vgpu(name: &str, share: u32, achieved: f64, used_gib: u64, launches: u64) -> 
 fn stats(at_s: u64, launches: u64) -> Stats {
     let mut inference = vgpu("inference", 50, 41.0, 6, 400 * launches);
     inference.priority = Priority::High;
-    inference.processes = vec![ProcessStats { pid: 4242, soft: false, used: 6 * GIB, command: "python3".into() }];
+    inference.processes =
+        vec![ProcessStats { pid: 4242, soft: false, used: 6 * GIB, command: "python3".into(), snapshotted: false }];
     let mut training = vgpu("training", 30, 47.0, 3, 500 * launches);
     training.mode = Mode::Soft;
     training.memory.resident = 2 * GIB;
     training.memory.swapped = GIB;
-    training.processes = vec![ProcessStats { pid: 777, soft: true, used: 3 * GIB, command: "train".into() }];
+    training.processes =
+        vec![ProcessStats { pid: 777, soft: true, used: 3 * GIB, command: "train".into(), snapshotted: false }];
     let mut notebook = vgpu("notebook", 20, 12.0, 1, 100 * launches);
     notebook.cap = true;
     notebook.wait_ns = 10_000_000 * launches;
-    notebook.processes = vec![ProcessStats { pid: 31337, soft: false, used: GIB, command: String::new() }];
+    notebook.processes =
+        vec![ProcessStats { pid: 31337, soft: false, used: GIB, command: String::new(), snapshotted: false }];
     let device = DeviceStats {
         device: 0,
         name: "NVIDIA H100 80GB HBM3".into(),

@@ -85,6 +85,20 @@ impl CBuild {
         self
     }
 
+    /// Adds a compiler flag (an include folder, `-pthread`).
+    pub fn flag(mut self, flag: &str) -> CBuild {
+        self.flags.push(flag.into());
+        self
+    }
+
+    /// Links to `lib<name>.so` of the build folder (found there at run time too).
+    pub fn link_built(mut self, name: &str) -> CBuild {
+        self.libraries.push(format!("-L{}", build_dir().display()));
+        self.libraries.push(format!("-Wl,-rpath,{}", build_dir().display()));
+        self.libraries.push(format!("-l{name}"));
+        self
+    }
+
     /// Compiles into `<build dir>/c-tests/` and returns the output's path. Written under a temporary
     /// name and renamed, so concurrent test processes never run a half-written file.
     pub fn build(self) -> PathBuf {

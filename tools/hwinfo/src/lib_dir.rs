@@ -6,10 +6,15 @@
 //! - `<exe dir>/../lib/tessera`: an installed `tessera` (`tools/install.sh`: `PREFIX/bin/tessera`);
 //! - `<exe dir>`: the build tree (`target/release/tessera`);
 //! - `<exe dir>/..`: test programs of the build tree (`target/release/deps/...`).
+//!
+//! A library loaded into another program (the cluster provider, `libaccelerator_tessera.so`, inside a
+//! hypervisor) is not beside that program: it calls [`anchor_at`] with its own file once, and the
+//! folders are then tried relative to that file instead of the executable.
 
 use simgpu::libdir::{DRIVER_FILE, NVML_FILE};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 /// File name of the shim.
 pub const SHIM: &str = "libtessera.so";
@@ -21,9 +26,21 @@ const REQUIRED: [&str; 3] = [SHIM, DRIVER_FILE, NVML_FILE];
 /// The folder below the installation prefix that holds the libraries (`PREFIX/lib/tessera`).
 pub const INSTALLED: &str = "lib/tessera";
 
+/// The file the folders are found from instead of the executable (see [`anchor_at`]).
+static ANCHOR: OnceLock<PathBuf> = OnceLock::new();
+
+/// Finds the library folder from `file` (a library's own path) rather than from the running executable,
+/// for the rest of the process; the first call wins.
+pub fn anchor_at(file: PathBuf) {
+    let _ = ANCHOR.set(file);
+}
+
 /// The library folder of this `tessera`, as an absolute path; see the module documentation.
 pub fn lib_dir() -> Result<PathBuf, String> {
-    let exe = std::env::current_exe().map_err(|e| format!("cannot locate the tessera executable: {e}"))?;
+    let exe = match ANCHOR.get() {
+        Some(file) => file.clone(),
+        None => std::env::current_exe().map_err(|e| format!("cannot locate the tessera executable: {e}"))?,
+    };
     find(&exe, std::env::var_os("TESSERA_LIB_DIR"))
 }
 

@@ -13,6 +13,15 @@ pub enum Origin {
 }
 
 impl Origin {
+    /// The driver library itself: the simulated one in its folder, else the machine's
+    /// (`TESSERA_REAL_LIBCUDA`, or `libcuda.so.1` on the loader's path).
+    pub fn driver_library(&self) -> String {
+        match self {
+            Origin::Simulated(folder) => folder.join("libcuda.so.1").to_string_lossy().into_owned(),
+            Origin::Real => tessera_scheduler::checkpoint::machine_driver(),
+        }
+    }
+
     /// The NVML library that goes with this driver: the simulated one beside the simulated driver, else
     /// the machine's (`TESSERA_REAL_LIBNVML`, or `libnvidia-ml.so.1` on the loader's path).
     pub fn nvml_library(&self) -> String {
@@ -60,7 +69,7 @@ impl Driver {
     }
 
     /// The entry point `name`, typed as `F`: the caller names the function-pointer type of `name` in cuda.h.
-    pub(crate) fn call<F: Copy>(&self, name: &str) -> Result<F, String> {
+    pub fn call<F: Copy>(&self, name: &str) -> Result<F, String> {
         // SAFETY: F is the documented signature of `name` in cuda.h (every caller names its type).
         unsafe { self.lib.get::<F>(name.as_bytes()).map(|s| *s).map_err(|e| format!("{name}: {e}")) }
     }
@@ -162,6 +171,6 @@ fn lib_is_simulated(lib: &Library) -> bool {
 }
 
 /// `Ok` for `CUDA_SUCCESS`, else an error naming `what` and the code.
-pub(crate) fn check(what: &str, code: Res) -> Result<(), String> {
+pub fn check(what: &str, code: Res) -> Result<(), String> {
     if code == 0 { Ok(()) } else { Err(format!("{what} failed with CUDA error {code}")) }
 }

@@ -2,6 +2,7 @@
 //! simulated driver, else the machine's `libnvidia-ml.so.1` or `TESSERA_REAL_LIBNVML`:
 //! [`Origin::nvml_library`], as the daemon is given it), loaded with `libloading`, and the few queries the device document needs. Every query is
 //! optional: a missing library, symbol or an error answer is `None`, which the document shows as `null`.
+//! More queries (identity, topology, processes, metrics) are in `nvml_more`, MIG instances in `mig`.
 
 use crate::driver::Origin;
 use libloading::Library;
@@ -44,34 +45,54 @@ pub struct Mig {
 
 /// NVML, loaded and initialized.
 pub struct Nvml {
-    lib: Library,
+    /// Kept open while `Nvml` lives; its symbols are looked up through `handle`.
+    _lib: Library,
+    /// The `dlopen` handle of `_lib`.
+    handle: usize,
     /// The library's file (for messages).
     pub name: String,
 }
 
 /// A device of [`Nvml`].
 pub struct Device<'a> {
-    nvml: &'a Nvml,
-    handle: NvmlDevice,
+    pub(crate) nvml: &'a Nvml,
+    pub(crate) handle: NvmlDevice,
 }
 
 impl Nvml {
     /// Loads the NVML that goes with a driver of `origin` and initializes it; `None` when there is none or
     /// it does not initialize.
     pub fn open(origin: &Origin) -> Option<Nvml> {
-        let name = origin.nvml_library();
+        Nvml::open_library(&origin.nvml_library())
+    }
+
+    /// Loads NVML from `name` (a path, or a file name the loader looks up) and initializes it; `None`
+    /// when it does not load or initialize.
+    pub fn open_library(name: &str) -> Option<Nvml> {
+        let name = name.to_string();
+        // Its own symbols first (RTLD_DEEPBIND): calls inside NVML must not go through a shim preloaded in
+        // this process (whose NVML hooks answer for a vGPU, and whose first call fixes its configuration).
+        let flags = libc::RTLD_NOW | libc::RTLD_DEEPBIND;
         // SAFETY: loading NVML runs its initializers, as every NVML client does.
-        let lib = unsafe { Library::new(&name) }.ok()?;
-        let nvml = Nvml { lib, name };
+        let raw = unsafe { libloading::os::unix::Library::open(Some(&name), flags) }.ok()?.into_raw();
+        // SAFETY: the handle `into_raw` just gave back, owned again by the Library.
+        let lib: Library = unsafe { libloading::os::unix::Library::from_raw(raw) }.into();
+        let nvml = Nvml { _lib: lib, handle: raw as usize, name };
         let init: unsafe extern "C" fn() -> NvmlReturn = nvml.symbol("nvmlInit_v2")?;
         // SAFETY: no arguments.
         (unsafe { init() } == NVML_SUCCESS).then_some(nvml)
     }
 
     /// The entry point `name`, typed as `F`: the caller names the function-pointer type of `name` in nvml.h.
-    fn symbol<F: Copy>(&self, name: &str) -> Option<F> {
-        // SAFETY: F is the documented signature of `name` in nvml.h (every caller names its type).
-        unsafe { self.lib.get::<F>(name.as_bytes()).ok().map(|s| *s) }
+    /// Looked up with libc's own `dlsym` ([`crate::dl`]), never the shim's.
+    pub(crate) fn symbol<F: Copy>(&self, name: &str) -> Option<F> {
+        assert_eq!(size_of::<F>(), size_of::<*mut std::ffi::c_void>(), "F is a function pointer type");
+        let name = std::ffi::CString::new(name).ok()?;
+        // SAFETY: the handle of the library `self` keeps open.
+        let address = unsafe { crate::dl::symbol(self.handle as *mut std::ffi::c_void, &name) };
+        // SAFETY: F is the documented signature of `name` in nvml.h (every caller names its type), a
+        // function pointer of the same size as the address.
+        (!address.is_null()).then(|| unsafe { std::mem::transmute_copy::<*mut std::ffi::c_void, F>(&address) })
     }
 
     /// A string query of the form `f(char *buf, unsigned int length)`.
@@ -82,6 +103,21 @@ impl Nvml {
         ok(unsafe { f(buf.as_mut_ptr(), buf.len() as c_uint) })?;
         // SAFETY: NVML NUL-terminates within the buffer on success.
         Some(unsafe { CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned())
+    }
+
+    /// The file NVML was loaded from, as the loader names it (`dladdr` of `nvmlInit_v2`).
+    pub fn file(&self) -> Option<std::path::PathBuf> {
+        let init: unsafe extern "C" fn() -> NvmlReturn = self.symbol("nvmlInit_v2")?;
+        // SAFETY: a zeroed Dl_info is a valid out-value.
+        let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+        // SAFETY: an address inside the loaded library and a valid out-pointer.
+        if unsafe { libc::dladdr(init as *const libc::c_void, &mut info) } == 0 || info.dli_fname.is_null() {
+            return None;
+        }
+        // SAFETY: dladdr's NUL-terminated file name.
+        let name = unsafe { CStr::from_ptr(info.dli_fname) };
+        use std::os::unix::ffi::OsStrExt;
+        Some(std::path::PathBuf::from(std::ffi::OsStr::from_bytes(name.to_bytes())))
     }
 
     /// `nvmlSystemGetDriverVersion`: the display driver release, e.g. `580.65.06`.
@@ -118,7 +154,7 @@ impl Drop for Nvml {
 
 impl Device<'_> {
     /// A query of the form `f(device, unsigned int *out)`.
-    fn uint(&self, name: &str) -> Option<u32> {
+    pub(crate) fn uint(&self, name: &str) -> Option<u32> {
         let f: unsafe extern "C" fn(NvmlDevice, *mut c_uint) -> NvmlReturn = self.nvml.symbol(name)?;
         let mut v = 0;
         // SAFETY: NVML's handle and a valid out-pointer.
@@ -206,6 +242,6 @@ impl Device<'_> {
 }
 
 /// `Some(())` for `NVML_SUCCESS`.
-fn ok(code: NvmlReturn) -> Option<()> {
+pub(crate) fn ok(code: NvmlReturn) -> Option<()> {
     (code == NVML_SUCCESS).then_some(())
 }

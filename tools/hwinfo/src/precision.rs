@@ -49,6 +49,49 @@ pub fn tensor_cores_per_sm(cc: Cc) -> u32 {
     }
 }
 
+/// CUDA cores (FP32 lanes) per SM of compute capability `cc`, NVIDIA's per-architecture figure: 64 on
+/// Pascal GP100, Volta, Turing, A100 and Hopper; 128 on Pascal GP10x, GA10x, Ada and Blackwell. `None`
+/// for older or unknown architectures.
+pub fn cuda_cores_per_sm(cc: Cc) -> Option<u32> {
+    match cc {
+        (6, 0) | (7, _) | (8, 0) | (9, 0) => Some(64),
+        (6, _) | (8, _) | (10, _) | (11, _) | (12, _) => Some(128),
+        _ => None,
+    }
+}
+
+/// Peak dense FP16 operations per SM per clock of compute capability `cc`, the figure behind
+/// `maxTflops` of the provider library (documented in the README, "For cluster hypervisors"): tensor-core
+/// FP16 with FP32 accumulation where the architecture has tensor cores, the FP16/FP32 ALUs before.
+///
+/// | compute capability | architecture | ops/SM/clock | check: SMs × boost clock × ops |
+/// |---|---|---|---|
+/// | < 7.0 | Pascal and older | 256 | P100: 56 × 1.48 GHz × 256 = 21 TFLOPS |
+/// | 7.0, 7.2 | Volta | 1024 | V100 SXM2: 80 × 1.53 × 1024 = 125 |
+/// | 7.5 | Turing | 512 | T4: 40 × 1.59 × 512 = 32.6 (65 with FP16 accumulation) |
+/// | 8.0 | Ampere A100 | 2048 | A100: 108 × 1.41 × 2048 = 312 |
+/// | 8.6, 8.7, 8.9 | Ampere GA10x, Ada | 1024 | L40S: 142 × 2.52 × 1024 = 366 |
+/// | 9.0 | Hopper | 4096 | H100 SXM: 132 × 1.83 × 4096 = 989 |
+/// | 10.x | Blackwell datacenter | 8192 | B200: 148 × 1.86 × 8192 = 2255 |
+/// | 12.x and later | Blackwell consumer | 1024 | RTX 5090: 170 × 2.41 × 1024 = 420 |
+pub fn fp16_ops_per_sm_per_clock(cc: Cc) -> u32 {
+    match cc {
+        (major, _) if major < 7 => 256,
+        (7, 5) => 512,
+        (7, _) => 1024,
+        (8, 0) => 2048,
+        (8, _) => 1024,
+        (9, _) => 4096,
+        (10, _) | (11, _) => 8192,
+        _ => 1024,
+    }
+}
+
+/// Peak dense FP16 TFLOPS of a device with `sms` SMs of compute capability `cc` at `clock_mhz`.
+pub fn peak_tflops(cc: Cc, sms: u32, clock_mhz: u32) -> f64 {
+    f64::from(sms) * f64::from(clock_mhz) * 1e6 * f64::from(fp16_ops_per_sm_per_clock(cc)) / 1e12
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -82,5 +125,14 @@ mod tests {
         assert_eq!(80 * tensor_cores_per_sm((7, 0)), 640);
         assert_eq!(68 * tensor_cores_per_sm((7, 5)), 544);
         assert_eq!(tensor_cores_per_sm((6, 1)), 0);
+    }
+
+    #[test]
+    fn peak_tflops_match_the_published_figures() {
+        // A100 SXM 312, H100 SXM 989 (dense FP16 tensor), within rounding of the boost clock.
+        assert!((peak_tflops((8, 0), 108, 1410) - 312.0).abs() < 1.0);
+        assert!((peak_tflops((9, 0), 132, 1830) - 989.0).abs() < 2.0);
+        assert!((peak_tflops((7, 0), 80, 1530) - 125.0).abs() < 1.0);
+        assert_eq!(peak_tflops((8, 6), 0, 1500), 0.0);
     }
 }
