@@ -263,3 +263,43 @@ fn the_cli_names_what_is_wrong() {
     let e = m.fails(2, &["vgpu", "snapshot", "a", "--pid", "x"]);
     assert!(e.contains("--pid"), "{e}");
 }
+
+#[test]
+fn a_soft_vgpu_is_snapshotted_through_the_driver_too() {
+    let m = machine("soft");
+    m.ok(&["vgpu", "create", "s", "--device", "0", "--memory", "2GiB", "--share", "40", "--mode", "soft"]);
+    let mut t = Tenant::start(&m, "s", "t", 200, 2);
+    let before = device_used(&m);
+    let used = u64_at(&m.show("s"), "used");
+    m.ok(&["vgpu", "snapshot", "s"]);
+    let s = m.show("s");
+    assert!(s["snapshotted"] == true && u64_at(&s, "snapshot_bytes") == used, "{s}");
+    assert_eq!(u64_at(&s, "swapped"), 0, "soft mode's own swap is not what moved it: {s}");
+    let after = device_used(&m);
+    assert!(after + used <= before, "device use went from {before} to {after}, not down by {used}");
+    m.ok(&["vgpu", "resume", "s"]);
+    assert_eq!(device_used(&m), before);
+    t.verify_round();
+    t.verify_round();
+    t.finish();
+}
+
+#[test]
+fn a_restarted_daemon_finds_the_snapshot_and_resumes_it() {
+    let mut m = machine("restart");
+    m.ok(&["vgpu", "create", "a", "--device", "0", "--memory", "512MiB", "--share", "40"]);
+    let mut t = Tenant::start(&m, "a", "t", 100, 1);
+    let before = device_used(&m);
+    m.ok(&["vgpu", "snapshot", "a"]);
+    let bytes = u64_at(&m.show("a"), "snapshot_bytes");
+    let out = m.stop_daemon();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    m.start();
+    let a = m.show("a");
+    assert!(a["snapshotted"] == true && a["suspended"] == true, "{a}");
+    assert_eq!((pids(&a, "snapshot_pids"), u64_at(&a, "snapshot_bytes")), (vec![t.pid], bytes), "{a}");
+    m.ok(&["vgpu", "resume", "a"]);
+    assert_eq!(device_used(&m), before);
+    t.verify_round();
+    t.finish();
+}
