@@ -26,6 +26,16 @@ const GIB: f64 = (1u64 << 30) as f64;
 /// Target: snapshot and resume as a fraction of the copy bandwidth.
 const TARGET: f64 = 0.80;
 
+/// A child process killed when dropped.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// The tenant: its stdin and stdout lines.
 struct Tenant {
     stdin: ChildStdin,
@@ -56,14 +66,16 @@ fn main() {
     let mut m = Machine::new("snapshot", "h100");
     m.start_daemon();
     m.create(VgpuSpec::new("snap", 0, 6 << 30, 50));
-    let mut child = m
+    // Killed if the benchmark fails half way (it holds 4 GiB).
+    let child = m
         .probe_command("snap", &["snapbench", "--mib", "4096", "--chunk-mib", "1024"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
         .expect("spawn the tenant");
+    let mut child = KillOnDrop(child);
     let mut t =
-        Tenant { stdin: child.stdin.take().unwrap(), lines: BufReader::new(child.stdout.take().unwrap()).lines() };
+        Tenant { stdin: child.0.stdin.take().unwrap(), lines: BufReader::new(child.0.stdout.take().unwrap()).lines() };
     let ready = t.line();
     let bytes = ready["bytes"].as_u64().expect("bytes") as f64;
     println!("tenant pid {} holds {:.1} GiB in vGPU snap; {rounds} rounds", ready["pid"], bytes / GIB);
@@ -80,7 +92,8 @@ fn main() {
                 let start = Instant::now();
                 let st = client.snapshot("snap", &[]).expect("snapshot");
                 snap.push(start.elapsed().as_nanos() as f64);
-                assert_eq!(st.snapshot_bytes as f64, bytes, "the whole 4 GiB snapshotted");
+                // The vGPU's usage counts the tenant's context too.
+                assert!(st.snapshot_bytes as f64 >= bytes, "the whole 4 GiB snapshotted: {st:?}");
                 let start = Instant::now();
                 client.resume("snap", &[]).expect("resume");
                 resume.push(start.elapsed().as_nanos() as f64);
@@ -98,7 +111,7 @@ fn main() {
     let verified = t.ask("verify");
     assert_eq!(verified["mismatched_words"], 0, "the tenant's data after the rounds: {verified}");
     drop(t);
-    let _ = child.wait();
+    let _ = child.0.wait();
     let rate = |ns: f64| bytes / GIB / (ns / 1e9);
     let (d, h, s, r) = (median(dtoh), median(htod), median(snap), median(resume));
     println!("medians over {rounds} rounds, {:.1} GiB each:", bytes / GIB);
