@@ -14,7 +14,10 @@
 //! - a lock whose `timeoutMs` expires returns `CUDA_ERROR_NOT_READY` (the code `cuda.h` lists for the
 //!   lock) and leaves the process RUNNING; `timeoutMs == 0` waits without limit;
 //! - a restore that finds too little free device memory returns `CUDA_ERROR_OUT_OF_MEMORY`;
-//! - checkpointing a process that holds managed (unified) memory returns `CUDA_ERROR_NOT_SUPPORTED`.
+//! - checkpointing a process that holds managed (unified) memory returns `CUDA_ERROR_NOT_SUPPORTED`;
+//! - a caller that may not control the target (another user, and not root: the ptrace rule) gets
+//!   `CUDA_ERROR_NOT_PERMITTED` (the simulated driver's choice; not observed on real hardware);
+//! - a restore leaves the process LOCKED, not RUNNING: unlock it afterwards.
 
 use std::ffi::{c_int, c_void};
 

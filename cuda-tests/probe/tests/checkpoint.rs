@@ -8,6 +8,9 @@ mod common;
 use common::{GIB, Guarded, MIB, OUT_OF_MEMORY, Sim, at, u64_at};
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::process::Stdio;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, channel};
 use std::time::Duration;
@@ -16,6 +19,7 @@ const SUCCESS: u64 = 0;
 const INVALID_VALUE: u64 = 1;
 const NOT_INITIALIZED: u64 = 3;
 const OPERATING_SYSTEM: u64 = 304;
+const NOT_PERMITTED: u64 = 800;
 const ILLEGAL_STATE: u64 = 401;
 const NOT_READY: u64 = 600;
 const NOT_SUPPORTED: u64 = 801;
@@ -35,7 +39,16 @@ struct Probe {
 
 impl Probe {
     fn spawn(sim: &Sim, args: &[&str]) -> Probe {
-        let mut child = sim.spawn(args);
+        Probe::start(sim.spawn(args))
+    }
+
+    /// A probe run by `cmd` (e.g. as another user).
+    fn spawn_command(mut cmd: std::process::Command) -> Probe {
+        cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        Probe::start(Guarded::spawn(&mut cmd).expect("spawn simgpu-probe"))
+    }
+
+    fn start(mut child: Guarded) -> Probe {
         let stdout = child.stdout.take().expect("piped stdout");
         let (tx, lines) = channel();
         std::thread::spawn(move || {
@@ -136,8 +149,8 @@ fn checkpoint_releases_device_memory_and_restore_brings_every_byte_back() {
     let (mut t, report, pid) = tenant(&sim, 256, &[]);
     let mut c = controller(&sim);
     let held = process_memory(&sim, pid);
-    // The tenant's charge: its buffers, rounded VMM memory and its context.
-    assert!(held >= buffer_bytes(&report) + 128 * MIB, "tenant holds {held}");
+    // The tenant's charge: its buffers, its array and its context.
+    assert_eq!(held, buffer_bytes(&report) + u64_at(&report, "array_bytes") + 128 * MIB, "tenant holds {held}");
     let used_running = used(&sim);
     assert_eq!(state(&mut c, pid), RUNNING);
     let tid = act(&mut c, "tid", pid);
@@ -259,6 +272,14 @@ fn a_tenant_killed_while_checkpointed_leaks_nothing_and_its_pid_answers_an_error
     assert_eq!(code(&mut c, "checkpoint", pid), SUCCESS);
     assert_eq!(used(&sim), baseline);
     t.child.kill().expect("kill the tenant");
+    // Killed but not reaped: a zombie, which answers like a process without CUDA.
+    let deadline = std::time::Instant::now() + ANSWER;
+    let mut zombie = code(&mut c, "state", pid);
+    while zombie == SUCCESS && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+        zombie = code(&mut c, "state", pid);
+    }
+    assert_eq!(zombie, NOT_INITIALIZED, "a zombie");
     t.child.wait().expect("reap the tenant");
     let s = sim.driver_state();
     s.reclaim_dead();
@@ -293,4 +314,80 @@ fn unknown_processes_and_managed_memory_are_refused() {
     assert_eq!(code(&mut c, "unlock", pid), SUCCESS);
     assert_eq!(u64_at(&t.ask("verify"), "verified_bytes"), buffer_bytes(&report));
     common::finish(t.child);
+}
+
+#[test]
+fn a_c_program_checkpoints_itself_through_the_real_header_with_and_without_the_shim() {
+    let program = common::cprog::CBuild::program("checkpoint_self.c").link_driver().build();
+    for shim in [false, true] {
+        let sim = Sim::new("ckpt-self");
+        let sim = if shim { sim.with_shim() } else { sim.without_shim() };
+        let facts = common::cprog::Facts::ok(sim.command_for(&program, &[]));
+        for s in ["lock", "checkpoint", "restore", "unlock"] {
+            assert_eq!(facts.num(&format!("size.{s}")), 64, "sizeof CUcheckpoint*Args of cuda.h");
+        }
+        assert_eq!(facts.num("state.running"), RUNNING as i64);
+        assert_eq!(facts.num("state.locked"), LOCKED as i64);
+        assert_eq!(facts.num("state.checkpointed"), CHECKPOINTED as i64);
+        assert_eq!(facts.num("state.restored"), LOCKED as i64);
+        assert_eq!(facts.num("state.unlocked"), RUNNING as i64);
+        assert!(facts.num("tid") > 0);
+        assert_eq!(facts.num("verified"), 4 << 20, "every word back after the restore (shim: {shim})");
+        assert_eq!(facts.num("free.after"), facts.num("free.before"));
+    }
+}
+
+#[test]
+fn a_requester_waiting_on_a_tenant_that_dies_gets_an_error_not_a_hang() {
+    let sim = Sim::new("ckpt-dies");
+    let (mut t, _, pid) = tenant(&sim, 1, &[]);
+    let mut c = controller(&sim);
+    let kernel_ns = 30_000_000_000u64;
+    let spin = t.ask(&format!("spin {kernel_ns}"));
+    let kernel_end = u64_at(&spin, "launched_ns") + kernel_ns;
+    c.send(&format!("lock {pid}")); // no timeout: waits for the 30 s kernel
+    std::thread::sleep(Duration::from_millis(300));
+    t.child.kill().expect("kill the tenant");
+    let lock = c.line();
+    let answer = u64_at(&lock, "code");
+    assert!(answer == NOT_INITIALIZED || answer == OPERATING_SYSTEM, "the lock of a dead process: {lock}");
+    assert!(u64_at(&lock, "returned_ns") < kernel_end, "the requester waited for the dead tenant's kernel");
+    t.child.wait().expect("reap the tenant");
+    assert_eq!(code(&mut c, "state", pid), OPERATING_SYSTEM);
+}
+
+#[test]
+fn only_the_same_user_or_root_may_control_a_process() {
+    let (owner, other) = (common::user("tessera-test-a"), common::user("tessera-test-b"));
+    // A state file both users may open, in a folder without the sticky bit.
+    let dir = std::env::temp_dir().join(format!("simgpu-ckpt-perm-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let file = dir.join("state");
+    std::fs::File::create(&file).unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let sim = Sim::new("ckpt-perm").with("SIMGPU_STATE", &file.to_string_lossy());
+    let as_user = |who: (u32, u32), args: &[&str]| {
+        let mut cmd = sim.command(args);
+        cmd.uid(who.0).gid(who.1);
+        Probe::spawn_command(cmd)
+    };
+    let mut t = as_user(owner, &["checkpoint-tenant", "--mib", "1"]);
+    let pid = u64_at(&t.line(), "pid") as i32;
+    let mut stranger = as_user(other, &["checkpoint-ctl"]);
+    assert_eq!(at(&stranger.line(), "ready"), true);
+    for action in ["state", "tid", "lock", "checkpoint", "restore", "unlock"] {
+        assert_eq!(code(&mut stranger, action, pid), NOT_PERMITTED, "{action} by another user");
+    }
+    let mut same = as_user(owner, &["checkpoint-ctl"]);
+    assert_eq!(at(&same.line(), "ready"), true);
+    assert_eq!(state(&mut same, pid), RUNNING);
+    let mut root = controller(&sim);
+    for action in ["lock", "checkpoint", "restore", "unlock"] {
+        assert_eq!(code(&mut root, action, pid), SUCCESS, "{action} by root");
+    }
+    assert_eq!(at(&t.ask("verify"), "kernel_ok"), true);
+    common::finish(t.child);
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -20,7 +20,11 @@ use tessera_ffi::futex;
 /// Why a pid has no usable entry: no such process (`CUDA_ERROR_OPERATING_SYSTEM`, as the real driver
 /// answers) or a process without CUDA, or a zombie (`CUDA_ERROR_NOT_INITIALIZED`).
 fn absent(pid: u32) -> CuResult {
-    if process::is_running(pid) { CUDA_ERROR_NOT_INITIALIZED } else { CUDA_ERROR_OPERATING_SYSTEM }
+    if std::path::Path::new(&format!("/proc/{pid}")).exists() {
+        CUDA_ERROR_NOT_INITIALIZED
+    } else {
+        CUDA_ERROR_OPERATING_SYSTEM
+    }
 }
 
 /// May this process control `pid`? As for ptrace: the same user, or root.

@@ -92,44 +92,89 @@ fn memfd(p: &Physical) -> ManuallyDrop<File> {
     ManuallyDrop::new(unsafe { File::from_raw_fd(p.raw_fd()) })
 }
 
+/// Bytes copied between releasing pages: the host holds at most this much of an allocation twice.
+const CHUNK: usize = 64 << 20;
+
+/// Faults in `[addr, addr+len)` of one of our mappings at once (as a device's memory is always there),
+/// so the copy into it runs at copy speed instead of taking a page fault per 4 KiB.
+fn populate(addr: u64, len: usize) {
+    // SAFETY: the range lies in a read-write mapping we own; populating changes no data, and failure only
+    // leaves the pages to fault in during the copy.
+    unsafe { libc::madvise(addr as *mut c_void, len, libc::MADV_POPULATE_WRITE) };
+}
+
+/// Drops the pages of `[addr, addr+len)` of one of our private anonymous mappings.
+fn discard(addr: u64, len: usize) {
+    // SAFETY: the range lies in a private anonymous mapping we own whose contents are no longer needed.
+    unsafe { libc::madvise(addr as *mut c_void, len, libc::MADV_DONTNEED) };
+}
+
+/// Copies `len` bytes from `src` to `dst` a chunk at a time, populating each destination chunk first and
+/// dropping each source chunk after it is copied.
+fn move_bytes(src: u64, dst: u64, len: usize) {
+    let mut at = 0;
+    while at < len {
+        let n = CHUNK.min(len - at);
+        populate(dst + at as u64, n);
+        // SAFETY: both ranges lie in distinct live mappings of at least `len` bytes that nothing else uses
+        // now (the process is locked).
+        unsafe { std::ptr::copy_nonoverlapping((src + at as u64) as *const u8, (dst + at as u64) as *mut u8, n) };
+        discard(src + at as u64, n);
+        at += n;
+    }
+}
+
 /// Copies a linear allocation out and releases its pages.
 fn save_linear(base: u64, size: u64) -> CuRes<Linear> {
-    let mut copy = HostCopy::new(size)?;
-    // SAFETY: [base, base+size) is a live read-write device allocation no call or stream uses (the process
-    // is locked); the copy is a distinct mapping of the same length.
-    unsafe { std::ptr::copy_nonoverlapping(base as *const u8, copy.bytes().as_mut_ptr(), size as usize) };
-    // SAFETY: as above; dropping the pages of our own private anonymous mapping.
-    unsafe { libc::madvise(base as *mut c_void, size.max(1) as usize, libc::MADV_DONTNEED) };
+    let copy = HostCopy::new(size)?;
+    move_bytes(base, copy.addr, size as usize);
     protect(base, size, libc::PROT_NONE)?;
     Ok(Linear { base, copy })
 }
 
-fn restore_linear(mut l: Linear) -> CuRes {
-    let len = l.copy.len;
-    protect(l.base, len as u64, libc::PROT_READ | libc::PROT_WRITE)?;
-    // SAFETY: the allocation's range is ours and read-write again; the copy has exactly its length.
-    unsafe { std::ptr::copy_nonoverlapping(l.copy.bytes().as_ptr(), l.base as *mut u8, len) };
+fn restore_linear(l: Linear) -> CuRes {
+    protect(l.base, l.copy.len as u64, libc::PROT_READ | libc::PROT_WRITE)?;
+    move_bytes(l.copy.addr, l.base, l.copy.len);
     Ok(())
 }
 
-/// Copies a physical allocation out and punches its pages out of the memfd.
+/// Copies a physical allocation out and punches its pages out of the memfd, a chunk at a time.
 fn save_vmm(physical: Arc<Physical>) -> CuRes<Vmm> {
     let mut copy = HostCopy::new(physical.size)?;
-    memfd(&physical).read_exact_at(copy.bytes(), 0).map_err(|_| CUDA_ERROR_UNKNOWN)?;
-    // SAFETY: fallocate on our own memfd; punching a hole keeps its size and frees its pages.
-    unsafe {
-        libc::fallocate(
-            physical.raw_fd(),
-            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
-            0,
-            physical.size as libc::off_t,
-        )
-    };
+    let file = memfd(&physical);
+    let mut at = 0;
+    while at < copy.len {
+        let n = CHUNK.min(copy.len - at);
+        populate(copy.addr + at as u64, n);
+        if file.read_exact_at(&mut copy.bytes()[at..at + n], at as u64).is_err() {
+            // Put back the chunks already punched out before giving up.
+            let _ = file.write_all_at(&copy.bytes()[..at], 0);
+            return Err(CUDA_ERROR_UNKNOWN);
+        }
+        // SAFETY: fallocate on our own memfd; punching a hole keeps its size and frees its pages.
+        unsafe {
+            libc::fallocate(
+                physical.raw_fd(),
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                at as libc::off_t,
+                n as libc::off_t,
+            )
+        };
+        at += n;
+    }
     Ok(Vmm { physical, copy })
 }
 
 fn restore_vmm(mut v: Vmm) -> CuRes {
-    memfd(&v.physical).write_all_at(v.copy.bytes(), 0).map_err(|_| CUDA_ERROR_UNKNOWN)
+    let file = memfd(&v.physical);
+    let mut at = 0;
+    while at < v.copy.len {
+        let n = CHUNK.min(v.copy.len - at);
+        file.write_all_at(&v.copy.bytes()[at..at + n], at as u64).map_err(|_| CUDA_ERROR_UNKNOWN)?;
+        discard(v.copy.addr + at as u64, n);
+        at += n;
+    }
+    Ok(())
 }
 
 /// Puts back what a partial checkpoint already took (after a failure half-way).

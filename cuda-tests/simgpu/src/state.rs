@@ -449,6 +449,25 @@ mod tests {
     }
 
     #[test]
+    fn a_process_entry_starts_with_fresh_checkpoint_words() {
+        let dir = tempdir();
+        let c = config(&dir, "small");
+        let s = SharedState::open(&c, true).unwrap();
+        let pid = process::own_pid();
+        let me = s.process(pid).expect("registered and alive");
+        me.checkpoint.state.store(2, Ordering::Relaxed);
+        me.checkpoint.thread.store(77, Ordering::Relaxed);
+        me.checkpoint.request.store(0x301, Ordering::Relaxed);
+        s.unregister();
+        assert!(s.process(pid).is_none(), "an unregistered process has no entry");
+        let again = SharedState::open(&c, true).unwrap();
+        let me = again.me().unwrap();
+        assert_eq!(me.checkpoint.state.load(Ordering::Relaxed), 0, "RUNNING");
+        assert_eq!(me.checkpoint.thread.load(Ordering::Relaxed), 0);
+        assert_eq!(me.checkpoint.request.load(Ordering::Relaxed), me.checkpoint.done.load(Ordering::Relaxed));
+    }
+
+    #[test]
     fn unregister_returns_memory() {
         let dir = tempdir();
         let c = config(&dir, "small");

@@ -31,7 +31,7 @@ fn now_ns() -> u64 {
 
 /// Device memory of every kind, each buffer with its own pattern: cuMemAlloc (`--mib` MiB, an odd size
 /// and a small one), a stream-ordered allocation, and a VMM mapping; with `--managed 1` also managed memory
-/// (which cannot be checkpointed). Reports its buffers, then serves stdin lines: `spin NS` queues a spin
+/// (which cannot be checkpointed), and a 512x512 byte array. Reports its buffers, then serves stdin lines: `spin NS` queues a spin
 /// kernel; `call` makes one driver call and reports when it returned; `verify` reads every buffer back at
 /// its address and compares it byte for byte, then runs a kernel into the first one. Exits at EOF.
 pub fn tenant(args: &Args) -> Outcome {
@@ -66,6 +66,16 @@ pub fn tenant(args: &Args) -> Outcome {
         unsafe { sys::cuMemAllocManaged(&mut m, 1 << 20, 1) }.during("cuMemAllocManaged")?;
         buffers.push((m, 1 << 20, "managed"));
     }
+    // An array: opaque device memory, charged like the rest.
+    let desc = sys::CUDA_ARRAY_DESCRIPTOR {
+        Width: 512,
+        Height: 512,
+        Format: sys::CUarray_format::CU_AD_FORMAT_UNSIGNED_INT8,
+        NumChannels: 1,
+    };
+    let mut array = std::ptr::null_mut();
+    // SAFETY: valid output and descriptor pointers; destroyed at exit.
+    unsafe { sys::cuArrayCreate_v2(&mut array, &desc) }.during("cuArrayCreate")?;
     for (k, &(p, len, _)) in buffers.iter().enumerate() {
         // SAFETY: `p` addresses `len` device bytes allocated above.
         unsafe { result::memcpy_htod_sync(p, &fill(k, len)) }.during("cuMemcpyHtoD")?;
@@ -74,7 +84,10 @@ pub fn tenant(args: &Args) -> Outcome {
     let list: Vec<Value> = buffers.iter().map(|(p, len, kind)| json!({"addr": p, "size": len, "kind": kind})).collect();
     report::emit_now(
         "checkpoint-tenant",
-        json!({"pid": std::process::id(), "buffers": list, "free_before": free_before, "free_after": free_after}),
+        json!({
+            "pid": std::process::id(), "buffers": list, "array_bytes": 512 * 512,
+            "free_before": free_before, "free_after": free_after,
+        }),
     );
     for line in std::io::stdin().lock().lines() {
         let line = line.map_err(|e| Failure::new(format!("reading stdin: {e}")))?;
@@ -102,6 +115,7 @@ pub fn tenant(args: &Args) -> Outcome {
         sys::cuMemRelease(handle).during("cuMemRelease")?;
         sys::cuMemAddressFree(va, size).during("cuMemAddressFree")?;
         sys::cuMemFreeAsync(pooled, stream.cu_stream()).during("cuMemFreeAsync")?;
+        sys::cuArrayDestroy(array).during("cuArrayDestroy")?;
     }
     stream.synchronize().during("cuStreamSynchronize")?;
     for &(p, _, kind) in &buffers {
