@@ -25,7 +25,7 @@ fn word(j: usize) -> u32 {
 pub fn run(args: &Args) -> Outcome {
     let mib: u64 = args.number("mib", 4096)?;
     let chunk_mib: u64 = args.number("chunk-mib", 1024)?;
-    ensure(chunk_mib > 0 && mib >= chunk_mib && mib % chunk_mib == 0, || {
+    ensure(chunk_mib > 0 && mib >= chunk_mib && mib.is_multiple_of(chunk_mib), || {
         format!("--mib ({mib}) must be a multiple of --chunk-mib ({chunk_mib})")
     })?;
     let ctx = open(args)?;
