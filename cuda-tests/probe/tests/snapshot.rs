@@ -303,3 +303,26 @@ fn a_restarted_daemon_finds_the_snapshot_and_resumes_it() {
     t.verify_round();
     t.finish();
 }
+
+#[test]
+fn a_process_joining_a_snapshotted_vgpu_waits_at_its_first_launch_until_resume() {
+    let m = machine("join");
+    m.ok(&["vgpu", "create", "a", "--device", "0", "--memory", "512MiB", "--share", "40"]);
+    let mut t = Tenant::start(&m, "a", "t", 32, 1);
+    m.ok(&["vgpu", "snapshot", "a"]);
+    // `tessera run` execs the probe: the child's pid is the CUDA process's.
+    let joiner = m.spawn_tenant("a", &["kernels"]);
+    let pid = joiner.id();
+    let a = eventually("the joining process attached", || {
+        Some(m.show("a")).filter(|a| pids(a, "processes").contains(&pid))
+    });
+    assert_eq!(pids(&a, "snapshot_pids"), [t.pid], "the joiner is not part of the snapshot: {a}");
+    std::thread::sleep(Duration::from_millis(300));
+    let mut joiner = joiner.into_child();
+    assert!(joiner.try_wait().unwrap().is_none(), "it waits at its first launch while the vGPU is snapshotted");
+    m.ok(&["vgpu", "resume", "a"]);
+    let r = common::tessera::report(joiner);
+    assert!(r.get("error").is_none(), "{r}");
+    t.verify_round();
+    t.finish();
+}
