@@ -177,11 +177,19 @@ impl Stopper {
     }
 }
 
-/// Runs the daemon; returns only when it cannot start or serve (signals end the process).
-pub fn run(options: Options) -> Result<(), String> {
+/// Blocks the signals that stop the daemon in the calling thread, and so in every thread started from it
+/// later: called before the driver is loaded, whose `cuInit` may start threads of its own (the simulated
+/// driver's checkpoint control thread), which would otherwise take SIGTERM and kill the daemon uncleanly.
+pub fn block_stop_signals() {
     let signals = stop_signals();
     // SAFETY: blocks the signals in this thread (threads started later inherit the mask); the set is valid.
     unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &signals, std::ptr::null_mut()) };
+}
+
+/// Runs the daemon; returns only when it cannot start or serve (signals end the process).
+pub fn run(options: Options) -> Result<(), String> {
+    let signals = stop_signals();
+    block_stop_signals();
     let _owner = OwnerLock::take(&options.region)?;
     crate::server::claim_path(&options.socket)?;
     // Before anything is set up: an address in use stops the start with an error naming it.

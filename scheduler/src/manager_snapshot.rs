@@ -158,18 +158,23 @@ impl Manager {
             targets
         };
         let suspended_here = pids.is_empty() && !spec.suspended;
+        let start = Instant::now();
         if suspended_here {
             self.set_suspended(name, true)?;
         }
+        let suspended = start.elapsed();
         let outcome = snapshots::take(self.checkpoint.as_ref(), name, &targets);
         match outcome {
             Ok(checkpointed) => {
                 snapshot.whole |= pids.is_empty();
                 snapshot.processes.extend(checkpointed);
                 say!(
-                    "tessera daemon: vGPU {name:?} snapshotted{}: {} in host memory",
+                    "tessera daemon: vGPU {name:?} snapshotted{}: {} in host memory (suspended in {} ms, \
+                     checkpointed in {} ms)",
                     if pids.is_empty() { String::new() } else { format!(" (pid {pids:?})") },
-                    crate::config::bytes(snapshot.bytes())
+                    crate::config::bytes(snapshot.bytes()),
+                    suspended.as_millis(),
+                    (start.elapsed() - suspended).as_millis()
                 );
                 self.record(name, snapshot);
                 Ok(Reply::ok(self.status_of(name)))
@@ -228,8 +233,15 @@ impl Manager {
             }
             targets
         };
+        let start = Instant::now();
         match snapshots::bring_back(self.checkpoint.as_ref(), name, spec.device, &targets) {
             Ok(()) => {
+                say!(
+                    "tessera daemon: vGPU {name:?} restored: {} back on device {} in {} ms",
+                    crate::config::bytes(targets.iter().map(|h| h.bytes).sum()),
+                    spec.device,
+                    start.elapsed().as_millis()
+                );
                 snapshot.processes.retain(|h| !targets.contains(h));
                 if pids.is_empty() {
                     snapshot.whole = false;

@@ -99,6 +99,8 @@ fn options(args: DaemonArgs, devices: Vec<u64>) -> Result<Options, String> {
 pub fn run(args: DaemonArgs) -> Result<(), String> {
     // The options are checked before the driver is loaded: a bad one is reported as such.
     let options = options(args, Vec::new())?;
+    // Before the driver's cuInit, which may start threads that must not take the stop signals.
+    daemon::block_stop_signals();
     let (devices, nvml, driver) = devices()?;
     daemon::run(Options { devices, nvml, driver, ..options })
 }

@@ -263,3 +263,66 @@ fn the_cli_names_what_is_wrong() {
     let e = m.fails(2, &["vgpu", "snapshot", "a", "--pid", "x"]);
     assert!(e.contains("--pid"), "{e}");
 }
+
+#[test]
+fn a_soft_vgpu_is_snapshotted_through_the_driver_too() {
+    let m = machine("soft");
+    m.ok(&["vgpu", "create", "s", "--device", "0", "--memory", "2GiB", "--share", "40", "--mode", "soft"]);
+    let mut t = Tenant::start(&m, "s", "t", 200, 2);
+    let before = device_used(&m);
+    let used = u64_at(&m.show("s"), "used");
+    m.ok(&["vgpu", "snapshot", "s"]);
+    let s = m.show("s");
+    assert!(s["snapshotted"] == true && u64_at(&s, "snapshot_bytes") == used, "{s}");
+    assert_eq!(u64_at(&s, "swapped"), 0, "soft mode's own swap is not what moved it: {s}");
+    let after = device_used(&m);
+    assert!(after + used <= before, "device use went from {before} to {after}, not down by {used}");
+    m.ok(&["vgpu", "resume", "s"]);
+    assert_eq!(device_used(&m), before);
+    t.verify_round();
+    t.verify_round();
+    t.finish();
+}
+
+#[test]
+fn a_restarted_daemon_finds_the_snapshot_and_resumes_it() {
+    let mut m = machine("restart");
+    m.ok(&["vgpu", "create", "a", "--device", "0", "--memory", "512MiB", "--share", "40"]);
+    let mut t = Tenant::start(&m, "a", "t", 100, 1);
+    let before = device_used(&m);
+    m.ok(&["vgpu", "snapshot", "a"]);
+    let bytes = u64_at(&m.show("a"), "snapshot_bytes");
+    let out = m.stop_daemon();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    m.start();
+    let a = m.show("a");
+    assert!(a["snapshotted"] == true && a["suspended"] == true, "{a}");
+    assert_eq!((pids(&a, "snapshot_pids"), u64_at(&a, "snapshot_bytes")), (vec![t.pid], bytes), "{a}");
+    m.ok(&["vgpu", "resume", "a"]);
+    assert_eq!(device_used(&m), before);
+    t.verify_round();
+    t.finish();
+}
+
+#[test]
+fn a_process_joining_a_snapshotted_vgpu_waits_at_its_first_launch_until_resume() {
+    let m = machine("join");
+    m.ok(&["vgpu", "create", "a", "--device", "0", "--memory", "512MiB", "--share", "40"]);
+    let mut t = Tenant::start(&m, "a", "t", 32, 1);
+    m.ok(&["vgpu", "snapshot", "a"]);
+    // `tessera run` execs the probe: the child's pid is the CUDA process's.
+    let joiner = m.spawn_tenant("a", &["kernels"]);
+    let pid = joiner.id();
+    let a = eventually("the joining process attached", || {
+        Some(m.show("a")).filter(|a| pids(a, "processes").contains(&pid))
+    });
+    assert_eq!(pids(&a, "snapshot_pids"), [t.pid], "the joiner is not part of the snapshot: {a}");
+    std::thread::sleep(Duration::from_millis(300));
+    let mut joiner = joiner.into_child();
+    assert!(joiner.try_wait().unwrap().is_none(), "it waits at its first launch while the vGPU is snapshotted");
+    m.ok(&["vgpu", "resume", "a"]);
+    let r = common::tessera::report(joiner);
+    assert!(r.get("error").is_none(), "{r}");
+    t.verify_round();
+    t.finish();
+}

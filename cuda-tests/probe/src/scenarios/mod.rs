@@ -11,6 +11,7 @@ mod perthread;
 mod procaddress;
 mod quota;
 mod roundtrip;
+mod snapbench;
 mod softbench;
 mod softmem;
 mod stubs;
@@ -156,6 +157,12 @@ const SCENARIOS: &[Scenario] = &[
         options: &["device", "mib", "free-large", "free-small", "rounds", "wait-file", "wait-timeout"],
         summary: "large and small buffers (--mib in all) with distinct contents, every --free-large/--free-small-th freed and allocated again; ready, then per --rounds trigger (--wait-file appears) every byte checked and vector_add_f32 run",
         run: softmem::run,
+    },
+    Scenario {
+        name: "snapbench",
+        options: &["device", "mib", "chunk-mib"],
+        summary: "--mib MiB of device memory in --chunk-mib allocations; serves stdin lines dtoh | htod | verify, timing the copies",
+        run: snapbench::run,
     },
     Scenario {
         name: "checkpoint-tenant",
