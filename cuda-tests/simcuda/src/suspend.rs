@@ -251,11 +251,12 @@ pub(crate) fn checkpoint(d: &Driver) -> CuRes {
 pub(crate) fn restore(d: &Driver) -> CuRes {
     let mut slot = SAVED.lock();
     let saved = slot.take().ok_or(CUDA_ERROR_ILLEGAL_STATE)?;
-    if let (Some((physical, serial, bytes)), Some(mig)) = (saved.mig, &d.mig) {
-        if bytes > 0 && mig.charge(physical, serial, bytes).is_err() {
-            *slot = Some(saved);
-            return Err(CUDA_ERROR_OUT_OF_MEMORY);
-        }
+    if let (Some((physical, serial, bytes)), Some(mig)) = (saved.mig, &d.mig)
+        && bytes > 0
+        && mig.charge(physical, serial, bytes).is_err()
+    {
+        *slot = Some(saved);
+        return Err(CUDA_ERROR_OUT_OF_MEMORY);
     }
     for (dev, &bytes) in saved.charges.iter().enumerate() {
         if bytes > 0 && !d.state.reserve(dev, bytes) {
