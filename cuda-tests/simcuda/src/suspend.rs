@@ -98,12 +98,16 @@ fn memfd(p: &Physical) -> ManuallyDrop<File> {
 /// Bytes copied between releasing pages: the host holds at most this much of an allocation twice.
 const CHUNK: usize = 64 << 20;
 
-/// Faults in `[addr, addr+len)` of one of our mappings at once (as a device's memory is always there),
-/// so the copy into it runs at copy speed instead of taking a page fault per 4 KiB.
+/// Faults in `[addr, addr+len)` of one of our mappings at once, in huge pages where the host allows them
+/// (as a device's memory is always there), so the copy into it runs at copy speed instead of taking a page
+/// fault per 4 KiB.
 fn populate(addr: u64, len: usize) {
-    // SAFETY: the range lies in a read-write mapping we own; populating changes no data, and failure only
+    // SAFETY: the range lies in a read-write mapping we own; neither advice changes data, and failure only
     // leaves the pages to fault in during the copy.
-    unsafe { libc::madvise(addr as *mut c_void, len, libc::MADV_POPULATE_WRITE) };
+    unsafe {
+        libc::madvise(addr as *mut c_void, len, libc::MADV_HUGEPAGE);
+        libc::madvise(addr as *mut c_void, len, libc::MADV_POPULATE_WRITE)
+    };
 }
 
 /// Drops the pages of `[addr, addr+len)` of one of our private anonymous mappings.
@@ -112,19 +116,67 @@ fn discard(addr: u64, len: usize) {
     unsafe { libc::madvise(addr as *mut c_void, len, libc::MADV_DONTNEED) };
 }
 
-/// Copies `len` bytes from `src` to `dst` a chunk at a time, populating each destination chunk first and
-/// dropping each source chunk after it is copied.
+/// Chunks the preparing thread may populate ahead of the copy: the host holds at most this many chunks
+/// of an allocation twice (besides the one being copied).
+const AHEAD: usize = 2;
+
+/// Copies `len` bytes from `src` to `dst` a chunk at a time, dropping each source chunk once copied.
+///
+/// The destination's pages are faulted in (populated) and the source's dropped by a second thread while
+/// this one copies, as a device's copy engine moves bytes while the host prepares memory: the copy then
+/// costs about the copy alone rather than the copy plus the kernel's page preparation.
 fn move_bytes(src: u64, dst: u64, len: usize) {
-    let mut at = 0;
-    while at < len {
-        let n = CHUNK.min(len - at);
-        populate(dst + at as u64, n);
-        // SAFETY: both ranges lie in distinct live mappings of at least `len` bytes that nothing else uses
-        // now (the process is locked).
-        unsafe { std::ptr::copy_nonoverlapping((src + at as u64) as *const u8, (dst + at as u64) as *mut u8, n) };
-        discard(src + at as u64, n);
-        at += n;
-    }
+    let chunks = len.div_ceil(CHUNK);
+    let span = |k: usize| (k * CHUNK, CHUNK.min(len - k * CHUNK));
+    let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel::<usize>(AHEAD);
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<usize>();
+    std::thread::scope(|scope| {
+        let preparer = std::thread::Builder::new().name("simgpu-prepare".into()).spawn_scoped(scope, move || {
+            let drop_done = |k: usize| {
+                let (at, n) = span(k);
+                discard(src + at as u64, n);
+            };
+            for k in 0..chunks {
+                let (at, n) = span(k);
+                populate(dst + at as u64, n);
+                if ready_tx.send(k).is_err() {
+                    return;
+                }
+                while let Ok(k) = done_rx.try_recv() {
+                    drop_done(k);
+                }
+            }
+            drop(ready_tx);
+            while let Ok(k) = done_rx.recv() {
+                drop_done(k);
+            }
+        });
+        if preparer.is_err() {
+            // No second thread: prepare, copy and drop in turn on this one.
+            for k in 0..chunks {
+                let (at, n) = span(k);
+                populate(dst + at as u64, n);
+                copy_chunk(src + at as u64, dst + at as u64, n);
+                discard(src + at as u64, n);
+            }
+            return;
+        }
+        for k in ready_rx.iter() {
+            let (at, n) = span(k);
+            copy_chunk(src + at as u64, dst + at as u64, n);
+            if done_tx.send(k).is_err() {
+                discard(src + at as u64, n);
+            }
+        }
+        drop(done_tx);
+    });
+}
+
+/// Copies one chunk between two of our mappings.
+fn copy_chunk(src: u64, dst: u64, n: usize) {
+    // SAFETY: both ranges lie in distinct live mappings of at least `n` bytes that nothing else uses now
+    // (the process is locked).
+    unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst as *mut u8, n) };
 }
 
 /// Copies a linear allocation out and releases its pages.
