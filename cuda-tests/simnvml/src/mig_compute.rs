@@ -139,12 +139,7 @@ pub unsafe extern "C" fn nvmlGpuInstanceGetComputeInstancePossiblePlacements(
             .collect();
         // SAFETY: `placements` is NULL or holds one element per placement (nvml.h asks the caller for that
         // room); `count` is writable.
-        unsafe {
-            if !placements.is_null() {
-                std::ptr::copy_nonoverlapping(list.as_ptr(), placements, list.len());
-            }
-            out::write(count, list.len() as c_uint)
-        }
+        unsafe { out::write_all(count, placements, &list) }
     })
 }
 
@@ -189,10 +184,7 @@ pub unsafe extern "C" fn nvmlGpuInstanceGetComputeInstances(
             .map(|c| handles::compute_instance(dev.ordinal as usize, gi.id, c.id))
             .collect();
         // SAFETY: the array holds the profile's instance count, which bounds `list`; `count` is writable.
-        unsafe {
-            std::ptr::copy_nonoverlapping(list.as_ptr(), compute_instances, list.len());
-            out::write(count, list.len() as c_uint)
-        }
+        unsafe { out::write_all(count, compute_instances, &list) }
     })
 }
 

@@ -157,12 +157,7 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuInstancePossiblePlacements_v2(
             .collect();
         // SAFETY: `placements` is NULL or holds one element per placement the profile has (nvml.h asks the
         // caller for that room); `count` is writable.
-        unsafe {
-            if !placements.is_null() {
-                std::ptr::copy_nonoverlapping(list.as_ptr(), placements, list.len());
-            }
-            out::write(count, list.len() as c_uint)
-        }
+        unsafe { out::write_all(count, placements, &list) }
     })
 }
 
@@ -265,10 +260,7 @@ pub unsafe extern "C" fn nvmlDeviceGetGpuInstances(
             .map(|(g, _)| handles::gpu_instance(ordinal, g.id))
             .collect();
         // SAFETY: `gpu_instances` holds the profile's instance count, which bounds `list`; `count` is writable.
-        unsafe {
-            std::ptr::copy_nonoverlapping(list.as_ptr(), gpu_instances, list.len());
-            out::write(count, list.len() as c_uint)
-        }
+        unsafe { out::write_all(count, gpu_instances, &list) }
     })
 }
 

@@ -100,3 +100,19 @@ pub unsafe fn write_list<T: Copy>(count: *mut c_uint, array: *mut T, items: &[T]
     }
     Ok(())
 }
+
+/// Answers a list query whose `count` is output only and whose array the caller sized from the device's
+/// own limits (nvml.h's MIG instance and placement queries): copies `items` unless `array` is NULL (a size
+/// query) and sets `*count` to how many there are.
+///
+/// # Safety
+/// `count` is valid for writing a `c_uint`; `array` is NULL or valid for writing `items.len()` elements.
+pub unsafe fn write_all<T: Copy>(count: *mut c_uint, array: *mut T, items: &[T]) -> Outcome {
+    // SAFETY: the caller's guarantees; `items` is our own slice and cannot overlap `array`.
+    unsafe {
+        if !array.is_null() {
+            std::ptr::copy_nonoverlapping(items.as_ptr(), array, items.len());
+        }
+        write(count, items.len() as c_uint)
+    }
+}
