@@ -3,11 +3,18 @@
 //! the machine (other processes can allocate it); restore takes the memory back and copies the bytes
 //! back to the same device addresses.
 //!
-//! Device memory is host memory in the simulation, so "giving it back" means: linear allocations keep their
-//! address range but lose their pages (`MADV_DONTNEED`) and all access (`PROT_NONE`); VMM physical
-//! allocations (memfds) have their pages punched out and their mappings made inaccessible; and the
-//! process's whole charge in the machine-wide state (allocations, VMM, arrays, context reservations) is
-//! released, so a process killed while checkpointed has nothing left to reclaim.
+//! Device memory is host memory in the simulation. A real device's memory never goes back to the host's
+//! kernel: freeing it returns it to the device, and taking it again costs the host nothing. So here the
+//! host pages behind a checkpointed range stay where they are while the device memory is "given back":
+//! the process's whole charge in the machine-wide state (allocations, VMM, arrays, context reservations)
+//! is released, so other processes can allocate it and a process killed while checkpointed has nothing
+//! left to reclaim; and its contents are lost as released memory's are: one word of every page is
+//! overwritten ([`POISON`]), so a restore that failed to copy a page back shows in the data. Access is
+//! left as it was: nothing can touch the range while the process is locked (every driver entry waits at
+//! the gate, and the lock drained the streams), and changing the protection of gigabytes of 4 KiB pages
+//! would cost the restore a page-table walk and a write fault per page. Restore copies every byte back and frees the host copy.
+//! (Giving the pages back to the host's kernel instead would make every restore pay the kernel's zeroing
+//! of fresh pages, which has no counterpart on a device: `benches/c/fresh_page_copy.c`.)
 
 use crate::driver::Driver;
 use crate::guard::CuRes;
@@ -26,24 +33,50 @@ use tessera_ffi::cuda::*;
 /// Host memory holding a copy of device memory.
 struct HostCopy {
     addr: u64,
+    /// Bytes of the copy.
     len: usize,
+    /// Bytes of the mapping (at least `len`: a reused spare may be larger).
+    mapped: usize,
 }
+
+/// Host copies given back since the last checkpoint: their pages are freed lazily (`MADV_FREE`, so the
+/// kernel takes them whenever it needs memory) and the next checkpoint reuses those still there, as a
+/// process that checkpoints again and again would keep its staging memory. What a checkpoint did not
+/// reuse is unmapped at its end, so at most one checkpoint's worth is kept.
+static SPARE: Mutex<Vec<(u64, usize)>> = Mutex::new(Vec::new());
 
 impl HostCopy {
     fn new(len: u64) -> CuRes<HostCopy> {
-        Ok(HostCopy { addr: map_anonymous(len)?, len: len as usize })
+        let want = usize::try_from(len).map_err(|_| CUDA_ERROR_OUT_OF_MEMORY)?;
+        let mut spare = SPARE.lock();
+        let fit = (spare.iter().enumerate()).filter(|(_, s)| s.1 >= want).min_by_key(|(_, s)| s.1).map(|(i, _)| i);
+        if let Some(i) = fit {
+            let (addr, mapped) = spare.swap_remove(i);
+            return Ok(HostCopy { addr, len: want, mapped });
+        }
+        Ok(HostCopy { addr: map_anonymous(len)?, len: want, mapped: want.max(1) })
     }
 
     fn bytes(&mut self) -> &mut [u8] {
-        // SAFETY: `addr` is our own read-write mapping of `len` bytes, alive until drop.
+        // SAFETY: `addr` is our own read-write mapping of at least `len` bytes, alive until drop.
         unsafe { std::slice::from_raw_parts_mut(self.addr as *mut u8, self.len) }
     }
 }
 
 impl Drop for HostCopy {
+    /// Frees the pages lazily and keeps the mapping for the next checkpoint.
     fn drop(&mut self) {
-        // SAFETY: the mapping made in `new`, referenced by nothing else.
-        unsafe { libc::munmap(self.addr as *mut c_void, self.len.max(1)) };
+        // SAFETY: the mapping made in `new`, referenced by nothing else; its contents are no longer needed.
+        unsafe { libc::madvise(self.addr as *mut c_void, self.mapped, libc::MADV_FREE) };
+        SPARE.lock().push((self.addr, self.mapped));
+    }
+}
+
+/// Unmaps the spare host copies no checkpoint reused.
+fn unmap_spares() {
+    for (addr, mapped) in SPARE.lock().drain(..) {
+        // SAFETY: a mapping made by `HostCopy::new`, which no `HostCopy` holds any more.
+        unsafe { libc::munmap(addr as *mut c_void, mapped) };
     }
 }
 
@@ -63,8 +96,6 @@ struct Vmm {
 struct Saved {
     linear: Vec<Linear>,
     vmm: Vec<Vmm>,
-    /// VMM mappings: (start, length, access flags) to make accessible again.
-    mappings: Vec<(u64, u64, u32)>,
     /// Bytes released per device.
     charges: Vec<u64>,
     /// Bytes released in the GPU instance of the process's MIG device (which takes part of its parent's
@@ -75,32 +106,19 @@ struct Saved {
 /// The checkpoint of this process, while it is CHECKPOINTED.
 static SAVED: Mutex<Option<Saved>> = Mutex::new(None);
 
-fn protect(addr: u64, len: u64, prot: i32) -> CuRes {
-    // SAFETY: callers pass ranges of device memory this driver mapped and still owns.
-    let r = unsafe { libc::mprotect(addr as *mut c_void, len.max(1) as usize, prot) };
-    if r == 0 { Ok(()) } else { Err(CUDA_ERROR_UNKNOWN) }
-}
-
-fn access_prot(access: u32) -> i32 {
-    match access {
-        3 => libc::PROT_READ | libc::PROT_WRITE,
-        1 => libc::PROT_READ,
-        _ => libc::PROT_NONE,
-    }
-}
-
 /// The memfd of a physical allocation as a `File`, without taking ownership of the descriptor.
 fn memfd(p: &Physical) -> ManuallyDrop<File> {
     // SAFETY: the descriptor stays open as long as `p` lives; ManuallyDrop never closes it.
     ManuallyDrop::new(unsafe { File::from_raw_fd(p.raw_fd()) })
 }
 
-/// Bytes copied between releasing pages: the host holds at most this much of an allocation twice.
-const CHUNK: usize = 64 << 20;
+/// Bytes copied at once. Large enough for the host's `memcpy` to take its fastest path for large copies
+/// (on glibc 2.36 here: 64 MiB copies run at ~60% of the speed of 256 MiB ones,
+/// `gcc -O2 benches/c/copy_sizes.c -o /tmp/copy_sizes && /tmp/copy_sizes`).
+const CHUNK: usize = 256 << 20;
 
-/// Faults in `[addr, addr+len)` of one of our mappings at once, in huge pages where the host allows them
-/// (as a device's memory is always there), so the copy into it runs at copy speed instead of taking a page
-/// fault per 4 KiB.
+/// Faults in `[addr, addr+len)` of a host copy at once, in huge pages where the host allows them, so the
+/// copy into it runs at copy speed instead of taking a page fault per 4 KiB.
 fn populate(addr: u64, len: usize) {
     // SAFETY: the range lies in a read-write mapping we own; neither advice changes data, and failure only
     // leaves the pages to fault in during the copy.
@@ -110,32 +128,41 @@ fn populate(addr: u64, len: usize) {
     };
 }
 
-/// Drops the pages of `[addr, addr+len)` of one of our private anonymous mappings.
-fn discard(addr: u64, len: usize) {
-    // SAFETY: the range lies in a private anonymous mapping we own whose contents are no longer needed.
-    unsafe { libc::madvise(addr as *mut c_void, len, libc::MADV_DONTNEED) };
+/// The word a checkpoint leaves at the start of every page of the device memory it released.
+const POISON: u64 = 0xdead_c0de_c4ec_4b01;
+
+/// Host page size the poisoning steps by.
+const PAGE: usize = 4096;
+
+/// Overwrites the first word of every page of `[addr, addr+len)`: released device memory keeps nothing.
+fn poison(addr: u64, len: usize) {
+    for at in (0..len).step_by(PAGE) {
+        // SAFETY: the range lies in a read-write mapping we own that nothing else uses now (the process is
+        // locked); page starts are 8-byte aligned.
+        unsafe { std::ptr::write_volatile((addr + at as u64) as *mut u64, POISON) };
+    }
 }
 
-/// Chunks the preparing thread may populate ahead of the copy: the host holds at most this many chunks
-/// of an allocation twice (besides the one being copied).
+/// Chunks the preparing thread may populate ahead of the copy.
 const AHEAD: usize = 2;
 
-/// Copies `len` bytes from `src` to `dst` a chunk at a time, dropping each source chunk once copied.
+/// Copies `len` bytes of device memory at `src` into a host copy at `dst` a chunk at a time, releasing
+/// ([`poison`]ing) each source chunk once copied.
 ///
-/// The destination's pages are faulted in (populated) and the source's dropped by a second thread while
-/// this one copies, as a device's copy engine moves bytes while the host prepares memory: the copy then
-/// costs about the copy alone rather than the copy plus the kernel's page preparation.
-fn move_bytes(src: u64, dst: u64, len: usize) {
+/// The destination's pages are faulted in (populated) and the copied source chunks poisoned by a second
+/// thread while this one copies, as a device's copy engine moves bytes while the host prepares memory: the
+/// copy then costs about the copy alone rather than the copy plus the kernel's page preparation.
+fn copy_out(src: u64, dst: u64, len: usize) {
     let chunks = len.div_ceil(CHUNK);
     let span = |k: usize| (k * CHUNK, CHUNK.min(len - k * CHUNK));
+    let release = |k: usize| {
+        let (at, n) = span(k);
+        poison(src + at as u64, n);
+    };
     let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel::<usize>(AHEAD);
     let (done_tx, done_rx) = std::sync::mpsc::channel::<usize>();
     std::thread::scope(|scope| {
         let preparer = std::thread::Builder::new().name("simgpu-prepare".into()).spawn_scoped(scope, move || {
-            let drop_done = |k: usize| {
-                let (at, n) = span(k);
-                discard(src + at as u64, n);
-            };
             for k in 0..chunks {
                 let (at, n) = span(k);
                 populate(dst + at as u64, n);
@@ -143,21 +170,21 @@ fn move_bytes(src: u64, dst: u64, len: usize) {
                     return;
                 }
                 while let Ok(k) = done_rx.try_recv() {
-                    drop_done(k);
+                    release(k);
                 }
             }
             drop(ready_tx);
             while let Ok(k) = done_rx.recv() {
-                drop_done(k);
+                release(k);
             }
         });
         if preparer.is_err() {
-            // No second thread: prepare, copy and drop in turn on this one.
+            // No second thread: prepare, copy and release each chunk in turn on this one.
             for k in 0..chunks {
                 let (at, n) = span(k);
                 populate(dst + at as u64, n);
                 copy_chunk(src + at as u64, dst + at as u64, n);
-                discard(src + at as u64, n);
+                release(k);
             }
             return;
         }
@@ -165,7 +192,7 @@ fn move_bytes(src: u64, dst: u64, len: usize) {
             let (at, n) = span(k);
             copy_chunk(src + at as u64, dst + at as u64, n);
             if done_tx.send(k).is_err() {
-                discard(src + at as u64, n);
+                release(k);
             }
         }
         drop(done_tx);
@@ -179,21 +206,20 @@ fn copy_chunk(src: u64, dst: u64, n: usize) {
     unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst as *mut u8, n) };
 }
 
-/// Copies a linear allocation out and releases its pages.
+/// Copies a linear allocation out and releases it (its contents lost).
 fn save_linear(base: u64, size: u64) -> CuRes<Linear> {
     let copy = HostCopy::new(size)?;
-    move_bytes(base, copy.addr, size as usize);
-    protect(base, size, libc::PROT_NONE)?;
+    copy_out(base, copy.addr, size as usize);
     Ok(Linear { base, copy })
 }
 
 fn restore_linear(l: Linear) -> CuRes {
-    protect(l.base, l.copy.len as u64, libc::PROT_READ | libc::PROT_WRITE)?;
-    move_bytes(l.copy.addr, l.base, l.copy.len);
+    // The device pages are still there (see the module's comment): one copy, with nothing to prepare.
+    copy_chunk(l.copy.addr, l.base, l.copy.len);
     Ok(())
 }
 
-/// Copies a physical allocation out and punches its pages out of the memfd, a chunk at a time.
+/// Copies a physical allocation out and releases it (its contents lost), a chunk at a time.
 fn save_vmm(physical: Arc<Physical>) -> CuRes<Vmm> {
     let mut copy = HostCopy::new(physical.size)?;
     let file = memfd(&physical);
@@ -201,23 +227,31 @@ fn save_vmm(physical: Arc<Physical>) -> CuRes<Vmm> {
     while at < copy.len {
         let n = CHUNK.min(copy.len - at);
         populate(copy.addr + at as u64, n);
-        if file.read_exact_at(&mut copy.bytes()[at..at + n], at as u64).is_err() {
-            // Put back the chunks already punched out before giving up.
+        if file.read_exact_at(&mut copy.bytes()[at..at + n], at as u64).is_err() || !poison_memfd(&physical, at, n) {
+            // Put back the chunks already released before giving up (this one was not: poisoning maps the
+            // chunk first, and a failed read comes before it).
             let _ = file.write_all_at(&copy.bytes()[..at], 0);
             return Err(CUDA_ERROR_UNKNOWN);
         }
-        // SAFETY: fallocate on our own memfd; punching a hole keeps its size and frees its pages.
-        unsafe {
-            libc::fallocate(
-                physical.raw_fd(),
-                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
-                at as libc::off_t,
-                n as libc::off_t,
-            )
-        };
         at += n;
     }
     Ok(Vmm { physical, copy })
+}
+
+/// [`poison`]s `[at, at+n)` of a physical allocation's memfd through a mapping of its own.
+fn poison_memfd(p: &Physical, at: usize, n: usize) -> bool {
+    // SAFETY: a fresh shared mapping of a chunk of our own memfd (offsets are chunk-aligned, so page-aligned),
+    // unmapped below; the memfd is at least `at + n` bytes long.
+    let m = unsafe {
+        libc::mmap(std::ptr::null_mut(), n, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, p.raw_fd(), at as i64)
+    };
+    if m == libc::MAP_FAILED {
+        return false;
+    }
+    poison(m as u64, n);
+    // SAFETY: the mapping made above, referenced by nothing else.
+    unsafe { libc::munmap(m, n) };
+    true
 }
 
 fn restore_vmm(mut v: Vmm) -> CuRes {
@@ -226,7 +260,6 @@ fn restore_vmm(mut v: Vmm) -> CuRes {
     while at < v.copy.len {
         let n = CHUNK.min(v.copy.len - at);
         file.write_all_at(&v.copy.bytes()[at..at + n], at as u64).map_err(|_| CUDA_ERROR_UNKNOWN)?;
-        discard(v.copy.addr + at as u64, n);
         at += n;
     }
     Ok(())
@@ -240,9 +273,6 @@ fn undo(saved: Saved) {
     for v in saved.vmm {
         let _ = restore_vmm(v);
     }
-    for (start, len, access) in saved.mappings {
-        let _ = protect(start, len, access_prot(access));
-    }
 }
 
 /// Checkpoints the (locked) process's device memory into host memory and releases the device memory.
@@ -252,7 +282,7 @@ pub(crate) fn checkpoint(d: &Driver) -> CuRes {
     if allocs.iter().any(|a| a.kind == Kind::Managed) {
         return Err(CUDA_ERROR_NOT_SUPPORTED);
     }
-    let mut saved = Saved { linear: Vec::new(), vmm: Vec::new(), mappings: Vec::new(), charges: Vec::new(), mig: None };
+    let mut saved = Saved { linear: Vec::new(), vmm: Vec::new(), charges: Vec::new(), mig: None };
     for a in allocs.iter().filter(|a| matches!(a.kind, Kind::Device | Kind::Pool)) {
         match save_linear(a.base, a.size) {
             Ok(l) => saved.linear.push(l),
@@ -268,10 +298,6 @@ pub(crate) fn checkpoint(d: &Driver) -> CuRes {
     physicals.extend(mappings.iter().map(|m| m.3.clone()));
     physicals.sort_by_key(|p| Arc::as_ptr(p) as usize);
     physicals.dedup_by_key(|p| Arc::as_ptr(p) as usize);
-    for (start, len, access, _, _) in &mappings {
-        saved.mappings.push((*start, *len, *access));
-        let _ = protect(*start, *len, libc::PROT_NONE);
-    }
     for p in physicals {
         match save_vmm(p) {
             Ok(v) => saved.vmm.push(v),
@@ -295,6 +321,7 @@ pub(crate) fn checkpoint(d: &Driver) -> CuRes {
         saved.mig = v.mig.as_ref().map(|m| (v.physical, m.serial, bytes));
     }
     *SAVED.lock() = Some(saved);
+    unmap_spares();
     Ok(())
 }
 
@@ -328,9 +355,6 @@ pub(crate) fn restore(d: &Driver) -> CuRes {
     }
     for v in saved.vmm {
         result = result.and(restore_vmm(v));
-    }
-    for (start, len, access) in saved.mappings {
-        result = result.and(protect(start, len, access_prot(access)));
     }
     result
 }
