@@ -15,7 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <time.h>
+#include "host_clock.h"
 
 #define BYTES (4UL << 30)
 #define CHUNK (64UL << 20)
@@ -26,11 +26,6 @@ static char *target;
 static size_t prepared; /* chunks faulted in so far; written by the preparer, read by the copier */
 static size_t copied;   /* chunks copied so far; the preparer stays at most AHEAD chunks ahead */
 
-static double seconds(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec / 1e9;
-}
 
 static char *huge_mapping(size_t bytes) {
     char *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
