@@ -93,7 +93,7 @@ fn new_id_adds_a_dynamic_id_and_binds_unbound_matching_devices() {
     assert_eq!(write(&root, "bus/pci/drivers/vfio-pci/new_id", "10de"), errno(libc::EINVAL));
     assert_eq!(write(&root, "bus/pci/drivers/nvidia/new_id", "10de 2330 10de 16c1 30200"), errno(libc::EEXIST));
     assert_eq!(write(&root, "bus/pci/drivers/nvidia/unbind", GPU), "ok 12");
-    assert_eq!(write(&root, "bus/pci/drivers/vfio-pci/new_id", "10de 2330\\n"), "ok 10");
+    assert_eq!(write(&root, "bus/pci/drivers/vfio-pci/new_id", "0x10de 2330\\n"), "ok 12");
     assert_eq!(link(&root, &format!("{}/driver", dev(GPU))).as_deref(), Some("../../../bus/pci/drivers/vfio-pci"));
     assert_eq!(
         link(&root, &format!("{}/driver", dev("0000:11:00.0"))).as_deref(),
@@ -206,6 +206,21 @@ fn an_injected_kill_kills_the_writer_at_that_write() {
     assert_eq!(out.status.signal(), Some(libc::SIGKILL), "{out:?}");
     assert_eq!(sys.listing(), before, "the killed write had no effect");
     assert_eq!(write(&root, "bus/pci/drivers/vfio-pci/bind", GPU), "ok 12", "the fault was used up");
+}
+
+#[test]
+fn a_fault_can_name_an_mdev_before_it_exists() {
+    let root = fresh_root("fault-mdev");
+    let sys = scenarios::sriov_gpu(&root).unwrap();
+    let remove = format!("bus/mdev/devices/{UUID}/remove");
+    sys.inject(&remove, Fault::Errno(libc::EIO)).unwrap();
+    let create = format!("{}/mdev_supported_types/nvidia-472/create", dev(scenarios::SRIOV_VFS[3]));
+    assert_eq!(write(&root, &create, UUID), "ok 36", "a fault on another attribute does not fire");
+    assert_eq!(write(&root, &remove, "1"), errno(libc::EIO));
+    assert!(exists(&root, &format!("bus/mdev/devices/{UUID}")));
+    assert_eq!(write(&root, &remove, "1"), "ok 1");
+    assert!(sys.inject("../outside", Fault::Kill).is_err(), "a path leaving the root is refused");
+    assert!(sys.inject("bus/pci/drivers_probe", Fault::Errno(0)).is_err(), "errno 0 is no fault");
 }
 
 #[test]

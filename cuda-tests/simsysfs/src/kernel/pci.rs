@@ -128,7 +128,10 @@ pub fn driver_override(root: &Path, addr: &str, data: &[u8]) -> Result<(), Errno
 /// the driver now matches.
 pub fn new_id(root: &Path, driver: &str, data: &[u8]) -> Result<(), Errno> {
     let text = std::str::from_utf8(data).map_err(|_| libc::EINVAL)?;
-    let fields: Vec<u32> = text.split_whitespace().map_while(|f| u32::from_str_radix(f, 16).ok()).collect();
+    // `%x` as sscanf reads it: an optional 0x prefix; reading stops at the first field that is no number.
+    let hex =
+        |f: &str| u32::from_str_radix(f.strip_prefix("0x").or_else(|| f.strip_prefix("0X")).unwrap_or(f), 16).ok();
+    let fields: Vec<u32> = text.split_whitespace().map_while(hex).collect();
     let (&vendor, &device) = match fields.as_slice() {
         [v, d, ..] => (v, d),
         _ => return Err(libc::EINVAL),
