@@ -174,6 +174,39 @@ fn mdev_remove_deletes_it_unless_in_use_and_restores_the_tree() {
 }
 
 #[test]
+fn concurrent_creates_of_one_uuid_leave_exactly_one_mdev() {
+    let root = fresh_root("mdev-race");
+    scenarios::sriov_gpu(&root).unwrap();
+    // Eight writers at once, two per VF: the kernel's lock lets exactly one UUID creation through.
+    let children: Vec<_> = (0..8)
+        .map(|i| {
+            let vf = scenarios::SRIOV_VFS[i % 4];
+            let create = root.join(format!("{}/mdev_supported_types/nvidia-471/create", dev(vf)));
+            std::process::Command::new(env!("CARGO_BIN_EXE_simsysfs-write"))
+                .arg(create)
+                .arg(UUID)
+                .env("LD_PRELOAD", simsysfs::preload_library())
+                .env("SIMSYSFS_ROOT", &root)
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let answers: Vec<String> = children
+        .into_iter()
+        .map(|c| String::from_utf8_lossy(&c.wait_with_output().unwrap().stdout).trim().to_string())
+        .collect();
+    assert_eq!(answers.iter().filter(|a| *a == "ok 36").count(), 1, "{answers:?}");
+    assert!(answers.iter().all(|a| a == "ok 36" || *a == errno(libc::EEXIST)), "{answers:?}");
+    let free: usize = scenarios::SRIOV_VFS
+        .iter()
+        .map(|vf| read(&root, &format!("{}/mdev_supported_types/nvidia-471/available_instances", dev(vf))))
+        .filter(|n| n == "1\n")
+        .count();
+    assert_eq!(free, 3, "only the winner's VF lost its instance");
+}
+
+#[test]
 fn an_injected_errno_fails_one_write_and_is_then_gone() {
     let root = fresh_root("fault-errno");
     let sys = scenarios::two_gpus(&root).unwrap();
