@@ -164,9 +164,12 @@ fn mdev_remove_deletes_it_unless_in_use_and_restores_the_tree() {
     sys.set_mdev_in_use(UUID, true).unwrap();
     assert_eq!(write(&root, &remove, "1"), errno(libc::EBUSY));
     assert!(exists(&root, &format!("bus/mdev/devices/{UUID}")));
+    assert_eq!(
+        link(&root, &format!("{}/{UUID}/driver", dev(vf))).as_deref(),
+        Some("../../../../bus/mdev/drivers/vfio_mdev")
+    );
+    assert!(root.join(format!("bus/mdev/devices/{UUID}/driver/{UUID}/remove")).is_file(), "links resolve");
     sys.set_mdev_in_use(UUID, false).unwrap();
-    std::fs::remove_dir(root.join("bus/mdev/drivers/vfio_mdev")).unwrap();
-    std::fs::remove_dir(root.join("bus/mdev/drivers")).unwrap();
     assert_eq!(write(&root, &remove, "1\\n"), "ok 2");
     assert!(!exists(&root, &format!("bus/mdev/devices/{UUID}")));
     assert!(!exists(&root, &format!("{}/{UUID}", dev(vf))));
