@@ -322,3 +322,16 @@ fn shell_redirection_reaches_the_kernel_too() {
     assert!(!out.status.success(), "the shell sees the kernel's ENODEV: {out:?}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("printf"), "{out:?}");
 }
+
+#[test]
+fn a_tree_without_the_state_folder_still_reacts() {
+    let root = fresh_root("no-state");
+    scenarios::two_gpus(&root).unwrap();
+    // A tree copied or laid out by hand has no `.simsysfs`: the kernel makes it on the first write.
+    std::fs::remove_dir_all(root.join(".simsysfs")).unwrap();
+    assert_eq!(write(&root, "bus/pci/drivers/nvidia/unbind", GPU), "ok 12");
+    assert!(!exists(&root, &format!("{}/driver", dev(GPU))));
+    // Without its default-driver record, drivers_probe takes the first registered driver that matches.
+    assert_eq!(write(&root, "bus/pci/drivers_probe", GPU), "ok 12");
+    assert_eq!(link(&root, &format!("{}/driver", dev(GPU))).as_deref(), Some("../../../bus/pci/drivers/nvidia"));
+}
