@@ -45,3 +45,36 @@ pub fn reconcile(sys: &Sysfs, state: &State) -> Result<ReconcileReport, Error> {
     }
     Ok(report)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::discover::tests::Tree;
+    use crate::state::MdevRecord;
+
+    #[test]
+    fn vanished_records_are_dropped_mdevs_in_use_kept_and_unused_ones_removed() {
+        let t = Tree::new("reconcile");
+        t.add("0000:41:00.4", 0x10de, 0x1eb8, 0x030200, 41, Some("nvidia"));
+        t.add_type("0000:41:00.4", "nvidia-63", 2);
+        let (used, unused, gone) = ("u-used", "u-unused", "u-gone");
+        t.add_mdev("0000:41:00.4", "nvidia-63", used);
+        t.add_mdev("0000:41:00.4", "nvidia-63", unused);
+        std::os::unix::fs::symlink(
+            "../../bus/mdev/drivers/vfio_mdev",
+            t.root.join("devices/pci0000:00/0000:41:00.4").join(used).join("driver"),
+        )
+        .unwrap();
+        let state = State::open(&t.root.join("state")).unwrap();
+        let record =
+            |uuid: &str| MdevRecord { uuid: uuid.into(), parent: "0000:41:00.4".into(), type_id: "nvidia-63".into() };
+        state.save_records(&[record(used), record(unused), record(gone)]).unwrap();
+        let report = reconcile(&t.sys(), &state).unwrap();
+        assert_eq!(report.records_dropped, [gone]);
+        assert_eq!(report.orphans_removed, [unused]);
+        assert!(report.rolled_back.is_empty() && report.problems.is_empty());
+        let remove = t.root.join("devices/pci0000:00/0000:41:00.4").join(unused).join("remove");
+        assert_eq!(std::fs::read_to_string(remove).unwrap(), "1", "`1` written to its remove");
+        assert_eq!(state.records().unwrap(), [record(used)], "the mdev in use stays recorded");
+    }
+}

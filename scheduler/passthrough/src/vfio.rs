@@ -204,3 +204,57 @@ pub fn restore(sys: &Sysfs, before: &[Binding]) -> Vec<String> {
     }
     problems
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::discover::tests::Tree;
+
+    #[test]
+    fn groups_are_read_whole_and_unknown_devices_or_members_refused() {
+        let t = Tree::new("vfio-group");
+        t.add("0000:10:00.0", 0x10de, 0x1eb8, 0x030200, 7, Some("nvidia"));
+        t.add("0000:10:00.1", 0x10de, 0x10f8, 0x040300, 7, None);
+        let sys = t.sys();
+        let (group, members) = group_of(&sys, "10:00.0").unwrap();
+        assert_eq!(group, 7);
+        assert_eq!(
+            members,
+            [
+                Binding { address: "0000:10:00.0".into(), driver: Some("nvidia".into()), driver_override: None },
+                Binding { address: "0000:10:00.1".into(), driver: None, driver_override: None },
+            ]
+        );
+        assert_eq!(group_of(&sys, "0000:99:00.0").unwrap_err().code, ErrorCode::NotFound);
+        assert_eq!(group_of(&sys, "nonsense").unwrap_err().code, ErrorCode::Invalid);
+        // A member the group lists but sysfs does not show: the whole group is refused.
+        std::os::unix::fs::symlink(
+            "../../../../devices/pci0000:00/0000:10:00.2",
+            t.root.join("kernel/iommu_groups/7/devices/0000:10:00.2"),
+        )
+        .unwrap();
+        let e = group_of(&sys, "0000:10:00.0").unwrap_err();
+        assert!(e.message.contains("0000:10:00.2") && e.message.contains("nothing done"), "{e}");
+        // No IOMMU group: the IOMMU is off.
+        std::fs::remove_file(t.root.join("devices/pci0000:00/0000:10:00.0/iommu_group")).unwrap();
+        assert!(group_of(&sys, "0000:10:00.0").unwrap_err().message.contains("IOMMU is off"));
+    }
+
+    #[test]
+    fn a_missing_attribute_stops_the_bind_before_any_write_and_no_journal_is_left() {
+        let t = Tree::new("vfio-preflight");
+        t.add("0000:10:00.0", 0x10de, 0x1eb8, 0x030200, 7, Some("nvidia"));
+        std::fs::remove_file(t.root.join("bus/pci/drivers/vfio-pci/unbind")).unwrap();
+        let state_dir = t.root.join("state");
+        let state = State::open(&state_dir).unwrap();
+        let override_file = t.root.join("devices/pci0000:00/0000:10:00.0/driver_override");
+        let e = bind(&t.sys(), &state, "0000:10:00.0").unwrap_err();
+        assert!(e.message.contains("vfio-pci/unbind") && e.message.contains("nothing done"), "{e}");
+        assert_eq!(std::fs::read_to_string(&override_file).unwrap(), "(null)\n", "nothing written");
+        assert_eq!(std::fs::read_to_string(t.root.join("bus/pci/drivers/nvidia/unbind")).unwrap(), "");
+        assert_eq!(state.journal().unwrap(), None);
+        std::fs::remove_dir_all(t.root.join("bus/pci/drivers/vfio-pci")).unwrap();
+        let e = bind(&t.sys(), &state, "0000:10:00.0").unwrap_err();
+        assert!(e.message.contains("modprobe vfio-pci"), "{e}");
+    }
+}
