@@ -236,7 +236,7 @@ fn a_gpu_tessera_tenants_use_is_shown_shared_and_never_bound() {
     let tree = scenarios::simgpu_host(&dir.0, 1).unwrap();
     let mut m = machine("tenants", "small", &tree);
     m.start();
-    m.ok(&["vgpu", "create", "team-a", "--device", "0", "--memory", "64MiB", "--share", "30"]);
+    m.ok(&["vgpu", "create", "team-a", "--device", "0", "--memory", "1GiB", "--share", "30"]);
     // The daemon learns the device's bus id from the driver once its sensors are open.
     let deadline = Instant::now() + Duration::from_secs(30);
     let shared = loop {
@@ -260,12 +260,53 @@ fn a_gpu_tessera_tenants_use_is_shown_shared_and_never_bound() {
     assert_eq!(e.code, ErrorCode::InUse);
     assert_same_tree(&before, &tree, "a refused bind");
 
+    // A process attached to the vGPU is named too.
+    let tenant = m.saturate("team-a", "60", None);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let detail = loop {
+        let detail = gpu(&devices(&m), "0000:10:00.0")["mode_detail"].as_str().unwrap_or("").to_string();
+        if detail.contains("attached process") || Instant::now() > deadline {
+            break detail;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(detail.contains("vGPU(s) team-a; attached process(es) "), "{detail}");
+    let e = m.fails(1, &["devices", "bind-vfio", "0000:10:00.0"]);
+    assert!(e.contains("attached process"), "{e}");
+    drop(tenant);
+    assert_same_tree(&before, &tree, "refused binds");
+
     // Once the vGPU is gone the GPU may go to a VM.
-    m.ok(&["vgpu", "rm", "team-a"]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !m.tessera(&["vgpu", "rm", "team-a"]).status.success() {
+        assert!(Instant::now() < deadline, "the dead tenant was never reclaimed");
+        std::thread::sleep(Duration::from_millis(100));
+    }
     assert_eq!(gpu(&devices(&m), "0000:10:00.0")["mode"], "driver");
     m.ok(&["devices", "bind-vfio", "0000:10:00.0"]);
     m.ok(&["devices", "unbind-vfio", "0000:10:00.0"]);
     assert_same_tree(&before, &tree, "after the round trip");
+}
+
+#[test]
+fn a_gpu_in_mig_mode_is_shown_as_mig() {
+    let dir = Scratch::new("mig");
+    let tree = scenarios::simgpu_host(&dir.0, 2).unwrap();
+    let mut m = machine("mig", "h100,small", &tree);
+    m.sim = std::mem::replace(&mut m.sim, common::Sim::new("pt-mig-placeholder")).with("SIMGPU_MIG", "0");
+    m.start();
+    // The daemon reads the MIG mode with the devices' other figures once its sensors are open.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let list = loop {
+        let list = devices(&m);
+        if gpu(&list, "0000:10:00.0")["mode"] == "mig" || Instant::now() > deadline {
+            break list;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(gpu(&list, "0000:10:00.0")["mode"], "mig", "{list:?}");
+    assert_eq!(gpu(&list, "0000:10:00.0")["tessera_device"], 0);
+    assert_eq!(gpu(&list, "0000:11:00.0")["mode"], "driver", "MIG is off on device 1");
 }
 
 #[test]
