@@ -99,11 +99,11 @@ pub fn all_mdev_types(sys: &Sysfs) -> Vec<MdevType> {
 /// Every mdev (`bus/mdev/devices`); `created` holds the UUIDs Tessera recorded as its own.
 pub fn mdevs(sys: &Sysfs, created: &HashSet<String>) -> Vec<Mdev> {
     let dir = sys.path("bus/mdev/devices");
-    sys.names(&dir).into_iter().filter_map(|uuid| mdev(sys, &dir.join(&uuid), uuid, created)).collect()
+    sys.names(&dir).into_iter().filter_map(|uuid| mdev(&dir.join(&uuid), uuid, created)).collect()
 }
 
 /// The mdev at `path` (a `bus/mdev/devices` entry).
-fn mdev(_sys: &Sysfs, path: &Path, uuid: String, created: &HashSet<String>) -> Option<Mdev> {
+fn mdev(path: &Path, uuid: String, created: &HashSet<String>) -> Option<Mdev> {
     // Its directory lives under its parent's: the link's target's parent names the parent device.
     let real = std::fs::canonicalize(path).ok()?;
     let parent = real.parent()?.file_name()?.to_string_lossy().into_owned();

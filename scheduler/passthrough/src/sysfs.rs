@@ -59,7 +59,7 @@ impl Sysfs {
         self.path("bus/pci/drivers").join(driver)
     }
 
-    /// Names in directory `rel`, sorted (none when it does not exist).
+    /// Names in directory `dir`, sorted (none when it does not exist).
     pub fn names(&self, dir: &Path) -> Vec<String> {
         let mut names: Vec<String> = std::fs::read_dir(dir)
             .map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect())
