@@ -22,11 +22,13 @@ pub fn queue_file(root: &Path) -> PathBuf {
     root.join(layout::STATE_DIR).join("faults")
 }
 
-/// Appends a fault for `rel_path`, stored as the resolved path under the resolved root so it matches what
-/// the preload library sees through `/proc/self/fd`.
+/// Appends a fault for `rel_path` (checked to stay under the root). The path is stored as given and
+/// resolved again at each write, so it may name an attribute that does not exist yet (the `remove` of an
+/// mdev still to be created, reached through `bus/mdev/devices/<uuid>`).
 pub fn append(root: &Path, rel_path: &str, fault: Fault) -> io::Result<()> {
-    let rel = resolve(root, rel_path)?;
-    if rel.contains(char::is_whitespace) {
+    resolve(root, rel_path)?;
+    let rel = rel_path.trim_start_matches('/');
+    if rel.is_empty() || rel.contains(char::is_whitespace) {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("fault path {rel:?} contains whitespace")));
     }
     let what = match fault {
@@ -41,7 +43,8 @@ pub fn append(root: &Path, rel_path: &str, fault: Fault) -> io::Result<()> {
     writeln!(f, "{rel} {what}")
 }
 
-/// Takes the first queued fault for `rel` (already resolved), removing its line. A malformed line is an
+/// Takes the first queued fault whose path resolves to `rel` (the written file's path under the
+/// resolved root), removing its line. A malformed line is an
 /// error naming it (a test wrote the file by hand wrongly), never ignored.
 pub fn take(root: &Path, rel: &str) -> io::Result<Option<Fault>> {
     let path = queue_file(root);
@@ -56,7 +59,7 @@ pub fn take(root: &Path, rel: &str) -> io::Result<Option<Fault>> {
         let (p, what) = line.rsplit_once(' ').ok_or_else(|| {
             io::Error::new(io::ErrorKind::InvalidData, format!("{}: bad line {line:?}", path.display()))
         })?;
-        if found.is_none() && p == rel {
+        if found.is_none() && resolve(root, p).is_ok_and(|r| r == rel) {
             found = Some(parse(what).ok_or_else(|| {
                 io::Error::new(io::ErrorKind::InvalidData, format!("{}: bad fault {what:?}", path.display()))
             })?);

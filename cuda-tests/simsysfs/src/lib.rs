@@ -12,12 +12,14 @@
 //!   `numa_node`, `driver_override` (`(null)`), relative `iommu_group`, `driver`, `physfn`/`virtfnN`
 //!   links, `bus/pci/{devices,drivers}`, `kernel/iommu_groups/N/devices`, mdev types and devices,
 //!   `class/mdev_bus`, `bus/mdev/devices`; attribute modes 0200 (write-only), 0444, 0644;
-//! - `bind` (ENODEV: no such device or no match; EBUSY: already bound), `unbind` (ENODEV unless bound
-//!   to that driver), `new_id` (EINVAL, EEXIST; binds unbound matching devices), `drivers_probe`
-//!   (ENODEV; binds to the override, else the default driver), `driver_override` (up to the first
-//!   newline; empty clears; EINVAL from a page on), mdev `create` (EINVAL, EEXIST, EUSERS) and `remove`
-//!   (EINVAL unless a number; `0` is a no-op and any other number removes, as `kstrtoul` + `remove_store`
-//!   do); device names are matched as `sysfs_streq` does (a trailing newline is fine);
+//! - `bind` (ENODEV: no such device or the driver does not match it, checked first; EBUSY: already
+//!   bound, as kernels since 5.13 answer), `unbind` (ENODEV unless bound to that driver), `new_id`
+//!   (EINVAL, EEXIST; binds unbound matching devices), `drivers_probe` (ENODEV; binds to the override,
+//!   else the default driver, else the first registered driver that matches), `driver_override` (up to
+//!   the first newline; empty clears; EINVAL from a page on), mdev `create` (EINVAL, EEXIST, EUSERS) and
+//!   `remove` (EINVAL unless a number; `0` is a no-op and any other number removes, as `kstrtoul` +
+//!   `remove_store` do, where the issue's contract said "EINVAL for another value"); device names are
+//!   matched as `sysfs_streq` does (a trailing newline is fine); an empty write returns 0 untouched;
 //! - faults injected with [`SimSysfs::inject`]: an errno, or SIGKILL of the writer (a crash midway).
 //!
 //! Not simulated, or simulated differently:
@@ -28,7 +30,11 @@
 //!   simulator cannot see `open`, so root's `open` succeeds and the `write` fails with EACCES;
 //! - `sriov_numvfs` writes (creating/destroying VFs) answer EOPNOTSUPP; `remove_id`, `rescan`, `remove`
 //!   of PCI devices, uevents, `power/`, `subsystem` links and bridges between host and device are absent;
-//! - which driver wins a probe is decided by the device's default driver, not by module load order;
+//! - which driver wins a probe is decided by the device's default driver (then the skeleton's driver
+//!   order), not by module load order; `vfio-pci` has no id table of its own (no `ids=` option);
+//! - `/dev/vfio/N` group nodes, `iommu_groups/N/type` and `reserved_regions` are absent;
+//! - vendor-driver policy on mdev types (e.g. one vGPU per SR-IOV VF making the other types of that VF
+//!   show 0) is not modelled: each type counts its own `available_instances`;
 //! - only `write(2)` is interposed (not `pwrite`, `writev`, or raw syscalls): the product writes with
 //!   `File::write`, which is `write(2)`;
 //! - the simulator's own state (`.simsysfs/`: default drivers, dynamic ids, faults, a lock serialising
@@ -77,9 +83,11 @@ pub fn on_write(root: &Path, rel: &Path, data: &[u8]) -> Reaction {
         // sysfs returns 0 for an empty write before any store function runs.
         return Reaction::Done;
     }
-    let Ok(lock) =
-        fs::OpenOptions::new().create(true).truncate(false).write(true).open(root.join(layout::STATE_DIR).join("lock"))
-    else {
+    let state = root.join(layout::STATE_DIR);
+    let open_lock = || fs::OpenOptions::new().create(true).truncate(false).write(true).open(state.join("lock"));
+    // A tree laid out without `SimSysfs::new` has no state folder yet.
+    let lock = open_lock().or_else(|_| fs::create_dir_all(&state).and_then(|_| open_lock()));
+    let Ok(lock) = lock else {
         return Reaction::Failed(libc::EIO);
     };
     // SAFETY: flock on a descriptor we own for the duration of the call; it is released when `lock` closes.
@@ -107,12 +115,46 @@ pub fn preload_library() -> PathBuf {
     // Without the simulated driver built (only `-p simsysfs-preload`), look where cargo puts it anyway.
     candidates.extend(exe.ancestors().skip(1).take(2).map(Path::to_path_buf));
     let found = candidates.iter().map(|d| d.join(PRELOAD_FILE)).find(|l| l.is_file());
-    found.unwrap_or_else(|| {
+    let lib = found.unwrap_or_else(|| {
         panic!(
             "{PRELOAD_FILE} not found in {candidates:?}; run `cargo build --release -p simsysfs-preload` \
              (or the whole workspace) before the tests"
         )
-    })
+    });
+    // `cargo test -p simsysfs` rebuilds the kernel into the test binary but not into the preload library:
+    // a library older than the sources would test yesterday's kernel.
+    let built = fs::metadata(&lib).and_then(|m| m.modified()).expect("preload library mtime");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"));
+    if let Some((_, newer)) = newest_source(&[src.join("src"), src.join("preload/src")]).filter(|(t, _)| *t > built) {
+        panic!(
+            "{} is older than {}; rebuild it with `cargo build --release -p simsysfs-preload`",
+            lib.display(),
+            newer.display()
+        );
+    }
+    lib
+}
+
+/// The most recently modified file under `dirs`, with its time (`bin/` left out: the helper binaries are
+/// not part of the library, and cargo does not relink it when they change).
+fn newest_source(dirs: &[PathBuf]) -> Option<(std::time::SystemTime, PathBuf)> {
+    let mut newest: Option<(std::time::SystemTime, PathBuf)> = None;
+    let mut stack: Vec<PathBuf> = dirs.to_vec();
+    while let Some(dir) = stack.pop() {
+        for entry in fs::read_dir(&dir).into_iter().flatten().filter_map(Result::ok) {
+            let Ok(meta) = entry.metadata() else { continue };
+            if meta.is_dir() {
+                if entry.file_name() != "bin" {
+                    stack.push(entry.path());
+                }
+            } else if let Ok(t) = meta.modified()
+                && newest.as_ref().is_none_or(|(n, _)| t > *n)
+            {
+                newest = Some((t, entry.path()));
+            }
+        }
+    }
+    newest
 }
 
 /// A small `pci.ids` (our own entries for the scenarios' ids) to give as `TESSERA_PCI_IDS`.

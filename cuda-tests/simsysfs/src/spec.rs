@@ -27,6 +27,25 @@ pub struct PciSpec {
     pub physfn: Option<String>,
 }
 
+impl Default for PciSpec {
+    /// No address or ids, no driver, no NUMA node (`-1`, as Linux shows it), group 0.
+    fn default() -> PciSpec {
+        PciSpec {
+            address: String::new(),
+            vendor: 0,
+            device: 0,
+            class: 0,
+            subsystem_vendor: 0,
+            subsystem_device: 0,
+            numa_node: -1,
+            iommu_group: 0,
+            driver: None,
+            default_driver: None,
+            physfn: None,
+        }
+    }
+}
+
 impl PciSpec {
     /// An NVIDIA GPU (`10de`, 3D controller class) bound to `nvidia`, alone in IOMMU group `group`.
     pub fn nvidia_gpu(address: &str, device: u16, group: u32) -> PciSpec {

@@ -132,8 +132,9 @@ impl SimSysfs {
         layout::link(&self.root.join("class/mdev_bus").join(parent), &layout::up(2).join(layout::pci_dev(parent)))
     }
 
-    /// Marks a created mdev as in use by a VFIO user (a `driver` link to `vfio_mdev`), or not: the kernel
-    /// then refuses its removal (see the crate docs for how this differs from the real kernel).
+    /// Marks a created mdev as in use by a VFIO user (a `driver` link to `bus/mdev/drivers/vfio_mdev`,
+    /// made on first use), or not (the link goes, and the driver directories once empty): the kernel then
+    /// refuses its removal (see the crate docs for how this differs from the real kernel).
     pub fn set_mdev_in_use(&self, uuid: &str, in_use: bool) -> io::Result<()> {
         let dev = fs::canonicalize(self.root.join("bus/mdev/devices").join(uuid))?;
         let driver_dir = self.root.join("bus/mdev/drivers/vfio_mdev");
@@ -148,7 +149,12 @@ impl SimSysfs {
             layout::link(&driver_dir.join(uuid), &layout::up(4).join(rel))
         } else {
             layout::unlink(&dev.join("driver"))?;
-            layout::unlink(&driver_dir.join(uuid))
+            layout::unlink(&driver_dir.join(uuid))?;
+            // The driver directories came with the first in-use mdev: drop them once empty, so marking
+            // and unmarking leaves the tree as it was (remove_dir refuses a non-empty directory).
+            let _ = fs::remove_dir(&driver_dir);
+            let _ = fs::remove_dir(self.root.join("bus/mdev/drivers"));
+            Ok(())
         }
     }
 

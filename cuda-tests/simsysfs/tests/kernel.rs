@@ -93,7 +93,7 @@ fn new_id_adds_a_dynamic_id_and_binds_unbound_matching_devices() {
     assert_eq!(write(&root, "bus/pci/drivers/vfio-pci/new_id", "10de"), errno(libc::EINVAL));
     assert_eq!(write(&root, "bus/pci/drivers/nvidia/new_id", "10de 2330 10de 16c1 30200"), errno(libc::EEXIST));
     assert_eq!(write(&root, "bus/pci/drivers/nvidia/unbind", GPU), "ok 12");
-    assert_eq!(write(&root, "bus/pci/drivers/vfio-pci/new_id", "10de 2330\\n"), "ok 10");
+    assert_eq!(write(&root, "bus/pci/drivers/vfio-pci/new_id", "0x10de 2330\\n"), "ok 12");
     assert_eq!(link(&root, &format!("{}/driver", dev(GPU))).as_deref(), Some("../../../bus/pci/drivers/vfio-pci"));
     assert_eq!(
         link(&root, &format!("{}/driver", dev("0000:11:00.0"))).as_deref(),
@@ -164,13 +164,49 @@ fn mdev_remove_deletes_it_unless_in_use_and_restores_the_tree() {
     sys.set_mdev_in_use(UUID, true).unwrap();
     assert_eq!(write(&root, &remove, "1"), errno(libc::EBUSY));
     assert!(exists(&root, &format!("bus/mdev/devices/{UUID}")));
+    assert_eq!(
+        link(&root, &format!("{}/{UUID}/driver", dev(vf))).as_deref(),
+        Some("../../../../bus/mdev/drivers/vfio_mdev")
+    );
+    assert!(root.join(format!("bus/mdev/devices/{UUID}/driver/{UUID}/remove")).is_file(), "links resolve");
     sys.set_mdev_in_use(UUID, false).unwrap();
-    std::fs::remove_dir(root.join("bus/mdev/drivers/vfio_mdev")).unwrap();
-    std::fs::remove_dir(root.join("bus/mdev/drivers")).unwrap();
     assert_eq!(write(&root, &remove, "1\\n"), "ok 2");
     assert!(!exists(&root, &format!("bus/mdev/devices/{UUID}")));
     assert!(!exists(&root, &format!("{}/{UUID}", dev(vf))));
     assert_eq!(sys.listing(), before, "create + remove leaves the tree as it was");
+}
+
+#[test]
+fn concurrent_creates_of_one_uuid_leave_exactly_one_mdev() {
+    let root = fresh_root("mdev-race");
+    scenarios::sriov_gpu(&root).unwrap();
+    // Eight writers at once, two per VF: the kernel's lock lets exactly one UUID creation through.
+    let children: Vec<_> = (0..8)
+        .map(|i| {
+            let vf = scenarios::SRIOV_VFS[i % 4];
+            let create = root.join(format!("{}/mdev_supported_types/nvidia-471/create", dev(vf)));
+            std::process::Command::new(env!("CARGO_BIN_EXE_simsysfs-write"))
+                .arg(create)
+                .arg(UUID)
+                .env("LD_PRELOAD", simsysfs::preload_library())
+                .env("SIMSYSFS_ROOT", &root)
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let answers: Vec<String> = children
+        .into_iter()
+        .map(|c| String::from_utf8_lossy(&c.wait_with_output().unwrap().stdout).trim().to_string())
+        .collect();
+    assert_eq!(answers.iter().filter(|a| *a == "ok 36").count(), 1, "{answers:?}");
+    assert!(answers.iter().all(|a| a == "ok 36" || *a == errno(libc::EEXIST)), "{answers:?}");
+    let free: usize = scenarios::SRIOV_VFS
+        .iter()
+        .map(|vf| read(&root, &format!("{}/mdev_supported_types/nvidia-471/available_instances", dev(vf))))
+        .filter(|n| n == "1\n")
+        .count();
+    assert_eq!(free, 3, "only the winner's VF lost its instance");
 }
 
 #[test]
@@ -206,6 +242,21 @@ fn an_injected_kill_kills_the_writer_at_that_write() {
     assert_eq!(out.status.signal(), Some(libc::SIGKILL), "{out:?}");
     assert_eq!(sys.listing(), before, "the killed write had no effect");
     assert_eq!(write(&root, "bus/pci/drivers/vfio-pci/bind", GPU), "ok 12", "the fault was used up");
+}
+
+#[test]
+fn a_fault_can_name_an_mdev_before_it_exists() {
+    let root = fresh_root("fault-mdev");
+    let sys = scenarios::sriov_gpu(&root).unwrap();
+    let remove = format!("bus/mdev/devices/{UUID}/remove");
+    sys.inject(&remove, Fault::Errno(libc::EIO)).unwrap();
+    let create = format!("{}/mdev_supported_types/nvidia-472/create", dev(scenarios::SRIOV_VFS[3]));
+    assert_eq!(write(&root, &create, UUID), "ok 36", "a fault on another attribute does not fire");
+    assert_eq!(write(&root, &remove, "1"), errno(libc::EIO));
+    assert!(exists(&root, &format!("bus/mdev/devices/{UUID}")));
+    assert_eq!(write(&root, &remove, "1"), "ok 1");
+    assert!(sys.inject("../outside", Fault::Kill).is_err(), "a path leaving the root is refused");
+    assert!(sys.inject("bus/pci/drivers_probe", Fault::Errno(0)).is_err(), "errno 0 is no fault");
 }
 
 #[test]
@@ -270,4 +321,17 @@ fn shell_redirection_reaches_the_kernel_too() {
     // dash's printf names no errno ("I/O error"); that the redirected write failed is the point.
     assert!(!out.status.success(), "the shell sees the kernel's ENODEV: {out:?}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("printf"), "{out:?}");
+}
+
+#[test]
+fn a_tree_without_the_state_folder_still_reacts() {
+    let root = fresh_root("no-state");
+    scenarios::two_gpus(&root).unwrap();
+    // A tree copied or laid out by hand has no `.simsysfs`: the kernel makes it on the first write.
+    std::fs::remove_dir_all(root.join(".simsysfs")).unwrap();
+    assert_eq!(write(&root, "bus/pci/drivers/nvidia/unbind", GPU), "ok 12");
+    assert!(!exists(&root, &format!("{}/driver", dev(GPU))));
+    // Without its default-driver record, drivers_probe takes the first registered driver that matches.
+    assert_eq!(write(&root, "bus/pci/drivers_probe", GPU), "ok 12");
+    assert_eq!(link(&root, &format!("{}/driver", dev(GPU))).as_deref(), Some("../../../bus/pci/drivers/nvidia"));
 }

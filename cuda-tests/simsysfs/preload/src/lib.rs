@@ -6,6 +6,7 @@
 use std::cell::Cell;
 use std::ffi::{CStr, OsStr};
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicPtr, Ordering};
@@ -17,8 +18,16 @@ type WriteFn = unsafe extern "C" fn(libc::c_int, *const libc::c_void, libc::size
 
 /// The next `write` after ours (libc's), resolved on first use.
 static REAL_WRITE: AtomicPtr<libc::c_void> = AtomicPtr::new(std::ptr::null_mut());
-/// The resolved root (`realpath(SIMSYSFS_ROOT)`), or `None` when unset, empty or missing: inactive.
-static ROOT: OnceLock<Option<PathBuf>> = OnceLock::new();
+/// The simulated root, when active.
+struct Root {
+    /// `realpath(SIMSYSFS_ROOT)`.
+    path: PathBuf,
+    /// The filesystem it is on: a file on another one cannot be under it (saves the `readlink`).
+    dev: u64,
+}
+
+/// The root, or `None` when `SIMSYSFS_ROOT` is unset, empty or missing: inactive.
+static ROOT: OnceLock<Option<Root>> = OnceLock::new();
 
 thread_local! {
     /// Set while this thread is inside the simulated kernel: its own file writes go straight to the
@@ -58,20 +67,25 @@ fn fail(errno: i32) -> libc::ssize_t {
 }
 
 /// The simulated root, read from the environment once.
-fn root() -> Option<&'static Path> {
+fn root() -> Option<&'static Root> {
     ROOT.get_or_init(|| {
         let value = std::env::var_os(simsysfs::ROOT_ENV).filter(|v| !v.is_empty())?;
-        std::fs::canonicalize(value).ok()
+        let path = std::fs::canonicalize(value).ok()?;
+        let dev = std::fs::metadata(&path).ok()?.dev();
+        Some(Root { path, dev })
     })
-    .as_deref()
+    .as_ref()
 }
 
 /// The path under the root an fd names, when it is a regular file there.
-fn attribute_path(fd: libc::c_int, root: &Path) -> Option<PathBuf> {
+fn attribute_path(fd: libc::c_int, root: &Root) -> Option<PathBuf> {
     // SAFETY: an all-zero `stat` is a valid value for fstat to overwrite.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: fstat writes into `st`, which lives for the call.
     if unsafe { libc::fstat(fd, &mut st) } != 0 || st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return None;
+    }
+    if st.st_dev != root.dev {
         return None;
     }
     let link = format!("/proc/self/fd/{fd}\0");
@@ -83,7 +97,7 @@ fn attribute_path(fd: libc::c_int, root: &Path) -> Option<PathBuf> {
         return None;
     }
     let path = Path::new(OsStr::from_bytes(&buf[..n as usize]));
-    path.strip_prefix(root).ok().map(Path::to_path_buf)
+    path.strip_prefix(&root.path).ok().map(Path::to_path_buf)
 }
 
 /// The simulated kernel's answer for a write, `None` when the real `write` should do it.
@@ -97,7 +111,7 @@ fn simulate(fd: libc::c_int, buf: *const libc::c_void, count: libc::size_t) -> O
         unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), count) }
     };
     INSIDE.with(|i| i.set(true));
-    let reaction = simsysfs::on_write(root, &rel, data);
+    let reaction = simsysfs::on_write(&root.path, &rel, data);
     INSIDE.with(|i| i.set(false));
     match reaction {
         Reaction::NotAttribute => None,

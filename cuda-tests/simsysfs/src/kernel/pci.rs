@@ -93,21 +93,39 @@ pub fn unbind(root: &Path, driver: &str, data: &[u8]) -> Result<(), Errno> {
 }
 
 /// `drivers_probe`: ENODEV for no such device; an unbound device is bound to its override, else its
-/// default driver, when that driver exists and matches; a bound one is left alone.
+/// default driver, else the first registered driver that matches it; a bound one is left alone.
 pub fn drivers_probe(root: &Path, data: &[u8]) -> Result<(), Errno> {
     let addr = find_device(root, data).ok_or(libc::ENODEV)?;
     if layout::bound_driver(root, &addr).is_some() {
         return Ok(());
     }
-    let wanted =
-        override_of(root, &addr).or_else(|| fs::read_to_string(root.join(layout::default_driver_file(&addr))).ok());
-    if let Some(driver) = wanted
-        && root.join(layout::driver_dir(&driver)).is_dir()
-        && matches(root, &driver, &addr)
-    {
+    // Candidates in the order device_attach would try them here: the override alone when set, else the
+    // device's default driver, then the registered drivers (skeleton order, then by name).
+    let candidates: Vec<String> = match override_of(root, &addr) {
+        Some(o) => vec![o],
+        None => {
+            let default = fs::read_to_string(root.join(layout::default_driver_file(&addr))).ok();
+            default.into_iter().chain(registered_drivers(root)).collect()
+        }
+    };
+    let chosen = candidates.into_iter().find(|d| root.join(layout::driver_dir(d)).is_dir() && matches(root, d, &addr));
+    if let Some(driver) = chosen {
         layout::bind_links(root, &addr, &driver).map_err(io_err)?;
     }
     Ok(())
+}
+
+/// The drivers under `bus/pci/drivers`: the skeleton's in its order, then any others by name.
+fn registered_drivers(root: &Path) -> Vec<String> {
+    let mut others: Vec<String> = fs::read_dir(root.join("bus/pci/drivers"))
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|d| !layout::DRIVERS.contains(&d.as_str()))
+        .collect();
+    others.sort();
+    layout::DRIVERS.iter().map(|d| d.to_string()).chain(others).collect()
 }
 
 /// `<dev>/driver_override`: stores the value up to its first newline (or NUL); an empty value clears it
@@ -128,7 +146,10 @@ pub fn driver_override(root: &Path, addr: &str, data: &[u8]) -> Result<(), Errno
 /// the driver now matches.
 pub fn new_id(root: &Path, driver: &str, data: &[u8]) -> Result<(), Errno> {
     let text = std::str::from_utf8(data).map_err(|_| libc::EINVAL)?;
-    let fields: Vec<u32> = text.split_whitespace().map_while(|f| u32::from_str_radix(f, 16).ok()).collect();
+    // `%x` as sscanf reads it: an optional 0x prefix; reading stops at the first field that is no number.
+    let hex =
+        |f: &str| u32::from_str_radix(f.strip_prefix("0x").or_else(|| f.strip_prefix("0X")).unwrap_or(f), 16).ok();
+    let fields: Vec<u32> = text.split_whitespace().map_while(hex).collect();
     let (&vendor, &device) = match fields.as_slice() {
         [v, d, ..] => (v, d),
         _ => return Err(libc::EINVAL),
