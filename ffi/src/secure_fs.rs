@@ -195,6 +195,28 @@ fn create_temporary(path: &Path, mode: u32) -> std::io::Result<(std::path::PathB
     }
 }
 
+/// Replaces `path` with `bytes` atomically: they are written to a temporary file created `O_EXCL` (never
+/// following a link) beside it with `mode`, synced, renamed over `path`, and the directory is synced, so
+/// a process killed at any moment leaves the old file or the new one, never a mix. Errors name `path`.
+pub fn replace_atomically(path: &Path, mode: u32, bytes: &[u8]) -> Result<(), String> {
+    use std::io::Write;
+    let fail = |what: &str, e: std::io::Error| format!("{}: cannot {what}: {e}", path.display());
+    let (temp, mut file) = create_temporary(path, mode).map_err(|e| fail("create a temporary file beside it", e))?;
+    if let Err(e) = file.write_all(bytes).and_then(|()| file.sync_all()) {
+        let _ = std::fs::remove_file(&temp);
+        return Err(fail("write", e));
+    }
+    std::fs::rename(&temp, path).map_err(|e| {
+        let _ = std::fs::remove_file(&temp);
+        fail("replace", e)
+    })?;
+    // The rename itself is durable once the directory is.
+    if let Some(dir) = path.parent() {
+        File::open(dir).and_then(|d| d.sync_all()).map_err(|e| fail("sync its directory", e))?;
+    }
+    Ok(())
+}
+
 /// The pid holding an exclusive `flock` on `file`, from `/proc/locks` (the kernel's record, which no
 /// user can forge), when it is found and the process still exists.
 pub fn flock_holder(file: &File) -> Option<u32> {

@@ -207,6 +207,7 @@ pub fn run(options: Options) -> Result<(), String> {
         };
     let manager = Arc::new(Manager::start(file, store, options.devices.clone())?.with_checkpointer(checkpoint));
     let server = Server::bind(&options.socket)?;
+    crate::passthrough_ops::start(&options.state_dir);
     let region = file.region();
     region.daemon.heartbeat_ns.store(monotonic_ns(), Ordering::Release);
     region.daemon.pid.store(std::process::id(), Ordering::Release);

@@ -19,6 +19,7 @@
 //!   second;
 //! - [`checkpoint`]: the driver's process checkpoint calls; [`snapshots`]: snapshots of vGPUs taken and
 //!   given back with them (`snapshot`, `resume`);
+//! - [`passthrough_ops`]: GPUs for virtual machines (discovery, VFIO, mdevs) with `tessera-passthrough`;
 //! - [`paths`]: where the files are; [`daemon`]: the daemon's life; [`logger`]: its log lines, which never
 //!   hold up a thread.
 
@@ -40,6 +41,7 @@ pub mod metrics_server;
 pub mod monitor;
 pub mod nvml_usage;
 pub mod pacer;
+pub mod passthrough_ops;
 pub mod paths;
 pub mod protocol;
 pub mod recount;

@@ -270,6 +270,7 @@ impl Manager {
             // They wait for the driver's checkpoint calls, taking the configuration's lock only to suspend.
             Request::Snapshot { name, pids } => return self.snapshot(name, pids),
             Request::Resume { name, pids } => return self.resume(name, pids),
+            r if crate::passthrough_ops::answers(r) => return crate::passthrough_ops::carry_out(self, r),
             _ => {}
         }
         let mut config = self.config();
@@ -323,7 +324,15 @@ impl Manager {
             | Request::Defrag { .. }
             | Request::SwapOut { .. }
             | Request::Snapshot { .. }
-            | Request::Resume { .. } => unreachable!("answered above"),
+            | Request::Resume { .. }
+            | Request::Devices
+            | Request::BindVfio { .. }
+            | Request::UnbindVfio { .. }
+            | Request::MdevTypes
+            | Request::MdevList
+            | Request::MdevCreate { .. }
+            | Request::MdevRm { .. }
+            | Request::Reconcile => unreachable!("answered above"),
         };
         Ok(Reply::ok(vgpus))
     }

@@ -98,6 +98,7 @@ pub fn stats(region: &Region, specs: &[VgpuSpec], devices: &[u64], only: Option<
                 utilization_pct: nvml.utilization_pct,
                 power_watts: nvml.power_watts,
                 temperature_c: nvml.temperature_c,
+                pci_bus_id: nvml.pci_bus_id,
                 memory_total: devices.get(device as usize).copied().unwrap_or(0),
                 memory_used: used,
                 share_configured: specs.iter().filter(|s| s.device == device).map(|s| s.share).sum(),

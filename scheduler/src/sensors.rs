@@ -13,8 +13,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 use tessera_ffi::nvml::{
-    NVML_DEVICE_NAME_V2_BUFFER_SIZE, NVML_DEVICE_UUID_V2_BUFFER_SIZE, NVML_SUCCESS, NVML_TEMPERATURE_GPU, NvmlDevice,
-    NvmlReturn, NvmlUtilization,
+    NVML_DEVICE_MIG_ENABLE, NVML_DEVICE_NAME_V2_BUFFER_SIZE, NVML_DEVICE_UUID_V2_BUFFER_SIZE, NVML_SUCCESS,
+    NVML_TEMPERATURE_GPU, NvmlDevice, NvmlPciInfo, NvmlReturn, NvmlUtilization,
 };
 use tessera_ffi::region::MAX_DEVICES;
 
@@ -35,6 +35,8 @@ type Text = unsafe extern "C" fn(NvmlDevice, *mut c_char, c_uint) -> NvmlReturn;
 type Utilization = unsafe extern "C" fn(NvmlDevice, *mut NvmlUtilization) -> NvmlReturn;
 type Power = unsafe extern "C" fn(NvmlDevice, *mut c_uint) -> NvmlReturn;
 type Temperature = unsafe extern "C" fn(NvmlDevice, u32, *mut c_uint) -> NvmlReturn;
+type PciInfo = unsafe extern "C" fn(NvmlDevice, *mut NvmlPciInfo) -> NvmlReturn;
+type MigMode = unsafe extern "C" fn(NvmlDevice, *mut c_uint, *mut c_uint) -> NvmlReturn;
 
 /// One device's figures, as last read; `None` where the driver did not tell.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -49,6 +51,10 @@ pub struct Reading {
     pub power_watts: Option<f64>,
     /// GPU temperature, °C.
     pub temperature_c: Option<f64>,
+    /// PCI address as sysfs names it (`0000:10:00.0`), from `nvmlDeviceGetPciInfo_v3` (read once).
+    pub pci_bus_id: Option<String>,
+    /// MIG mode is on (`nvmlDeviceGetMigMode`); `None` on a device without MIG.
+    pub mig: Option<bool>,
 }
 
 /// The last reading of each device, by ordinal (empty until NVML was opened).
@@ -61,9 +67,24 @@ pub fn latest(device: u32) -> Reading {
     latest.get(device as usize).cloned().unwrap_or_default()
 }
 
+/// Every device's last reading, by ordinal (empty until NVML was opened).
+pub fn all() -> Vec<Reading> {
+    LATEST.lock().unwrap_or_else(PoisonError::into_inner).clone()
+}
+
+/// The PCI address NVML gives `handle`, in sysfs's form (`None` when the query fails or is missing).
+fn pci_bus_id(query: Option<PciInfo>, handle: NvmlDevice) -> Option<String> {
+    // SAFETY: nvmlPciInfo_t is plain data (integers and byte arrays), valid all zero.
+    let mut info: NvmlPciInfo = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid out-pointer for one nvmlPciInfo_t (the v3 layout the `_v3` entry writes).
+    let rc = unsafe { query?(handle, &mut info) };
+    (rc == NVML_SUCCESS).then(|| format!("{:04x}:{:02x}:{:02x}.0", info.domain, info.bus, info.device))
+}
+
 /// NVML, loaded, with the queries it has and the devices' handles.
 pub struct Sensors {
     _lib: Library,
+    mig: Option<MigMode>,
     utilization: Option<Utilization>,
     power: Option<Power>,
     temperature: Option<Temperature>,
@@ -95,6 +116,13 @@ impl Sensors {
         let sym = |s: &str| format!("{name}: {s} is missing");
         // SAFETY: each symbol is read with its documented signature in nvml.h; the optional ones are
         // `None` when the library lacks them.
+        let (pci_info, mig) = unsafe {
+            (
+                lib.get::<PciInfo>(b"nvmlDeviceGetPciInfo_v3").ok().map(|s| *s),
+                lib.get::<MigMode>(b"nvmlDeviceGetMigMode").ok().map(|s| *s),
+            )
+        };
+        // SAFETY: as above.
         let (init, by_index, device_name, uuid, utilization, power, temperature) = unsafe {
             (
                 *lib.get::<Init>(b"nvmlInit_v2").map_err(|_| sym("nvmlInit_v2"))?,
@@ -125,10 +153,11 @@ impl Sensors {
             readings.push(Reading {
                 name: text(device_name, handle).unwrap_or_default(),
                 uuid: text(uuid, handle).filter(|u| !u.is_empty()),
+                pci_bus_id: pci_bus_id(pci_info, handle),
                 ..Reading::default()
             });
         }
-        let sensors = Sensors { _lib: lib, utilization, power, temperature, handles };
+        let sensors = Sensors { _lib: lib, mig, utilization, power, temperature, handles };
         for (device, reading) in readings.iter_mut().enumerate() {
             sensors.read(device, reading);
         }
@@ -148,6 +177,12 @@ impl Sensors {
             let mut mw: c_uint = 0;
             // SAFETY: a valid out-pointer; the handle is NVML's.
             (unsafe { query(handle, &mut mw) } == NVML_SUCCESS).then_some(f64::from(mw) / 1000.0)
+        });
+        reading.mig = self.mig.and_then(|query| {
+            let (mut current, mut pending): (c_uint, c_uint) = (0, 0);
+            // SAFETY: two valid out-pointers; the handle is NVML's.
+            (unsafe { query(handle, &mut current, &mut pending) } == NVML_SUCCESS)
+                .then_some(current == NVML_DEVICE_MIG_ENABLE)
         });
         reading.temperature_c = self.temperature.and_then(|query| {
             let mut c: c_uint = 0;
@@ -180,6 +215,7 @@ mod tests {
         let lib = unsafe { Library::new("libc.so.6") }.expect("libc");
         let sensors = Sensors {
             _lib: lib,
+            mig: None,
             utilization: None,
             power: None,
             temperature: None,

@@ -4,8 +4,7 @@
 
 use crate::config::Config;
 use serde::{Deserialize, Serialize};
-use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 /// File name of the configuration in the state directory.
@@ -70,28 +69,10 @@ impl Store {
 
     /// Replaces the saved configuration with `config`, atomically.
     pub fn save(&self, config: &Config) -> Result<(), String> {
-        let fail = |what: &str, e: std::io::Error| format!("state file {}: cannot {what}: {e}", self.path.display());
         let text = serde_json::to_string_pretty(&Stored { version: FORMAT, config: config.clone() })
             .map_err(|e| format!("cannot encode the configuration: {e}"))?;
-        let tmp = self.path.with_extension(format!("json.{}.tmp", std::process::id()));
-        let write = || -> std::io::Result<()> {
-            let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
-            f.write_all(text.as_bytes())?;
-            f.write_all(b"\n")?;
-            f.sync_all()
-        };
-        if let Err(e) = write() {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(fail("write", e));
-        }
-        std::fs::rename(&tmp, &self.path).map_err(|e| {
-            let _ = std::fs::remove_file(&tmp);
-            fail("replace", e)
-        })?;
-        // The rename itself is durable once the directory is.
-        if let Some(dir) = self.path.parent() {
-            std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(|e| fail("sync its directory", e))?;
-        }
+        let fail = |e: String| format!("state file {e}");
+        tessera_ffi::secure_fs::replace_atomically(&self.path, 0o600, format!("{text}\n").as_bytes()).map_err(fail)?;
         Ok(())
     }
 }

@@ -21,6 +21,8 @@ pub const KNOWN: &[&str] = &[
     "TESSERA_COMPUTE_SHARE",
     "TESSERA_MODE",
     "TESSERA_MEMORY_WAIT",
+    "TESSERA_SYSFS_ROOT",
+    "TESSERA_PCI_IDS",
 ];
 
 /// Default of `TESSERA_MEMORY_WAIT`.

@@ -4,6 +4,7 @@ mod account;
 mod completions;
 mod daemon_cmd;
 mod demo;
+mod devices_cmd;
 mod grid;
 mod info;
 mod load;
@@ -40,6 +41,16 @@ enum Command {
         #[command(subcommand)]
         command: vgpu_cmd::VgpuCommand,
     },
+    /// The host's GPUs for virtual machines: PCI ids and names, driver, NUMA node, IOMMU group, SR-IOV, mdev
+    /// types and the mode each is in; `bind-vfio`/`unbind-vfio ADDR` move a GPU's IOMMU group, `reconcile`
+    /// cleans up after a crash.
+    Devices(devices_cmd::DevicesArgs),
+    /// Mediated devices (mdev vGPUs for virtual machines): `types`, `list`, `create --parent ADDR --type
+    /// TYPE`, `rm UUID`.
+    Mdev {
+        #[command(subcommand)]
+        command: devices_cmd::MdevCommand,
+    },
     /// A live view of every device and vGPU: shares configured and achieved, launches, waiting, memory,
     /// processes (`--once`: one frame as text, `--json`: one snapshot).
     Top(top::TopArgs),
@@ -69,6 +80,8 @@ fn main() -> ExitCode {
         Command::Load(args) => load::run(args),
         Command::Daemon(args) => daemon_cmd::run(args),
         Command::Vgpu { command } => vgpu_cmd::run(command),
+        Command::Devices(args) => devices_cmd::run_devices(args),
+        Command::Mdev { command } => devices_cmd::run_mdev(command),
         Command::Top(args) => top::run(args),
         Command::Info(args) => info::run(args),
         Command::Simgpu { command } => simgpu_cmd::run(command),

@@ -2,6 +2,7 @@
 //! line, with a timeout; every failure an [`Error`] with its [`ErrorCode`]. A reply of another protocol
 //! version is an error naming both versions.
 
+use crate::devices::{BindReport, Gpu, Mdev, MdevType, ReconcileReport};
 use crate::error::{Error, ErrorCode};
 use crate::spec::{Change, VgpuSpec};
 use crate::stats::Stats;
@@ -193,6 +194,54 @@ impl Client {
     pub fn stats(&self, name: Option<&str>) -> Result<Stats, Error> {
         let reply = self.request(&Request::Stats { name: name.map(str::to_string) })?;
         reply.stats.ok_or_else(|| Error::new(ErrorCode::BadReply, "the daemon sent no figures"))
+    }
+
+    /// Every GPU of the host for virtual machines and the mode it is in.
+    pub fn devices(&self) -> Result<Vec<Gpu>, Error> {
+        let reply = self.request(&Request::Devices)?;
+        reply.gpus.ok_or_else(|| Error::new(ErrorCode::BadReply, "the daemon sent no device list"))
+    }
+
+    /// Binds the IOMMU group of the GPU at `address` to `vfio-pci` (`bind`) or gives it back (`!bind`).
+    pub fn vfio(&self, address: &str, bind: bool) -> Result<BindReport, Error> {
+        let address = address.to_string();
+        let request = if bind { Request::BindVfio { address } } else { Request::UnbindVfio { address } };
+        self.request(&request)?.bind.ok_or_else(|| Error::new(ErrorCode::BadReply, "the daemon sent no bind report"))
+    }
+
+    /// Every mdev type the host's devices offer.
+    pub fn mdev_types(&self) -> Result<Vec<MdevType>, Error> {
+        let reply = self.request(&Request::MdevTypes)?;
+        reply.mdev_types.ok_or_else(|| Error::new(ErrorCode::BadReply, "the daemon sent no mdev types"))
+    }
+
+    /// Every mdev.
+    pub fn mdev_list(&self) -> Result<Vec<Mdev>, Error> {
+        self.request(&Request::MdevList)?
+            .mdevs
+            .ok_or_else(|| Error::new(ErrorCode::BadReply, "the daemon sent no mdevs"))
+    }
+
+    /// Creates an mdev of type `type_id` on `parent` (with `uuid`, or a random one); returns it.
+    pub fn mdev_create(&self, parent: &str, type_id: &str, uuid: Option<&str>) -> Result<Mdev, Error> {
+        let request =
+            Request::MdevCreate { parent: parent.into(), type_id: type_id.into(), uuid: uuid.map(str::to_string) };
+        let reply = self.request(&request)?;
+        reply
+            .mdevs
+            .and_then(|m| m.into_iter().next())
+            .ok_or_else(|| Error::new(ErrorCode::BadReply, "the daemon named no mdev"))
+    }
+
+    /// Removes the mdev `uuid`.
+    pub fn mdev_remove(&self, uuid: &str) -> Result<(), Error> {
+        self.request(&Request::MdevRm { uuid: uuid.into() }).map(drop)
+    }
+
+    /// Reconciles the host's passthrough state with Tessera's records; returns what was done.
+    pub fn reconcile(&self) -> Result<ReconcileReport, Error> {
+        let reply = self.request(&Request::Reconcile)?;
+        reply.reconcile.ok_or_else(|| Error::new(ErrorCode::BadReply, "the daemon sent no reconcile report"))
     }
 
     /// Waits until a daemon answers (one just started), for at most `timeout`. `starting` is asked

@@ -5,6 +5,7 @@
 //! `docs/protocol.md`.
 
 pub mod client;
+pub mod devices;
 pub mod error;
 pub mod local;
 pub mod spec;
@@ -12,6 +13,7 @@ pub mod stats;
 pub mod wire;
 
 pub use client::Client;
+pub use devices::{BindReport, DeviceMode, Gpu, Mdev, MdevType, PciFunction, ReconcileReport};
 pub use error::{Error, ErrorCode};
 pub use spec::{Change, DEFAULT_WINDOW_NS, Mode, Priority, VgpuSpec};
 pub use stats::{Achieved, DeviceStats, MemoryStats, ProcessStats, Stats, VgpuStats};

@@ -131,6 +131,9 @@ pub struct DeviceStats {
     /// GPU temperature in degrees Celsius, when NVML tells it.
     #[serde(default)]
     pub temperature_c: Option<f64>,
+    /// Its PCI address as sysfs names it (`0000:10:00.0`), when the driver tells it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pci_bus_id: Option<String>,
     /// Its memory, in bytes.
     pub memory_total: u64,
     /// Device memory its vGPUs' processes use, in bytes (checkpointed processes' memory, in host memory,

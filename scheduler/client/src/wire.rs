@@ -1,6 +1,7 @@
 //! What a client and the daemon say over the socket (see `docs/protocol.md`): one JSON [`Request`] per
 //! line, each carrying the protocol [`VERSION`], answered by one JSON [`Reply`] line carrying it too.
 
+use crate::devices::{BindReport, Gpu, Mdev, MdevType, ReconcileReport};
 use crate::error::ErrorCode;
 use crate::spec::{Change, VgpuSpec};
 use crate::stats::Stats;
@@ -100,11 +101,52 @@ pub enum Request {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         name: Option<String>,
     },
+    /// Every GPU of the host for virtual machines: PCI function, IOMMU group, SR-IOV, mdev types and
+    /// mdevs, and the mode it is in.
+    Devices,
+    /// Bind a GPU's whole IOMMU group to `vfio-pci` (refused while Tessera uses a GPU of the group).
+    #[serde(rename = "bind-vfio")]
+    BindVfio {
+        /// The GPU's PCI address (`0000:10:00.0`).
+        address: String,
+    },
+    /// Give a GPU's whole IOMMU group back from `vfio-pci` to the drivers the kernel picks.
+    #[serde(rename = "unbind-vfio")]
+    UnbindVfio {
+        /// The GPU's PCI address.
+        address: String,
+    },
+    /// Every mdev type the host's devices offer.
+    #[serde(rename = "mdev-types")]
+    MdevTypes,
+    /// Every mdev.
+    #[serde(rename = "mdev-list")]
+    MdevList,
+    /// Create an mdev (recorded as Tessera's).
+    #[serde(rename = "mdev-create")]
+    MdevCreate {
+        /// Its parent device's PCI address.
+        parent: String,
+        /// Its type's directory name (`nvidia-63`).
+        #[serde(rename = "type")]
+        type_id: String,
+        /// Its UUID; a random (version 4) one when absent.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        uuid: Option<String>,
+    },
+    /// Remove an mdev nothing uses.
+    #[serde(rename = "mdev-rm")]
+    MdevRm {
+        /// Its UUID.
+        uuid: String,
+    },
+    /// Drop records of vanished mdevs, remove unused mdevs Tessera created, roll back an interrupted bind.
+    Reconcile,
 }
 
 impl Request {
     /// How many kinds of request there are (see [`Request::ordinal`]).
-    pub const KINDS: usize = 12;
+    pub const KINDS: usize = 20;
 
     /// The request's kind as a number below [`Request::KINDS`]: a new kind does not compile until it is
     /// numbered here, and a test then checks [`Request::examples`] and `docs/protocol.md` cover it.
@@ -122,6 +164,14 @@ impl Request {
             Request::SwapOut { .. } => 9,
             Request::Stats { .. } => 10,
             Request::Snapshot { .. } => 11,
+            Request::Devices => 12,
+            Request::BindVfio { .. } => 13,
+            Request::UnbindVfio { .. } => 14,
+            Request::MdevTypes => 15,
+            Request::MdevList => 16,
+            Request::MdevCreate { .. } => 17,
+            Request::MdevRm { .. } => 18,
+            Request::Reconcile => 19,
         }
     }
 
@@ -141,6 +191,14 @@ impl Request {
             Request::SwapOut { name: name() },
             Request::Stats { name: None },
             Request::Snapshot { name: name(), pids: Vec::new() },
+            Request::Devices,
+            Request::BindVfio { address: "0000:10:00.0".into() },
+            Request::UnbindVfio { address: "0000:10:00.0".into() },
+            Request::MdevTypes,
+            Request::MdevList,
+            Request::MdevCreate { parent: "0000:41:00.4".into(), type_id: "nvidia-63".into(), uuid: None },
+            Request::MdevRm { uuid: "8a3e4b0c-5f2d-4c1e-9b7a-2d6f0e1c3a45".into() },
+            Request::Reconcile,
         ]
     }
 
@@ -328,6 +386,21 @@ pub struct Reply {
     /// The daemon's release (`0.1.0`), answering `version`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub release: Option<String>,
+    /// The GPUs a `devices` request asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus: Option<Vec<Gpu>>,
+    /// The mdev types a `mdev-types` request asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mdev_types: Option<Vec<MdevType>>,
+    /// The mdevs of `mdev-list`, or the one `mdev-create` made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mdevs: Option<Vec<Mdev>>,
+    /// What `bind-vfio` or `unbind-vfio` did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bind: Option<BindReport>,
+    /// What `reconcile` did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reconcile: Option<ReconcileReport>,
     /// The daemon's pid.
     pub pid: u32,
 }
@@ -344,6 +417,11 @@ impl Reply {
             pager: None,
             stats: None,
             release: None,
+            gpus: None,
+            mdev_types: None,
+            mdevs: None,
+            bind: None,
+            reconcile: None,
             pid: std::process::id(),
         }
     }
