@@ -270,8 +270,10 @@ impl Manager {
             // They wait for the driver's checkpoint calls, taking the configuration's lock only to suspend.
             Request::Snapshot { name, pids } => return self.snapshot(name, pids),
             Request::Resume { name, pids } => return self.resume(name, pids),
-            r if crate::passthrough_ops::answers(r) => return crate::passthrough_ops::carry_out(self, r),
             _ => {}
+        }
+        if let Some(reply) = crate::passthrough_ops::carry_out(self, &request) {
+            return reply;
         }
         let mut config = self.config();
         let vgpus = match request {

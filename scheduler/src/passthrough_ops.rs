@@ -24,21 +24,6 @@ static STATE_DIR: OnceLock<PathBuf> = OnceLock::new();
 /// Held while a request reads or writes sysfs: a bind and an mdev creation never interleave.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
-/// Whether `request` is one of this module's.
-pub fn answers(request: &Request) -> bool {
-    matches!(
-        request,
-        Request::Devices
-            | Request::BindVfio { .. }
-            | Request::UnbindVfio { .. }
-            | Request::MdevTypes
-            | Request::MdevList
-            | Request::MdevCreate { .. }
-            | Request::MdevRm { .. }
-            | Request::Reconcile
-    )
-}
-
 /// Called at the daemon's start: remembers the state directory and reconciles (an interrupted bind is
 /// undone, orphan mdevs removed), saying what it did; a failure is said, never fatal.
 pub fn start(state_dir: &Path) {
@@ -70,31 +55,40 @@ fn open() -> Result<(Sysfs, State), Error> {
     Ok((sys, State::open(dir)?))
 }
 
-/// Carries out one of this module's requests.
-pub fn carry_out(manager: &Manager, request: &Request) -> Result<Reply, Error> {
-    let (sys, state) = open()?;
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner);
+/// Carries out `request` when it is one of this module's (`None` for any other request).
+pub fn carry_out(manager: &Manager, request: &Request) -> Option<Result<Reply, Error>> {
     let ok = || Reply::ok(Vec::new());
-    Ok(match request {
-        Request::Devices => Reply { gpus: Some(devices(manager, &sys, &state)?), ..ok() },
-        Request::BindVfio { address } => {
-            let (_, members) = vfio::group_of(&sys, address)?;
-            refuse_if_used(&used_devices(manager), &sys, members.iter().map(|m| m.address.as_str()))?;
-            Reply { bind: Some(vfio::bind(&sys, &state, address)?), ..ok() }
+    // Each request runs on the sysfs tree and state files, one at a time.
+    let run = |op: &dyn Fn(&Sysfs, &State) -> Result<Reply, Error>| {
+        Some(open().and_then(|(sys, state)| {
+            let _one = ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner);
+            op(&sys, &state)
+        }))
+    };
+    match request {
+        Request::Devices => run(&|sys, state| Ok(Reply { gpus: Some(devices(manager, sys, state)?), ..ok() })),
+        Request::BindVfio { address } => run(&|sys, state| {
+            let (_, members) = vfio::group_of(sys, address)?;
+            refuse_if_used(&used_devices(manager), sys, members.iter().map(|m| m.address.as_str()))?;
+            Ok(Reply { bind: Some(vfio::bind(sys, state, address)?), ..ok() })
+        }),
+        Request::UnbindVfio { address } => {
+            run(&|sys, state| Ok(Reply { bind: Some(vfio::unbind(sys, state, address)?), ..ok() }))
         }
-        Request::UnbindVfio { address } => Reply { bind: Some(vfio::unbind(&sys, &state, address)?), ..ok() },
-        Request::MdevTypes => Reply { mdev_types: Some(discover::all_mdev_types(&sys)), ..ok() },
-        Request::MdevList => Reply { mdevs: Some(mdev::list(&sys, &state)?), ..ok() },
-        Request::MdevCreate { parent, type_id, uuid } => {
-            Reply { mdevs: Some(vec![mdev::create(&sys, &state, parent, type_id, uuid.as_deref())?]), ..ok() }
+        Request::MdevTypes => run(&|sys, _| Ok(Reply { mdev_types: Some(discover::all_mdev_types(sys)), ..ok() })),
+        Request::MdevList => run(&|sys, state| Ok(Reply { mdevs: Some(mdev::list(sys, state)?), ..ok() })),
+        Request::MdevCreate { parent, type_id, uuid } => run(&|sys, state| {
+            Ok(Reply { mdevs: Some(vec![mdev::create(sys, state, parent, type_id, uuid.as_deref())?]), ..ok() })
+        }),
+        Request::MdevRm { uuid } => run(&|sys, state| {
+            mdev::remove(sys, state, uuid)?;
+            Ok(ok())
+        }),
+        Request::Reconcile => {
+            run(&|sys, state| Ok(Reply { reconcile: Some(reconcile::reconcile(sys, state)?), ..ok() }))
         }
-        Request::MdevRm { uuid } => {
-            mdev::remove(&sys, &state, uuid)?;
-            ok()
-        }
-        Request::Reconcile => Reply { reconcile: Some(reconcile::reconcile(&sys, &state)?), ..ok() },
-        _ => return Err(Error::new(ErrorCode::Internal, format!("{} is not a passthrough request", request.op()))),
-    })
+        _ => None,
+    }
 }
 
 /// One of the daemon's devices and how Tessera uses it.
