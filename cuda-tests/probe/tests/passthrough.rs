@@ -195,6 +195,17 @@ fn mdevs_are_created_listed_refused_while_in_use_removed_and_orphans_reconciled(
     assert!(m.ok(&["mdev", "list"]).contains(uuid));
     let e = m.fails(1, &["mdev", "create", "--parent", "0000:41:00.4", "--type", "nvidia-471"]);
     assert!(e.contains("no instance available"), "{e}");
+    // A UUID in use is refused before anything is recorded or written.
+    let e = m.fails(1, &["mdev", "create", "--parent", "0000:41:00.5", "--type", "nvidia-472", "--uuid", uuid]);
+    assert!(e.contains("exists already"), "{e}");
+    // The kernel refusing the create leaves no record behind (the record is made first, then dropped).
+    tree.inject("bus/pci/devices/0000:41:00.5/mdev_supported_types/nvidia-472/create", Fault::Errno(libc::EIO))
+        .unwrap();
+    let e = m.fails(1, &["mdev", "create", "--parent", "0000:41:00.5", "--type", "nvidia-472"]);
+    assert!(e.contains("create"), "{e}");
+    assert_eq!(m.client().mdev_list().unwrap().len(), 1, "only the first mdev");
+    let records = std::fs::read_to_string(m.dir.join("state/mdevs.json")).unwrap();
+    assert_eq!(records.matches("\"uuid\"").count(), 1, "one record: {records}");
 
     // In use (a VM's VFIO holds it): not removed.
     tree.set_mdev_in_use(uuid, true).unwrap();

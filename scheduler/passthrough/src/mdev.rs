@@ -50,16 +50,22 @@ pub fn create(sys: &Sysfs, state: &State, parent: &str, type_id: &str, uuid: Opt
             format!("needs root: {} is not writable by this process; nothing done", create.display()),
         ));
     }
+    if std::fs::symlink_metadata(sys.path("bus/mdev/devices").join(&uuid)).is_ok() {
+        return Err(Error::new(ErrorCode::AlreadyExists, format!("an mdev {uuid} exists already; nothing done")));
+    }
+    // Recorded before the kernel makes it: a daemon killed in between leaves a record that `reconcile`
+    // settles (dropped if the mdev never came, the mdev removed if nothing uses it), never an mdev nobody
+    // knows Tessera made.
     let mut records = state.records()?;
-    sysfs::write_attr(&create, &uuid)?;
     records.push(MdevRecord { uuid: uuid.clone(), parent: parent.clone(), type_id: type_id.into() });
-    if let Err(e) = state.save_records(&records) {
-        // An mdev Tessera cannot record is one it would never reconcile: take it back.
-        let undone = match sysfs::write_attr(&remove_path(sys, &uuid), "1") {
-            Ok(()) => "it was removed again".to_string(),
-            Err(r) => format!("removing it failed too: {r}"),
+    state.save_records(&records)?;
+    if let Err(e) = sysfs::write_attr(&create, &uuid) {
+        records.pop();
+        let kept = match state.save_records(&records) {
+            Ok(()) => String::new(),
+            Err(r) => format!(" (its record stays until `tessera devices reconcile` drops it: {r})"),
         };
-        return Err(Error::new(e.code, format!("mdev {uuid} was created but {e}; {undone}")));
+        return Err(Error::new(e.code, format!("{e}{kept}")));
     }
     Ok(Mdev { uuid, parent, type_id: type_id.into(), in_use: false, tessera_created: true })
 }
