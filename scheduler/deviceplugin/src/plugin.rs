@@ -4,7 +4,7 @@
 
 use crate::config::Config;
 use crate::inventory::{Gpu, NvmlFacts, refresh};
-use crate::registration::{identity, register};
+use crate::registration::{Identity, identity, register};
 use crate::service::Service;
 use crate::v1beta1::device_plugin_server::DevicePluginServer;
 use std::future::Future;
@@ -96,7 +96,7 @@ async fn serve_once(config: &Config, client: &Client, gpus: watch::Receiver<Vec<
     );
     say(&format!("serving {} on {}", config.resource, socket.display()));
     let kubelet = config.kubelet_socket();
-    let mut registered: Option<(u64, u64)> = None;
+    let mut registered: Option<Identity> = None;
     loop {
         if identity(&socket) != own {
             say(&format!("{} was removed (kubelet restarted?); starting over", socket.display()));

@@ -20,20 +20,34 @@ pub fn request(config: &Config) -> RegisterRequest {
     }
 }
 
-/// Registers the plugin of `config` with the kubelet listening on its `kubelet.sock`.
+/// Registers the plugin of `config` with the kubelet listening on its `kubelet.sock`, giving up after
+/// [`TIMEOUT`] (a kubelet that accepts the connection but never answers must not stall the plugin).
 pub async fn register(config: &Config) -> Result<(), String> {
     let socket = config.kubelet_socket();
-    let channel = crate::unix::channel(&socket)
-        .await
-        .map_err(|e| format!("cannot reach kubelet on {}: {e}", socket.display()))?;
-    RegistrationClient::new(channel)
-        .register(request(config))
-        .await
-        .map_err(|e| format!("kubelet on {} refused the registration: {}", socket.display(), e.message()))?;
-    Ok(())
+    let attempt = async {
+        let channel = crate::unix::channel(&socket)
+            .await
+            .map_err(|e| format!("cannot reach kubelet on {}: {e}", socket.display()))?;
+        RegistrationClient::new(channel)
+            .register(request(config))
+            .await
+            .map_err(|e| format!("kubelet on {} refused the registration: {}", socket.display(), e.message()))
+    };
+    match tokio::time::timeout(TIMEOUT, attempt).await {
+        Ok(result) => result.map(drop),
+        Err(_) => Err(format!("kubelet on {} did not answer within {} s", socket.display(), TIMEOUT.as_secs())),
+    }
 }
 
-/// What tells one socket file from another at the same path (device and inode), `None` when there is none.
-pub fn identity(path: &Path) -> Option<(u64, u64)> {
-    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+/// How long kubelet may take to answer a registration.
+pub const TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// What tells one socket file from another made later at the same path, `None` when there is none: its
+/// device, inode and change time (a file system may give a new file the inode number of one just
+/// removed, so the inode alone does not tell).
+pub fn identity(path: &Path) -> Option<Identity> {
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino(), m.ctime(), m.ctime_nsec()))
 }
+
+/// See [`identity`].
+pub type Identity = (u64, u64, i64, i64);
