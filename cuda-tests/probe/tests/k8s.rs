@@ -235,6 +235,16 @@ fn registers_advertises_replicas_and_allocates_vgpus_in_the_daemon() {
         let again = plugin.allocate(allocate_request(&[format!("{}-3", uuids[1])])).await.expect("Allocate");
         assert_eq!(again.into_inner().container_responses[0].envs["TESSERA_VGPU"], "k8s-1-3");
         assert_eq!(m.client().show("k8s-1-3").unwrap().spec.share, 10);
+
+        // A process started with the envs a container of 5 replicas of GPU 0 gets is held to 5/10 of it.
+        let ids: Vec<String> = (0..5).map(|i| format!("{}-{i}", uuids[0])).collect();
+        let response = plugin.allocate(allocate_request(&ids)).await.expect("Allocate").into_inner();
+        let envs = response.container_responses[0].envs.clone();
+        let name = envs["TESSERA_VGPU"].clone();
+        let out = m.tenant(&name, &["mem-info"]).envs(&envs).output().expect("run mem-info");
+        let info = common::finished(out).json;
+        let total = m.client().stats(None).unwrap().devices[0].memory_total;
+        assert_eq!(common::u64_at(&info, "total"), total / 10 * 5, "{info}");
     });
 }
 
@@ -274,4 +284,23 @@ fn a_restarted_kubelet_gets_a_new_registration_within_5_s() {
     let kubelet = Kubelet::start(&dir);
     let (_, took) = kubelet.wait_for_registration(Duration::from_secs(60));
     assert!(took <= Duration::from_secs(5), "registered again only after {took:?}");
+}
+
+#[test]
+fn bad_options_are_refused_naming_the_problem() {
+    let m = Machine::new("k8s-options", "small");
+    let dir = plugin_dir(&m);
+    let dir = dir.to_str().unwrap();
+    for (args, says) in [
+        (&["--replicas", "0"][..], "--replicas 0"),
+        (&["--replicas", "101"][..], "1 to 100"),
+        (&["--resource", "vgpu"][..], "domain/name"),
+        (&["--resource", "Tessera.io/vgpu"][..], "DNS name"),
+        (&["--socket-name", "kubelet.sock"][..], "other than kubelet.sock"),
+        (&["--dir", "/nonexistent/device-plugins"][..], "no such directory"),
+    ] {
+        let dir = if args.contains(&"--dir") { &[][..] } else { &["--dir", dir][..] };
+        let stderr = m.fails(1, &[&["k8s", "device-plugin"][..], dir, args].concat());
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
 }

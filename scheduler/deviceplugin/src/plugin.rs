@@ -27,14 +27,17 @@ fn say(message: &str) {
 
 /// Keeps `gpus` current: reads the daemon's devices every [`REFRESH_EVERY`], sending only changes (each
 /// change becomes a `ListAndWatch` update).
-async fn keep_current(client: Client, facts: NvmlFacts, gpus: watch::Sender<Vec<Gpu>>) {
+/// The first read is done before this returns, so that kubelet's first `ListAndWatch` gets the GPUs, not
+/// an empty list.
+async fn keep_current(client: Client, facts: NvmlFacts) -> (watch::Receiver<Vec<Gpu>>, tokio::task::JoinHandle<()>) {
     let facts = Arc::new(facts);
+    let (gpus, receiver) = watch::channel(Vec::new());
     let mut said: Option<String> = None;
-    loop {
+    let mut read_once = async move || -> bool {
         let before = gpus.borrow().clone();
         let (c, f) = (client.clone(), facts.clone());
         let Ok((now, error)) = tokio::task::spawn_blocking(move || refresh(&c, &f, &before)).await else {
-            return;
+            return false;
         };
         if error != said {
             match &error {
@@ -48,8 +51,18 @@ async fn keep_current(client: Client, facts: NvmlFacts, gpus: watch::Sender<Vec<
             *old = now;
             changed
         });
-        tokio::time::sleep(REFRESH_EVERY).await;
-    }
+        true
+    };
+    read_once().await;
+    let task = tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(REFRESH_EVERY).await;
+            if !read_once().await {
+                return;
+            }
+        }
+    });
+    (receiver, task)
 }
 
 /// Runs the plugin of `config`, reaching the daemon with `client`, until `stop` completes. Fails at once
@@ -63,8 +76,7 @@ pub async fn run(
 ) -> Result<(), String> {
     config.check()?;
     write_preload(&config)?;
-    let (gpus_tx, gpus) = watch::channel(Vec::new());
-    let refresher = tokio::spawn(keep_current(client.clone(), facts, gpus_tx));
+    let (gpus, refresher) = keep_current(client.clone(), facts).await;
     tokio::pin!(stop);
     let result = loop {
         let serving = serve_once(&config, &client, gpus.clone());
