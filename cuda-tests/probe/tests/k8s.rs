@@ -3,7 +3,8 @@
 //! registers with the version, endpoint and resource name; `ListAndWatch` advertises N replicas per
 //! simulated GPU; `Allocate` creates the vGPU in the daemon and returns the envs, mounts and device nodes;
 //! malformed requests get gRPC errors; a kubelet restart (a new `kubelet.sock`, the plugin's socket
-//! removed) is followed by a new registration within 5 s.
+//! removed) is followed by a new registration within 5 s; SIGTERM stops the plugin, which removes its
+//! socket; bad options are refused naming the problem.
 
 mod common;
 
@@ -254,7 +255,7 @@ fn a_restarted_kubelet_gets_a_new_registration_within_5_s() {
     m.start();
     let dir = plugin_dir(&m);
     let kubelet = Kubelet::start(&dir);
-    let _plugin = start_plugin(&m, &dir, &["--replicas", "4", "--resource", "example.com/shared-gpu"]);
+    let mut plugin = start_plugin(&m, &dir, &["--replicas", "4", "--resource", "example.com/shared-gpu"]);
     let (first, _) = kubelet.wait_for_registration(Duration::from_secs(60));
     assert_eq!(first.resource_name, "example.com/shared-gpu");
     let listed = |endpoint: String| {
@@ -284,6 +285,20 @@ fn a_restarted_kubelet_gets_a_new_registration_within_5_s() {
     let kubelet = Kubelet::start(&dir);
     let (_, took) = kubelet.wait_for_registration(Duration::from_secs(60));
     assert!(took <= Duration::from_secs(5), "registered again only after {took:?}");
+
+    // SIGTERM: the plugin stops cleanly and removes its socket.
+    // SAFETY: kill sends a signal to our own child, not reaped yet, so its pid is not reused.
+    unsafe { libc::kill(plugin.id() as libc::pid_t, libc::SIGTERM) };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = plugin.try_wait().expect("wait for the plugin") {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "the plugin did not stop on SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "the plugin exited with {status}");
+    assert!(!dir.join(&first.endpoint).exists(), "the plugin left its socket behind");
 }
 
 #[test]
