@@ -319,3 +319,51 @@ fn bad_options_are_refused_naming_the_problem() {
         assert!(stderr.contains(says), "{args:?}: {stderr}");
     }
 }
+
+#[test]
+fn a_gpu_nvml_loses_turns_unhealthy_and_healthy_again_when_it_returns() {
+    let mut m = Machine::new("k8s-health", "small,small");
+    m.start();
+    let dir = plugin_dir(&m);
+    let kubelet = Kubelet::start(&dir);
+    let _plugin = start_plugin(&m, &dir, &["--replicas", "2"]);
+    let (registration, _) = kubelet.wait_for_registration(Duration::from_secs(60));
+    let uuids = uuids(&m);
+    let sim = simgpu::Config::from_lookup(|k| m.sim.var(k).map(str::to_string)).expect("the machine's simgpu config");
+    let lost = sim.lost_marker(1);
+
+    runtime().block_on(async {
+        let mut plugin = dial(&dir, &registration.endpoint).await;
+        let mut stream = plugin.list_and_watch(Empty {}).await.expect("ListAndWatch").into_inner();
+        // The next list within 30 s (the plugin reads the devices every 5 s) as (id, health) pairs.
+        let mut next = async || {
+            let list = tokio::time::timeout(Duration::from_secs(30), stream.message())
+                .await
+                .expect("a new device list within 30 s")
+                .expect("the stream")
+                .expect("the stream stays open");
+            let mut pairs: Vec<(String, String)> = list.devices.into_iter().map(|d| (d.id, d.health)).collect();
+            pairs.sort();
+            pairs
+        };
+        let health = |gpu: usize, state: &str| -> Vec<(String, String)> {
+            (0..2).map(|i| (format!("{}-{i}", uuids[gpu]), state.to_string())).collect()
+        };
+        let all = |a: &str, b: &str| {
+            let mut v = [health(0, a), health(1, b)].concat();
+            v.sort();
+            v
+        };
+        assert_eq!(next().await, all("Healthy", "Healthy"));
+
+        std::fs::write(&lost, b"").expect("make GPU 1 lost");
+        assert_eq!(next().await, all("Healthy", "Unhealthy"), "GPU 1 lost keeps its IDs, unhealthy");
+        let refused = plugin.allocate(allocate_request(&[format!("{}-0", uuids[1])])).await;
+        assert_eq!(refused.expect_err("no vGPU on a lost GPU").code(), tonic::Code::FailedPrecondition);
+
+        std::fs::remove_file(&lost).expect("bring GPU 1 back");
+        assert_eq!(next().await, all("Healthy", "Healthy"), "GPU 1 is back");
+        let ok = plugin.allocate(allocate_request(&[format!("{}-0", uuids[1])])).await.expect("Allocate");
+        assert_eq!(ok.into_inner().container_responses[0].envs["TESSERA_VGPU"], "k8s-1-0");
+    });
+}

@@ -62,7 +62,10 @@ pub fn plan(ids: &[String], gpus: &[Gpu], replicas: u32) -> Result<Plan, Refusal
     }
     let gpu = gpu.expect("ids is not empty").clone();
     if !gpu.healthy {
-        return Err(Refusal::Unavailable(format!("GPU {} is unhealthy (the daemon does not report it)", gpu.key)));
+        return Err(Refusal::Unavailable(format!(
+            "GPU {} is unhealthy (NVML lost it, or the daemon does not report it)",
+            gpu.key
+        )));
     }
     indices.sort_unstable();
     Ok(Plan { gpu, replicas: indices })
@@ -138,7 +141,8 @@ mod tests {
     use super::*;
 
     fn gpu(key: &str, ordinal: u32) -> Gpu {
-        Gpu { ordinal, key: key.into(), memory_total: 10 << 30, minor: ordinal, numa_node: None, healthy: true }
+        let memory_total = 10 << 30;
+        Gpu { ordinal, key: key.into(), memory_total, minor: ordinal, numa_node: None, bus_id: None, healthy: true }
     }
 
     fn ids(list: &[&str]) -> Vec<String> {

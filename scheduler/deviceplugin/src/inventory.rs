@@ -24,7 +24,9 @@ pub struct Gpu {
     pub minor: u32,
     /// Its NUMA node, when NVML tells one.
     pub numa_node: Option<i64>,
-    /// The daemon reported it at the last refresh.
+    /// Its PCI address, when the daemon told it (how NVML is asked about it).
+    pub bus_id: Option<String>,
+    /// At the last refresh the daemon reported it and NVML did not call it lost.
     pub healthy: bool,
 }
 
@@ -60,32 +62,41 @@ impl NvmlFacts {
         NvmlFacts { nvml: None }
     }
 
-    /// (minor number, NUMA node) of the device at `bus_id`, each `None` when unknown.
-    fn of(&self, bus_id: Option<&str>) -> (Option<u32>, Option<i64>) {
+    /// What NVML tells of the device at `bus_id`: (lost, minor number, NUMA node); not lost and unknown
+    /// facts without NVML or a bus id.
+    fn of(&self, bus_id: Option<&str>) -> (bool, Option<u32>, Option<i64>) {
         let Some(device) = self.nvml.as_ref().zip(bus_id).and_then(|(nvml, id)| nvml.device(id)) else {
-            return (None, None);
+            return (false, None, None);
         };
-        (device.minor_number(), device.numa_node().map(i64::from))
+        if device.is_lost() {
+            return (true, None, None);
+        }
+        (false, device.minor_number(), device.numa_node().map(i64::from))
     }
 }
 
-/// The GPU a device of `stats` is.
-fn gpu_of(device: &DeviceStats, facts: &NvmlFacts) -> Gpu {
-    let (minor, numa_node) = facts.of(device.pci_bus_id.as_deref());
+/// The GPU a device of `stats` is. What the daemon or NVML no longer tells of a GPU it told before (a lost
+/// GPU has no UUID or bus id any more) is taken from `before`, so the GPU keeps its replica IDs and turns
+/// unhealthy rather than becoming another GPU.
+fn gpu_of(device: &DeviceStats, facts: &NvmlFacts, before: Option<&Gpu>) -> Gpu {
+    let bus_id = device.pci_bus_id.clone().or_else(|| before.and_then(|b| b.bus_id.clone()));
+    let (lost, minor, numa_node) = facts.of(bus_id.as_deref());
+    let key = device.uuid.clone().or_else(|| before.map(|b| b.key.clone()));
     Gpu {
         ordinal: device.device,
-        key: device.uuid.clone().unwrap_or_else(|| format!("gpu{}", device.device)),
+        key: key.unwrap_or_else(|| format!("gpu{}", device.device)),
         memory_total: device.memory_total,
-        minor: minor.unwrap_or(device.device),
-        numa_node,
-        healthy: true,
+        minor: minor.or(before.map(|b| b.minor)).unwrap_or(device.device),
+        numa_node: numa_node.or(before.and_then(|b| b.numa_node)),
+        bus_id,
+        healthy: !lost,
     }
 }
 
-/// The GPUs now: those the daemon reports, healthy, then those of `before` it no longer reports, kept and
-/// unhealthy (kubelet must stop placing containers on them, and may see them come back). When the daemon
-/// does not answer, every GPU of `before` is unhealthy (no vGPU can be created) and the error is returned
-/// beside.
+/// The GPUs now: those the daemon reports, healthy unless NVML calls them lost, then those of `before` it
+/// no longer reports, kept and unhealthy (kubelet must stop placing containers on them, and may see them
+/// come back). When the daemon does not answer, every GPU of `before` is unhealthy (no vGPU can be
+/// created) and the error is returned beside.
 pub fn refresh(client: &Client, facts: &NvmlFacts, before: &[Gpu]) -> (Vec<Gpu>, Option<String>) {
     let stats = match client.stats(None) {
         Ok(stats) => stats,
@@ -94,7 +105,8 @@ pub fn refresh(client: &Client, facts: &NvmlFacts, before: &[Gpu]) -> (Vec<Gpu>,
             return (gpus, Some(format!("cannot read the daemon's devices: {e}")));
         }
     };
-    let mut gpus: Vec<Gpu> = stats.devices.iter().map(|d| gpu_of(d, facts)).collect();
+    let mut gpus: Vec<Gpu> =
+        stats.devices.iter().map(|d| gpu_of(d, facts, before.iter().find(|b| b.ordinal == d.device))).collect();
     for lost in before {
         if !gpus.iter().any(|g| g.key == lost.key) {
             gpus.push(Gpu { healthy: false, ..lost.clone() });
