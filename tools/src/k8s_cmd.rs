@@ -30,6 +30,10 @@ pub struct DevicePluginArgs {
     /// The extended resource registered, domain/name.
     #[arg(long, default_value = DEFAULT_RESOURCE, value_name = "NAME")]
     resource: String,
+    /// Remove a vGPU of the plugin once it has had no process attached for this long after its container's
+    /// processes had joined it (e.g. 30s, 2m).
+    #[arg(long, default_value = "30s", value_name = "TIME", value_parser = parse_grace)]
+    gc_grace: Duration,
     /// The plugin's socket file name in DIR.
     #[arg(long, default_value = DEFAULT_SOCKET_NAME, value_name = "FILE")]
     socket_name: String,
@@ -54,6 +58,7 @@ fn device_plugin(args: DevicePluginArgs) -> Result<(), String> {
         shim: tessera_hwinfo::lib_dir::shim()?,
         state_dir: paths::state_dir()?.join("device-plugin"),
         daemon_socket: daemon_socket.clone(),
+        gc_grace: args.gc_grace,
     };
     config.check()?;
     signals::install()?;
@@ -68,4 +73,14 @@ fn device_plugin(args: DevicePluginArgs) -> Result<(), String> {
         }
     };
     runtime.block_on(tessera_deviceplugin::plugin::run(config, Client::new(daemon_socket), NvmlFacts::open(), stop))
+}
+
+/// A grace period: a number with `s` or `m` (`30s`, `2m`), or plain seconds.
+fn parse_grace(text: &str) -> Result<Duration, String> {
+    let (number, unit) = match text.strip_suffix('m') {
+        Some(n) => (n, 60),
+        None => (text.strip_suffix('s').unwrap_or(text), 1),
+    };
+    let n: u64 = number.trim().parse().map_err(|_| format!("{text:?} is not a time; give e.g. 30s or 2m"))?;
+    Ok(Duration::from_secs(n * unit))
 }

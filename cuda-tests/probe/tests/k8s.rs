@@ -4,7 +4,8 @@
 //! simulated GPU; `Allocate` creates the vGPU in the daemon and returns the envs, mounts and device nodes;
 //! malformed requests get gRPC errors; a kubelet restart (a new `kubelet.sock`, the plugin's socket
 //! removed) is followed by a new registration within 5 s; SIGTERM stops the plugin, which removes its
-//! socket; bad options are refused naming the problem.
+//! socket; bad options are refused naming the problem; a GPU NVML loses turns unhealthy and back; an ended
+//! container's vGPU is removed after the grace period, a plugin restart keeps the vGPUs.
 
 mod common;
 
@@ -318,6 +319,8 @@ fn bad_options_are_refused_naming_the_problem() {
         let stderr = m.fails(1, &[&["k8s", "device-plugin"][..], dir, args].concat());
         assert!(stderr.contains(says), "{args:?}: {stderr}");
     }
+    let stderr = m.fails(2, &["k8s", "device-plugin", "--dir", dir, "--gc-grace", "soon"]);
+    assert!(stderr.contains("not a time"), "{stderr}");
 }
 
 #[test]
@@ -366,4 +369,41 @@ fn a_gpu_nvml_loses_turns_unhealthy_and_healthy_again_when_it_returns() {
         let ok = plugin.allocate(allocate_request(&[format!("{}-0", uuids[1])])).await.expect("Allocate");
         assert_eq!(ok.into_inner().container_responses[0].envs["TESSERA_VGPU"], "k8s-1-0");
     });
+}
+
+#[test]
+fn an_ended_containers_vgpu_is_removed_and_a_plugin_restart_keeps_the_others() {
+    let mut m = Machine::new("k8s-gc", "small");
+    m.start();
+    let dir = plugin_dir(&m);
+    let kubelet = Kubelet::start(&dir);
+    let mut plugin = start_plugin(&m, &dir, &["--gc-grace", "1s"]);
+    let (registration, _) = kubelet.wait_for_registration(Duration::from_secs(60));
+    let uuid = uuids(&m).remove(0);
+    let (ended, waiting) = runtime().block_on(async {
+        let mut plugin = dial(&dir, &registration.endpoint).await;
+        let mut name = async |i: u32| {
+            let r = plugin.allocate(allocate_request(&[format!("{uuid}-{i}")])).await.expect("Allocate");
+            r.into_inner().container_responses[0].envs["TESSERA_VGPU"].clone()
+        };
+        (name(0).await, name(1).await)
+    });
+
+    // A plugin restart keeps the vGPUs it handed out.
+    let _ = plugin.kill();
+    let _ = plugin.wait();
+    let _plugin = start_plugin(&m, &dir, &["--gc-grace", "1s"]);
+    let names = |m: &Machine| m.client().list().expect("list").into_iter().map(|v| v.spec.name).collect::<Vec<_>>();
+    assert_eq!(names(&m), [ended.clone(), waiting.clone()]);
+
+    // The first container runs a process in its vGPU and ends: the vGPU goes; the other, never joined
+    // (its container may not have started yet), stays.
+    let out = m.tenant(&ended, &["mem-info"]).output().expect("run mem-info");
+    assert!(common::finished(out).success, "the tenant ran");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while names(&m).contains(&ended) {
+        assert!(Instant::now() < deadline, "vGPU {ended} of the ended container is still there");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(names(&m), [waiting]);
 }

@@ -15,6 +15,8 @@ pub const MAX_REPLICAS: u32 = 100;
 pub const DEFAULT_SOCKET_NAME: &str = "tessera-vgpu.sock";
 /// kubelet's registration socket file name.
 pub const KUBELET_SOCKET: &str = "kubelet.sock";
+/// How long a vGPU of the plugin that had processes may stay without any before it is removed.
+pub const DEFAULT_GC_GRACE: std::time::Duration = std::time::Duration::from_secs(30);
 /// Where the shim is mounted in a container (and what its `/etc/ld.so.preload` names).
 pub const SHIM_IN_CONTAINER: &str = "/usr/local/lib/tessera/libtessera.so";
 
@@ -37,6 +39,8 @@ pub struct Config {
     pub shim: PathBuf,
     /// Where the plugin keeps the `ld.so.preload` file it mounts into containers.
     pub state_dir: PathBuf,
+    /// How long a vGPU of the plugin that had processes may stay without any before it is removed.
+    pub gc_grace: std::time::Duration,
 }
 
 impl Config {

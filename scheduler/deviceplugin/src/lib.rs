@@ -6,6 +6,7 @@
 //! - [`config`]: what the plugin is configured with;
 //! - [`inventory`]: the node's GPUs (daemon `stats` + NVML) and replica IDs;
 //! - [`allocate`]: one container's allocation: the vGPU and what the container is given;
+//! - [`gc`]: removing the vGPUs of ended containers;
 //! - [`preferred`]: the preferred allocation (one GPU, least loaded first);
 //! - [`service`]: the `DevicePlugin` gRPC service;
 //! - [`registration`]: registering with kubelet;
@@ -15,6 +16,7 @@
 
 pub mod allocate;
 pub mod config;
+pub mod gc;
 pub mod inventory;
 pub mod plugin;
 pub mod preferred;

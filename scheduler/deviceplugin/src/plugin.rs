@@ -3,6 +3,7 @@
 //! socket is replaced or its own is removed, as happens when kubelet restarts; until `stop` completes.
 
 use crate::config::Config;
+use crate::gc::Collector;
 use crate::inventory::{Gpu, NvmlFacts, refresh};
 use crate::registration::{Identity, identity, register};
 use crate::service::Service;
@@ -25,20 +26,31 @@ fn say(message: &str) {
     eprintln!("tessera device-plugin: {message}");
 }
 
-/// Keeps `gpus` current: reads the daemon's devices every [`REFRESH_EVERY`], sending only changes (each
-/// change becomes a `ListAndWatch` update).
+/// Keeps the GPU list current: reads the daemon's devices every [`REFRESH_EVERY`], sending only changes
+/// (each change becomes a `ListAndWatch` update), and removes the vGPUs of ended containers (after
+/// `grace`).
 /// The first read is done before this returns, so that kubelet's first `ListAndWatch` gets the GPUs, not
 /// an empty list.
-async fn keep_current(client: Client, facts: NvmlFacts) -> (watch::Receiver<Vec<Gpu>>, tokio::task::JoinHandle<()>) {
+async fn keep_current(
+    client: Client,
+    facts: NvmlFacts,
+    grace: Duration,
+) -> (watch::Receiver<Vec<Gpu>>, tokio::task::JoinHandle<()>) {
     let facts = Arc::new(facts);
+    let collector = Arc::new(std::sync::Mutex::new(Collector::new(grace)));
     let (gpus, receiver) = watch::channel(Vec::new());
     let mut said: Option<String> = None;
     let mut read_once = async move || -> bool {
         let before = gpus.borrow().clone();
-        let (c, f) = (client.clone(), facts.clone());
-        let Ok((now, error)) = tokio::task::spawn_blocking(move || refresh(&c, &f, &before)).await else {
+        let (c, f, g) = (client.clone(), facts.clone(), collector.clone());
+        let read = move || {
+            let collected = g.lock().map(|mut g| g.collect(&c)).unwrap_or_default();
+            (refresh(&c, &f, &before), collected)
+        };
+        let Ok(((now, error), collected)) = tokio::task::spawn_blocking(read).await else {
             return false;
         };
+        collected.iter().for_each(|line| say(line));
         if error != said {
             match &error {
                 Some(e) => say(e),
@@ -76,7 +88,7 @@ pub async fn run(
 ) -> Result<(), String> {
     config.check()?;
     write_preload(&config)?;
-    let (gpus, refresher) = keep_current(client.clone(), facts).await;
+    let (gpus, refresher) = keep_current(client.clone(), facts, config.gc_grace).await;
     tokio::pin!(stop);
     let result = loop {
         let serving = serve_once(&config, &client, gpus.clone());
