@@ -7,6 +7,7 @@ mod demo;
 mod devices_cmd;
 mod grid;
 mod info;
+mod k8s_cmd;
 mod load;
 mod run;
 mod signals;
@@ -59,6 +60,11 @@ enum Command {
     Info(info::InfoArgs),
     /// Run a command under the shim: `tessera run --memory 8GiB -- python train.py`.
     Run(run::RunArgs),
+    /// Kubernetes: `tessera k8s device-plugin` registers with kubelet and hands out vGPUs to containers.
+    K8s {
+        #[command(subcommand)]
+        command: k8s_cmd::K8sCommand,
+    },
     /// The simulated GPU (simgpu) used when no real GPU is present.
     Simgpu {
         #[command(subcommand)]
@@ -84,6 +90,7 @@ fn main() -> ExitCode {
         Command::Mdev { command } => devices_cmd::run_mdev(command),
         Command::Top(args) => top::run(args),
         Command::Info(args) => info::run(args),
+        Command::K8s { command } => k8s_cmd::run(command),
         Command::Simgpu { command } => simgpu_cmd::run(command),
         Command::Completions(args) => completions::run::<Cli>(args),
     };

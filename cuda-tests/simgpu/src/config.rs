@@ -122,6 +122,14 @@ fn parse_mig(text: &str, profiles: &[&'static Profile]) -> Result<Vec<u32>, Stri
 }
 
 impl Config {
+    /// The file whose existence makes device `ordinal` lost to NVML (fallen off the bus): while it
+    /// exists, NVML answers `NVML_ERROR_GPU_IS_LOST` to every query of the device, as the real library
+    /// does for a GPU that became inaccessible; removing it brings the device back. It sits beside the
+    /// state file (`<SIMGPU_STATE>.lost-<ordinal>`), so each simulated machine has its own.
+    pub fn lost_marker(&self, ordinal: u32) -> std::path::PathBuf {
+        format!("{}.lost-{ordinal}", self.state_path).into()
+    }
+
     /// Reads the configuration from the process environment.
     pub fn from_env() -> Result<Config, ConfigError> {
         Self::from_lookup(|k| std::env::var(k).ok())

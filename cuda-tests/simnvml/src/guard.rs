@@ -7,7 +7,7 @@ use crate::runtime::{self, Runtime};
 use simgpu::DeviceConfig;
 use simgpu::mig::{ComputeInstance, GpuInstance};
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use tessera_ffi::nvml::{NVML_ERROR_INVALID_ARGUMENT, NvmlComputeInstance, NvmlGpuInstance};
+use tessera_ffi::nvml::{NVML_ERROR_GPU_IS_LOST, NVML_ERROR_INVALID_ARGUMENT, NvmlComputeInstance, NvmlGpuInstance};
 use tessera_ffi::nvml::{NVML_ERROR_UNKNOWN, NVML_SUCCESS, NvmlDevice, NvmlReturn};
 
 /// Runs `body`, turning its outcome into a return code; a panic becomes `NVML_ERROR_UNKNOWN` (the panic
@@ -27,9 +27,15 @@ pub fn initialized(body: impl FnOnce(&Runtime) -> Outcome) -> NvmlReturn {
     catch(|| body(&*runtime::current()?))
 }
 
-/// [`initialized`], answering `NVML_ERROR_INVALID_ARGUMENT` unless `handle` names a configured device.
+/// [`initialized`], answering `NVML_ERROR_INVALID_ARGUMENT` unless `handle` names a configured device, and
+/// `NVML_ERROR_GPU_IS_LOST` while the device is lost ([`simgpu::Config::lost_marker`]).
 pub fn device(handle: NvmlDevice, body: impl FnOnce(&Runtime, &DeviceConfig) -> Outcome) -> NvmlReturn {
-    initialized(|rt| body(rt, rt.device(handles::ordinal(handle)?)?))
+    initialized(|rt| body(rt, reachable(rt, rt.device(handles::ordinal(handle)?)?)?))
+}
+
+/// `dev`, unless it is lost: then `NVML_ERROR_GPU_IS_LOST`, as NVML answers for a GPU fallen off the bus.
+fn reachable<'a>(rt: &Runtime, dev: &'a DeviceConfig) -> Result<&'a DeviceConfig, NvmlReturn> {
+    if rt.config.lost_marker(dev.ordinal).exists() { Err(NVML_ERROR_GPU_IS_LOST) } else { Ok(dev) }
 }
 
 /// What a device handle names: a whole GPU, or a MIG device (one compute instance of one GPU instance).
@@ -41,13 +47,13 @@ pub enum Target<'a> {
 }
 
 /// [`initialized`], answering `NVML_ERROR_INVALID_ARGUMENT` unless `handle` names a configured device or an
-/// existing MIG device.
+/// existing MIG device, and `NVML_ERROR_GPU_IS_LOST` while its GPU is lost.
 pub fn any_device(handle: NvmlDevice, body: impl FnOnce(&Runtime, Target) -> Outcome) -> NvmlReturn {
     initialized(|rt| {
         let Some((ordinal, gi, ci)) = handles::mig_device_ids(handle) else {
-            return body(rt, Target::Gpu(rt.device(handles::ordinal(handle)?)?));
+            return body(rt, Target::Gpu(reachable(rt, rt.device(handles::ordinal(handle)?)?)?));
         };
-        let dev = rt.device(ordinal)?;
+        let dev = reachable(rt, rt.device(ordinal)?)?;
         let (g, c) = rt.compute_instance(ordinal, gi, ci).ok_or(NVML_ERROR_INVALID_ARGUMENT)?;
         body(rt, Target::Mig(dev, g, c))
     })

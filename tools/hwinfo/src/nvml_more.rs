@@ -145,6 +145,19 @@ impl Device<'_> {
         self.uint("nvmlDeviceGetMinorNumber")
     }
 
+    /// NVML answers `NVML_ERROR_GPU_IS_LOST` for it (fallen off the bus, or otherwise inaccessible),
+    /// asked with `nvmlDeviceGetMinorNumber`, which every other device answers.
+    pub fn is_lost(&self) -> bool {
+        let Some(f) =
+            self.nvml.symbol::<unsafe extern "C" fn(NvmlDevice, *mut c_uint) -> NvmlReturn>("nvmlDeviceGetMinorNumber")
+        else {
+            return false;
+        };
+        let mut minor = 0;
+        // SAFETY: NVML's handle and a valid out-pointer.
+        (unsafe { f(self.handle, &mut minor) }) == tessera_ffi::nvml::NVML_ERROR_GPU_IS_LOST
+    }
+
     /// `nvmlDeviceGetNumaNodeId`.
     pub fn numa_node(&self) -> Option<u32> {
         self.uint("nvmlDeviceGetNumaNodeId")

@@ -1,0 +1,118 @@
+//! What the plugin is configured with, checked once at start: where kubelet's sockets are, the resource
+//! it registers, how many replicas each GPU is cut into, and the daemon's files a container needs.
+
+use std::path::PathBuf;
+
+/// kubelet's device-plugin directory.
+pub const DEFAULT_DIR: &str = "/var/lib/kubelet/device-plugins";
+/// The resource registered by default.
+pub const DEFAULT_RESOURCE: &str = "tessera.io/vgpu";
+/// Replicas per GPU by default.
+pub const DEFAULT_REPLICAS: u32 = 10;
+/// Most replicas per GPU: each gets at least 1% of the device's time.
+pub const MAX_REPLICAS: u32 = 100;
+/// The plugin's socket file name in [`Config::dir`].
+pub const DEFAULT_SOCKET_NAME: &str = "tessera-vgpu.sock";
+/// kubelet's registration socket file name.
+pub const KUBELET_SOCKET: &str = "kubelet.sock";
+/// How long a vGPU of the plugin that had processes may stay without any before it is removed.
+pub const DEFAULT_GC_GRACE: std::time::Duration = std::time::Duration::from_secs(30);
+/// Where the shim is mounted in a container (and what its `/etc/ld.so.preload` names).
+pub const SHIM_IN_CONTAINER: &str = "/usr/local/lib/tessera/libtessera.so";
+
+/// The plugin's configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// kubelet's device-plugin directory (holding `kubelet.sock` and the plugin's socket).
+    pub dir: PathBuf,
+    /// The plugin's socket file name in `dir` (the `endpoint` it registers).
+    pub socket_name: String,
+    /// The extended resource name, `domain/name`.
+    pub resource: String,
+    /// Replicas each GPU is advertised as.
+    pub replicas: u32,
+    /// The daemon's socket (mounted into containers, and the plugin's own way to the daemon).
+    pub daemon_socket: PathBuf,
+    /// The daemon's region file (mounted into containers).
+    pub region: PathBuf,
+    /// The shim on the host (mounted read-only into containers).
+    pub shim: PathBuf,
+    /// Where the plugin keeps the `ld.so.preload` file it mounts into containers.
+    pub state_dir: PathBuf,
+    /// How long a vGPU of the plugin that had processes may stay without any before it is removed.
+    pub gc_grace: std::time::Duration,
+}
+
+impl Config {
+    /// The plugin's socket.
+    pub fn socket(&self) -> PathBuf {
+        self.dir.join(&self.socket_name)
+    }
+
+    /// kubelet's registration socket.
+    pub fn kubelet_socket(&self) -> PathBuf {
+        self.dir.join(KUBELET_SOCKET)
+    }
+
+    /// The `ld.so.preload` file mounted into containers.
+    pub fn preload_file(&self) -> PathBuf {
+        self.state_dir.join("ld.so.preload")
+    }
+
+    /// Checks every field, naming the first bad one.
+    pub fn check(&self) -> Result<(), String> {
+        if !(1..=MAX_REPLICAS).contains(&self.replicas) {
+            return Err(format!("--replicas {}: give 1 to {MAX_REPLICAS} replicas per GPU", self.replicas));
+        }
+        check_resource(&self.resource)?;
+        let name = &self.socket_name;
+        if name.is_empty() || name.contains('/') || name == KUBELET_SOCKET {
+            return Err(format!("socket name {name:?}: give a plain file name other than {KUBELET_SOCKET}"));
+        }
+        if !self.dir.is_dir() {
+            return Err(format!("--dir {}: no such directory (kubelet creates it)", self.dir.display()));
+        }
+        if !self.shim.is_file() {
+            return Err(format!("the shim {} does not exist; install tessera first", self.shim.display()));
+        }
+        Ok(())
+    }
+}
+
+/// An extended resource name kubelet accepts: `domain/name`, the domain a DNS subdomain, the name a DNS
+/// label-like word of letters, digits, `-`, `_`, `.`.
+pub fn check_resource(resource: &str) -> Result<(), String> {
+    let bad = |why: &str| Err(format!("--resource {resource:?}: {why}; e.g. {DEFAULT_RESOURCE}"));
+    let Some((domain, name)) = resource.split_once('/') else {
+        return bad("give it as domain/name");
+    };
+    let word = |s: &str, extra: &[u8]| {
+        !s.is_empty()
+            && s.len() <= 63
+            && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || extra.contains(&b))
+            && s.as_bytes()[0].is_ascii_alphanumeric()
+            && s.as_bytes()[s.len() - 1].is_ascii_alphanumeric()
+    };
+    if !domain.split('.').all(|label| word(label, b"-")) || domain.len() > 253 {
+        return bad("the domain must be a DNS name (lower case letters, digits, '-' and '.')");
+    }
+    if !word(&name.to_ascii_lowercase(), b"-_.") {
+        return bad("the name must be 1-63 letters, digits, '-', '_' or '.', starting and ending alphanumeric");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resource_names() {
+        for good in ["tessera.io/vgpu", "example.com/gpu-shared", "a/B_c.d"] {
+            assert_eq!(check_resource(good), Ok(()), "{good}");
+        }
+        for bad in ["vgpu", "/vgpu", "tessera.io/", "Tessera.io/vgpu", "tessera..io/vgpu", "t.io/-x", "t.io/a/b"] {
+            assert!(check_resource(bad).is_err(), "{bad}");
+        }
+    }
+}

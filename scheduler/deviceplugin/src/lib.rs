@@ -1,0 +1,31 @@
+//! The Kubernetes device plugin of Tessera: registers an extended resource (`tessera.io/vgpu` by default)
+//! with kubelet over the device-plugin API `v1beta1`, advertises each GPU as N replicas, and for a
+//! container asking for k replicas of one GPU creates, through the daemon's API, a vGPU with k/N of that
+//! GPU's time and memory and tells kubelet how the container joins it.
+//!
+//! - [`config`]: what the plugin is configured with;
+//! - [`inventory`]: the node's GPUs (daemon `stats` + NVML) and replica IDs;
+//! - [`allocate`]: one container's allocation: the vGPU and what the container is given;
+//! - [`gc`]: removing the vGPUs of ended containers;
+//! - [`preferred`]: the preferred allocation (one GPU, least loaded first);
+//! - [`service`]: the `DevicePlugin` gRPC service;
+//! - [`registration`]: registering with kubelet;
+//! - [`plugin`]: the whole at work, starting over when kubelet restarts;
+//! - [`unix`]: gRPC over unix sockets;
+//! - [`v1beta1`]: the generated API.
+
+pub mod allocate;
+pub mod config;
+pub mod gc;
+pub mod inventory;
+pub mod plugin;
+pub mod preferred;
+pub mod registration;
+pub mod service;
+pub mod unix;
+
+/// The kubelet device-plugin API `v1beta1`, generated from the vendored `proto/api.proto`.
+pub mod v1beta1 {
+    #![allow(missing_docs, clippy::all, clippy::pedantic)]
+    tonic::include_proto!("v1beta1");
+}

@@ -1,0 +1,157 @@
+//! The `DevicePlugin` gRPC service kubelet calls: the options, the advertised replicas (a stream that
+//! sends the list again whenever a GPU's health changes), the preferred allocation, and `Allocate`, which
+//! creates the container's vGPU through the daemon.
+
+use crate::allocate::{Plan, Refusal, container_response, plan, spec_for, stale_names};
+use crate::config::Config;
+use crate::inventory::{Gpu, replica_id};
+use crate::preferred::preferred;
+use crate::v1beta1::device_plugin_server::DevicePlugin;
+use crate::v1beta1::{
+    AllocateRequest, AllocateResponse, ContainerAllocateResponse, ContainerPreferredAllocationResponse, Device,
+    DevicePluginOptions, Empty, ListAndWatchResponse, NumaNode, PreStartContainerRequest, PreStartContainerResponse,
+    PreferredAllocationRequest, PreferredAllocationResponse, TopologyInfo,
+};
+use std::pin::Pin;
+use tessera_client::{Client, ErrorCode};
+use tokio::sync::watch;
+use tokio_stream::{Stream, StreamExt, wrappers::WatchStream};
+use tonic::{Request, Response, Status};
+
+/// kubelet's word for a device that can be allocated.
+pub const HEALTHY: &str = "Healthy";
+/// kubelet's word for one that cannot.
+pub const UNHEALTHY: &str = "Unhealthy";
+
+/// The service: the configuration, the daemon's client, and the GPUs as last read.
+pub struct Service {
+    config: Config,
+    client: Client,
+    gpus: watch::Receiver<Vec<Gpu>>,
+    /// One `Allocate` at a time: each removes leftovers of the replicas it creates a vGPU for.
+    allocating: tokio::sync::Mutex<()>,
+}
+
+impl Service {
+    /// A service answering from `gpus` (kept current by the caller) and creating vGPUs with `client`.
+    pub fn new(config: Config, client: Client, gpus: watch::Receiver<Vec<Gpu>>) -> Service {
+        Service { config, client, gpus, allocating: tokio::sync::Mutex::new(()) }
+    }
+}
+
+/// The devices kubelet is told of: each GPU's replicas, with its health and NUMA node.
+pub fn devices(gpus: &[Gpu], replicas: u32) -> Vec<Device> {
+    let mut devices = Vec::with_capacity(gpus.len() * replicas as usize);
+    for gpu in gpus {
+        let topology = gpu.numa_node.map(|id| TopologyInfo { nodes: vec![NumaNode { id }] });
+        for i in 0..replicas {
+            devices.push(Device {
+                id: replica_id(&gpu.key, i),
+                health: if gpu.healthy { HEALTHY } else { UNHEALTHY }.into(),
+                topology: topology.clone(),
+            });
+        }
+    }
+    devices
+}
+
+/// The gRPC status of a refusal.
+fn refused(refusal: Refusal) -> Status {
+    match refusal {
+        Refusal::Invalid(m) => Status::invalid_argument(m),
+        Refusal::Unavailable(m) => Status::failed_precondition(m),
+    }
+}
+
+/// The gRPC status of a daemon error.
+fn daemon_error(what: &str, e: tessera_client::Error) -> Status {
+    let message = format!("{what}: {e}");
+    match e.code {
+        ErrorCode::InUse | ErrorCode::Invalid | ErrorCode::AlreadyExists => Status::failed_precondition(message),
+        ErrorCode::Unavailable | ErrorCode::Timeout => Status::unavailable(message),
+        _ => Status::internal(message),
+    }
+}
+
+/// Creates the vGPU of each plan, first removing leftovers of ended containers that held its replicas;
+/// on a failure removes those it created and returns the error.
+fn create_all(client: &Client, config: &Config, plans: &[Plan]) -> Result<Vec<ContainerAllocateResponse>, Status> {
+    let mut created: Vec<String> = Vec::new();
+    let result = plans.iter().try_fold(Vec::new(), |mut responses, plan| {
+        for stale in stale_names(plan) {
+            match client.remove(&stale) {
+                Ok(()) | Err(tessera_client::Error { code: ErrorCode::NotFound, .. }) => {}
+                Err(e) => return Err(daemon_error(&format!("removing vGPU {stale} of an earlier container"), e)),
+            }
+        }
+        let spec = spec_for(plan, config.replicas);
+        let status =
+            client.create(spec.clone()).map_err(|e| daemon_error(&format!("creating vGPU {}", spec.name), e))?;
+        created.push(status.spec.name.clone());
+        responses.push(container_response(config, &plan.gpu, &status.spec.name));
+        Ok(responses)
+    });
+    if result.is_err() {
+        for name in created {
+            let _ = client.remove(&name);
+        }
+    }
+    result
+}
+
+type DeviceStream = Pin<Box<dyn Stream<Item = Result<ListAndWatchResponse, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl DevicePlugin for Service {
+    async fn get_device_plugin_options(&self, _: Request<Empty>) -> Result<Response<DevicePluginOptions>, Status> {
+        Ok(Response::new(DevicePluginOptions { pre_start_required: false, get_preferred_allocation_available: true }))
+    }
+
+    type ListAndWatchStream = DeviceStream;
+
+    async fn list_and_watch(&self, _: Request<Empty>) -> Result<Response<DeviceStream>, Status> {
+        let replicas = self.config.replicas;
+        let stream = WatchStream::new(self.gpus.clone())
+            .map(move |gpus| Ok(ListAndWatchResponse { devices: devices(&gpus, replicas) }));
+        Ok(Response::new(Box::pin(stream)))
+    }
+
+    async fn get_preferred_allocation(
+        &self,
+        request: Request<PreferredAllocationRequest>,
+    ) -> Result<Response<PreferredAllocationResponse>, Status> {
+        let mut container_responses = Vec::new();
+        for c in request.into_inner().container_requests {
+            let size = usize::try_from(c.allocation_size)
+                .map_err(|_| Status::invalid_argument(format!("allocation size {} is negative", c.allocation_size)))?;
+            let device_i_ds = preferred(&c.available_device_i_ds, &c.must_include_device_i_ds, size);
+            container_responses.push(ContainerPreferredAllocationResponse { device_i_ds });
+        }
+        Ok(Response::new(PreferredAllocationResponse { container_responses }))
+    }
+
+    async fn allocate(&self, request: Request<AllocateRequest>) -> Result<Response<AllocateResponse>, Status> {
+        let gpus = self.gpus.borrow().clone();
+        let mut plans: Vec<Plan> = Vec::new();
+        for c in request.into_inner().container_requests {
+            let p = plan(&c.devices_ids, &gpus, self.config.replicas).map_err(refused)?;
+            if plans.iter().any(|o| o.gpu.key == p.gpu.key && o.replicas.iter().any(|r| p.replicas.contains(r))) {
+                return Err(Status::invalid_argument(format!("device ids {:?} are asked for twice", c.devices_ids)));
+            }
+            plans.push(p);
+        }
+        let _one_at_a_time = self.allocating.lock().await;
+        let (client, config) = (self.client.clone(), self.config.clone());
+        let container_responses = tokio::task::spawn_blocking(move || create_all(&client, &config, &plans))
+            .await
+            .map_err(|e| Status::internal(format!("allocation failed: {e}")))??;
+        Ok(Response::new(AllocateResponse { container_responses }))
+    }
+
+    async fn pre_start_container(
+        &self,
+        _: Request<PreStartContainerRequest>,
+    ) -> Result<Response<PreStartContainerResponse>, Status> {
+        Ok(Response::new(PreStartContainerResponse {}))
+    }
+}

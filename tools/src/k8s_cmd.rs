@@ -1,0 +1,86 @@
+//! `tessera k8s device-plugin`: the Kubernetes device plugin (crate `tessera-deviceplugin`), one per node,
+//! in the foreground until SIGTERM (or SIGINT, SIGHUP).
+
+use crate::signals;
+use clap::{Args, Subcommand};
+use std::path::PathBuf;
+use std::time::Duration;
+use tessera_client::Client;
+use tessera_deviceplugin::config::{Config, DEFAULT_DIR, DEFAULT_REPLICAS, DEFAULT_RESOURCE, DEFAULT_SOCKET_NAME};
+use tessera_deviceplugin::inventory::NvmlFacts;
+use tessera_scheduler::paths;
+
+/// `tessera k8s ...`.
+#[derive(Subcommand)]
+pub enum K8sCommand {
+    /// Register with kubelet and hand out vGPUs: each GPU is advertised as N replicas of RESOURCE, and a
+    /// container asking for k of one GPU gets a vGPU with k/N of its time and memory.
+    DevicePlugin(DevicePluginArgs),
+}
+
+/// Options of `tessera k8s device-plugin`.
+#[derive(Args)]
+pub struct DevicePluginArgs {
+    /// kubelet's device-plugin directory (holding kubelet.sock; the plugin's socket goes there too).
+    #[arg(long, default_value = DEFAULT_DIR, value_name = "DIR")]
+    dir: PathBuf,
+    /// Replicas each GPU is advertised as (1-100); one replica is 1/N of the GPU's time and memory.
+    #[arg(long, default_value_t = DEFAULT_REPLICAS, value_name = "N")]
+    replicas: u32,
+    /// The extended resource registered, domain/name.
+    #[arg(long, default_value = DEFAULT_RESOURCE, value_name = "NAME")]
+    resource: String,
+    /// Remove a vGPU of the plugin once it has had no process attached for this long after its container's
+    /// processes had joined it (e.g. 30s, 2m).
+    #[arg(long, default_value = "30s", value_name = "TIME", value_parser = parse_grace)]
+    gc_grace: Duration,
+    /// The plugin's socket file name in DIR.
+    #[arg(long, default_value = DEFAULT_SOCKET_NAME, value_name = "FILE")]
+    socket_name: String,
+}
+
+/// Runs a `tessera k8s` command.
+pub fn run(command: K8sCommand) -> Result<(), String> {
+    match command {
+        K8sCommand::DevicePlugin(args) => device_plugin(args),
+    }
+}
+
+/// Runs the device plugin until a signal.
+fn device_plugin(args: DevicePluginArgs) -> Result<(), String> {
+    let daemon_socket = paths::socket()?;
+    let config = Config {
+        dir: args.dir,
+        socket_name: args.socket_name,
+        resource: args.resource,
+        replicas: args.replicas,
+        region: paths::region()?.into(),
+        shim: tessera_hwinfo::lib_dir::shim()?,
+        state_dir: paths::state_dir()?.join("device-plugin"),
+        daemon_socket: daemon_socket.clone(),
+        gc_grace: args.gc_grace,
+    };
+    config.check()?;
+    signals::install()?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .build()
+        .map_err(|e| format!("cannot start the plugin's runtime: {e}"))?;
+    let stop = async {
+        while !signals::stop_requested() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    runtime.block_on(tessera_deviceplugin::plugin::run(config, Client::new(daemon_socket), NvmlFacts::open(), stop))
+}
+
+/// A grace period: a number with `s` or `m` (`30s`, `2m`), or plain seconds.
+fn parse_grace(text: &str) -> Result<Duration, String> {
+    let (number, unit) = match text.strip_suffix('m') {
+        Some(n) => (n, 60),
+        None => (text.strip_suffix('s').unwrap_or(text), 1),
+    };
+    let n: u64 = number.trim().parse().map_err(|_| format!("{text:?} is not a time; give e.g. 30s or 2m"))?;
+    Ok(Duration::from_secs(n * unit))
+}
