@@ -95,29 +95,36 @@ impl State {
         Ok(Some(bytes))
     }
 
-    /// `bytes` parsed as `T`, or an error naming the file and the remedy.
-    fn parse<T: for<'a> Deserialize<'a>>(&self, name: &str, bytes: &[u8], what: &str) -> Result<T, Error> {
-        serde_json::from_slice(bytes).map_err(|e| {
+    /// File `name` parsed as `T` (`None` when it does not exist); an error naming the file and the remedy
+    /// when it is not `what`, or when its format `version` is not this Tessera's.
+    fn load<T: for<'a> Deserialize<'a>>(
+        &self,
+        name: &str,
+        what: &str,
+        version: fn(&T) -> u32,
+    ) -> Result<Option<T>, Error> {
+        let Some(bytes) = self.read(name)? else { return Ok(None) };
+        let value: T = serde_json::from_slice(&bytes).map_err(|e| {
             internal(format!(
                 "state file {} is not {what} ({e}); fix it, or move it away (Tessera never overwrites a file it \
                  cannot read)",
                 self.path(name).display()
             ))
-        })
+        })?;
+        if version(&value) != FORMAT {
+            return Err(internal(format!(
+                "state file {} has format version {}, this Tessera reads {FORMAT}",
+                self.path(name).display(),
+                version(&value)
+            )));
+        }
+        Ok(Some(value))
     }
 
     /// The mdevs Tessera created.
     pub fn records(&self) -> Result<Vec<MdevRecord>, Error> {
-        let Some(bytes) = self.read(MDEVS)? else { return Ok(Vec::new()) };
-        let file: MdevFile = self.parse(MDEVS, &bytes, "Tessera's record of the mdevs it created")?;
-        if file.version != FORMAT {
-            return Err(internal(format!(
-                "state file {} has format version {}, this Tessera reads {FORMAT}",
-                self.path(MDEVS).display(),
-                file.version
-            )));
-        }
-        Ok(file.mdevs)
+        let file = self.load(MDEVS, "Tessera's record of the mdevs it created", |f: &MdevFile| f.version)?;
+        Ok(file.map_or_else(Vec::new, |f| f.mdevs))
     }
 
     /// Replaces the record of created mdevs, atomically.
@@ -130,16 +137,7 @@ impl State {
 
     /// The journal of an operation that did not finish, if any.
     pub fn journal(&self) -> Result<Option<Journal>, Error> {
-        let Some(bytes) = self.read(JOURNAL)? else { return Ok(None) };
-        let journal: Journal = self.parse(JOURNAL, &bytes, "a journal of a VFIO bind")?;
-        if journal.version != FORMAT {
-            return Err(internal(format!(
-                "state file {} has format version {}, this Tessera reads {FORMAT}",
-                self.path(JOURNAL).display(),
-                journal.version
-            )));
-        }
-        Ok(Some(journal))
+        self.load(JOURNAL, "a journal of a VFIO bind", |j: &Journal| j.version)
     }
 
     /// Writes `journal` complete (created `O_EXCL`, durable) before an operation's first write; refused
