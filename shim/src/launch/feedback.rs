@@ -20,7 +20,8 @@
 //! from (a published launch's estimate is what the daemon charges such launches).
 //!
 //! Either way, a launch whose thread was held up between submitting it and recording its end event (see
-//! [`Item::held_up`]) is charged at most its estimate: its span may hold host time the kernel never used.
+//! [`Item::held_up`]) is charged at most its estimate, once one has been learned: its span may hold host
+//! time the kernel never used (see [`Gate::held_up_bound`]).
 //!
 //! The thread sleeps on a futex when the queue is empty; the first launch after that wakes it (one
 //! system call, only when nothing of the process was in flight). While some thread has a batch open it
@@ -233,7 +234,10 @@ fn run(gate: &'static Gate) {
         // of starting an idle stream.
         let queued = previous.is_some_and(|e| e > item.launched_ns);
         let own = (end - start) as i64;
-        let bound = item.held_up.then_some(item.admission.estimate);
+        let bound = item.held_up.then(|| gate.held_up_bound(&item.admission, item.kind)).flatten();
+        // A held-up span with no learned estimate to bound it may overstate the kernel: it is charged in
+        // full (the share is a ceiling) but not learned from.
+        let learns = !item.held_up || bound.is_some();
         let charge = latest.charge(&item, own);
         let charge = bound.map_or(charge, |b| charge.min(b));
         latest.forget_retired();
@@ -242,10 +246,10 @@ fn run(gate: &'static Gate) {
             gate.learn_single(item.kind, charge, queued);
         }
         let published = gate.publishes() && gate.publish(a, item.kind, launches, (start, end), bound);
-        if published {
+        if !published {
+            gate.settle(a, item.kind, charge, launches, learns);
+        } else if learns {
             gate.learn(item.kind, charge / i64::from(launches.max(1)));
-        } else {
-            gate.settle(a, item.kind, charge, launches);
         }
     }
 }

@@ -118,8 +118,19 @@ impl Gate {
 
     /// Folds `measured` into this process's own estimate of launches of `kind` (a managed vGPU's launches
     /// take the daemon's figure once it has one).
+    /// The first measurement replaces the initial guess outright.
     pub fn learn(&self, kind: Kind, measured: i64) {
-        self.estimates[kind as usize].update(measured);
+        self.estimates[kind as usize].seed_or_update(measured);
+    }
+
+    /// The most admitted launch `a` of `kind` may be charged when its thread was held up around it (see
+    /// `HELD_UP_NS`), its span then possibly holding host time besides the kernel's: the estimate, once
+    /// one has been learned (the daemon's figure, or this process's measurements), else nothing. The
+    /// initial guess must not bound it: on a loaded host where every launch is held up, the guess would
+    /// never be corrected and each launch would be charged a fraction of its device time.
+    pub fn held_up_bound(&self, a: &Admission, kind: Kind) -> Option<i64> {
+        let by_daemon = self.managed() && self.sched().charged_ns[kind as usize].load(Ordering::Relaxed) > 0;
+        (by_daemon || self.estimates[kind as usize].learned()).then(|| a.estimate.max(self.estimate(kind)))
     }
 
     /// Folds `measured`, the device time of a launch of `kind` measured on its own, into the estimate
@@ -336,7 +347,8 @@ impl Gate {
     /// window, adds its charge to `device_ns`, updates the estimate of `kind` and wakes waiters. A managed
     /// vGPU's launch (its daemon away, or its record unpublishable) is charged at most its estimate, the
     /// daemon's figure: what it measured also holds the time it queued behind other vGPUs' kernels.
-    pub fn settle(&self, a: &Admission, kind: Kind, measured: i64, launches: u16) {
+    /// `learn`: whether `measured` may be learned from (not when it may overstate the kernel).
+    pub fn settle(&self, a: &Admission, kind: Kind, measured: i64, launches: u16, learn: bool) {
         let s = self.sched();
         let charge = if self.managed() { measured.min(a.estimate) } else { measured };
         if a.charged != 0 {
@@ -346,7 +358,9 @@ impl Gate {
             self.unwindow(a.device, a.window);
         }
         s.device_ns.fetch_add(charge.max(0) as u64, Ordering::Relaxed);
-        self.learn(kind, measured / i64::from(launches.max(1)));
+        if learn {
+            self.learn(kind, measured / i64::from(launches.max(1)));
+        }
         self.notify();
     }
 
@@ -406,28 +420,47 @@ mod tests {
         let a = gate.admit(0, Kind::Kernel, true);
         assert_eq!(a.estimate, INITIAL_ESTIMATE_NS);
         assert_eq!(v.live.procs[0].inflight_ns.load(Ordering::Relaxed), INITIAL_ESTIMATE_NS, "the process's part");
-        gate.settle(&a, Kind::Kernel, 50_000, 1);
+        gate.settle(&a, Kind::Kernel, 50_000, 1, true);
         assert_eq!(s.tokens.load(Ordering::Relaxed), 950_000, "charged what it measured");
         assert_eq!(s.inflight_ns.load(Ordering::Relaxed), 0);
         assert_eq!(v.live.procs[0].inflight_ns.load(Ordering::Relaxed), 0);
         assert_eq!(s.device_ns.load(Ordering::Relaxed), 50_000);
         assert_eq!(s.epoch.load(Ordering::Relaxed), 1);
-        let learnt = INITIAL_ESTIMATE_NS + (50_000 - INITIAL_ESTIMATE_NS) / 8;
-        assert_eq!(gate.estimates[0].get(), learnt);
+        let learnt = 50_000;
+        assert_eq!(gate.estimates[0].get(), learnt, "the first measurement replaces the initial guess");
         // A managed vGPU settling itself is charged at most the estimate: its span holds time queued behind
         // other vGPUs' kernels, which only the daemon tells apart. Its own estimate learns the span.
         let b = gate.admit(0, Kind::Kernel, true);
-        gate.settle(&b, Kind::Kernel, 300_000, 1);
+        gate.settle(&b, Kind::Kernel, 300_000, 1, true);
         assert_eq!(s.tokens.load(Ordering::Relaxed), 950_000 - learnt);
         assert_eq!(gate.estimates[0].get(), learnt + (300_000 - learnt) / 8);
         // Unmanaged, what it measured.
         v.config.flags.store(0, Ordering::Relaxed);
         let c = gate.admit(0, Kind::Graph, true);
-        gate.settle(&c, Kind::Graph, 300_000, 1);
+        gate.settle(&c, Kind::Graph, 300_000, 1, true);
         assert_eq!(s.device_ns.load(Ordering::Relaxed), 50_000 + learnt as u64 + 300_000);
         let d = gate.admit(0, Kind::Graph, true);
         gate.refund(&d);
         assert_eq!(s.launches.load(Ordering::Relaxed), 3);
+    }
+
+    #[test]
+    fn a_held_up_launch_is_bounded_only_by_a_learned_estimate() {
+        let v: &VgpuSlot = zeroed();
+        let gate = Gate::new(v, None, Some(30), &v.live.procs[0]);
+        v.live.sched.tokens.store(1_000_000, Ordering::Relaxed);
+        let a = gate.admit(0, Kind::Kernel, true);
+        assert_eq!(gate.held_up_bound(&a, Kind::Kernel), None, "the initial guess bounds nothing");
+        // Its span, not learned from: the estimate is still unlearned, and the whole span is charged.
+        gate.settle(&a, Kind::Kernel, 2_000_000, 1, false);
+        assert!(!gate.estimates[0].learned());
+        assert_eq!(v.live.sched.device_ns.load(Ordering::Relaxed), 2_000_000);
+        let b = gate.admit(0, Kind::Kernel, true);
+        gate.settle(&b, Kind::Kernel, 1_500_000, 1, true);
+        let c = gate.admit(0, Kind::Kernel, true);
+        assert_eq!(c.estimate, 1_500_000);
+        assert_eq!(gate.held_up_bound(&c, Kind::Kernel), Some(1_500_000));
+        assert_eq!(gate.held_up_bound(&a, Kind::Kernel), Some(1_500_000), "the estimate now, if larger");
     }
 
     #[test]
@@ -509,9 +542,9 @@ mod tests {
         let a = gate.admit(0, Kind::Kernel, true);
         let b = gate.admit(0, Kind::Kernel, true);
         let before = now_ns();
-        gate.settle(&a, Kind::Kernel, 300, 1);
+        gate.settle(&a, Kind::Kernel, 300, 1, true);
         assert_eq!(region.devices[0].high_until_ns.load(Ordering::Relaxed), u64::MAX, "work is left: still held");
-        gate.settle(&b, Kind::Kernel, 300, 1);
+        gate.settle(&b, Kind::Kernel, 300, 1, true);
         let until = region.devices[0].high_until_ns.load(Ordering::Relaxed);
         assert!(until >= before + HIGH_IDLE_NS && until <= now_ns() + HIGH_IDLE_NS, "{until}");
         assert_eq!(region.vgpus[3].live.sched.epoch.load(Ordering::Relaxed), 1, "waiting launches are told");
@@ -520,7 +553,7 @@ mod tests {
         region.devices[0].high_until_ns.store(u64::MAX, Ordering::Relaxed);
         let c = gate.admit(0, Kind::Kernel, true);
         let bell = high.live.sched.bell.load(Ordering::Relaxed);
-        gate.settle(&c, Kind::Kernel, 300, 1);
+        gate.settle(&c, Kind::Kernel, 300, 1, true);
         assert_eq!(high.live.sched.bell.load(Ordering::Relaxed), bell + 1);
         assert_eq!(region.devices[0].high_until_ns.load(Ordering::Relaxed), u64::MAX);
     }
@@ -535,7 +568,7 @@ mod tests {
         assert_eq!(s.inflight_ns.load(Ordering::Relaxed), 1_000 + INITIAL_ESTIMATE_NS);
         gate.release_all();
         assert_eq!(s.inflight_ns.load(Ordering::Relaxed), 1_000, "another process's work stays counted");
-        gate.settle(&a, Kind::Kernel, 300, 1);
+        gate.settle(&a, Kind::Kernel, 300, 1, true);
         assert_eq!(s.inflight_ns.load(Ordering::Relaxed), 1_000, "not given back twice");
     }
 
@@ -546,7 +579,7 @@ mod tests {
         let gate = Gate::new(v, None, None, &v.live.procs[0]);
         let a = gate.admit(0, Kind::Kernel, true);
         s.inflight_ns.store(0, Ordering::Relaxed);
-        gate.settle(&a, Kind::Kernel, 300, 1);
+        gate.settle(&a, Kind::Kernel, 300, 1, true);
         assert_eq!(s.inflight_ns.load(Ordering::Relaxed), 0);
     }
 
