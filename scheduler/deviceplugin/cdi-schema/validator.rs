@@ -13,10 +13,7 @@ const DEFS: &str = include_str!("defs.json");
 struct VendoredDefs;
 
 impl jsonschema::Retrieve for VendoredDefs {
-    fn retrieve(
-        &self,
-        uri: &jsonschema::Uri<String>,
-    ) -> Result<Value, Box<dyn std::error::Error + Send + Sync>> {
+    fn retrieve(&self, uri: &jsonschema::Uri<String>) -> Result<Value, Box<dyn std::error::Error + Send + Sync>> {
         if uri.as_str().ends_with("/defs.json") {
             Ok(serde_json::from_str(DEFS)?)
         } else {

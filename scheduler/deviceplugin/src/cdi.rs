@@ -181,7 +181,11 @@ impl Spec {
 pub fn write_atomic(file: &Path, text: &str) -> Result<(), String> {
     let fail = |e: std::io::Error| format!("cannot write {}: {e}", file.display());
     if file.is_dir() {
-        return Err(format!("{} is a directory; give a file name, e.g. {}", file.display(), file.join("tessera.json").display()));
+        return Err(format!(
+            "{} is a directory; give a file name, e.g. {}",
+            file.display(),
+            file.join("tessera.json").display()
+        ));
     }
     let Some(name) = file.file_name() else {
         return Err(format!("{}: give a file name", file.display()));
@@ -207,7 +211,15 @@ mod tests {
     use super::*;
 
     fn gpu(ordinal: u32, key: &str) -> Gpu {
-        Gpu { ordinal, key: key.into(), memory_total: 1 << 30, minor: ordinal, numa_node: None, bus_id: None, healthy: true }
+        Gpu {
+            ordinal,
+            key: key.into(),
+            memory_total: 1 << 30,
+            minor: ordinal,
+            numa_node: None,
+            bus_id: None,
+            healthy: true,
+        }
     }
 
     fn files() -> HostFiles {
@@ -290,8 +302,10 @@ mod tests {
             d["devices"][1]["containerEdits"]["mounts"][0].as_object_mut().unwrap().remove("hostPath");
         });
         assert!(says.contains("/devices/1/containerEdits/mounts/0"), "{says}");
-        assert!(broken(&|d| d["devices"][0]["containerEdits"]["deviceNodes"][0]["major"] = "195".into())
-            .contains("deviceNodes/0/major"));
+        assert!(
+            broken(&|d| d["devices"][0]["containerEdits"]["deviceNodes"][0]["major"] = "195".into())
+                .contains("deviceNodes/0/major")
+        );
         assert!(broken(&|d| d["devices"][0]["containerEdits"]["env"][0] = "NOVALUE".into()).contains("NAME=value"));
     }
 

@@ -255,7 +255,10 @@ mod tests {
             ]
         );
         let dir = &e.mounts[0];
-        assert_eq!((dir.host.to_str(), dir.container.as_str(), dir.read_only), (Some("/dev/shm/tessera-0"), "/dev/shm/tessera-0", false));
+        assert_eq!(
+            (dir.host.to_str(), dir.container.as_str(), dir.read_only),
+            (Some("/dev/shm/tessera-0"), "/dev/shm/tessera-0", false)
+        );
         for (_, path) in &env[2..] {
             assert!(Path::new(path).starts_with(&dir.container), "{path} is not in a mounted directory");
         }
@@ -306,9 +309,7 @@ mod tests {
         for name in ["nvidiactl", "nvidia-uvm", "nvidia0", "nvidia3"] {
             std::fs::write(dev.join(name), b"").unwrap();
         }
-        let names = |minor| {
-            device_nodes(&dev, minor).into_iter().map(|n| (n.container, n.host)).collect::<Vec<_>>()
-        };
+        let names = |minor| device_nodes(&dev, minor).into_iter().map(|n| (n.container, n.host)).collect::<Vec<_>>();
         assert_eq!(
             names(3),
             [

@@ -90,9 +90,10 @@ pub async fn run(
     write_preload(&config)?;
     let (gpus, refresher) = keep_current(client.clone(), facts, config.gc_grace).await;
     // With `--cdi-dir`: the spec file follows the plugin's vGPUs (removed ones leave it).
-    let cdi_sync = config.cdi_dir.is_some().then(|| {
-        tokio::spawn(crate::cdi_file::keep_synced(config.clone(), client.clone(), gpus.clone()))
-    });
+    let cdi_sync = config
+        .cdi_dir
+        .is_some()
+        .then(|| tokio::spawn(crate::cdi_file::keep_synced(config.clone(), client.clone(), gpus.clone())));
     tokio::pin!(stop);
     let result = loop {
         let serving = serve_once(&config, &client, gpus.clone());

@@ -9,9 +9,9 @@ use crate::inventory::{Gpu, replica_id};
 use crate::preferred::preferred;
 use crate::v1beta1::device_plugin_server::DevicePlugin;
 use crate::v1beta1::{
-    AllocateRequest, AllocateResponse, CdiDevice, ContainerAllocateResponse, ContainerPreferredAllocationResponse, Device,
-    DevicePluginOptions, Empty, ListAndWatchResponse, NumaNode, PreStartContainerRequest, PreStartContainerResponse,
-    PreferredAllocationRequest, PreferredAllocationResponse, TopologyInfo,
+    AllocateRequest, AllocateResponse, CdiDevice, ContainerAllocateResponse, ContainerPreferredAllocationResponse,
+    Device, DevicePluginOptions, Empty, ListAndWatchResponse, NumaNode, PreStartContainerRequest,
+    PreStartContainerResponse, PreferredAllocationRequest, PreferredAllocationResponse, TopologyInfo,
 };
 use std::pin::Pin;
 use tessera_client::{Client, ErrorCode};
