@@ -66,6 +66,11 @@ fn generate(args: GenerateArgs) -> Result<(), String> {
     for line in left_out {
         eprintln!("tessera cdi generate: left out: {line}");
     }
+    if spec.devices.is_empty() {
+        return Err("the daemon reports no GPU and no vGPU; runtimes refuse a CDI spec without devices, so none is \
+                    written"
+            .into());
+    }
     let text = spec.to_json();
     match args.output {
         None => {

@@ -3,7 +3,7 @@
 //! reports, printed or written atomically, with clear errors; the device plugin with `--cdi-dir` writes
 //! the spec of a new vGPU before answering `Allocate`, names its CDI device in the answer with the same
 //! edits as the envs, mounts and device nodes, gives only device nodes that exist on the host, mounts the
-//! daemon's directory, and drops removed vGPUs from the spec.
+//! daemon's directory, and drops removed vGPUs from the spec (the file itself when none is left).
 //!
 //! The simulated machine has no `/dev/nvidia*`: the tests make a directory of stand-in nodes (plain
 //! files; only their existence is looked at) and give it as `--dev-dir`.
@@ -212,6 +212,14 @@ fn allocate_with_cdi_dir_names_a_device_of_the_spec_it_wrote_first() {
     }
     let listing: Vec<_> = std::fs::read_dir(&cdi_dir).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(listing, ["tessera-vgpu.json"], "one file per plugin, no temporary file left");
+
+    // The last one removed: no file (runtimes refuse a spec without devices).
+    m.client().remove("k8s-0-0").expect("remove the vGPU");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while spec_file.exists() {
+        assert!(Instant::now() < deadline, "a spec without devices is left: {spec_file:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 #[test]

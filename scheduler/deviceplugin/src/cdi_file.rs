@@ -1,7 +1,8 @@
 //! The CDI spec file the plugin keeps with `--cdi-dir` ([`Config::cdi_file`]): one device per vGPU of the
 //! plugin (`k8s-…`) that the daemon has now. `Allocate` brings it up to date after creating a vGPU and
 //! before answering (the runtime reads it when kubelet creates the container); [`keep_synced`] does so
-//! every few seconds as well, so vGPUs removed since (garbage collection, a plugin restart) leave it.
+//! every few seconds as well, so vGPUs removed since (garbage collection, a plugin restart) leave it; with
+//! none left the file goes.
 
 use crate::cdi::{VgpuRef, spec, write_atomic};
 use crate::config::Config;
@@ -19,7 +20,8 @@ const SYNC_EVERY: Duration = Duration::from_secs(5);
 static WRITING: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Makes the plugin's spec file list the plugin's vGPUs now in the daemon (on `gpus`); writes it only
-/// when that changes it. Without `--cdi-dir`, does nothing. Returns what was left out, one line each.
+/// when that changes it, and removes it when there is none. Without `--cdi-dir`, does nothing. Returns
+/// what was left out, one line each.
 pub fn sync(config: &Config, client: &Client, gpus: &[Gpu]) -> Result<Vec<String>, String> {
     let Some(file) = config.cdi_file() else { return Ok(Vec::new()) };
     let _one = WRITING.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -31,6 +33,13 @@ pub fn sync(config: &Config, client: &Client, gpus: &[Gpu]) -> Result<Vec<String
         .map(|v| VgpuRef { name: v.spec.name, device: v.spec.device })
         .collect();
     let (spec, left_out) = spec(&config.host_files(), gpus, &vgpus, false);
+    if spec.devices.is_empty() {
+        // Runtimes refuse a spec without devices (logging an error each time they look): no file then.
+        return match std::fs::remove_file(&file) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(format!("cannot remove {}: {e}", file.display())),
+            _ => Ok(left_out),
+        };
+    }
     let text = spec.to_json();
     if std::fs::read_to_string(&file).ok().as_deref() != Some(text.as_str()) {
         write_atomic(&file, &text)?;
