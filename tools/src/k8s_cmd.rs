@@ -6,6 +6,7 @@ use clap::{Args, Subcommand};
 use std::path::PathBuf;
 use std::time::Duration;
 use tessera_client::Client;
+use tessera_deviceplugin::config::DEFAULT_DEV_DIR;
 use tessera_deviceplugin::config::{Config, DEFAULT_DIR, DEFAULT_REPLICAS, DEFAULT_RESOURCE, DEFAULT_SOCKET_NAME};
 use tessera_deviceplugin::inventory::NvmlFacts;
 use tessera_scheduler::paths;
@@ -37,6 +38,14 @@ pub struct DevicePluginArgs {
     /// The plugin's socket file name in DIR.
     #[arg(long, default_value = DEFAULT_SOCKET_NAME, value_name = "FILE")]
     socket_name: String,
+    /// Keep a CDI spec of the plugin's vGPUs in DIR (e.g. /var/run/cdi; file `<socket name>.json`, kind
+    /// tessera.io/vgpu) and name each container's device (`tessera.io/vgpu=<vGPU>`) in the answer to
+    /// kubelet, beside the envs, mounts and device nodes.
+    #[arg(long, value_name = "DIR")]
+    cdi_dir: Option<PathBuf>,
+    /// The host directory holding the GPU device nodes; containers get those of them that exist.
+    #[arg(long, default_value = DEFAULT_DEV_DIR, value_name = "DIR")]
+    dev_dir: PathBuf,
 }
 
 /// Runs a `tessera k8s` command.
@@ -59,6 +68,8 @@ fn device_plugin(args: DevicePluginArgs) -> Result<(), String> {
         state_dir: paths::state_dir()?.join("device-plugin"),
         daemon_socket: daemon_socket.clone(),
         gc_grace: args.gc_grace,
+        dev_dir: args.dev_dir,
+        cdi_dir: args.cdi_dir,
     };
     config.check()?;
     signals::install()?;

@@ -1,6 +1,7 @@
 //! `tessera`: the command-line front end of Tessera.
 
 mod account;
+mod cdi_cmd;
 mod completions;
 mod daemon_cmd;
 mod demo;
@@ -65,6 +66,12 @@ enum Command {
         #[command(subcommand)]
         command: k8s_cmd::K8sCommand,
     },
+    /// CDI (Container Device Interface): `tessera cdi generate --output /etc/cdi/tessera.json` writes a spec
+    /// of the host's GPUs and vGPUs for container runtimes (`--device tessera.io/vgpu=NAME`).
+    Cdi {
+        #[command(subcommand)]
+        command: cdi_cmd::CdiCommand,
+    },
     /// The simulated GPU (simgpu) used when no real GPU is present.
     Simgpu {
         #[command(subcommand)]
@@ -91,6 +98,7 @@ fn main() -> ExitCode {
         Command::Top(args) => top::run(args),
         Command::Info(args) => info::run(args),
         Command::K8s { command } => k8s_cmd::run(command),
+        Command::Cdi { command } => cdi_cmd::run(command),
         Command::Simgpu { command } => simgpu_cmd::run(command),
         Command::Completions(args) => completions::run::<Cli>(args),
     };

@@ -146,7 +146,13 @@ fn registers_advertises_replicas_and_allocates_vgpus_in_the_daemon() {
     m.start();
     let dir = plugin_dir(&m);
     let kubelet = Kubelet::start(&dir);
-    let _plugin = start_plugin(&m, &dir, &[]);
+    // Stand-in device nodes (the simulated machine has no /dev/nvidia*; only nodes that exist are given).
+    let dev = m.file("dev");
+    std::fs::create_dir_all(&dev).expect("create the device directory");
+    for node in ["nvidiactl", "nvidia-uvm", "nvidia0", "nvidia1"] {
+        std::fs::write(dev.join(node), b"").expect("make a stand-in device node");
+    }
+    let _plugin = start_plugin(&m, &dir, &["--dev-dir", dev.to_str().unwrap()]);
     let (registration, _) = kubelet.wait_for_registration(Duration::from_secs(60));
     assert_eq!(
         (registration.version.as_str(), registration.endpoint.as_str(), registration.resource_name.as_str()),
@@ -216,10 +222,13 @@ fn registers_advertises_replicas_and_allocates_vgpus_in_the_daemon() {
         assert!(m.list().to_string().contains("k8s-1-3"), "tessera vgpu list shows it");
 
         let mount = |at: &str| container.mounts.iter().find(|x| x.container_path == at).cloned();
-        let region = mount(m.region().to_str().unwrap()).expect("the region is mounted");
-        assert_eq!(region.host_path, m.region().to_str().unwrap());
-        let socket = mount(m.socket().to_str().unwrap()).expect("the socket is mounted");
-        assert_eq!(socket.host_path, m.socket().to_str().unwrap());
+        // The directory holding the region and socket is mounted at its own path (a file's mount would go
+        // stale when the daemon makes a new socket).
+        let daemon_dir = m.region().parent().unwrap().to_str().unwrap().to_string();
+        let held = mount(&daemon_dir).expect("the daemon's directory is mounted");
+        assert_eq!(held.host_path, daemon_dir);
+        assert_eq!(container.envs.get("TESSERA_REGION").map(String::as_str), m.region().to_str());
+        assert_eq!(container.envs.get("TESSERA_SOCKET").map(String::as_str), m.socket().to_str());
         let preload = mount("/etc/ld.so.preload").expect("/etc/ld.so.preload is mounted");
         assert!(preload.read_only);
         let names = std::fs::read_to_string(&preload.host_path).expect("the preload file exists");
@@ -227,11 +236,7 @@ fn registers_advertises_replicas_and_allocates_vgpus_in_the_daemon() {
         assert!(shim.read_only && shim.host_path.ends_with("libtessera.so"), "{shim:?}");
         assert!(Path::new(&shim.host_path).is_file(), "{shim:?}");
         let nodes: Vec<&str> = container.devices.iter().map(|d| d.container_path.as_str()).collect();
-        assert!(
-            nodes.contains(&"/dev/nvidiactl")
-                && nodes.iter().any(|n| n.starts_with("/dev/nvidia") && n[11..].parse::<u32>().is_ok()),
-            "{nodes:?}"
-        );
+        assert_eq!(nodes, ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia1"], "those in --dev-dir");
 
         // The replicas come back to another container once the first has ended: its leftover vGPU goes.
         let again = plugin.allocate(allocate_request(&[format!("{}-3", uuids[1])])).await.expect("Allocate");

@@ -1,11 +1,8 @@
 //! `Allocate` for one container: which GPU and replicas its device IDs name ([`plan`]), the vGPU that
-//! gets k/N of that GPU ([`spec_for`]), and what the container is given to join it
-//! ([`container_response`]): `TESSERA_VGPU`, `NVIDIA_VISIBLE_DEVICES`, the daemon's region and socket, the
-//! shim read-only with an `/etc/ld.so.preload` naming it, and the GPU's device nodes.
+//! gets k/N of that GPU ([`spec_for`]); what the container is given to join it is
+//! [`crate::container_edits`]'s.
 
-use crate::config::{Config, SHIM_IN_CONTAINER};
 use crate::inventory::{Gpu, parse_replica_id};
-use crate::v1beta1::{ContainerAllocateResponse, DeviceSpec, Mount};
 use tessera_client::VgpuSpec;
 
 /// The replicas of one GPU a container asks for.
@@ -91,49 +88,6 @@ pub fn spec_for(plan: &Plan, replicas: u32) -> VgpuSpec {
     let memory = plan.gpu.memory_total / n * k;
     let share = (100 * k / n) as u32;
     VgpuSpec::new(&vgpu_name(plan), plan.gpu.ordinal, memory, share)
-}
-
-/// A mount of host file `host` at `container` in the container.
-fn mount(container: &str, host: &std::path::Path, read_only: bool) -> Mount {
-    Mount { container_path: container.into(), host_path: host.to_string_lossy().into_owned(), read_only }
-}
-
-/// A device node at the same path on the host and in the container, readable and writable.
-fn node(path: String) -> DeviceSpec {
-    DeviceSpec { container_path: path.clone(), host_path: path, permissions: "rw".into() }
-}
-
-/// What a container of vGPU `name` on `gpu` is given. The region and socket keep their host paths in the
-/// container (the variables name them too), so a process finds them as on the host.
-pub fn container_response(config: &Config, gpu: &Gpu, name: &str) -> ContainerAllocateResponse {
-    let region = config.region.to_string_lossy().into_owned();
-    let socket = config.daemon_socket.to_string_lossy().into_owned();
-    let envs = [
-        ("TESSERA_VGPU", name.to_string()),
-        ("NVIDIA_VISIBLE_DEVICES", gpu.key.clone()),
-        ("TESSERA_REGION", region.clone()),
-        ("TESSERA_SOCKET", socket.clone()),
-    ];
-    ContainerAllocateResponse {
-        envs: envs.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
-        mounts: vec![
-            mount(&region, &config.region, false),
-            mount(&socket, &config.daemon_socket, false),
-            mount(SHIM_IN_CONTAINER, &config.shim, true),
-            mount("/etc/ld.so.preload", &config.preload_file(), true),
-        ],
-        devices: ["/dev/nvidiactl".to_string(), "/dev/nvidia-uvm".into(), format!("/dev/nvidia{}", gpu.minor)]
-            .into_iter()
-            .map(node)
-            .collect(),
-        annotations: Default::default(),
-        cdi_devices: Vec::new(),
-    }
-}
-
-/// The `ld.so.preload` a container gets: the shim at its container path.
-pub fn preload_contents() -> String {
-    format!("{SHIM_IN_CONTAINER}\n")
 }
 
 #[cfg(test)]

@@ -19,6 +19,8 @@ pub const KUBELET_SOCKET: &str = "kubelet.sock";
 pub const DEFAULT_GC_GRACE: std::time::Duration = std::time::Duration::from_secs(30);
 /// Where the shim is mounted in a container (and what its `/etc/ld.so.preload` names).
 pub const SHIM_IN_CONTAINER: &str = "/usr/local/lib/tessera/libtessera.so";
+/// Where the GPU device nodes are on the host by default.
+pub const DEFAULT_DEV_DIR: &str = "/dev";
 
 /// The plugin's configuration.
 #[derive(Debug, Clone)]
@@ -41,6 +43,12 @@ pub struct Config {
     pub state_dir: PathBuf,
     /// How long a vGPU of the plugin that had processes may stay without any before it is removed.
     pub gc_grace: std::time::Duration,
+    /// The host directory holding the GPU device nodes (`nvidiactl`, `nvidia<N>`, ...): `/dev`, or another
+    /// tree standing in for it.
+    pub dev_dir: PathBuf,
+    /// When set, `Allocate` keeps a CDI spec of the plugin's vGPUs in this directory ([`Config::cdi_file`])
+    /// and names the container's CDI device in its answer.
+    pub cdi_dir: Option<PathBuf>,
 }
 
 impl Config {
@@ -59,6 +67,24 @@ impl Config {
         self.state_dir.join("ld.so.preload")
     }
 
+    /// The daemon's files and the device nodes as a container is given them.
+    pub fn host_files(&self) -> crate::container_edits::HostFiles {
+        crate::container_edits::HostFiles {
+            region: self.region.clone(),
+            socket: self.daemon_socket.clone(),
+            shim: self.shim.clone(),
+            preload: self.preload_file(),
+            dev_dir: self.dev_dir.clone(),
+        }
+    }
+
+    /// The CDI spec file the plugin keeps, when `--cdi-dir` is given: `<socket name without .sock>.json`,
+    /// so two plugins of a node (two sockets) keep two files.
+    pub fn cdi_file(&self) -> Option<PathBuf> {
+        let stem = self.socket_name.strip_suffix(".sock").unwrap_or(&self.socket_name);
+        self.cdi_dir.as_ref().map(|dir| dir.join(format!("{stem}.json")))
+    }
+
     /// Checks every field, naming the first bad one.
     pub fn check(&self) -> Result<(), String> {
         if !(1..=MAX_REPLICAS).contains(&self.replicas) {
@@ -74,6 +100,10 @@ impl Config {
         }
         if !self.shim.is_file() {
             return Err(format!("the shim {} does not exist; install tessera first", self.shim.display()));
+        }
+        self.host_files().check()?;
+        if let Some(dir) = &self.cdi_dir {
+            std::fs::create_dir_all(dir).map_err(|e| format!("--cdi-dir {}: cannot create it: {e}", dir.display()))?;
         }
         Ok(())
     }

@@ -5,7 +5,10 @@
 //!
 //! - [`config`]: what the plugin is configured with;
 //! - [`inventory`]: the node's GPUs (daemon `stats` + NVML) and replica IDs;
-//! - [`allocate`]: one container's allocation: the vGPU and what the container is given;
+//! - [`allocate`]: one container's allocation: the GPU, replicas and vGPU;
+//! - [`container_edits`]: what a container of a vGPU is given (env, mounts, device nodes), for kubelet's
+//!   answer and for CDI alike;
+//! - [`cdi`]: CDI specs of the vGPUs and GPUs; [`cdi_file`]: the spec file the plugin keeps (`--cdi-dir`);
 //! - [`gc`]: removing the vGPUs of ended containers;
 //! - [`preferred`]: the preferred allocation (one GPU, least loaded first);
 //! - [`service`]: the `DevicePlugin` gRPC service;
@@ -15,7 +18,10 @@
 //! - [`v1beta1`]: the generated API.
 
 pub mod allocate;
+pub mod cdi;
+pub mod cdi_file;
 pub mod config;
+pub mod container_edits;
 pub mod gc;
 pub mod inventory;
 pub mod plugin;
@@ -23,6 +29,11 @@ pub mod preferred;
 pub mod registration;
 pub mod service;
 pub mod unix;
+
+/// The vendored CDI schema's check, for the tests.
+#[cfg(test)]
+#[path = "../cdi-schema/validator.rs"]
+mod cdi_validator;
 
 /// The kubelet device-plugin API `v1beta1`, generated from the vendored `proto/api.proto`.
 pub mod v1beta1 {

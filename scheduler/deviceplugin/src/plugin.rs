@@ -89,6 +89,11 @@ pub async fn run(
     config.check()?;
     write_preload(&config)?;
     let (gpus, refresher) = keep_current(client.clone(), facts, config.gc_grace).await;
+    // With `--cdi-dir`: the spec file follows the plugin's vGPUs (removed ones leave it).
+    let cdi_sync = config
+        .cdi_dir
+        .is_some()
+        .then(|| tokio::spawn(crate::cdi_file::keep_synced(config.clone(), client.clone(), gpus.clone())));
     tokio::pin!(stop);
     let result = loop {
         let serving = serve_once(&config, &client, gpus.clone());
@@ -98,6 +103,9 @@ pub async fn run(
         }
     };
     refresher.abort();
+    if let Some(task) = cdi_sync {
+        task.abort();
+    }
     let _ = std::fs::remove_file(config.socket());
     result
 }
@@ -155,8 +163,5 @@ async fn serve_once(config: &Config, client: &Client, gpus: watch::Receiver<Vec<
 
 /// Writes the `ld.so.preload` file containers get, in the plugin's state directory.
 fn write_preload(config: &Config) -> Result<(), String> {
-    let file = config.preload_file();
-    std::fs::create_dir_all(&config.state_dir)
-        .and_then(|()| std::fs::write(&file, crate::allocate::preload_contents()))
-        .map_err(|e| format!("cannot write {}: {e}", file.display()))
+    crate::container_edits::write_preload(&config.host_files())
 }

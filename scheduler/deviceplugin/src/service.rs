@@ -2,15 +2,16 @@
 //! sends the list again whenever a GPU's health changes), the preferred allocation, and `Allocate`, which
 //! creates the container's vGPU through the daemon.
 
-use crate::allocate::{Plan, Refusal, container_response, plan, spec_for, stale_names};
+use crate::allocate::{Plan, Refusal, plan, spec_for, stale_names};
 use crate::config::Config;
+use crate::container_edits::for_container;
 use crate::inventory::{Gpu, replica_id};
 use crate::preferred::preferred;
 use crate::v1beta1::device_plugin_server::DevicePlugin;
 use crate::v1beta1::{
-    AllocateRequest, AllocateResponse, ContainerAllocateResponse, ContainerPreferredAllocationResponse, Device,
-    DevicePluginOptions, Empty, ListAndWatchResponse, NumaNode, PreStartContainerRequest, PreStartContainerResponse,
-    PreferredAllocationRequest, PreferredAllocationResponse, TopologyInfo,
+    AllocateRequest, AllocateResponse, CdiDevice, ContainerAllocateResponse, ContainerPreferredAllocationResponse,
+    Device, DevicePluginOptions, Empty, ListAndWatchResponse, NumaNode, PreStartContainerRequest,
+    PreStartContainerResponse, PreferredAllocationRequest, PreferredAllocationResponse, TopologyInfo,
 };
 use std::pin::Pin;
 use tessera_client::{Client, ErrorCode};
@@ -73,9 +74,15 @@ fn daemon_error(what: &str, e: tessera_client::Error) -> Status {
     }
 }
 
-/// Creates the vGPU of each plan, first removing leftovers of ended containers that held its replicas;
-/// on a failure removes those it created and returns the error.
-fn create_all(client: &Client, config: &Config, plans: &[Plan]) -> Result<Vec<ContainerAllocateResponse>, Status> {
+/// Creates the vGPU of each plan, first removing leftovers of ended containers that held its replicas,
+/// and (with `--cdi-dir`) writes the spec file listing them; on a failure removes those it created and
+/// returns the error.
+fn create_all(
+    client: &Client,
+    config: &Config,
+    gpus: &[Gpu],
+    plans: &[Plan],
+) -> Result<Vec<ContainerAllocateResponse>, Status> {
     let mut created: Vec<String> = Vec::new();
     let result = plans.iter().try_fold(Vec::new(), |mut responses, plan| {
         for stale in stale_names(plan) {
@@ -87,9 +94,27 @@ fn create_all(client: &Client, config: &Config, plans: &[Plan]) -> Result<Vec<Co
         let spec = spec_for(plan, config.replicas);
         let status =
             client.create(spec.clone()).map_err(|e| daemon_error(&format!("creating vGPU {}", spec.name), e))?;
-        created.push(status.spec.name.clone());
-        responses.push(container_response(config, &plan.gpu, &status.spec.name));
+        let name = status.spec.name;
+        created.push(name.clone());
+        let mut response = for_container(&config.host_files(), &plan.gpu, Some(&name)).allocate_response();
+        // With CDI the answer names the container's CDI device *and* keeps the envs, mounts and device
+        // nodes: kubelet passes `cdi_devices` on to the runtime only from Kubernetes 1.28 (feature gate
+        // DevicePluginCDIDevices, on by default from 1.29), and containerd applies them only with CDI
+        // enabled (by default from 2.0); elsewhere the names are dropped without a word, and a container
+        // with nothing else would start without its vGPU. Where both are applied they agree (one source,
+        // `container_edits`), and the CDI library replaces an existing device node or mount of the same
+        // container path and an environment variable of the same name, so the container gets one of each.
+        if config.cdi_dir.is_some() {
+            response.cdi_devices.push(CdiDevice { name: crate::cdi::qualified(&name) });
+        }
+        responses.push(response);
         Ok(responses)
+    });
+    // The spec file must list the new vGPUs before kubelet hears of them: the runtime reads it when it
+    // creates the container.
+    let result = result.and_then(|responses| match crate::cdi_file::sync(config, client, gpus) {
+        Ok(_) => Ok(responses),
+        Err(e) => Err(Status::internal(format!("writing the CDI spec: {e}"))),
     });
     if result.is_err() {
         for name in created {
@@ -142,7 +167,7 @@ impl DevicePlugin for Service {
         }
         let _one_at_a_time = self.allocating.lock().await;
         let (client, config) = (self.client.clone(), self.config.clone());
-        let container_responses = tokio::task::spawn_blocking(move || create_all(&client, &config, &plans))
+        let container_responses = tokio::task::spawn_blocking(move || create_all(&client, &config, &gpus, &plans))
             .await
             .map_err(|e| Status::internal(format!("allocation failed: {e}")))??;
         Ok(Response::new(AllocateResponse { container_responses }))
