@@ -6,6 +6,7 @@
 //! - [`config`]: what the plugin is configured with;
 //! - [`inventory`]: the node's GPUs (daemon `stats` + NVML) and replica IDs;
 //! - [`allocate`]: one container's allocation: the vGPU and what the container is given;
+//! - [`extra_resources`]: `<resource>-memory` and `<resource>-share`, for the scheduler's accounting;
 //! - [`gc`]: removing the vGPUs of ended containers;
 //! - [`preferred`]: the preferred allocation (one GPU, least loaded first);
 //! - [`service`]: the `DevicePlugin` gRPC service;
@@ -16,6 +17,7 @@
 
 pub mod allocate;
 pub mod config;
+pub mod extra_resources;
 pub mod gc;
 pub mod inventory;
 pub mod plugin;
