@@ -1,5 +1,5 @@
-//! The Kubernetes manifests of `deploy/kubernetes` against the product: every YAML document parses and is
-//! a known kind/apiVersion; the kustomization lists every manifest but the example pod, and `kubectl
+//! The Kubernetes manifests of `deploy/kubernetes` against the product: every YAML document parses, is
+//! a known kind/apiVersion and reads as the Kubernetes API's type of that kind with no unknown field; the kustomization lists every manifest but the example pod, and `kubectl
 //! kustomize` builds it; the DaemonSet's container arguments (with the ConfigMap's values and the
 //! downward API substituted as kubelet does) are accepted by the real `tessera` — the plugin's are checked
 //! by `tessera k8s device-plugin ... --check-config`, which prints what it would run with; the daemon and the
@@ -11,7 +11,11 @@
 //! Needs the release build of the workspace (`cargo build --release --workspace`): `tessera` finds its
 //! libraries beside itself in the build tree.
 
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use serde::Deserialize;
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -47,6 +51,47 @@ fn documents() -> Vec<(String, Value)> {
         }
     }
     docs
+}
+
+/// `doc` read as the Kubernetes API type `T` (types and required fields checked) and written back.
+fn through<T: DeserializeOwned + serde::Serialize>(doc: &Value) -> Result<Value, String> {
+    let typed: T = serde_json::from_value(doc.clone()).map_err(|e| e.to_string())?;
+    serde_json::to_value(&typed).map_err(|e| e.to_string())
+}
+
+/// `doc` (a Kubernetes object of kind `kind`) through its API type ([`through`]).
+fn typed(kind: &str, doc: &Value) -> Result<Value, String> {
+    match kind {
+        "Namespace" => through::<Namespace>(doc),
+        "ServiceAccount" => through::<ServiceAccount>(doc),
+        "ConfigMap" => through::<ConfigMap>(doc),
+        "Pod" => through::<Pod>(doc),
+        "ClusterRole" => through::<ClusterRole>(doc),
+        "ClusterRoleBinding" => through::<ClusterRoleBinding>(doc),
+        "DaemonSet" => through::<DaemonSet>(doc),
+        other => Err(format!("no API type for kind {other}")),
+    }
+}
+
+/// The fields of `original` that `typed` (its round trip through an API type) lost: fields the API does
+/// not have, such as a misspelt one (the API types ignore unknown fields when reading).
+fn lost_fields(original: &Value, typed: &Value, at: &str, lost: &mut Vec<String>) {
+    match (original, typed) {
+        (Value::Object(a), Value::Object(b)) => {
+            for (key, value) in a {
+                match b.get(key) {
+                    Some(kept) => lost_fields(value, kept, &format!("{at}.{key}"), lost),
+                    None => lost.push(format!("{at}.{key}")),
+                }
+            }
+        }
+        (Value::Array(a), Value::Array(b)) => {
+            for (i, (value, kept)) in a.iter().zip(b).enumerate() {
+                lost_fields(value, kept, &format!("{at}[{i}]"), lost);
+            }
+        }
+        _ => {}
+    }
 }
 
 /// The one document of kind `kind`.
@@ -180,6 +225,14 @@ fn every_document_is_a_known_kind_and_the_kustomization_builds() {
             assert!(doc["metadata"]["name"].is_string(), "{file}: {kind} without a name");
         }
         kinds.insert(kind);
+        if kind != "Kustomization" {
+            // The Kubernetes API's own types (k8s-openapi, API 1.32): field types, required fields, and no
+            // field the API does not know.
+            let back = typed(kind, doc).unwrap_or_else(|e| panic!("{file}: not a valid {kind}: {e}"));
+            let mut lost = Vec::new();
+            lost_fields(doc, &back, kind, &mut lost);
+            assert!(lost.is_empty(), "{file}: fields unknown to the Kubernetes API: {lost:?}");
+        }
     }
     assert_eq!(kinds.len(), known.len(), "every kind is there: {kinds:?}");
 

@@ -64,7 +64,7 @@ fn three_resources_register_and_list_their_devices_and_extra_allocate_answers_em
     assert_eq!(names(&registrations), three());
     for r in &registrations {
         assert_eq!(r.version, "v1beta1");
-        let options = r.options.clone().expect("options");
+        let options = r.options.expect("options");
         let main = r.resource_name == "tessera.io/vgpu";
         assert_eq!(options.get_preferred_allocation_available, main, "{r:?}");
         assert!(!options.pre_start_required, "{r:?}");
