@@ -1,7 +1,8 @@
 //! The Kubernetes manifests of `deploy/kubernetes` against the product: every YAML document parses, is
-//! a known kind/apiVersion and reads as the Kubernetes API's type of that kind with no unknown field; the kustomization lists every manifest but the example pod, and `kubectl
-//! kustomize` builds it; the DaemonSet's container arguments (with the ConfigMap's values and the
-//! downward API substituted as kubelet does) are accepted by the real `tessera` — the plugin's are checked
+//! a known kind/apiVersion and reads as the Kubernetes API's type of that kind with no unknown field; the
+//! kustomization lists every manifest but the example pod, and `kubectl kustomize` builds it; the
+//! DaemonSet's container arguments (with the ConfigMap's values and the downward API substituted as kubelet
+//! does) are accepted by the real `tessera` — the plugin's are checked
 //! by `tessera k8s device-plugin ... --check-config`, which prints what it would run with; the daemon and the
 //! plugin agree on the region and socket; every host path the plugin hands to kubelet or the daemon uses is
 //! a hostPath mounted at the same path; every ConfigMap key is consumed; the RBAC grants pods

@@ -1,6 +1,7 @@
 //! The plugin at work: keeps the GPU list current from the daemon, serves the `DevicePlugin` service on
-//! its socket (and the extra resources' on theirs), registers each with kubelet, and starts over (new socket, new registration) when kubelet's
-//! socket is replaced or its own is removed, as happens when kubelet restarts; until `stop` completes.
+//! its socket (and the extra resources' services on theirs), registers each with kubelet, and starts over
+//! (new sockets, new registrations) when kubelet's socket is replaced or one of its own is removed, as
+//! happens when kubelet restarts; until `stop` completes.
 
 use crate::config::Config;
 use crate::extra_resources::{ExtraService, extras};
