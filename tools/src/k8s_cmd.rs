@@ -8,6 +8,7 @@ use std::time::Duration;
 use tessera_client::Client;
 use tessera_deviceplugin::config::DEFAULT_DEV_DIR;
 use tessera_deviceplugin::config::{Config, DEFAULT_DIR, DEFAULT_REPLICAS, DEFAULT_RESOURCE, DEFAULT_SOCKET_NAME};
+use tessera_deviceplugin::extra_resources::extras;
 use tessera_deviceplugin::inventory::NvmlFacts;
 use tessera_scheduler::paths;
 
@@ -46,6 +47,15 @@ pub struct DevicePluginArgs {
     /// The host directory holding the GPU device nodes; containers get those of them that exist.
     #[arg(long, default_value = DEFAULT_DEV_DIR, value_name = "DIR")]
     dev_dir: PathBuf,
+    /// Do not register RESOURCE-memory (1 GiB units) and RESOURCE-share (1 % units) beside RESOURCE (each
+    /// on its own socket, RESOURCE's socket name with -memory / -share), which the Kubernetes scheduler
+    /// counts pods' memory and share requests against.
+    #[arg(long)]
+    no_extra_resources: bool,
+    /// Check the options (values only, not that DIR or the daemon's files exist), print the resulting
+    /// configuration and exit: e.g. to check a DaemonSet's arguments off the node.
+    #[arg(long)]
+    check_config: bool,
 }
 
 /// Runs a `tessera k8s` command.
@@ -70,7 +80,13 @@ fn device_plugin(args: DevicePluginArgs) -> Result<(), String> {
         gc_grace: args.gc_grace,
         dev_dir: args.dev_dir,
         cdi_dir: args.cdi_dir,
+        extra_resources: !args.no_extra_resources,
     };
+    if args.check_config {
+        config.check_values()?;
+        print!("{}", describe(&config));
+        return Ok(());
+    }
     config.check()?;
     signals::install()?;
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -84,6 +100,29 @@ fn device_plugin(args: DevicePluginArgs) -> Result<(), String> {
         }
     };
     runtime.block_on(tessera_deviceplugin::plugin::run(config, Client::new(daemon_socket), NvmlFacts::open(), stop))
+}
+
+/// The configuration as `--check-config` prints it: one `key: value` per line.
+fn describe(config: &Config) -> String {
+    let mut lines = vec![
+        format!("dir: {}", config.dir.display()),
+        format!("resource: {}", config.resource),
+        format!("socket: {}", config.socket_name),
+        format!("replicas: {}", config.replicas),
+        format!("gc-grace: {}s", config.gc_grace.as_secs()),
+    ];
+    for extra in extras(config) {
+        lines.push(format!("extra resource: {} on {}", extra.resource, extra.socket_name));
+    }
+    lines.extend([
+        format!("daemon socket: {}", config.daemon_socket.display()),
+        format!("region: {}", config.region.display()),
+        format!("shim: {}", config.shim.display()),
+        format!("state dir: {}", config.state_dir.display()),
+        format!("dev dir: {}", config.dev_dir.display()),
+        format!("cdi dir: {}", config.cdi_dir.as_ref().map_or("-".into(), |d| d.display().to_string())),
+    ]);
+    lines.iter().map(|l| format!("{l}\n")).collect()
 }
 
 /// A grace period: a number with `s` or `m` (`30s`, `2m`), or plain seconds.

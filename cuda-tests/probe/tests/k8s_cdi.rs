@@ -14,9 +14,8 @@ mod kubelet;
 #[path = "../../../scheduler/deviceplugin/cdi-schema/validator.rs"]
 mod validator;
 
-use common::Guarded;
 use common::tessera::Machine;
-use kubelet::{Kubelet, allocate_request, dial, runtime};
+use kubelet::{Kubelet, allocate_request, dial, plugin_dir, runtime, start_plugin, uuids};
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -30,12 +29,6 @@ fn dev_dir(m: &Machine, names: &[&str]) -> PathBuf {
         std::fs::write(dir.join(name), b"").expect("make a stand-in device node");
     }
     dir
-}
-
-/// The UUIDs of the daemon's devices, by ordinal.
-fn uuids(m: &Machine) -> Vec<String> {
-    let stats = m.client().stats(None).expect("stats");
-    stats.devices.iter().map(|d| d.uuid.clone().expect("the simulated NVML gives UUIDs")).collect()
 }
 
 /// A spec's device of name `name`.
@@ -120,20 +113,11 @@ fn cdi_generate_lists_gpus_and_vgpus_and_follows_the_schema() {
     assert!(stderr.contains("is a directory"), "{stderr}");
 }
 
-/// Starts `tessera k8s device-plugin --dir DIR ARGS` on machine `m`.
-fn start_plugin(m: &Machine, dir: &Path, args: &[&str]) -> Guarded {
-    let dir = dir.to_str().unwrap();
-    let mut cmd = m.command(&[&["k8s", "device-plugin", "--dir", dir][..], args].concat());
-    cmd.stdout(std::process::Stdio::null());
-    Guarded::spawn(&mut cmd).expect("start the device plugin")
-}
-
 #[test]
 fn allocate_with_cdi_dir_names_a_device_of_the_spec_it_wrote_first() {
     let mut m = Machine::new("k8s-cdi", "small,small");
     m.start();
-    let dir = m.file("device-plugins");
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = plugin_dir(&m);
     let cdi_dir = m.file("cdi"); // made by the plugin
     let dev = dev_dir(&m, &["nvidiactl", "nvidia-uvm", "nvidia0", "nvidia1"]);
     let kubelet = Kubelet::start(&dir);
@@ -142,7 +126,7 @@ fn allocate_with_cdi_dir_names_a_device_of_the_spec_it_wrote_first() {
         &dir,
         &["--cdi-dir", cdi_dir.to_str().unwrap(), "--dev-dir", dev.to_str().unwrap(), "--gc-grace", "1s"],
     );
-    let registration = kubelet.wait_for_registration(Duration::from_secs(60));
+    let (registration, _) = kubelet.wait_for_registration(Duration::from_secs(60));
     let uuids = uuids(&m);
     let spec_file = cdi_dir.join("tessera-vgpu.json");
 
@@ -225,8 +209,7 @@ fn allocate_with_cdi_dir_names_a_device_of_the_spec_it_wrote_first() {
 #[test]
 fn a_cdi_dir_that_cannot_be_made_is_refused_naming_it() {
     let m = Machine::new("k8s-cdi-options", "small");
-    let dir = m.file("device-plugins");
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = plugin_dir(&m);
     let stderr =
         m.fails(1, &["k8s", "device-plugin", "--dir", dir.to_str().unwrap(), "--cdi-dir", "/proc/no-such/cdi"]);
     assert!(stderr.contains("--cdi-dir /proc/no-such/cdi"), "{stderr}");

@@ -49,6 +49,8 @@ pub struct Config {
     /// When set, `Allocate` keeps a CDI spec of the plugin's vGPUs in this directory ([`Config::cdi_file`])
     /// and names the container's CDI device in its answer.
     pub cdi_dir: Option<PathBuf>,
+    /// Also register `<resource>-memory` and `<resource>-share` (see [`crate::extra_resources`]).
+    pub extra_resources: bool,
 }
 
 impl Config {
@@ -87,6 +89,22 @@ impl Config {
 
     /// Checks every field, naming the first bad one.
     pub fn check(&self) -> Result<(), String> {
+        self.check_values()?;
+        if !self.dir.is_dir() {
+            return Err(format!("--dir {}: no such directory (kubelet creates it)", self.dir.display()));
+        }
+        if !self.shim.is_file() {
+            return Err(format!("the shim {} does not exist; install tessera first", self.shim.display()));
+        }
+        if let Some(dir) = &self.cdi_dir {
+            std::fs::create_dir_all(dir).map_err(|e| format!("--cdi-dir {}: cannot create it: {e}", dir.display()))?;
+        }
+        Ok(())
+    }
+
+    /// Checks the values alone, not the files they name (what `--check-config` does, e.g. for a manifest
+    /// checked on another machine than the node): replicas, resource names, socket names.
+    pub fn check_values(&self) -> Result<(), String> {
         if !(1..=MAX_REPLICAS).contains(&self.replicas) {
             return Err(format!("--replicas {}: give 1 to {MAX_REPLICAS} replicas per GPU", self.replicas));
         }
@@ -95,16 +113,12 @@ impl Config {
         if name.is_empty() || name.contains('/') || name == KUBELET_SOCKET {
             return Err(format!("socket name {name:?}: give a plain file name other than {KUBELET_SOCKET}"));
         }
-        if !self.dir.is_dir() {
-            return Err(format!("--dir {}: no such directory (kubelet creates it)", self.dir.display()));
-        }
-        if !self.shim.is_file() {
-            return Err(format!("the shim {} does not exist; install tessera first", self.shim.display()));
+        for extra in crate::extra_resources::extras(self) {
+            check_resource(&extra.resource).map_err(|e| {
+                format!("{e} (the extra resource derived from --resource; shorten it or give --no-extra-resources)")
+            })?;
         }
         self.host_files().check()?;
-        if let Some(dir) = &self.cdi_dir {
-            std::fs::create_dir_all(dir).map_err(|e| format!("--cdi-dir {}: cannot create it: {e}", dir.display()))?;
-        }
         Ok(())
     }
 }

@@ -9,6 +9,7 @@
 //! - [`container_edits`]: what a container of a vGPU is given (env, mounts, device nodes), for kubelet's
 //!   answer and for CDI alike;
 //! - [`cdi`]: CDI specs of the vGPUs and GPUs; [`cdi_file`]: the spec file the plugin keeps (`--cdi-dir`);
+//! - [`extra_resources`]: `<resource>-memory` and `<resource>-share`, for the scheduler's accounting;
 //! - [`gc`]: removing the vGPUs of ended containers;
 //! - [`preferred`]: the preferred allocation (one GPU, least loaded first);
 //! - [`service`]: the `DevicePlugin` gRPC service;
@@ -22,6 +23,7 @@ pub mod cdi;
 pub mod cdi_file;
 pub mod config;
 pub mod container_edits;
+pub mod extra_resources;
 pub mod gc;
 pub mod inventory;
 pub mod plugin;

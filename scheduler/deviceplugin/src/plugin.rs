@@ -1,14 +1,18 @@
 //! The plugin at work: keeps the GPU list current from the daemon, serves the `DevicePlugin` service on
-//! its socket, registers with kubelet, and starts over (new socket, new registration) when kubelet's
-//! socket is replaced or its own is removed, as happens when kubelet restarts; until `stop` completes.
+//! its socket (and the extra resources' services on theirs), registers each with kubelet, and starts over
+//! (new sockets, new registrations) when kubelet's socket is replaced or one of its own is removed, as
+//! happens when kubelet restarts; until `stop` completes.
 
 use crate::config::Config;
+use crate::extra_resources::{ExtraService, extras};
 use crate::gc::Collector;
 use crate::inventory::{Gpu, NvmlFacts, refresh};
-use crate::registration::{Identity, identity, register};
+use crate::registration::{Identity, extra_request, identity, request, send};
 use crate::service::Service;
-use crate::v1beta1::device_plugin_server::DevicePluginServer;
+use crate::v1beta1::RegisterRequest;
+use crate::v1beta1::device_plugin_server::{DevicePlugin, DevicePluginServer};
 use std::future::Future;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use tessera_client::Client;
@@ -107,16 +111,32 @@ pub async fn run(
         task.abort();
     }
     let _ = std::fs::remove_file(config.socket());
+    for extra in extras(&config) {
+        let _ = std::fs::remove_file(config.dir.join(extra.socket_name));
+    }
     result
 }
 
-/// Serves on a fresh socket and registers, until kubelet's socket is replaced or the plugin's own
-/// removed (then returns `Ok` to start over).
-async fn serve_once(config: &Config, client: &Client, gpus: watch::Receiver<Vec<Gpu>>) -> Result<(), String> {
-    let socket = config.socket();
+/// One socket the plugin serves a resource on, and its registration with kubelet.
+struct Endpoint {
+    /// The socket file.
+    socket: PathBuf,
+    /// The socket file as made (a different one at the same path means it was removed).
+    own: Option<Identity>,
+    /// What registers it.
+    request: RegisterRequest,
+    /// The `kubelet.sock` it was last registered with.
+    registered: Option<Identity>,
+    /// Stops the server.
+    done: Option<tokio::sync::oneshot::Sender<()>>,
+    /// The server.
+    server: tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
+}
+
+/// Serves `service` on a fresh socket `socket`; `request` registers it.
+fn serve(socket: PathBuf, service: impl DevicePlugin, request: RegisterRequest) -> Result<Endpoint, String> {
     let incoming = crate::unix::listen(&socket).map_err(|e| format!("cannot listen on {}: {e}", socket.display()))?;
     let own = identity(&socket);
-    let service = Service::new(config.clone(), client.clone(), gpus);
     let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(
         tonic::transport::Server::builder().add_service(DevicePluginServer::new(service)).serve_with_incoming_shutdown(
@@ -126,39 +146,75 @@ async fn serve_once(config: &Config, client: &Client, gpus: watch::Receiver<Vec<
             },
         ),
     );
-    say(&format!("serving {} on {}", config.resource, socket.display()));
+    say(&format!("serving {} on {}", request.resource_name, socket.display()));
+    Ok(Endpoint { socket, own, request, registered: None, done: Some(done_tx), server })
+}
+
+/// Stops the servers of `endpoints`; the first failure of one of them, if any.
+async fn finish(mut endpoints: Vec<Endpoint>) -> Result<(), String> {
+    for endpoint in &mut endpoints {
+        if let Some(done) = endpoint.done.take() {
+            let _ = done.send(());
+        }
+    }
+    let mut result = Ok(());
+    for endpoint in endpoints {
+        let socket = endpoint.socket.display();
+        let outcome = match endpoint.server.await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(format!("serving on {socket}: {e}")),
+            Err(e) => Err(format!("the server on {socket} failed: {e}")),
+        };
+        result = result.and(outcome);
+    }
+    result
+}
+
+/// Serves the main resource and the extra ones (each on a fresh socket of its own) and registers them,
+/// until kubelet's socket is replaced or one of the plugin's own removed (then returns `Ok` to start over,
+/// all of them).
+async fn serve_once(config: &Config, client: &Client, gpus: watch::Receiver<Vec<Gpu>>) -> Result<(), String> {
+    let main = Service::new(config.clone(), client.clone(), gpus.clone());
+    let mut endpoints = vec![serve(config.socket(), main, request(config))?];
+    for extra in extras(config) {
+        let service = ExtraService::new(extra.kind, gpus.clone());
+        match serve(config.dir.join(&extra.socket_name), service, extra_request(&extra)) {
+            Ok(endpoint) => endpoints.push(endpoint),
+            Err(e) => {
+                let _ = finish(endpoints).await;
+                return Err(e);
+            }
+        }
+    }
     let kubelet = config.kubelet_socket();
-    let mut registered: Option<Identity> = None;
-    loop {
-        if identity(&socket) != own {
-            say(&format!("{} was removed (kubelet restarted?); starting over", socket.display()));
+    'watching: loop {
+        if let Some(gone) = endpoints.iter().find(|e| identity(&e.socket) != e.own) {
+            say(&format!("{} was removed (kubelet restarted?); starting over", gone.socket.display()));
             break;
         }
         let now = identity(&kubelet);
-        if now.is_some() && now != registered {
-            match register(config).await {
-                Ok(()) => {
-                    say(&format!("registered {} with kubelet on {}", config.resource, kubelet.display()));
-                    registered = now;
-                }
-                Err(e) => {
-                    say(&e);
-                    tokio::time::sleep(RETRY_AFTER).await;
-                    continue;
+        if now.is_some() {
+            for endpoint in endpoints.iter_mut().filter(|e| e.registered != now) {
+                let resource = endpoint.request.resource_name.clone();
+                match send(config, endpoint.request.clone()).await {
+                    Ok(()) => {
+                        say(&format!("registered {resource} with kubelet on {}", kubelet.display()));
+                        endpoint.registered = now;
+                    }
+                    Err(e) => {
+                        say(&e);
+                        tokio::time::sleep(RETRY_AFTER).await;
+                        continue 'watching;
+                    }
                 }
             }
         }
-        if server.is_finished() {
+        if endpoints.iter().any(|e| e.server.is_finished()) {
             break;
         }
         tokio::time::sleep(WATCH_EVERY).await;
     }
-    let _ = done_tx.send(());
-    match server.await {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => Err(format!("serving on {}: {e}", socket.display())),
-        Err(e) => Err(format!("the server on {} failed: {e}", socket.display())),
-    }
+    finish(endpoints).await
 }
 
 /// Writes the `ld.so.preload` file containers get, in the plugin's state directory.

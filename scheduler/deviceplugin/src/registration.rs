@@ -20,16 +20,31 @@ pub fn request(config: &Config) -> RegisterRequest {
     }
 }
 
+/// The request that registers one of the extra resources of `config`.
+pub fn extra_request(extra: &crate::extra_resources::Extra) -> RegisterRequest {
+    RegisterRequest {
+        version: VERSION.into(),
+        endpoint: extra.socket_name.clone(),
+        resource_name: extra.resource.clone(),
+        options: Some(crate::extra_resources::options()),
+    }
+}
+
 /// Registers the plugin of `config` with the kubelet listening on its `kubelet.sock`, giving up after
 /// [`TIMEOUT`] (a kubelet that accepts the connection but never answers must not stall the plugin).
 pub async fn register(config: &Config) -> Result<(), String> {
+    send(config, request(config)).await
+}
+
+/// Sends registration `request` to the kubelet of `config` (see [`register`]).
+pub async fn send(config: &Config, request: RegisterRequest) -> Result<(), String> {
     let socket = config.kubelet_socket();
     let attempt = async {
         let channel = crate::unix::channel(&socket)
             .await
             .map_err(|e| format!("cannot reach kubelet on {}: {e}", socket.display()))?;
         RegistrationClient::new(channel)
-            .register(request(config))
+            .register(request)
             .await
             .map_err(|e| format!("kubelet on {} refused the registration: {}", socket.display(), e.message()))
     };

@@ -42,18 +42,34 @@ impl Service {
 
 /// The devices kubelet is told of: each GPU's replicas, with its health and NUMA node.
 pub fn devices(gpus: &[Gpu], replicas: u32) -> Vec<Device> {
-    let mut devices = Vec::with_capacity(gpus.len() * replicas as usize);
+    advertised(gpus, |gpu| replica_ids(gpu, replicas))
+}
+
+/// The IDs of `gpu`'s replicas.
+fn replica_ids(gpu: &Gpu, replicas: u32) -> Vec<String> {
+    (0..replicas).map(|i| replica_id(&gpu.key, i)).collect()
+}
+
+/// The devices `ids` names for each GPU, each with that GPU's health and NUMA node (shared by the main
+/// resource and the extra ones, so their health always agrees).
+pub fn advertised(gpus: &[Gpu], ids: impl Fn(&Gpu) -> Vec<String>) -> Vec<Device> {
+    let mut devices = Vec::new();
     for gpu in gpus {
         let topology = gpu.numa_node.map(|id| TopologyInfo { nodes: vec![NumaNode { id }] });
-        for i in 0..replicas {
-            devices.push(Device {
-                id: replica_id(&gpu.key, i),
-                health: if gpu.healthy { HEALTHY } else { UNHEALTHY }.into(),
-                topology: topology.clone(),
-            });
-        }
+        let health = if gpu.healthy { HEALTHY } else { UNHEALTHY };
+        devices.extend(ids(gpu).into_iter().map(|id| Device { id, health: health.into(), topology: topology.clone() }));
     }
     devices
+}
+
+/// A `ListAndWatch` stream: the devices `ids` names for each GPU of `gpus`, sent again whenever the GPUs
+/// change (a GPU lost, back, gone).
+pub fn device_stream(
+    gpus: watch::Receiver<Vec<Gpu>>,
+    ids: impl Fn(&Gpu) -> Vec<String> + Send + Sync + 'static,
+) -> DeviceStream {
+    let stream = WatchStream::new(gpus).map(move |gpus| Ok(ListAndWatchResponse { devices: advertised(&gpus, &ids) }));
+    Box::pin(stream)
 }
 
 /// The gRPC status of a refusal.
@@ -124,7 +140,8 @@ fn create_all(
     result
 }
 
-type DeviceStream = Pin<Box<dyn Stream<Item = Result<ListAndWatchResponse, Status>> + Send>>;
+/// What `ListAndWatch` answers: a stream of device lists.
+pub type DeviceStream = Pin<Box<dyn Stream<Item = Result<ListAndWatchResponse, Status>> + Send>>;
 
 #[tonic::async_trait]
 impl DevicePlugin for Service {
@@ -136,9 +153,7 @@ impl DevicePlugin for Service {
 
     async fn list_and_watch(&self, _: Request<Empty>) -> Result<Response<DeviceStream>, Status> {
         let replicas = self.config.replicas;
-        let stream = WatchStream::new(self.gpus.clone())
-            .map(move |gpus| Ok(ListAndWatchResponse { devices: devices(&gpus, replicas) }));
-        Ok(Response::new(Box::pin(stream)))
+        Ok(Response::new(device_stream(self.gpus.clone(), move |gpu| replica_ids(gpu, replicas))))
     }
 
     async fn get_preferred_allocation(

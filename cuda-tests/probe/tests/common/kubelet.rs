@@ -1,9 +1,12 @@
-//! A simulated kubelet for the device-plugin tests: the `Registration` service of the real `v1beta1`
-//! gRPC API (types generated from the vendored `api.proto`) on `<dir>/kubelet.sock`, recording each
-//! registration, and a `DevicePlugin` client dialling a plugin's socket. Included with `#[path]` by the
-//! tests that need it (it pulls in tonic and tokio).
+//! A simulated kubelet for the device-plugin tests (`k8s.rs`, `k8s_extra.rs`): the `Registration` service
+//! of the real `v1beta1` API on `<dir>/kubelet.sock`, recording what registers, and helpers to start the
+//! plugin and dial it. Not in `common/mod.rs`, which every test binary compiles: the two that use it
+//! include it with `#[path = "common/kubelet.rs"] mod kubelet;`.
+#![allow(dead_code)] // each of the two test binaries uses a different subset
 
-use std::path::Path;
+use crate::common::Guarded;
+use crate::common::tessera::Machine;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tessera_deviceplugin::unix;
@@ -15,7 +18,7 @@ use tonic::transport::Channel;
 /// The registrations a simulated kubelet received.
 type Received = Arc<Mutex<Vec<RegisterRequest>>>;
 
-/// The `Registration` service: records every request and accepts it.
+/// The simulated kubelet's `Registration` service: records every request and accepts it.
 struct Recorder(Received);
 
 #[tonic::async_trait]
@@ -29,7 +32,8 @@ impl Registration for Recorder {
     }
 }
 
-/// A simulated kubelet serving `Registration` on a thread of its own until dropped.
+/// A simulated kubelet: the `Registration` service on `<dir>/kubelet.sock`, served by a thread of its own
+/// (the test's thread may block), stopped when dropped.
 pub struct Kubelet {
     received: Received,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
@@ -37,16 +41,17 @@ pub struct Kubelet {
 }
 
 impl Kubelet {
-    /// Listens on `<dir>/kubelet.sock` (bound before this returns) and serves until dropped.
+    /// Listens on `<dir>/kubelet.sock` (a new socket file, replacing any) and serves until dropped.
     pub fn start(dir: &Path) -> Kubelet {
         let received = Received::default();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let service = RegistrationServer::new(Recorder(received.clone()));
+        // The socket is bound before `start` returns (the test then knows it exists), by the runtime that
+        // serves it (a listener belongs to the runtime it was made in).
         let (bound_tx, bound) = std::sync::mpsc::channel();
         let socket = dir.join("kubelet.sock");
         let thread = std::thread::spawn(move || {
             let runtime = runtime();
-            // A listener belongs to the runtime it was made in: bound and served by this one.
             let incoming = runtime.block_on(async { unix::listen(&socket) }).expect("listen on kubelet.sock");
             bound_tx.send(()).unwrap();
             runtime
@@ -62,14 +67,33 @@ impl Kubelet {
         Kubelet { received, stop: Some(stop), thread: Some(thread) }
     }
 
-    /// Waits (at most `within`) for the first registration and returns it.
-    pub fn wait_for_registration(&self, within: Duration) -> RegisterRequest {
+    /// The registrations so far.
+    pub fn registrations(&self) -> Vec<RegisterRequest> {
+        self.received.lock().unwrap().clone()
+    }
+
+    /// Waits (at most `within`) until a registration arrives; returns it and how long it took.
+    pub fn wait_for_registration(&self, within: Duration) -> (RegisterRequest, Duration) {
         let start = Instant::now();
         loop {
-            if let Some(r) = self.received.lock().unwrap().first() {
-                return r.clone();
+            if let Some(r) = self.registrations().into_iter().next() {
+                return (r, start.elapsed());
             }
             assert!(start.elapsed() < within, "no registration within {within:?}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Waits (at most `within`) until `n` registrations have arrived; returns them, in order, and how long
+    /// it took.
+    pub fn wait_for_registrations(&self, n: usize, within: Duration) -> (Vec<RegisterRequest>, Duration) {
+        let start = Instant::now();
+        loop {
+            let got = self.registrations();
+            if got.len() >= n {
+                return (got, start.elapsed());
+            }
+            assert!(start.elapsed() < within, "{} registration(s) of {n} within {within:?}: {got:?}", got.len());
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -91,9 +115,30 @@ pub fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread().enable_io().enable_time().build().expect("a tokio runtime")
 }
 
+/// The simulated kubelet's directory on machine `m` (created).
+pub fn plugin_dir(m: &Machine) -> PathBuf {
+    let dir = m.file("device-plugins");
+    std::fs::create_dir_all(&dir).expect("create the device-plugin directory");
+    dir
+}
+
+/// Starts `tessera k8s device-plugin --dir DIR ARGS` on machine `m`.
+pub fn start_plugin(m: &Machine, dir: &Path, args: &[&str]) -> Guarded {
+    let dir = dir.to_str().unwrap();
+    let mut cmd = m.command(&[&["k8s", "device-plugin", "--dir", dir][..], args].concat());
+    cmd.stdout(std::process::Stdio::null());
+    Guarded::spawn(&mut cmd).expect("start the device plugin")
+}
+
 /// A `DevicePlugin` client of the plugin whose socket is `<dir>/<endpoint>`.
 pub async fn dial(dir: &Path, endpoint: &str) -> DevicePluginClient<Channel> {
     DevicePluginClient::new(unix::channel(&dir.join(endpoint)).await.expect("dial the plugin"))
+}
+
+/// The UUIDs of the daemon's devices, by ordinal.
+pub fn uuids(m: &Machine) -> Vec<String> {
+    let stats = m.client().stats(None).expect("stats");
+    stats.devices.iter().map(|d| d.uuid.clone().expect("the simulated NVML gives UUIDs")).collect()
 }
 
 /// An `Allocate` request of one container for `ids`.
