@@ -37,6 +37,14 @@ pub struct DevicePluginArgs {
     /// The plugin's socket file name in DIR.
     #[arg(long, default_value = DEFAULT_SOCKET_NAME, value_name = "FILE")]
     socket_name: String,
+    /// A kubeconfig for the Kubernetes API (pods get/list/watch): vGPUs are then sized from their pods'
+    /// limits and annotations and removed when their pods end. Without it the in-cluster service account
+    /// is used when KUBERNETES_SERVICE_HOST is set, else no API.
+    #[arg(long, value_name = "FILE")]
+    kubeconfig: Option<PathBuf>,
+    /// This node's name in Kubernetes (default: $NODE_NAME, else the host name).
+    #[arg(long, env = "NODE_NAME", value_name = "NAME")]
+    node_name: Option<String>,
 }
 
 /// Runs a `tessera k8s` command.
@@ -59,6 +67,11 @@ fn device_plugin(args: DevicePluginArgs) -> Result<(), String> {
         state_dir: paths::state_dir()?.join("device-plugin"),
         daemon_socket: daemon_socket.clone(),
         gc_grace: args.gc_grace,
+        kubeconfig: args.kubeconfig,
+        node_name: match args.node_name {
+            Some(name) => name,
+            None => host_name()?,
+        },
     };
     config.check()?;
     signals::install()?;
@@ -73,6 +86,13 @@ fn device_plugin(args: DevicePluginArgs) -> Result<(), String> {
         }
     };
     runtime.block_on(tessera_deviceplugin::plugin::run(config, Client::new(daemon_socket), NvmlFacts::open(), stop))
+}
+
+/// This machine's host name (the node's name in Kubernetes unless told otherwise).
+fn host_name() -> Result<String, String> {
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map_err(|e| format!("cannot read the host name ({e}); give --node-name"))?;
+    Ok(name.trim().to_string())
 }
 
 /// A grace period: a number with `s` or `m` (`30s`, `2m`), or plain seconds.

@@ -41,6 +41,12 @@ pub struct Config {
     pub state_dir: PathBuf,
     /// How long a vGPU of the plugin that had processes may stay without any before it is removed.
     pub gc_grace: std::time::Duration,
+    /// The kubeconfig giving the Kubernetes API's address and credentials (`--kubeconfig`); without it the
+    /// in-cluster service account is used when `KUBERNETES_SERVICE_HOST` is set, else there is no API.
+    pub kubeconfig: Option<PathBuf>,
+    /// This node's name in Kubernetes (`--node-name`, else `NODE_NAME`, else the host name): the pods
+    /// looked up are those with `spec.nodeName` this.
+    pub node_name: String,
 }
 
 impl Config {
@@ -59,6 +65,11 @@ impl Config {
         self.state_dir.join("ld.so.preload")
     }
 
+    /// The file recording which pod container each vGPU of the plugin is for.
+    pub fn pods_file(&self) -> PathBuf {
+        self.state_dir.join("pods.json")
+    }
+
     /// Checks every field, naming the first bad one.
     pub fn check(&self) -> Result<(), String> {
         if !(1..=MAX_REPLICAS).contains(&self.replicas) {
@@ -71,6 +82,9 @@ impl Config {
         }
         if !self.dir.is_dir() {
             return Err(format!("--dir {}: no such directory (kubelet creates it)", self.dir.display()));
+        }
+        if self.node_name.is_empty() || self.node_name.contains(['/', ',', '=']) {
+            return Err(format!("--node-name {:?}: give this node's name in Kubernetes", self.node_name));
         }
         if !self.shim.is_file() {
             return Err(format!("the shim {} does not exist; install tessera first", self.shim.display()));

@@ -6,6 +6,9 @@
 //! - [`config`]: what the plugin is configured with;
 //! - [`inventory`]: the node's GPUs (daemon `stats` + NVML) and replica IDs;
 //! - [`allocate`]: one container's allocation: the vGPU and what the container is given;
+//! - [`sizing`]: a vGPU's size as its pod asks for it (limits, annotations, Kubernetes quantities);
+//! - [`kube_api`]: the Kubernetes API, when the plugin has credentials;
+//! - [`pods`]: which pod container a vGPU is for, and what its pod's state means for it;
 //! - [`gc`]: removing the vGPUs of ended containers;
 //! - [`preferred`]: the preferred allocation (one GPU, least loaded first);
 //! - [`service`]: the `DevicePlugin` gRPC service;
@@ -18,10 +21,13 @@ pub mod allocate;
 pub mod config;
 pub mod gc;
 pub mod inventory;
+pub mod kube_api;
 pub mod plugin;
+pub mod pods;
 pub mod preferred;
 pub mod registration;
 pub mod service;
+pub mod sizing;
 pub mod unix;
 
 /// The kubelet device-plugin API `v1beta1`, generated from the vendored `proto/api.proto`.
