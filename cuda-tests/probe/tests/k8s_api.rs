@@ -367,7 +367,7 @@ fn a_crash_looping_pods_vgpu_stays_past_the_grace() {
     }
     // The vGPU of no known pod, joined after the other, goes after the grace; the crash-looping pod's stays.
     wait_until("the unknown pod's vGPU is removed after the grace", || !names(&m).contains(&unknown));
-    assert_eq!(names(&m), [crashing.clone()], "the crash-looping pod's vGPU was removed");
+    assert_eq!(names(&m), std::slice::from_ref(&crashing), "the crash-looping pod's vGPU was removed");
     api.change("crashing", |p| p["status"]["phase"] = json!("Failed"));
     wait_until("the failed pod's vGPU is removed", || !names(&m).contains(&crashing));
 }
