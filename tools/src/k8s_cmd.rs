@@ -56,6 +56,14 @@ pub struct DevicePluginArgs {
     /// configuration and exit: e.g. to check a DaemonSet's arguments off the node.
     #[arg(long)]
     check_config: bool,
+    /// A kubeconfig for the Kubernetes API (pods get/list/watch): vGPUs are then sized from their pods'
+    /// limits and annotations and removed when their pods end. Without it the in-cluster service account
+    /// is used when KUBERNETES_SERVICE_HOST is set, else no API.
+    #[arg(long, value_name = "FILE")]
+    kubeconfig: Option<PathBuf>,
+    /// This node's name in Kubernetes (default: $NODE_NAME, else the host name).
+    #[arg(long, env = "NODE_NAME", value_name = "NAME")]
+    node_name: Option<String>,
 }
 
 /// Runs a `tessera k8s` command.
@@ -81,6 +89,11 @@ fn device_plugin(args: DevicePluginArgs) -> Result<(), String> {
         dev_dir: args.dev_dir,
         cdi_dir: args.cdi_dir,
         extra_resources: !args.no_extra_resources,
+        kubeconfig: args.kubeconfig,
+        node_name: match args.node_name {
+            Some(name) => name,
+            None => host_name()?,
+        },
     };
     if args.check_config {
         config.check_values()?;
@@ -121,8 +134,17 @@ fn describe(config: &Config) -> String {
         format!("state dir: {}", config.state_dir.display()),
         format!("dev dir: {}", config.dev_dir.display()),
         format!("cdi dir: {}", config.cdi_dir.as_ref().map_or("-".into(), |d| d.display().to_string())),
+        format!("node name: {}", config.node_name),
+        format!("kubeconfig: {}", config.kubeconfig.as_ref().map_or("-".into(), |d| d.display().to_string())),
     ]);
     lines.iter().map(|l| format!("{l}\n")).collect()
+}
+
+/// This machine's host name (the node's name in Kubernetes unless told otherwise).
+fn host_name() -> Result<String, String> {
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map_err(|e| format!("cannot read the host name ({e}); give --node-name"))?;
+    Ok(name.trim().to_string())
 }
 
 /// A grace period: a number with `s` or `m` (`30s`, `2m`), or plain seconds.

@@ -3,6 +3,7 @@
 //! [`crate::container_edits`]'s.
 
 use crate::inventory::{Gpu, parse_replica_id};
+use crate::sizing::Sizing;
 use tessera_client::VgpuSpec;
 
 /// The replicas of one GPU a container asks for.
@@ -80,13 +81,13 @@ pub fn stale_names(plan: &Plan) -> Vec<String> {
     plan.replicas.iter().map(|i| format!("k8s-{}-{i}", plan.gpu.ordinal)).collect()
 }
 
-/// The vGPU for `plan` with N = `replicas`: k/N of the device's memory and of its time (rounded down, so
-/// N containers of one replica each fit).
-pub fn spec_for(plan: &Plan, replicas: u32) -> VgpuSpec {
+/// The vGPU for `plan` with N = `replicas`: the memory and share `sizing` gives, else k/N of the device's
+/// memory and of its time (rounded down, so N containers of one replica each fit).
+pub fn spec_for(plan: &Plan, replicas: u32, sizing: &Sizing) -> VgpuSpec {
     let k = plan.replicas.len() as u64;
     let n = u64::from(replicas);
-    let memory = plan.gpu.memory_total / n * k;
-    let share = (100 * k / n) as u32;
+    let memory = sizing.memory.unwrap_or(plan.gpu.memory_total / n * k);
+    let share = sizing.share.unwrap_or((100 * k / n) as u32);
     VgpuSpec::new(&vgpu_name(plan), plan.gpu.ordinal, memory, share)
 }
 
@@ -110,9 +111,13 @@ mod tests {
         assert_eq!((p.gpu.ordinal, p.replicas.clone()), (1, vec![2, 7]));
         assert_eq!(vgpu_name(&p), "k8s-1-2");
         assert_eq!(stale_names(&p), ["k8s-1-2", "k8s-1-7"]);
-        let spec = spec_for(&p, 10);
+        let spec = spec_for(&p, 10, &Sizing::default());
         assert_eq!((spec.device, spec.share, spec.memory), (1, 20, (10u64 << 30) / 10 * 2));
-        assert_eq!(spec_for(&p, 3).share, 66, "shares round down so every replica fits");
+        assert_eq!(spec_for(&p, 3, &Sizing::default()).share, 66, "shares round down so every replica fits");
+        let sized = spec_for(&p, 10, &Sizing { memory: Some(3 << 30), share: Some(45) });
+        assert_eq!((sized.share, sized.memory), (45, 3 << 30));
+        let half = spec_for(&p, 10, &Sizing { memory: None, share: Some(45) });
+        assert_eq!((half.share, half.memory), (45, (10u64 << 30) / 10 * 2), "what sizing leaves out stays k/N");
 
         for (bad, says) in [
             (&[][..], "no device"),

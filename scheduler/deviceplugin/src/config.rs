@@ -51,6 +51,12 @@ pub struct Config {
     pub cdi_dir: Option<PathBuf>,
     /// Also register `<resource>-memory` and `<resource>-share` (see [`crate::extra_resources`]).
     pub extra_resources: bool,
+    /// The kubeconfig giving the Kubernetes API's address and credentials (`--kubeconfig`); without it the
+    /// in-cluster service account is used when `KUBERNETES_SERVICE_HOST` is set, else there is no API.
+    pub kubeconfig: Option<PathBuf>,
+    /// This node's name in Kubernetes (`--node-name`, else `NODE_NAME`, else the host name): the pods
+    /// looked up are those with `spec.nodeName` this.
+    pub node_name: String,
 }
 
 impl Config {
@@ -87,6 +93,11 @@ impl Config {
         self.cdi_dir.as_ref().map(|dir| dir.join(format!("{stem}.json")))
     }
 
+    /// The file recording which pod container each vGPU of the plugin is for.
+    pub fn pods_file(&self) -> PathBuf {
+        self.state_dir.join("pods.json")
+    }
+
     /// Checks every field, naming the first bad one.
     pub fn check(&self) -> Result<(), String> {
         self.check_values()?;
@@ -117,6 +128,9 @@ impl Config {
             check_resource(&extra.resource).map_err(|e| {
                 format!("{e} (the extra resource derived from --resource; shorten it or give --no-extra-resources)")
             })?;
+        }
+        if self.node_name.is_empty() || self.node_name.contains(['/', ',', '=']) {
+            return Err(format!("--node-name {:?}: give this node's name in Kubernetes", self.node_name));
         }
         self.host_files().check()?;
         Ok(())

@@ -10,6 +10,9 @@
 //!   answer and for CDI alike;
 //! - [`cdi`]: CDI specs of the vGPUs and GPUs; [`cdi_file`]: the spec file the plugin keeps (`--cdi-dir`);
 //! - [`extra_resources`]: `<resource>-memory` and `<resource>-share`, for the scheduler's accounting;
+//! - [`sizing`]: a vGPU's size as its pod asks for it (limits, annotations, Kubernetes quantities);
+//! - [`kube_api`]: the Kubernetes API, when the plugin has credentials;
+//! - [`pods`]: which pod container a vGPU is for, and what its pod's state means for it;
 //! - [`gc`]: removing the vGPUs of ended containers;
 //! - [`preferred`]: the preferred allocation (one GPU, least loaded first);
 //! - [`service`]: the `DevicePlugin` gRPC service;
@@ -26,10 +29,13 @@ pub mod container_edits;
 pub mod extra_resources;
 pub mod gc;
 pub mod inventory;
+pub mod kube_api;
 pub mod plugin;
+pub mod pods;
 pub mod preferred;
 pub mod registration;
 pub mod service;
+pub mod sizing;
 pub mod unix;
 
 /// The vendored CDI schema's check, for the tests.

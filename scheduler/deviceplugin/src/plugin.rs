@@ -5,15 +5,19 @@
 
 use crate::config::Config;
 use crate::extra_resources::{ExtraService, extras};
-use crate::gc::Collector;
+use crate::gc::{Collector, Fate};
 use crate::inventory::{Gpu, NvmlFacts, refresh};
+use crate::kube_api::KubeApi;
+use crate::pods::{PodRef, Records, SharedRecords, fates};
 use crate::registration::{Identity, extra_request, identity, request, send};
 use crate::service::Service;
 use crate::v1beta1::RegisterRequest;
 use crate::v1beta1::device_plugin_server::{DevicePlugin, DevicePluginServer};
+use k8s_openapi::api::core::v1::Pod;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tessera_client::Client;
 use tokio::sync::watch;
@@ -32,23 +36,38 @@ fn say(message: &str) {
 
 /// Keeps the GPU list current: reads the daemon's devices every [`REFRESH_EVERY`], sending only changes
 /// (each change becomes a `ListAndWatch` update), and removes the vGPUs of ended containers (after
-/// `grace`).
+/// `grace`; or, for a vGPU whose pod is recorded, as soon as the API shows the pod gone or ended).
 /// The first read is done before this returns, so that kubelet's first `ListAndWatch` gets the GPUs, not
 /// an empty list.
 async fn keep_current(
     client: Client,
     facts: NvmlFacts,
     grace: Duration,
+    pods: Option<(KubeApi, SharedRecords)>,
 ) -> (watch::Receiver<Vec<Gpu>>, tokio::task::JoinHandle<()>) {
     let facts = Arc::new(facts);
-    let collector = Arc::new(std::sync::Mutex::new(Collector::new(grace)));
+    let collector = Arc::new(Mutex::new(Collector::new(grace)));
     let (gpus, receiver) = watch::channel(Vec::new());
     let mut said: Option<String> = None;
+    let mut said_api: Option<String> = None;
     let mut read_once = async move || -> bool {
         let before = gpus.borrow().clone();
         let (c, f, g) = (client.clone(), facts.clone(), collector.clone());
+        // The records are read before the pods are listed: a vGPU recorded after the list is not judged
+        // by it (its pod may be missing from it).
+        let mut view = None;
+        if let Some((api, records)) = &pods {
+            let snapshot = records.lock().map(|r| r.all().clone()).unwrap_or_default();
+            let listed = api.pods_on_node().await;
+            let error = listed.as_ref().err().cloned();
+            if error != said_api {
+                say(error.as_deref().unwrap_or("the Kubernetes API answers again"));
+                said_api = error;
+            }
+            view = Some((snapshot, listed, records.clone()));
+        }
         let read = move || {
-            let collected = g.lock().map(|mut g| g.collect(&c)).unwrap_or_default();
+            let collected = g.lock().map(|mut g| collect(&mut g, &c, view)).unwrap_or_default();
             (refresh(&c, &f, &before), collected)
         };
         let Ok(((now, error), collected)) = tokio::task::spawn_blocking(read).await else {
@@ -81,6 +100,30 @@ async fn keep_current(
     (receiver, task)
 }
 
+/// What the collector judges recorded vGPUs by: the records (read before the pods were listed), the pods
+/// on the node (or why they could not be listed), and the records themselves.
+type PodView = (BTreeMap<String, PodRef>, Result<Vec<Pod>, String>, SharedRecords);
+
+/// One collection: without the API, by the grace alone; with it, recorded vGPUs by their pods (all kept
+/// while the API does not answer), the others by the grace. Returns what it did, one line each.
+fn collect(collector: &mut Collector, client: &Client, view: Option<PodView>) -> Vec<String> {
+    let Some((snapshot, listed, records)) = view else {
+        return collector.collect(client, &HashMap::new()).1;
+    };
+    let Ok(mut records) = records.lock() else { return vec!["the pod records are poisoned".into()] };
+    let mut fates = match listed {
+        Ok(pods) => fates(&snapshot, &pods),
+        Err(_) => snapshot.keys().map(|name| (name.clone(), Fate::Keep)).collect(),
+    };
+    // A vGPU recorded anew since the snapshot (its replicas handed to another pod) is not judged by it.
+    fates.retain(|name, _| records.get(name) == snapshot.get(name));
+    let (removed, mut said) = collector.collect(client, &fates);
+    if let Err(e) = records.forget(removed.iter().map(String::as_str)) {
+        said.push(e);
+    }
+    said
+}
+
 /// Runs the plugin of `config`, reaching the daemon with `client`, until `stop` completes. Fails at once
 /// on a bad configuration or a socket that cannot be made; kubelet being absent or refusing is reported
 /// and retried.
@@ -92,7 +135,15 @@ pub async fn run(
 ) -> Result<(), String> {
     config.check()?;
     write_preload(&config)?;
-    let (gpus, refresher) = keep_current(client.clone(), facts, config.gc_grace).await;
+    let pods = match KubeApi::connect(config.kubeconfig.as_deref(), &config.node_name).await? {
+        Some(api) => {
+            let records = Records::load(&config.pods_file())?;
+            say(&format!("sizing vGPUs from the pods on node {} through {}", api.node(), api.source()));
+            Some((api, Arc::new(Mutex::new(records))))
+        }
+        None => None,
+    };
+    let (gpus, refresher) = keep_current(client.clone(), facts, config.gc_grace, pods.clone()).await;
     // With `--cdi-dir`: the spec file follows the plugin's vGPUs (removed ones leave it).
     let cdi_sync = config
         .cdi_dir
@@ -100,7 +151,7 @@ pub async fn run(
         .then(|| tokio::spawn(crate::cdi_file::keep_synced(config.clone(), client.clone(), gpus.clone())));
     tokio::pin!(stop);
     let result = loop {
-        let serving = serve_once(&config, &client, gpus.clone());
+        let serving = serve_once(&config, &client, gpus.clone(), pods.clone());
         tokio::select! {
             _ = &mut stop => break Ok(()),
             r = serving => if let Err(e) = r { break Err(e) },
@@ -173,8 +224,16 @@ async fn finish(mut endpoints: Vec<Endpoint>) -> Result<(), String> {
 /// Serves the main resource and the extra ones (each on a fresh socket of its own) and registers them,
 /// until kubelet's socket is replaced or one of the plugin's own removed (then returns `Ok` to start over,
 /// all of them).
-async fn serve_once(config: &Config, client: &Client, gpus: watch::Receiver<Vec<Gpu>>) -> Result<(), String> {
-    let main = Service::new(config.clone(), client.clone(), gpus.clone());
+async fn serve_once(
+    config: &Config,
+    client: &Client,
+    gpus: watch::Receiver<Vec<Gpu>>,
+    pods: Option<(KubeApi, SharedRecords)>,
+) -> Result<(), String> {
+    let mut main = Service::new(config.clone(), client.clone(), gpus.clone());
+    if let Some((api, records)) = pods {
+        main = main.with_pods(api, records);
+    }
     let mut endpoints = vec![serve(config.socket(), main, request(config))?];
     for extra in extras(config) {
         let service = ExtraService::new(extra.kind, gpus.clone());

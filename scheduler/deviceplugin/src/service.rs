@@ -1,12 +1,16 @@
 //! The `DevicePlugin` gRPC service kubelet calls: the options, the advertised replicas (a stream that
 //! sends the list again whenever a GPU's health changes), the preferred allocation, and `Allocate`, which
-//! creates the container's vGPU through the daemon.
+//! creates the container's vGPU through the daemon (sized by the container's pod when the Kubernetes API
+//! is at hand, see [`crate::pods`]).
 
 use crate::allocate::{Plan, Refusal, plan, spec_for, stale_names};
 use crate::config::Config;
 use crate::container_edits::for_container;
 use crate::inventory::{Gpu, replica_id};
+use crate::kube_api::KubeApi;
+use crate::pods::{PodRef, SharedRecords, describe, pick};
 use crate::preferred::preferred;
+use crate::sizing::Sizing;
 use crate::v1beta1::device_plugin_server::DevicePlugin;
 use crate::v1beta1::{
     AllocateRequest, AllocateResponse, CdiDevice, ContainerAllocateResponse, ContainerPreferredAllocationResponse,
@@ -29,15 +33,69 @@ pub struct Service {
     config: Config,
     client: Client,
     gpus: watch::Receiver<Vec<Gpu>>,
-    /// One `Allocate` at a time: each removes leftovers of the replicas it creates a vGPU for.
+    /// One `Allocate` at a time: each removes leftovers of the replicas it creates a vGPU for (and, with
+    /// the API, two must not pick the same pod).
     allocating: tokio::sync::Mutex<()>,
+    /// The Kubernetes API and the records of which pod each vGPU is for, when the plugin has credentials.
+    pods: Option<(KubeApi, SharedRecords)>,
 }
 
 impl Service {
     /// A service answering from `gpus` (kept current by the caller) and creating vGPUs with `client`.
     pub fn new(config: Config, client: Client, gpus: watch::Receiver<Vec<Gpu>>) -> Service {
-        Service { config, client, gpus, allocating: tokio::sync::Mutex::new(()) }
+        Service { config, client, gpus, allocating: tokio::sync::Mutex::new(()), pods: None }
     }
+
+    /// The service sizing vGPUs from the pods `api` lists and recording them in `records`.
+    pub fn with_pods(mut self, api: KubeApi, records: SharedRecords) -> Service {
+        self.pods = Some((api, records));
+        self
+    }
+
+    /// What each plan is for: with the API, the pod container [`pick`] finds (one per plan, none twice)
+    /// and the sizing it asks for, checked against the GPU; else k/N for no known pod.
+    async fn size(&self, plans: Vec<Plan>) -> Result<Vec<Job>, Status> {
+        let Some((api, records)) = &self.pods else {
+            return Ok(plans.into_iter().map(|plan| Job { plan, sizing: Sizing::default(), pod: None }).collect());
+        };
+        let pods = api.pods_on_node().await.map_err(Status::unavailable)?;
+        let mut taken: Vec<PodRef> = records.lock().map(|r| r.all().values().cloned().collect()).unwrap_or_default();
+        let resource = &self.config.resource;
+        let mut jobs = Vec::with_capacity(plans.len());
+        for plan in plans {
+            let k = plan.replicas.len() as u64;
+            let found = pick(&pods, resource, k, &taken.iter().collect::<Vec<_>>()).map(|(p, c)| describe(p, c));
+            let Some((pod, limits, annotations)) = found else {
+                say(&format!(
+                    "no pending pod on node {} has a container asking for {k} {resource} without a vGPU; \
+                     giving {k}/{} of GPU {}",
+                    api.node(),
+                    self.config.replicas,
+                    plan.gpu.key
+                ));
+                jobs.push(Job { plan, sizing: Sizing::default(), pod: None });
+                continue;
+            };
+            let sizing = Sizing::of(resource, &limits, &annotations)
+                .and_then(|s| s.check(resource, plan.gpu.memory_total).map(|()| s))
+                .map_err(|e| Status::invalid_argument(format!("{pod}: {e}")))?;
+            taken.push(pod.clone());
+            jobs.push(Job { plan, sizing, pod: Some(pod) });
+        }
+        Ok(jobs)
+    }
+}
+
+/// Prints one line about the plugin's work on stderr.
+fn say(message: &str) {
+    eprintln!("tessera device-plugin: {message}");
+}
+
+/// One container's vGPU to make: the replicas, its size, and the pod container it is for if known.
+struct Job {
+    plan: Plan,
+    sizing: Sizing,
+    pod: Option<PodRef>,
 }
 
 /// The devices kubelet is told of: each GPU's replicas, with its health and NUMA node.
@@ -90,28 +148,42 @@ fn daemon_error(what: &str, e: tessera_client::Error) -> Status {
     }
 }
 
-/// Creates the vGPU of each plan, first removing leftovers of ended containers that held its replicas,
-/// and (with `--cdi-dir`) writes the spec file listing them; on a failure removes those it created and
-/// returns the error.
+/// Creates the vGPU of each job, first removing leftovers of ended containers that held its replicas (and
+/// their records, before, so the collector cannot take the new vGPU for the old one), then recording which
+/// pod it is for, and (with `--cdi-dir`) writes the spec file listing them; on a failure removes those it
+/// created and returns the error.
 fn create_all(
     client: &Client,
     config: &Config,
     gpus: &[Gpu],
-    plans: &[Plan],
+    jobs: &[Job],
+    records: Option<&SharedRecords>,
 ) -> Result<Vec<ContainerAllocateResponse>, Status> {
+    let record = |f: &mut dyn FnMut(&mut crate::pods::Records) -> Result<(), String>| match records {
+        Some(r) => {
+            let mut guard = r.lock().map_err(|_| Status::internal("the pod records are poisoned"))?;
+            f(&mut guard).map_err(Status::internal)
+        }
+        None => Ok(()),
+    };
     let mut created: Vec<String> = Vec::new();
-    let result = plans.iter().try_fold(Vec::new(), |mut responses, plan| {
-        for stale in stale_names(plan) {
+    let result = jobs.iter().try_fold(Vec::new(), |mut responses, Job { plan, sizing, pod }| {
+        let stale = stale_names(plan);
+        record(&mut |r| r.forget(stale.iter().map(String::as_str)))?;
+        for stale in stale {
             match client.remove(&stale) {
                 Ok(()) | Err(tessera_client::Error { code: ErrorCode::NotFound, .. }) => {}
                 Err(e) => return Err(daemon_error(&format!("removing vGPU {stale} of an earlier container"), e)),
             }
         }
-        let spec = spec_for(plan, config.replicas);
+        let spec = spec_for(plan, config.replicas, sizing);
         let status =
             client.create(spec.clone()).map_err(|e| daemon_error(&format!("creating vGPU {}", spec.name), e))?;
         let name = status.spec.name;
         created.push(name.clone());
+        if let Some(pod) = pod {
+            record(&mut |r| r.insert(&name, pod.clone()))?;
+        }
         let mut response = for_container(&config.host_files(), &plan.gpu, Some(&name)).allocate_response();
         // With CDI the answer names the container's CDI device *and* keeps the envs, mounts and device
         // nodes: kubelet passes `cdi_devices` on to the runtime only from Kubernetes 1.28 (feature gate
@@ -133,6 +205,7 @@ fn create_all(
         Err(e) => Err(Status::internal(format!("writing the CDI spec: {e}"))),
     });
     if result.is_err() {
+        let _ = record(&mut |r| r.forget(created.iter().map(String::as_str)));
         for name in created {
             let _ = client.remove(&name);
         }
@@ -181,10 +254,13 @@ impl DevicePlugin for Service {
             plans.push(p);
         }
         let _one_at_a_time = self.allocating.lock().await;
+        let jobs = self.size(plans).await?;
         let (client, config) = (self.client.clone(), self.config.clone());
-        let container_responses = tokio::task::spawn_blocking(move || create_all(&client, &config, &gpus, &plans))
-            .await
-            .map_err(|e| Status::internal(format!("allocation failed: {e}")))??;
+        let records = self.pods.as_ref().map(|(_, r)| r.clone());
+        let container_responses =
+            tokio::task::spawn_blocking(move || create_all(&client, &config, &gpus, &jobs, records.as_ref()))
+                .await
+                .map_err(|e| Status::internal(format!("allocation failed: {e}")))??;
         Ok(Response::new(AllocateResponse { container_responses }))
     }
 

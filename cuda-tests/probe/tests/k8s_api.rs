@@ -1,0 +1,388 @@
+//! The device plugin with the Kubernetes API: `tessera k8s device-plugin --kubeconfig FILE` against a fake
+//! API server (plain HTTP/1.1 on 127.0.0.1, serving the pods of a list the test changes) and a private
+//! daemon on the simulated GPU, its `Allocate` called over real gRPC on its socket. `Allocate` sizes the
+//! vGPU from the pod asking for k replicas (annotations; container limits first; a bad value refused with
+//! InvalidArgument and no vGPU); a vGPU whose pod is deleted or ends goes without waiting for the grace, one
+//! whose pod lives (a container crash-looping) stays past it; a bad kubeconfig is refused naming the file.
+//! Without credentials the plugin behaves as before (`k8s.rs`).
+
+mod common;
+
+use common::Guarded;
+use common::tessera::Machine;
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tessera_deviceplugin::unix;
+use tessera_deviceplugin::v1beta1::device_plugin_client::DevicePluginClient;
+use tessera_deviceplugin::v1beta1::{AllocateRequest, AllocateResponse, ContainerAllocateRequest};
+
+/// The node the plugin runs on.
+const NODE: &str = "node-a";
+/// The bearer token in the kubeconfig, which the fake server expects.
+const TOKEN: &str = "test-token-1234";
+
+/// A fake Kubernetes API server: `GET /api/v1/pods` (with a `fieldSelector` of `spec.nodeName=…`
+/// honoured) from a list of pods the test changes; records each request's path and query. Stopped when
+/// dropped.
+struct FakeApi {
+    pods: Arc<Mutex<Vec<Value>>>,
+    requests: Arc<Mutex<Vec<String>>>,
+    server: Arc<tiny_http::Server>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl FakeApi {
+    /// Serves on a free port of 127.0.0.1.
+    fn start() -> FakeApi {
+        let server = Arc::new(tiny_http::Server::http("127.0.0.1:0").expect("bind the fake API server"));
+        let (pods, requests) = (Arc::<Mutex<Vec<Value>>>::default(), Arc::<Mutex<Vec<String>>>::default());
+        let (s, p, r) = (server.clone(), pods.clone(), requests.clone());
+        let thread = std::thread::spawn(move || {
+            for request in s.incoming_requests() {
+                r.lock().unwrap().push(request.url().to_string());
+                let authorized = request
+                    .headers()
+                    .iter()
+                    .any(|h| h.field.equiv("Authorization") && h.value.as_str() == format!("Bearer {TOKEN}").as_str());
+                let (code, body) = if !authorized {
+                    (401, status_body(401, "Unauthorized"))
+                } else {
+                    answer(request.method(), request.url(), &p.lock().unwrap())
+                };
+                let header = tiny_http::Header::from_bytes("Content-Type", "application/json").unwrap();
+                let response = tiny_http::Response::from_string(body.to_string()).with_status_code(code);
+                let _ = request.respond(response.with_header(header));
+            }
+        });
+        FakeApi { pods, requests, server, thread: Some(thread) }
+    }
+
+    /// The server's URL.
+    fn url(&self) -> String {
+        format!("http://{}", self.server.server_addr().to_ip().expect("an IP address"))
+    }
+
+    /// A kubeconfig file in `dir` pointing at the server with a bearer token.
+    fn kubeconfig(&self, dir: &Path) -> PathBuf {
+        let file = dir.join("kubeconfig");
+        let text = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: {}\ncontexts:\n- name: fake\n  \
+             context:\n    cluster: fake\n    user: tester\ncurrent-context: fake\nusers:\n- name: tester\n  user:\n    \
+             token: {TOKEN}\n",
+            self.url()
+        );
+        std::fs::write(&file, text).expect("write the kubeconfig");
+        file
+    }
+
+    /// Adds a pod.
+    fn add(&self, pod: Value) {
+        self.pods.lock().unwrap().push(pod);
+    }
+
+    /// Changes pod `name` with `f`.
+    fn change(&self, name: &str, f: impl FnOnce(&mut Value)) {
+        let mut pods = self.pods.lock().unwrap();
+        f(pods.iter_mut().find(|p| p["metadata"]["name"] == name).expect("a pod of that name"));
+    }
+
+    /// Deletes pod `name`.
+    fn delete(&self, name: &str) {
+        self.pods.lock().unwrap().retain(|p| p["metadata"]["name"] != name);
+    }
+
+    /// The requests so far (path and query).
+    fn requests(&self) -> Vec<String> {
+        self.requests.lock().unwrap().clone()
+    }
+}
+
+impl Drop for FakeApi {
+    fn drop(&mut self) {
+        self.server.unblock();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A Kubernetes `Status` body.
+fn status_body(code: u16, reason: &str) -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": reason, "reason": reason, "code": code})
+}
+
+/// The fake server's answer to `method url`: the pod list (filtered by a `spec.nodeName` field selector),
+/// else 404.
+fn answer(method: &tiny_http::Method, url: &str, pods: &[Value]) -> (u16, Value) {
+    let (path, query) = url.split_once('?').unwrap_or((url, ""));
+    if *method != tiny_http::Method::Get || path != "/api/v1/pods" {
+        return (404, status_body(404, "NotFound"));
+    }
+    let selector = query.split('&').find_map(|kv| kv.strip_prefix("fieldSelector=")).map(percent_decode);
+    let node = selector.as_deref().and_then(|s| s.strip_prefix("spec.nodeName="));
+    let items: Vec<&Value> = pods.iter().filter(|p| node.is_none_or(|n| p["spec"]["nodeName"] == n)).collect();
+    (200, json!({"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": "1"}, "items": items}))
+}
+
+/// `%XX`-decoded `text`.
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%'
+            && let Some(b) = text.get(i + 1..i + 3).and_then(|h| u8::from_str_radix(h, 16).ok())
+        {
+            out.push(b);
+            i += 3;
+            continue;
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8(out).expect("UTF-8")
+}
+
+/// A pod on `node`, `Pending`, created at second `created` of the day, its container `main` asking for
+/// `k` replicas with `limits` beside, the pod annotated `annotations`.
+fn pod(name: &str, node: &str, created: u32, k: u32, limits: &[(&str, &str)], annotations: &[(&str, &str)]) -> Value {
+    let mut resources: serde_json::Map<String, Value> =
+        limits.iter().map(|(key, v)| (key.to_string(), json!(v))).collect();
+    resources.insert("tessera.io/vgpu".into(), json!(k.to_string()));
+    let annotations: serde_json::Map<String, Value> =
+        annotations.iter().map(|(key, v)| (key.to_string(), json!(v))).collect();
+    json!({
+        "metadata": {
+            "name": name, "namespace": "default", "uid": format!("uid-{name}"),
+            "creationTimestamp": format!("2026-11-28T10:{:02}:{:02}Z", created / 60, created % 60),
+            "annotations": annotations,
+        },
+        "spec": {"nodeName": node, "containers": [{"name": "main", "image": "x", "resources": {"limits": resources}}]},
+        "status": {"phase": "Pending"},
+    })
+}
+
+/// The simulated kubelet's directory on machine `m` (created).
+fn plugin_dir(m: &Machine) -> PathBuf {
+    let dir = m.file("device-plugins");
+    std::fs::create_dir_all(&dir).expect("create the device-plugin directory");
+    dir
+}
+
+/// Starts `tessera k8s device-plugin --dir DIR --kubeconfig FILE --node-name node-a ARGS` on `m`.
+fn start_plugin(m: &Machine, dir: &Path, kubeconfig: &Path, args: &[&str]) -> Guarded {
+    let (dir, kubeconfig) = (dir.to_str().unwrap(), kubeconfig.to_str().unwrap());
+    let base = ["k8s", "device-plugin", "--dir", dir, "--kubeconfig", kubeconfig, "--node-name", NODE];
+    let mut cmd = m.command(&[&base[..], args].concat());
+    cmd.stdout(std::process::Stdio::null());
+    Guarded::spawn(&mut cmd).expect("start the device plugin")
+}
+
+/// A current-thread runtime with sockets and timers.
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread().enable_io().enable_time().build().expect("a tokio runtime")
+}
+
+/// A client of the plugin serving `<dir>/tessera-vgpu.sock` (waiting up to 60 s for it: the plugin serves
+/// before it registers, so no kubelet is needed).
+async fn dial(dir: &Path) -> DevicePluginClient<tonic::transport::Channel> {
+    let socket = dir.join("tessera-vgpu.sock");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match unix::channel(&socket).await {
+            Ok(c) => return DevicePluginClient::new(c),
+            Err(e) => assert!(Instant::now() < deadline, "the plugin does not serve {}: {e}", socket.display()),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// `Allocate` of one container for replicas `replicas` of GPU `uuid`.
+async fn allocate(
+    plugin: &mut DevicePluginClient<tonic::transport::Channel>,
+    uuid: &str,
+    replicas: &[u32],
+) -> Result<AllocateResponse, tonic::Status> {
+    let ids = replicas.iter().map(|i| format!("{uuid}-{i}")).collect();
+    let request = AllocateRequest { container_requests: vec![ContainerAllocateRequest { devices_ids: ids }] };
+    plugin.allocate(request).await.map(tonic::Response::into_inner)
+}
+
+/// The vGPU name an `Allocate` answered.
+fn vgpu_of(response: &AllocateResponse) -> String {
+    response.container_responses[0].envs["TESSERA_VGPU"].clone()
+}
+
+/// The UUID of the daemon's first device.
+fn uuid(m: &Machine) -> String {
+    m.client().stats(None).expect("stats").devices[0].uuid.clone().expect("the simulated NVML gives UUIDs")
+}
+
+/// The names of the daemon's vGPUs.
+fn names(m: &Machine) -> Vec<String> {
+    m.client().list().expect("list").into_iter().map(|v| v.spec.name).collect()
+}
+
+/// Waits up to 60 s until `done`.
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !done() {
+        assert!(Instant::now() < deadline, "not within 60 s: {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn allocate_sizes_the_vgpu_from_its_pod() {
+    let mut m = Machine::new("k8s-api-size", "small");
+    m.start();
+    let api = FakeApi::start();
+    let dir = plugin_dir(&m);
+    let kubeconfig = api.kubeconfig(&m.dir);
+    let _plugin = start_plugin(&m, &dir, &kubeconfig, &[]);
+    let uuid = uuid(&m);
+    let total = m.client().stats(None).unwrap().devices[0].memory_total;
+
+    // Annotations size pod "annotated" (1 replica); limits override them in pod "limited" (2 replicas);
+    // an older pod asking for 1 on another node is not this node's.
+    api.add(pod("elsewhere", "node-b", 0, 1, &[], &[("tessera.io/vgpu-share", "90")]));
+    let notes = [("tessera.io/vgpu-memory", "768Mi"), ("tessera.io/vgpu-share", "35")];
+    api.add(pod("annotated", NODE, 1, 1, &[], &notes));
+    let limits = [("tessera.io/vgpu-memory", "1"), ("tessera.io/vgpu-share", "45")];
+    api.add(pod("limited", NODE, 2, 2, &limits, &[("tessera.io/vgpu-memory", "3Gi"), ("tessera.io/vgpu-share", "20")]));
+    api.add(pod("bad", NODE, 3, 3, &[], &[("tessera.io/vgpu-memory", "lots")]));
+    api.add(pod("huge", NODE, 4, 4, &[], &[("tessera.io/vgpu-memory", "1000Gi")]));
+    api.add(pod("bad-limit", NODE, 5, 5, &[("tessera.io/vgpu-share", "150")], &[]));
+
+    runtime().block_on(async {
+        let mut plugin = dial(&dir).await;
+        let envs = allocate(&mut plugin, &uuid, &[0]).await.expect("Allocate for pod annotated");
+        let name = vgpu_of(&envs);
+        let vgpu = m.client().show(&name).expect("the vGPU exists in the daemon");
+        assert_eq!((vgpu.spec.memory, vgpu.spec.share), (768 << 20, 35), "sized by the annotations");
+        // A process started with the container's envs sees that memory.
+        let envs = envs.container_responses[0].envs.clone();
+        let out = m.tenant(&name, &["mem-info"]).envs(&envs).output().expect("run mem-info");
+        let info = common::finished(out).json;
+        assert_eq!(common::u64_at(&info, "total"), 768 << 20, "{info}");
+
+        let limited = vgpu_of(&allocate(&mut plugin, &uuid, &[1, 2]).await.expect("Allocate for pod limited"));
+        let vgpu = m.client().show(&limited).unwrap();
+        assert_eq!((vgpu.spec.memory, vgpu.spec.share), (1 << 30, 45), "container limits before annotations");
+
+        // Bad values: InvalidArgument naming them, and no vGPU.
+        for (replicas, says) in [
+            (&[3, 4, 5][..], "tessera.io/vgpu-memory=\"lots\""),
+            (&[3, 4, 5, 6][..], "more than the GPU"),
+            (&[3, 4, 5, 6, 7][..], "container limit tessera.io/vgpu-share=\"150\""),
+        ] {
+            let status = allocate(&mut plugin, &uuid, replicas).await.expect_err("a bad value is refused");
+            assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+            assert!(status.message().contains(says), "{status:?}");
+        }
+        assert_eq!(names(&m).len(), 2, "a refused request created a vGPU: {:?}", names(&m));
+
+        // Pod annotated has its vGPU: another container asking for 1 replica with no pod left gets k/N.
+        let plain = vgpu_of(&allocate(&mut plugin, &uuid, &[8]).await.expect("Allocate without a pod"));
+        let vgpu = m.client().show(&plain).unwrap();
+        assert_eq!((vgpu.spec.memory, vgpu.spec.share), (total / 10, 10), "no pod asks: k/N");
+    });
+    let requests = api.requests();
+    assert!(
+        requests.iter().all(|r| r.starts_with("/api/v1/pods?") && r.contains("fieldSelector=spec.nodeName%3Dnode-a")),
+        "{requests:?}"
+    );
+    let records = std::fs::read_to_string(m.file("state/device-plugin/pods.json")).expect("pods.json");
+    assert!(records.contains("uid-annotated") && records.contains("uid-limited"), "{records}");
+}
+
+#[test]
+fn a_vgpu_goes_when_its_pod_is_deleted_or_ends_without_waiting_for_the_grace() {
+    let mut m = Machine::new("k8s-api-gc", "small");
+    m.start();
+    let api = FakeApi::start();
+    let dir = plugin_dir(&m);
+    let kubeconfig = api.kubeconfig(&m.dir);
+    let mut plugin = start_plugin(&m, &dir, &kubeconfig, &["--gc-grace", "60m"]);
+    let uuid = uuid(&m);
+    for (i, name) in ["deleted", "finished", "running"].into_iter().enumerate() {
+        api.add(pod(name, NODE, i as u32, i as u32 + 1, &[], &[]));
+    }
+    let [deleted, finished, running] = runtime().block_on(async {
+        let mut plugin = dial(&dir).await;
+        let mut vgpus = Vec::new();
+        for replicas in [&[0][..], &[1, 2], &[3, 4, 5]] {
+            vgpus.push(vgpu_of(&allocate(&mut plugin, &uuid, replicas).await.expect("Allocate")));
+        }
+        <[String; 3]>::try_from(vgpus).unwrap()
+    });
+    for name in ["deleted", "finished", "running"] {
+        api.change(name, |p| p["status"]["phase"] = json!("Running"));
+    }
+    // The pairing outlives a plugin restart (it is in pods.json).
+    let _ = plugin.kill();
+    let _ = plugin.wait();
+    let _plugin = start_plugin(&m, &dir, &kubeconfig, &["--gc-grace", "60m"]);
+    let out = m.tenant(&deleted, &["mem-info"]).output().expect("run mem-info");
+    assert!(common::finished(out).success, "the tenant ran");
+
+    api.delete("deleted");
+    wait_until("the deleted pod's vGPU is removed", || !names(&m).contains(&deleted));
+    api.change("finished", |p| p["status"]["phase"] = json!("Succeeded"));
+    wait_until("the finished pod's vGPU is removed", || !names(&m).contains(&finished));
+    assert_eq!(names(&m), [running], "a running pod's vGPU stays");
+    let records = std::fs::read_to_string(m.file("state/device-plugin/pods.json")).expect("pods.json");
+    assert!(!records.contains("uid-deleted") && records.contains("uid-running"), "{records}");
+}
+
+#[test]
+fn a_crash_looping_pods_vgpu_stays_past_the_grace() {
+    let mut m = Machine::new("k8s-api-crash", "small");
+    m.start();
+    let api = FakeApi::start();
+    let dir = plugin_dir(&m);
+    let kubeconfig = api.kubeconfig(&m.dir);
+    let _plugin = start_plugin(&m, &dir, &kubeconfig, &["--gc-grace", "1s"]);
+    let uuid = uuid(&m);
+    api.add(pod("crashing", NODE, 0, 1, &[], &[]));
+    let (crashing, unknown) = runtime().block_on(async {
+        let mut plugin = dial(&dir).await;
+        let crashing = vgpu_of(&allocate(&mut plugin, &uuid, &[0]).await.expect("Allocate"));
+        // No pod asks for 2 replicas: a vGPU of no known pod, under the grace rule.
+        let unknown = vgpu_of(&allocate(&mut plugin, &uuid, &[1, 2]).await.expect("Allocate"));
+        (crashing, unknown)
+    });
+    // The container runs, crashes and is restarted over and over: its pod stays Running.
+    api.change("crashing", |p| {
+        p["status"] = json!({"phase": "Running", "containerStatuses": [{
+            "name": "main", "ready": false, "restartCount": 5, "image": "x", "imageID": "",
+            "state": {"waiting": {"reason": "CrashLoopBackOff"}}
+        }]});
+    });
+    for vgpu in [&crashing, &unknown] {
+        let out = m.tenant(vgpu, &["mem-info"]).output().expect("run mem-info");
+        assert!(common::finished(out).success, "the tenant ran");
+    }
+    // The vGPU of no known pod, joined after the other, goes after the grace; the crash-looping pod's stays.
+    wait_until("the unknown pod's vGPU is removed after the grace", || !names(&m).contains(&unknown));
+    assert_eq!(names(&m), std::slice::from_ref(&crashing), "the crash-looping pod's vGPU was removed");
+    api.change("crashing", |p| p["status"]["phase"] = json!("Failed"));
+    wait_until("the failed pod's vGPU is removed", || !names(&m).contains(&crashing));
+}
+
+#[test]
+fn a_bad_kubeconfig_is_refused_naming_the_file() {
+    let m = Machine::new("k8s-api-options", "small");
+    let dir = plugin_dir(&m);
+    let garbage = m.file("garbage-kubeconfig");
+    std::fs::write(&garbage, "this: [is not a kubeconfig").unwrap();
+    let no_server = m.file("no-server-kubeconfig");
+    std::fs::write(&no_server, "apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n").unwrap();
+    for file in [m.file("missing-kubeconfig"), garbage, no_server] {
+        let args = ["k8s", "device-plugin", "--dir", dir.to_str().unwrap(), "--kubeconfig", file.to_str().unwrap()];
+        let stderr = m.fails(1, &args);
+        assert!(stderr.contains(&format!("--kubeconfig {}", file.display())), "{stderr}");
+    }
+}
