@@ -12,7 +12,7 @@ mod common;
 mod kubelet;
 
 use common::tessera::Machine;
-use kubelet::{Kubelet, allocate_request, dial, plugin_dir, runtime, start_plugin, uuids};
+use kubelet::{Kubelet, allocate_request, dial, plugin_dir, runtime, start_plugin, stop_plugin, uuids};
 use std::path::Path;
 use std::time::{Duration, Instant};
 use tessera_deviceplugin::v1beta1::{ContainerPreferredAllocationRequest, Empty, PreferredAllocationRequest};
@@ -170,17 +170,7 @@ fn a_restarted_kubelet_gets_a_new_registration_within_5_s() {
     assert!(took <= Duration::from_secs(5), "registered again only after {took:?}");
 
     // SIGTERM: the plugin stops cleanly and removes its socket.
-    // SAFETY: kill sends a signal to our own child, not reaped yet, so its pid is not reused.
-    unsafe { libc::kill(plugin.id() as libc::pid_t, libc::SIGTERM) };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let status = loop {
-        if let Some(status) = plugin.try_wait().expect("wait for the plugin") {
-            break status;
-        }
-        assert!(Instant::now() < deadline, "the plugin did not stop on SIGTERM");
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    assert!(status.success(), "the plugin exited with {status}");
+    stop_plugin(&mut plugin);
     assert!(!dir.join(&first.endpoint).exists(), "the plugin left its socket behind");
 }
 

@@ -10,9 +10,9 @@ mod common;
 mod kubelet;
 
 use common::tessera::Machine;
-use kubelet::{Kubelet, allocate_request, dial, plugin_dir, runtime, start_plugin, uuids};
+use kubelet::{Kubelet, allocate_request, dial, plugin_dir, runtime, start_plugin, stop_plugin, uuids};
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tessera_deviceplugin::v1beta1::{AllocateRequest, ContainerAllocateRequest, Empty, RegisterRequest};
 
 /// The three registrations of the default plugin: (resource, endpoint).
@@ -245,17 +245,7 @@ fn no_extra_resources_registers_only_the_main_one() {
     let _ = plugin.wait();
     let mut plugin = start_plugin(&m, &dir, &[]);
     kubelet.wait_for_registrations(3, Duration::from_secs(60));
-    // SAFETY: kill sends a signal to our own child, not reaped yet, so its pid is not reused.
-    unsafe { libc::kill(plugin.id() as libc::pid_t, libc::SIGTERM) };
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let status = loop {
-        if let Some(status) = plugin.try_wait().expect("wait for the plugin") {
-            break status;
-        }
-        assert!(Instant::now() < deadline, "the plugin did not stop on SIGTERM");
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    assert!(status.success(), "the plugin exited with {status}");
+    stop_plugin(&mut plugin);
     for (_, endpoint) in THREE {
         assert!(!dir.join(endpoint).exists(), "the plugin left {endpoint} behind");
     }

@@ -135,6 +135,21 @@ pub async fn dial(dir: &Path, endpoint: &str) -> DevicePluginClient<Channel> {
     DevicePluginClient::new(unix::channel(&dir.join(endpoint)).await.expect("dial the plugin"))
 }
 
+/// Stops `plugin` with SIGTERM, as kubelet's node shuts it down, and checks it exits cleanly.
+pub fn stop_plugin(plugin: &mut Guarded) {
+    // SAFETY: kill sends a signal to our own child, not reaped yet, so its pid is not reused.
+    unsafe { libc::kill(plugin.id() as libc::pid_t, libc::SIGTERM) };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = plugin.try_wait().expect("wait for the plugin") {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "the plugin did not stop on SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "the plugin exited with {status}");
+}
+
 /// The UUIDs of the daemon's devices, by ordinal.
 pub fn uuids(m: &Machine) -> Vec<String> {
     let stats = m.client().stats(None).expect("stats");
