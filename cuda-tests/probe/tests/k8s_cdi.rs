@@ -221,14 +221,13 @@ fn a_cdi_dir_that_cannot_be_made_is_refused_naming_it() {
 fn allocate_fails_and_keeps_no_vgpu_when_the_spec_cannot_be_written() {
     let mut m = Machine::new("k8s-cdi-unwritable", "small");
     m.start();
-    let dir = m.file("device-plugins");
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = plugin_dir(&m);
     // A directory where the spec file goes: it cannot be renamed over.
     let cdi_dir = m.file("cdi");
     std::fs::create_dir_all(cdi_dir.join("tessera-vgpu.json")).unwrap();
     let kubelet = Kubelet::start(&dir);
     let _plugin = start_plugin(&m, &dir, &["--cdi-dir", cdi_dir.to_str().unwrap()]);
-    let registration = kubelet.wait_for_registration(Duration::from_secs(60));
+    let (registration, _) = kubelet.wait_for_registration(Duration::from_secs(60));
     let uuid = uuids(&m).remove(0);
     runtime().block_on(async {
         let mut plugin = dial(&dir, &registration.endpoint).await;
