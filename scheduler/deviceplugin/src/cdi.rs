@@ -8,8 +8,8 @@
 use crate::container_edits::{ContainerEdits, HostFiles, for_container};
 use crate::inventory::Gpu;
 use serde::Serialize;
-use std::io::Write;
 use std::path::Path;
+use tessera_ffi::secure_fs::replace_atomically;
 
 /// The CDI version the specs declare. Only features of 0.3.0 are used (env, mounts, device nodes with a
 /// host path); 0.8.0 is the current version runtimes of the last years read.
@@ -174,12 +174,11 @@ impl Spec {
     }
 }
 
-/// Writes `text` to `file` atomically: a temporary file beside it (a name runtimes watching the
-/// directory ignore: hidden, not ending in `.json`), flushed, then renamed over `file`, so a runtime
-/// reading the directory sees the old spec or the new one, never a part. The file is readable by all
-/// (runtimes read it as root; its contents are no secret).
+/// Writes `text` to `file` atomically (the project's one way: [`replace_atomically`]), so a runtime
+/// reading the directory sees the old spec or the new one, never a part; its temporary file does not end
+/// in `.json`, so runtimes watching the directory ignore it. The file is readable by all (runtimes read
+/// it as root; its contents are no secret).
 pub fn write_atomic(file: &Path, text: &str) -> Result<(), String> {
-    let fail = |e: std::io::Error| format!("cannot write {}: {e}", file.display());
     if file.is_dir() {
         return Err(format!(
             "{} is a directory; give a file name, e.g. {}",
@@ -187,23 +186,10 @@ pub fn write_atomic(file: &Path, text: &str) -> Result<(), String> {
             file.join("tessera.json").display()
         ));
     }
-    let Some(name) = file.file_name() else {
+    if file.file_name().is_none() {
         return Err(format!("{}: give a file name", file.display()));
-    };
-    let dir = match file.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    let temp = dir.join(format!(".{}.{}.tmp", name.to_string_lossy(), std::process::id()));
-    let written = std::fs::File::create(&temp).and_then(|mut f| {
-        f.write_all(text.as_bytes())?;
-        f.sync_all()
-    });
-    if let Err(e) = written.and_then(|()| std::fs::rename(&temp, file)) {
-        let _ = std::fs::remove_file(&temp);
-        return Err(fail(e));
     }
-    Ok(())
+    replace_atomically(file, 0o644, text.as_bytes()).map_err(|e| format!("cannot write the CDI spec {e}"))
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+use tessera_ffi::secure_fs::replace_atomically;
 
 /// One container of one pod (the pod by UID: a pod made again under the same name is another pod).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -80,15 +81,12 @@ impl Records {
         Ok(Records { file: file.to_path_buf(), vgpus })
     }
 
-    /// Writes the records: to a temporary file, then renamed over the file, so a crash leaves the old or
-    /// the new records, never half of them.
+    /// Writes the records atomically ([`replace_atomically`]), so a crash leaves the old or the new
+    /// records, never half of them.
     fn save(&self) -> Result<(), String> {
         let stored = Stored { version: FORMAT_VERSION, vgpus: self.vgpus.clone() };
         let text = serde_json::to_vec_pretty(&stored).expect("records serialize");
-        let tmp = self.file.with_extension("json.tmp");
-        std::fs::write(&tmp, text)
-            .and_then(|()| std::fs::rename(&tmp, &self.file))
-            .map_err(|e| format!("cannot write {}: {e}", self.file.display()))
+        replace_atomically(&self.file, 0o644, &text).map_err(|e| format!("cannot write the pod records {e}"))
     }
 
     /// The pod container of vGPU `name`.
