@@ -395,7 +395,7 @@ mod tests {
         let p = &v.live.procs[2];
         p.flags.store(flags::SOFT, Ordering::Relaxed);
         p.soft.resident.store(resident, Ordering::Relaxed);
-        p.pid.store(1000 + i as u32, Ordering::Release);
+        p.set_owner(0, 1000 + i as u32);
     }
 
     /// Makes slot `i`'s process (see [`soft`]) want `bytes` of device 0 (0: nothing).
@@ -471,7 +471,7 @@ mod tests {
         r.vgpus[0].config.limit[0].store(50, Ordering::Relaxed);
         assert_eq!(b.see(r, 0, NOW).want, 50);
         // The requester's process is gone: its want goes with it, and nobody is asked for it.
-        r.vgpus[0].live.procs[2].pid.store(0, Ordering::Release);
+        r.vgpus[0].live.procs[2].set_owner(0, 0);
         b.tick(r, &[0, 1], NOW + 3 * REASK_NS);
         assert_eq!(r.vgpus[0].wanted(0), 0);
         assert_eq!(r.vgpus[1].live.pager.evict_seq.load(Ordering::Relaxed), 2);

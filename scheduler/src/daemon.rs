@@ -31,6 +31,7 @@ use tessera_client::Request;
 use tessera_ffi::futex::monotonic_ns;
 use tessera_ffi::region::MAX_DEVICES;
 use tessera_ffi::region::open::checked_dir;
+use tessera_ffi::region::pid_ns::{self, ProcView};
 use tessera_ffi::region::reclaim::reclaim_dead;
 use tessera_ffi::region::{file::RegionFile, open::Access};
 use tessera_ffi::secure_fs::{self, DirKind};
@@ -210,6 +211,8 @@ pub fn run(options: Options) -> Result<(), String> {
     crate::passthrough_ops::start(&options.state_dir);
     let region = file.region();
     region.daemon.heartbeat_ns.store(monotonic_ns(), Ordering::Release);
+    // Its namespace first: a process that reads the pid reads it with its namespace.
+    region.daemon.pid_ns.store(pid_ns::own(), Ordering::Release);
     region.daemon.pid.store(std::process::id(), Ordering::Release);
 
     let stop: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(false)));
@@ -233,7 +236,7 @@ pub fn run(options: Options) -> Result<(), String> {
     }
     supervise("reclaim", stop, died.clone(), move || {
         while !stop.load(Ordering::Acquire) {
-            reclaim_dead(file.region());
+            reclaim_dead(file.region(), &ProcView::new());
             std::thread::sleep(Duration::from_secs(1));
         }
     })?;

@@ -10,8 +10,9 @@
 
 use std::os::unix::fs::MetadataExt;
 use std::sync::atomic::Ordering;
-use tessera_ffi::region::VgpuSlot;
-use tessera_ffi::region::reclaim::{clear, no_such_process, own_tag};
+use tessera_ffi::region::pid_ns::ProcView;
+use tessera_ffi::region::reclaim::{clear, no_such_process, own_claim};
+use tessera_ffi::region::{VgpuSlot, owner};
 
 /// A file as `/proc/PID/maps` names it: its device's major and minor numbers and its inode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,27 +98,35 @@ pub fn judge(pid: u32, owner: u32, live: Option<FileId>) -> Option<Finding> {
     }
 }
 
-/// A process slot [`judge`] found false: its index, the pid it named and why.
-pub type Stray = (usize, u32, Finding);
+/// A process slot [`judge`] found false: its index, the owner word it had ([`owner`]) and why.
+pub type Stray = (usize, u64, Finding);
 
 /// The process slots of `v` (a vGPU of user `owner` whose live file is `live`) that [`judge`] finds false.
-/// Reads `/proc` for each: called with no lock held, so that a slow read holds up nobody.
-pub fn judge_slots(v: &VgpuSlot, owner: u32, live: Option<FileId>) -> Vec<Stray> {
-    v.attached().filter_map(|(i, pid, _)| judge(pid, owner, live).map(|finding| (i, pid, finding))).collect()
+/// Reads `/proc` for each: called with no lock held, so that a slow read holds up nobody. A process of
+/// another pid namespace is judged by its pid here, as `view` finds it; one `view` cannot find is left to
+/// the reclaim of dead processes, which knows whether it can see its namespace.
+pub fn judge_slots(v: &VgpuSlot, owner: u32, live: Option<FileId>, view: &ProcView) -> Vec<Stray> {
+    v.attached()
+        .filter_map(|(i, pid, p)| {
+            let word = p.owner.load(Ordering::Acquire);
+            let here = view.here(owner::ns(word), pid, p.start_time.load(Ordering::Acquire))?;
+            judge(here, owner, live).map(|finding| (i, word, finding))
+        })
+        .collect()
 }
 
-/// Frees each of `strays` (found by [`judge_slots`]) whose slot still names the same pid, as a dead
-/// process's slot is freed; returns the pids freed and why.
+/// Frees each of `strays` (found by [`judge_slots`]) whose slot still names the same process, as a dead
+/// process's slot is freed; returns the pids freed (as the slots named them) and why.
 pub fn free(v: &VgpuSlot, strays: &[Stray]) -> Vec<(u32, Finding)> {
     let mut freed = Vec::new();
     // The daemon's own claiming tag: were it killed while clearing, the next scanner takes the slot over.
-    let Some(tag) = own_tag() else { return freed };
-    for &(i, pid, finding) in strays {
+    let Some(tag) = own_claim() else { return freed };
+    for &(i, word, finding) in strays {
         let p = &v.live.procs[i];
         // Claimed first, as reclaim does: two cleaners never give the same bytes back twice.
-        if p.pid.compare_exchange(pid, tag, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+        if p.owner.compare_exchange(word, tag, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
             clear(p, v);
-            freed.push((pid, finding));
+            freed.push((owner::word(word), finding));
         }
     }
     freed
@@ -126,7 +135,7 @@ pub fn free(v: &VgpuSlot, strays: &[Stray]) -> Vec<(u32, Finding)> {
 /// Frees every process slot of `v` (a vGPU of user `owner` whose live file is `live`) that [`judge`]
 /// finds false, as a dead process's slot is freed; returns the pids freed and why.
 pub fn free_strays(v: &VgpuSlot, owner: u32, live: Option<FileId>) -> Vec<(u32, Finding)> {
-    free(v, &judge_slots(v, owner, live))
+    free(v, &judge_slots(v, owner, live, &ProcView::new()))
 }
 
 #[cfg(test)]
@@ -219,7 +228,7 @@ mod tests {
             let p = &v.live.procs[i];
             p.start_time.store(start_time(pid).unwrap_or(1), Ordering::Relaxed);
             p.used[0].store(bytes, Ordering::Relaxed);
-            p.pid.store(pid, Ordering::Release);
+            p.set_owner(0, pid);
         };
         plant(v, 0, me, 100);
         plant(v, 5, stranger.id(), 1 << 30);
@@ -229,7 +238,7 @@ mod tests {
         // never joined (it does not map the file).
         let freed = free_strays(v, uid(), Some(live));
         assert_eq!(freed, [(stranger.id(), Finding::Detached)]);
-        assert_eq!(v.live.procs[5].pid.load(Ordering::Relaxed), 0);
+        assert_eq!(v.live.procs[5].word(), 0);
         assert_eq!(v.used(0), 100, "the planted bytes are given back");
         assert_eq!(v.attached().map(|(_, pid, _)| pid).collect::<Vec<_>>(), [me]);
         assert!(free_strays(v, uid(), Some(live)).is_empty());

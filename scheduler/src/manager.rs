@@ -24,7 +24,9 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
-use tessera_ffi::region::reclaim::{is_alive, reclaim_dead};
+use tessera_ffi::region::owner;
+use tessera_ffi::region::pid_ns::ProcView;
+use tessera_ffi::region::reclaim::{owner_alive, reclaim_dead};
 use tessera_ffi::region::{PagerRequest, VgpuSlot, flags};
 use tessera_ffi::region::{file::Locked, file::RegionFile, open::live_path};
 
@@ -75,7 +77,7 @@ impl Manager {
                 store.path().display()
             )
         })?;
-        reclaim_dead(region.region());
+        reclaim_dead(region.region(), &ProcView::new());
         {
             let locked = region.lock_within(START_LOCK_TIMEOUT)?;
             slots::release_unknown(&locked, &config.vgpus);
@@ -200,12 +202,13 @@ impl Manager {
         self.free_strays_judged_by(integrity::judge_slots);
     }
 
-    /// [`Manager::free_strays`], judging each vGPU's process slots with `judge` (a vGPU's slot, its user
-    /// and its live file).
-    fn free_strays_judged_by(&self, judge: impl Fn(&VgpuSlot, u32, Option<FileId>) -> Vec<Stray>) {
+    /// [`Manager::free_strays`], judging each vGPU's process slots with `judge` (a vGPU's slot, its user,
+    /// its live file, and one view of `/proc` for the whole pass).
+    fn free_strays_judged_by(&self, judge: impl Fn(&VgpuSlot, u32, Option<FileId>, &ProcView) -> Vec<Stray>) {
         let config = self.current();
+        let view = ProcView::new();
         for spec in &config.vgpus {
-            let Some((index, strays)) = self.judge_strays(spec, &judge) else { continue };
+            let Some((index, strays)) = self.judge_strays(spec, &judge, &view) else { continue };
             let locked = self.region.guard();
             let unchanged = self.current().get(&spec.name).ok() == Some(spec);
             if unchanged && slots::find(&locked, &spec.name) == Some(index) {
@@ -219,11 +222,12 @@ impl Manager {
     fn judge_strays(
         &self,
         spec: &VgpuSpec,
-        judge: impl Fn(&VgpuSlot, u32, Option<FileId>) -> Vec<Stray>,
+        judge: impl Fn(&VgpuSlot, u32, Option<FileId>, &ProcView) -> Vec<Stray>,
+        view: &ProcView,
     ) -> Option<(usize, Vec<Stray>)> {
         let index = slots::find(&self.region.guard(), &spec.name)?;
         let live = FileId::of(&live_path(self.region.path(), index));
-        let strays = judge(&self.region.region().vgpus[index], slots::owner(spec), live);
+        let strays = judge(&self.region.region().vgpus[index], slots::owner(spec), live, view);
         (!strays.is_empty()).then_some((index, strays))
     }
 
@@ -250,14 +254,14 @@ impl Manager {
             }
             Request::List => {
                 let config = self.current();
-                reclaim_dead(self.region.region());
+                reclaim_dead(self.region.region(), &ProcView::new());
                 let locked = self.region.guard();
                 return Ok(Reply::ok(config.vgpus.iter().map(|s| slots::status(&locked, s)).collect()));
             }
             Request::Show { name } => {
                 let config = self.current();
                 let spec = config.get(name).code(ErrorCode::NotFound)?;
-                reclaim_dead(self.region.region());
+                reclaim_dead(self.region.region(), &ProcView::new());
                 return Ok(Reply::ok(vec![slots::status(&self.region.guard(), spec)]));
             }
             // They wait for processes, with no lock held.
@@ -304,7 +308,7 @@ impl Manager {
                 let old = config.get(&name).code(ErrorCode::NotFound)?.clone();
                 let next = config.remove(&name).code(ErrorCode::Invalid)?;
                 // Judged before the region file is locked (reading `/proc`); freed under it if still so.
-                let strays = self.judge_strays(&old, integrity::judge_slots);
+                let strays = self.judge_strays(&old, integrity::judge_slots, &ProcView::new());
                 self.commit(
                     &mut config,
                     next,
@@ -357,7 +361,7 @@ impl Manager {
                     format!("vGPU {name} is in hard mode: its memory is not virtualized, nothing to {nothing_to}"),
                 ));
             }
-            reclaim_dead(self.region.region());
+            reclaim_dead(self.region.region(), &ProcView::new());
             let locked = self.region.guard();
             let index = slots::find(&locked, name)
                 .ok_or_else(|| format!("vGPU {name:?} has no slot in region file {}", locked.path()))
@@ -367,7 +371,7 @@ impl Manager {
             let mut report = PagerReport::default();
             for (i, pid, p) in v.attached() {
                 if p.is_soft() {
-                    asked.push((i, pid, p.start_time.load(Ordering::Acquire)));
+                    asked.push((i, p.owner.load(Ordering::Acquire), p.start_time.load(Ordering::Acquire)));
                     report.processes.push(pid);
                 } else {
                     report.hard_processes.push(pid);
@@ -383,11 +387,14 @@ impl Manager {
             let deadline = Instant::now() + timeout;
             loop {
                 // A process that died, or whose slot went to another, is not waited for.
-                let lagging: Vec<u32> = v
-                    .lagging(kind, target)
-                    .filter(|&(i, pid)| asked.iter().any(|&(a, p, start)| (a, p) == (i, pid) && is_alive(pid, start)))
-                    .map(|(_, pid)| pid)
-                    .collect();
+                let view = ProcView::new();
+                let asked_alive = |i, pid| {
+                    asked
+                        .iter()
+                        .any(|&(a, word, start)| (a, owner::word(word)) == (i, pid) && owner_alive(word, start, &view))
+                };
+                let lagging: Vec<u32> =
+                    v.lagging(kind, target).filter(|&(i, pid)| asked_alive(i, pid)).map(|(_, pid)| pid).collect();
                 if lagging.is_empty() {
                     break;
                 }
@@ -864,15 +871,15 @@ mod tests {
         child.wait().unwrap();
         v.live.procs[2].used[0].store(4096, Ordering::SeqCst);
         v.live.procs_hwm.store(3, Ordering::SeqCst);
-        v.live.procs[2].pid.store(gone, Ordering::SeqCst);
+        v.live.procs[2].set_owner(0, gone);
         // The watch's judging blocks (a slow `/proc`) until the requests below are answered.
         let (judging_tx, judging) = std::sync::mpsc::channel();
         let (release, released) = std::sync::mpsc::channel::<()>();
         let watch = std::thread::spawn(move || {
-            m.free_strays_judged_by(|v, owner, live| {
+            m.free_strays_judged_by(|v, owner, live, view| {
                 let _ = judging_tx.send(());
                 let _ = released.recv();
-                integrity::judge_slots(v, owner, live)
+                integrity::judge_slots(v, owner, live, view)
             })
         });
         judging.recv().unwrap();
@@ -884,7 +891,7 @@ mod tests {
         }
         drop(release);
         watch.join().unwrap();
-        assert_eq!(v.live.procs[2].pid.load(Ordering::SeqCst), 0, "the false slot was freed all the same");
+        assert_eq!(v.live.procs[2].word(), 0, "the false slot was freed all the same");
         assert_eq!(v.used(0), 0, "with its bytes");
     }
 
@@ -903,7 +910,7 @@ mod tests {
         assert!(e.contains(&format!("pid {}", std::process::id())), "{e}");
         assert_eq!(ok(&m, Request::List).len(), 1);
         // Detach (as a process that exits would be reclaimed), then it goes.
-        attached.me.pid.store(0, Ordering::Release);
+        attached.me.set_owner(0, 0);
         assert!(ok(&m, Request::Rm { name: "a".into() }).is_empty());
         assert!(ok(&m, Request::List).is_empty());
         assert!(err(&m, Request::Rm { name: "a".into() }).contains("no vGPU named"));

@@ -15,6 +15,7 @@
 use super::*;
 use crate::checkpoint::ProcessState;
 use crate::snapshots::{Held, Snapshot};
+use tessera_ffi::region::pid_ns::ProcView;
 use tessera_ffi::region::reclaim::is_alive;
 
 impl Manager {
@@ -27,7 +28,11 @@ impl Manager {
         let mut found = Snapshots::new();
         for spec in &config.vgpus {
             let mut snapshot = Snapshot::default();
-            for h in self.attached(spec) {
+            let attached = self.attached(spec).unwrap_or_else(|e| {
+                say!("tessera daemon: {e}; no snapshot of it is taken up");
+                Vec::new()
+            });
+            for h in attached {
                 match self.checkpoint.state(h.pid) {
                     Ok(ProcessState::Checkpointed) => snapshot.processes.push(h),
                     Ok(ProcessState::Locked) => match self.checkpoint.unlock(h.pid) {
@@ -61,17 +66,30 @@ impl Manager {
         self.snapshots.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// vGPU `spec`'s attached processes, with the device memory each uses on its device.
-    fn attached(&self, spec: &VgpuSpec) -> Vec<Held> {
+    /// vGPU `spec`'s attached processes, with their pids as the daemon sees them (the driver's checkpoint
+    /// calls take those) and the device memory each uses on its device. A process of a pid namespace the
+    /// daemon cannot see cannot be checkpointed: an error naming it.
+    fn attached(&self, spec: &VgpuSpec) -> Result<Vec<Held>, Error> {
         let locked = self.region.guard();
-        let Some(index) = slots::find(&locked, &spec.name) else { return Vec::new() };
+        let Some(index) = slots::find(&locked, &spec.name) else { return Ok(Vec::new()) };
         let d = spec.device as usize;
+        let view = ProcView::new();
         locked.region().vgpus[index]
             .attached()
-            .map(|(_, pid, p)| Held {
-                pid,
-                start: p.start_time.load(Ordering::Acquire),
-                bytes: p.used.get(d).map_or(0, |u| u.load(Ordering::Acquire)),
+            .map(|(_, pid, p)| {
+                let start = p.start_time.load(Ordering::Acquire);
+                let ns = p.ns();
+                let here = view.here(ns, pid, start).ok_or_else(|| {
+                    Error::new(
+                        ErrorCode::Unavailable,
+                        format!(
+                            "vGPU {}: its process {pid} (of pid namespace {ns}) cannot be seen by the daemon, so it \
+                             cannot be checkpointed; run the daemon in the host's pid namespace (hostPID)",
+                            spec.name
+                        ),
+                    )
+                })?;
+                Ok(Held { pid: here, start, bytes: p.used.get(d).map_or(0, |u| u.load(Ordering::Acquire)) })
             })
             .collect()
     }
@@ -116,9 +134,9 @@ impl Manager {
     pub(super) fn snapshot(&self, name: &str, pids: &[u32]) -> Result<Reply, Error> {
         let _one_at_a_time = self.snapshot_op.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let spec = self.current().get(name).code(ErrorCode::NotFound)?.clone();
-        reclaim_dead(self.region.region());
+        reclaim_dead(self.region.region(), &ProcView::new());
         let mut snapshot = self.live_snapshot(name);
-        let attached = self.attached(&spec);
+        let attached = self.attached(&spec)?;
         let targets: Vec<Held> = if pids.is_empty() {
             if snapshot.whole {
                 return Err(Error::new(
@@ -201,7 +219,7 @@ impl Manager {
     pub(super) fn resume(&self, name: &str, pids: &[u32]) -> Result<Reply, Error> {
         let _one_at_a_time = self.snapshot_op.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let spec = self.current().get(name).code(ErrorCode::NotFound)?.clone();
-        reclaim_dead(self.region.region());
+        reclaim_dead(self.region.region(), &ProcView::new());
         let mut snapshot = self.live_snapshot(name);
         let targets: Vec<Held> = if pids.is_empty() {
             if snapshot.is_empty() && !spec.suspended {

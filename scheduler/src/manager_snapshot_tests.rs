@@ -38,7 +38,7 @@ impl Fixture {
         let p = &v.live.procs[k];
         p.start_time.store(start_time(pid).unwrap(), Ordering::SeqCst);
         p.used[0].store(bytes, Ordering::SeqCst);
-        p.pid.store(pid, Ordering::SeqCst);
+        p.set_owner(0, pid);
         v.live.procs_hwm.fetch_max(k as u32 + 1, Ordering::SeqCst);
         pid
     }

@@ -24,8 +24,9 @@ use crate::fairness::{self, Member};
 use crate::refill::{self, Observed, Vgpu};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use tessera_ffi::futex;
+use tessera_ffi::region::pid_ns;
 use tessera_ffi::region::reclaim::{self, reclaim_vgpu};
-use tessera_ffi::region::{DeviceSched, MAX_VGPUS, Region, Sched, VgpuSlot, flags, priority};
+use tessera_ffi::region::{DeviceSched, MAX_VGPUS, ProcSlot, Region, Sched, VgpuSlot, flags, priority};
 
 /// Tick period while a vGPU on the device has demand.
 pub const TICK_NS: u64 = 1_000_000;
@@ -116,8 +117,10 @@ fn release_dead_windows(v: &VgpuSlot, now_ns: u64, last: &mut u64) -> bool {
         return false;
     }
     *last = now_ns;
-    // Only a certain death counts (`kill(pid, 0)` saying "no such process"); opens no descriptor.
-    v.attached().any(|(_, pid, _)| reclaim::exists(pid) == Some(false)) && reclaim_vgpu(v, None) > 0
+    // Only a certain death counts (`kill(pid, 0)` saying "no such process"); opens no descriptor. A pid of
+    // another pid namespace means nothing to `kill` here: those are left to the once-a-second reclaim.
+    let gone = |pid, p: &ProcSlot| pid_ns::is_own(p.ns()) && reclaim::exists(pid) == Some(false);
+    v.attached().any(|(_, pid, p)| gone(pid, p)) && reclaim_vgpu(v, None, &pid_ns::Unseen) > 0
 }
 
 /// At the end of a hold, lets a lower-priority vGPU whose launches wait go at once with a window's worth
@@ -413,7 +416,7 @@ mod tests {
     fn attach(v: &VgpuSlot, slot: usize, pid: u32) {
         let start = tessera_ffi::region::reclaim::start_time(pid).unwrap_or(1);
         v.live.procs[slot].start_time.store(start, Ordering::Relaxed);
-        v.live.procs[slot].pid.store(pid, Ordering::Release);
+        v.live.procs[slot].set_owner(0, pid);
     }
 
     fn tokens(r: &Region, i: usize) -> i64 {
@@ -690,16 +693,16 @@ mod tests {
         let epoch = v.live.sched.epoch.load(Ordering::Relaxed);
         tick(r, 0, state, 10 * MS, MS);
         assert_eq!(v.live.sched.inflight_ns.load(Ordering::Relaxed), 400_000, "the dead process's part left");
-        assert_eq!(v.live.procs[5].pid.load(Ordering::Relaxed), 0, "its slot is free");
-        assert_eq!(v.live.procs[3].pid.load(Ordering::Relaxed), std::process::id(), "the live one stays");
+        assert_eq!(v.live.procs[5].word(), 0, "its slot is free");
+        assert_eq!(v.live.procs[3].word(), std::process::id(), "the live one stays");
         assert!(v.live.sched.epoch.load(Ordering::Relaxed) > epoch, "the waiting launch is told");
         // Not looked at again before LIVENESS_CHECK_NS, nor while the window does not block anything.
         attach(v, 5, dead);
         v.live.sched.inflight_ns.store(1_000_000, Ordering::Relaxed);
         tick(r, 0, state, 10 * MS + LIVENESS_CHECK_NS - 1, MS);
-        assert_eq!(v.live.procs[5].pid.load(Ordering::Relaxed), dead, "rate-limited");
+        assert_eq!(v.live.procs[5].word(), dead, "rate-limited");
         v.live.sched.waiters.store(0, Ordering::Relaxed);
         tick(r, 0, state, 20 * MS, MS);
-        assert_eq!(v.live.procs[5].pid.load(Ordering::Relaxed), dead, "nothing waits: nothing looked at");
+        assert_eq!(v.live.procs[5].word(), dead, "nothing waits: nothing looked at");
     }
 }

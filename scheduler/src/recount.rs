@@ -11,6 +11,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tessera_ffi::region::Region;
+use tessera_ffi::region::pid_ns::ProcView;
 use tessera_ffi::region::reclaim::sub;
 
 /// Shortfall below which a count is believed.
@@ -53,6 +54,7 @@ impl Recount {
         let mut short = HashMap::new();
         let mut added = HashMap::new();
         let mut repairs = Vec::new();
+        let view = ProcView::new();
         for &index in members {
             let v = &region.vgpus[index];
             if let Some((last, _, _)) = v.attached().last() {
@@ -62,7 +64,14 @@ impl Recount {
                 let key = (index, i, pid);
                 let Some(counted) = p.used.get(dev) else { continue };
                 let mut mine = self.added.get(&key).copied().unwrap_or(0);
-                let driver = held.iter().find(|&&(p, _)| p == pid).map_or(0, |&(_, b)| b);
+                // The driver names processes by their pids here: one of a namespace not seen is left as is.
+                let Some(here) = view.here(p.ns(), pid, p.start_time.load(Ordering::Acquire)) else {
+                    if mine > 0 {
+                        added.insert(key, mine);
+                    }
+                    continue;
+                };
+                let driver = held.iter().find(|&&(p, _)| p == here).map_or(0, |&(_, b)| b);
                 let count = counted.load(Ordering::Acquire);
                 if count > driver && mine > 0 {
                     // The driver's figure fell: what the daemon added goes back first.
@@ -109,8 +118,8 @@ mod tests {
         let r = region();
         let v = &r.vgpus[2];
         let (p, q) = (&v.live.procs[0], &v.live.procs[1]);
-        p.pid.store(100, Ordering::Release);
-        q.pid.store(101, Ordering::Release);
+        p.set_owner(0, 100);
+        q.set_owner(0, 101);
         let counted = |p: &tessera_ffi::region::ProcSlot| p.used[1].load(Ordering::Relaxed);
         // Both honest: 300 MiB held, counted 300 (and 301 counted for a reservation in progress).
         p.used[1].store(300 * MIB, Ordering::Relaxed);

@@ -9,6 +9,7 @@ use crate::logger::say;
 use crate::protocol::VgpuStatus;
 use std::sync::atomic::Ordering;
 use tessera_ffi::region::file::Locked;
+use tessera_ffi::region::pid_ns::ProcView;
 use tessera_ffi::region::settings::{is_managed, set_limits};
 use tessera_ffi::region::{MAX_DEVICES, Sched, UNLIMITED, VgpuSlot, encode_name, flags};
 
@@ -102,8 +103,9 @@ pub fn notify(s: &Sched) {
 /// Frees the slot of vGPU `name` unless processes are attached to it.
 pub fn remove(locked: &Locked, name: &str) -> Result<(), String> {
     let Some(index) = find(locked, name) else { return Ok(()) };
-    locked.reclaim_dead();
-    let pids = locked.attached_pids(index);
+    let view = ProcView::new();
+    locked.reclaim_dead(&view);
+    let pids = locked.attached_pids(index, &view);
     if !pids.is_empty() {
         let list: Vec<String> = pids.iter().map(u32::to_string).collect();
         return Err(format!(
@@ -148,7 +150,7 @@ pub fn status(locked: &Locked, spec: &VgpuSpec) -> VgpuStatus {
     let d = spec.device as usize;
     st.used = v.used(d);
     st.peak = v.live.peak[d].load(Ordering::Acquire);
-    st.processes = locked.attached_pids(index);
+    st.processes = locked.attached_pids(index, &ProcView::new());
     let s = &v.live.sched;
     st.tokens_ns = s.tokens.load(Ordering::Acquire);
     st.inflight_ns = s.inflight_ns.load(Ordering::Acquire);

@@ -12,6 +12,7 @@ use crate::pacer;
 use crate::recount::Recount;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+use tessera_ffi::region::pid_ns::ProcView;
 use tessera_ffi::region::{Region, flags};
 
 /// Time between two rounds.
@@ -50,9 +51,11 @@ pub fn run(manager: &Manager, region: &Region, mut usage: Option<ProcessUsage>, 
                     Some(Member { slot, owner, priority, share, suspended })
                 })
                 .collect();
+            // The driver names processes by their pids here, not by those of their containers.
+            let view = &ProcView::new();
             let attached: Vec<(usize, u32)> = (0..devices)
                 .flat_map(|d| pacer::members(region, d))
-                .flat_map(|slot| region.vgpus[slot].attached().map(move |(_, pid, _)| (slot, pid)))
+                .flat_map(|slot| region.vgpus[slot].attached().map(move |(_, pid, p)| (slot, view.pid_of(p, pid))))
                 .collect();
             let slots: Vec<usize> = members.iter().map(|m| m.slot).collect();
             for r in recount.round(region, device, &slots, &held) {

@@ -64,7 +64,7 @@ impl View {
             .iter()
             .enumerate()
             .filter_map(|(i, p)| {
-                let pid = p.pid.load(Ordering::Acquire);
+                let pid = p.word();
                 let (used, pending) = (p.used[0].load(Ordering::Acquire), p.pending.load(Ordering::Acquire));
                 (reclaim::is_tag(pid) || used != 0 || pending != 0)
                     .then(|| format!("slot {i}: pid word {pid:#x}, used {used}, pending {pending}"))

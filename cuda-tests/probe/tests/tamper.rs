@@ -165,7 +165,7 @@ fn plant(live: &VgpuLive, i: usize, pid: u32, bytes: u64) {
     p.start_time.store(start_time(pid).expect("a live process"), Ordering::SeqCst);
     p.used[0].store(bytes, Ordering::SeqCst);
     live.procs_hwm.fetch_max(i as u32 + 1, Ordering::SeqCst);
-    p.pid.store(pid, Ordering::SeqCst);
+    p.set_owner(0, pid);
 }
 
 fn pids(v: &Value) -> Vec<u64> {

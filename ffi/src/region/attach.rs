@@ -10,8 +10,9 @@
 
 use super::claim::claim_process;
 use super::file::{Locked, RegionFile, map, overlay};
-use super::layout::{MAX_DEVICES, MAX_VGPUS, NAME_LEN, ProcSlot, Region, UNLIMITED, VgpuSlot, encode_name};
+use super::layout::{Daemon, MAX_DEVICES, MAX_VGPUS, NAME_LEN, ProcSlot, Region, UNLIMITED, VgpuSlot, encode_name};
 use super::open::{Access, live_path, open_live};
+use super::pid_ns::{self, Unseen};
 use super::reclaim;
 use super::settings::{Limits, describe, is_managed, limits_of, reset_usage, set_limits};
 use std::sync::atomic::Ordering;
@@ -47,7 +48,7 @@ pub fn attach_with_share(path: &str, name: &str, limits: Option<&Limits>, own_sh
     if file.writable {
         // Before the lock, which others wait for meanwhile: reclaiming reads `/proc` for every process of
         // every vGPU, and is safe without it (slots are freed by compare-and-swap).
-        reclaim::reclaim_dead(file.region());
+        reclaim::reclaim_dead(file.region(), &Unseen);
     }
     let locked = file.lock()?;
     let index = join(&locked, &encoded, name, limits, own_share)?;
@@ -69,7 +70,7 @@ pub fn attach_with_share(path: &str, name: &str, limits: Option<&Limits>, own_sh
         unsafe { &*std::ptr::from_ref(locked.region()) }
     };
     let vgpu = &region.vgpus[index];
-    reclaim::reclaim_vgpu(vgpu, None);
+    reclaim::reclaim_vgpu(vgpu, None, &Unseen);
     let me_index = claim_process(vgpu, name)?;
     drop(locked);
     if !managed {
@@ -88,13 +89,21 @@ pub fn attach_with_share(path: &str, name: &str, limits: Option<&Limits>, own_sh
 /// 100 ms while it lives).
 pub const DAEMON_SILENCE_NS: u64 = 2_000_000_000;
 
-/// The pid of the daemon managing `region` when one is alive at `now_ns`: it says so, its process exists and
-/// its heartbeat is recent (a killed daemon's pid, reused by another process, does not count for long).
+/// The pid of the daemon managing `region` when one is alive at `now_ns`: it says so, its process is not
+/// known to be gone ([`daemon_gone`]) and its heartbeat is recent (a killed daemon's pid, reused by another
+/// process, does not count for long).
 pub fn live_daemon(region: &Region, now_ns: u64) -> Option<u32> {
     let pid = region.daemon.pid.load(Ordering::Acquire);
     let beat = region.daemon.heartbeat_ns.load(Ordering::Acquire);
-    let exists = pid != 0 && std::path::Path::new(&format!("/proc/{pid}")).exists();
-    (exists && now_ns.saturating_sub(beat) < DAEMON_SILENCE_NS).then_some(pid)
+    (!daemon_gone(&region.daemon) && now_ns.saturating_sub(beat) < DAEMON_SILENCE_NS).then_some(pid)
+}
+
+/// Whether the daemon's process is certainly gone: it cleared its pid, or its pid is of this process's
+/// pid namespace and `kill(pid, 0)` finds no such process. A daemon of another namespace (a tenant in a
+/// container, the daemon on the host) cannot be looked up by pid: only its heartbeat tells.
+pub fn daemon_gone(daemon: &Daemon) -> bool {
+    let pid = daemon.pid.load(Ordering::Acquire);
+    pid == 0 || (pid_ns::is_own(daemon.pid_ns.load(Ordering::Acquire)) && reclaim::exists(pid) == Some(false))
 }
 
 /// The slot of vGPU `name` checked against `limits`, or a new slot configured with them (refused while a

@@ -3,7 +3,8 @@
 //! takes over should the claimer die halfway ([`super::reclaim`]).
 
 use super::file::Locked;
-use super::layout::{MAX_DEVICES, MAX_VGPUS, NAME_LEN, PROCS_PER_VGPU, UNLIMITED, VgpuSlot, flags, state};
+use super::layout::{MAX_DEVICES, MAX_VGPUS, NAME_LEN, PROCS_PER_VGPU, UNLIMITED, VgpuSlot, flags, owner, state};
+use super::pid_ns::{Foreign, ProcView};
 use super::reclaim;
 use super::settings::{is_managed, reset_sched, reset_usage, set_limits};
 use std::sync::atomic::Ordering;
@@ -14,14 +15,16 @@ impl Locked<'_> {
         self.region().vgpus.iter().position(|v| v.state() == state::READY && v.config.name == *name)
     }
 
-    /// Pids of the processes attached to vGPU `index` (dead ones count until [`Locked::reclaim_dead`]).
-    pub fn attached_pids(&self, index: usize) -> Vec<u32> {
-        self.region().vgpus[index].attached().map(|(_, pid, _)| pid).collect()
+    /// Pids of the processes attached to vGPU `index` (dead ones count until [`Locked::reclaim_dead`]), as
+    /// `view` sees them: one of a pid namespace it cannot see keeps the pid it has there.
+    pub fn attached_pids(&self, index: usize, view: &ProcView) -> Vec<u32> {
+        self.region().vgpus[index].attached().map(|(_, pid, p)| view.pid_of(p, pid)).collect()
     }
 
-    /// Gives back what dead processes of every vGPU held; returns how many were found.
-    pub fn reclaim_dead(&self) -> usize {
-        reclaim::reclaim_dead(self.region())
+    /// Gives back what dead processes of every vGPU held (judging those of other pid namespaces by
+    /// `foreign`); returns how many were found.
+    pub fn reclaim_dead(&self, foreign: &dyn Foreign) -> usize {
+        reclaim::reclaim_dead(self.region(), foreign)
     }
 
     /// A slot for a new vGPU `name`: a free one, else an unmanaged one no process is attached to. It is
@@ -63,18 +66,18 @@ impl Locked<'_> {
     }
 }
 
-/// Claims a process slot of `vgpu` for this process: pid CAS 0 → this process's claiming tag, fill,
-/// publish the pid (killed halfway, it leaves its tag, which the next scanner finds dead and clears). The
+/// Claims a process slot of `vgpu` for this process: owner CAS 0 → this process's claiming tag (with its
+/// pid namespace), fill, publish the pid (killed halfway, it leaves its tag, which the next scanner finds dead and clears). The
 /// slot records the vGPU's memory mode now ([`flags::SOFT`]), which the process keeps for its life, and
 /// starts at the vGPU's current pager requests (a new process has nothing to swap out or defragment).
 pub(super) fn claim_process(vgpu: &VgpuSlot, name: &str) -> Result<usize, String> {
     let pid = std::process::id();
     let unreadable = || format!("cannot read /proc/{pid}/stat (is /proc mounted?)");
     let start = reclaim::start_time(pid).ok_or_else(unreadable)?;
-    let tag = reclaim::own_tag().ok_or_else(unreadable)?;
+    let tag = reclaim::own_claim().ok_or_else(unreadable)?;
     let pager = &vgpu.live.pager;
     for (i, p) in vgpu.live.procs.iter().enumerate() {
-        if p.pid.compare_exchange(0, tag, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+        if p.owner.compare_exchange(0, tag, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
             // Before the slot can hold anything: whoever sums the vGPU's usage from now on reads it.
             vgpu.live.procs_hwm.fetch_max(i as u32 + 1, Ordering::SeqCst);
             p.start_time.store(start, Ordering::Relaxed);
@@ -87,7 +90,7 @@ pub(super) fn claim_process(vgpu: &VgpuSlot, name: &str) -> Result<usize, String
             p.inflight_ns.store(0, Ordering::Relaxed);
             p.soft.reset(pager.evict_seq.load(Ordering::Acquire), pager.defrag_seq.load(Ordering::Acquire));
             p.flags.store(vgpu.flags() & flags::SOFT, Ordering::Release);
-            p.pid.store(pid, Ordering::Release);
+            p.set_owner(owner::ns(tag), pid);
             return Ok(i);
         }
     }

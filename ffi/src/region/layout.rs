@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
 /// `TESSRGN1` in little-endian byte order.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"TESSRGN1");
 /// Layout version; bump on any change to the structures below.
-pub const VERSION: u32 = 9;
+pub const VERSION: u32 = 10;
 /// Devices per vGPU slot.
 pub const MAX_DEVICES: usize = 16;
 /// vGPU slots in a region.
@@ -18,12 +18,12 @@ pub const NAME_LEN: usize = 64;
 /// A limit meaning "no quota on this device".
 pub const UNLIMITED: u64 = u64::MAX;
 
-/// The bit of a slot's `pid` word (and of [`VgpuLive::measuring`]) that marks it claimed (being filled or
-/// cleared) by the process the other bits name (see [`super::reclaim::claim_tag`]). Linux pids stay below
-/// `PID_MAX_LIMIT` (2^22), so no pid has it.
+/// The bit of a slot's owner word ([`owner`]; and of [`VgpuLive::measuring`]) that marks it claimed
+/// (being filled or cleared) by the process the other bits name (see [`super::reclaim::claim_tag`]). Linux
+/// pids stay below `PID_MAX_LIMIT` (2^22), so no pid has it.
 pub const CLAIMING: u32 = 1 << 31;
 
-/// True when `word` (a slot's `pid`, or [`VgpuLive::measuring`]) is a claiming tag.
+/// True when `word` (a slot's owner word, or [`VgpuLive::measuring`]) is a claiming tag.
 pub fn is_tag(word: u32) -> bool {
     word & CLAIMING != 0
 }
@@ -98,8 +98,8 @@ pub const DEFAULT_WINDOW_NS: u64 = 1_000_000;
 pub const AREA: usize = 64 * 1024;
 /// Process slots per vGPU: as many as [`VgpuLive`] holds within its [`AREA`] (each slot carries
 /// [`SoftStats`] since layout version 5, its window share since version 6 and its pending reservations
-/// since version 7).
-pub const PROCS_PER_VGPU: usize = 104;
+/// since version 7, its pid namespace since version 10).
+pub const PROCS_PER_VGPU: usize = 100;
 
 /// A vGPU's configuration: written by whoever configures the vGPU (the daemon for a managed one), only
 /// read by its processes — a managed vGPU's processes map it read-only.
@@ -193,8 +193,9 @@ pub struct DeviceSched {
 pub struct Daemon {
     /// Its pid (0: no daemon has attached).
     pub pid: AtomicU32,
-    /// Reserved, zero.
-    pub reserved: u32,
+    /// The inode of its pid namespace ([`super::pid_ns`]; 0: unknown): a process of another namespace
+    /// cannot look its pid up.
+    pub pid_ns: AtomicU32,
     /// Last time (monotonic ns) it refilled tokens.
     pub heartbeat_ns: AtomicU64,
 }
@@ -515,15 +516,37 @@ pub fn encode_name(name: &str) -> Option<[u8; NAME_LEN]> {
     Some(out)
 }
 
+/// A process slot's owner word ([`ProcSlot::owner`]): the low 32 bits are the owner's pid (0: free) or a
+/// claiming tag ([`super::reclaim::claim_tag`]) while the slot is filled or reclaimed; the high 32 bits the
+/// inode of the pid namespace that pid is of ([`super::pid_ns`]; 0: unknown). One word, so that a pid is
+/// never read with another process's namespace.
+pub mod owner {
+    /// The word of pid or tag `word` of namespace `ns`.
+    pub fn pack(ns: u32, word: u32) -> u64 {
+        (ns as u64) << 32 | word as u64
+    }
+
+    /// The pid or tag of an owner word (0: free).
+    pub fn word(owner: u64) -> u32 {
+        owner as u32
+    }
+
+    /// The pid namespace of an owner word.
+    pub fn ns(owner: u64) -> u32 {
+        (owner >> 32) as u32
+    }
+}
+
 /// One process attached to a vGPU, with what it holds (so a dead process's bytes can be reclaimed).
 #[repr(C)]
 pub struct ProcSlot {
-    /// Owner pid; 0 when free, a claiming tag ([`super::reclaim::claim_tag`]) while being filled or
-    /// reclaimed.
-    pub pid: AtomicU32,
+    /// Who holds the slot: its pid or claiming tag and pid namespace ([`owner`]); 0 when free.
+    pub owner: AtomicU64,
     /// [`flags::SOFT`] when the process took soft memory mode as it joined (written when the slot is
     /// claimed, before the pid is published; the process keeps that mode for its life).
     pub flags: AtomicU32,
+    /// Reserved, zero.
+    pub reserved: u32,
     /// Owner's start time (from `/proc/PID/stat`), against pid reuse.
     pub start_time: AtomicU64,
     /// Bytes the process holds per device: the source of truth of its vGPU's usage.
@@ -545,11 +568,27 @@ pub struct ProcSlot {
 impl ProcSlot {
     /// The owner's pid while a process is attached (not while the slot is free, claimed or reclaimed).
     pub fn attached_pid(&self) -> Option<u32> {
-        match self.pid.load(Ordering::Acquire) {
+        match self.word() {
             0 => None,
             tag if is_tag(tag) => None,
             pid => Some(pid),
         }
+    }
+
+    /// The pid or claiming tag of the owner (0: free), in the owner's pid namespace ([`ProcSlot::ns`]).
+    pub fn word(&self) -> u32 {
+        owner::word(self.owner.load(Ordering::Acquire))
+    }
+
+    /// The pid namespace of the owner (0: unknown, or free).
+    pub fn ns(&self) -> u32 {
+        owner::ns(self.owner.load(Ordering::Acquire))
+    }
+
+    /// Stores pid or tag `word` of namespace `ns` as the owner (`Release`: what the owner wrote before
+    /// is seen by whoever reads it).
+    pub fn set_owner(&self, ns: u32, word: u32) {
+        self.owner.store(owner::pack(ns, word), Ordering::Release);
     }
 
     /// Whether the process took soft memory mode when it joined.
@@ -641,7 +680,7 @@ mod tests {
         p.flags.store(if soft { flags::SOFT } else { 0 }, Ordering::Relaxed);
         p.soft.resident.store(resident, Ordering::Relaxed);
         p.soft.pooled.store(pooled, Ordering::Relaxed);
-        p.pid.store(pid, Ordering::Release);
+        p.set_owner(0, pid);
         p
     }
 
@@ -698,7 +737,7 @@ mod tests {
         assert_eq!((v.wanted(0), v.wanted(1), v.wanted(2)), (7, 500, 0));
         // Killed while waiting: reclaiming its slot takes its want with it (a vGPU-wide counter kept it).
         let dead = &v.live.procs[1];
-        dead.pid.store(CLAIMING | 11, Ordering::Release);
+        dead.set_owner(0, CLAIMING | 11);
         assert_eq!(v.wanted(1), 300, "a slot being cleared wants nothing");
         crate::region::reclaim::clear(dead, v);
         assert_eq!((dead.wanted.load(Ordering::Relaxed), v.wanted(1)), (0, 300));
@@ -712,15 +751,15 @@ mod tests {
         assert_eq!(std::mem::size_of::<Sched>(), 4 * 4 + 9 * 8);
         assert_eq!(std::mem::size_of::<VgpuConfig>(), 8 + NAME_LEN + 8 * MAX_DEVICES + 24);
         assert_eq!(std::mem::size_of::<SoftStats>(), 7 * 8 + 2 * 4);
-        assert_eq!(std::mem::size_of::<ProcSlot>(), 16 + 8 * MAX_DEVICES + 24 + 64);
+        assert_eq!(std::mem::size_of::<ProcSlot>(), 24 + 8 * MAX_DEVICES + 24 + 64);
         assert_eq!(std::mem::size_of::<Pager>(), 4 * 4 + 8);
         assert_eq!(
             std::mem::size_of::<VgpuLive>(),
-            16 + 2 * 8 * MAX_DEVICES + 8 + 8 + 88 + 24 + PROCS_PER_VGPU * 232 + 32 + crate::timeline::RING * 40
+            16 + 2 * 8 * MAX_DEVICES + 8 + 8 + 88 + 24 + PROCS_PER_VGPU * 240 + 32 + crate::timeline::RING * 40
         );
         assert!(std::mem::size_of::<VgpuLive>() <= AREA, "fits its area");
         assert_eq!(std::mem::offset_of!(VgpuLive, pager), std::mem::offset_of!(VgpuLive, sched) + 88);
-        assert_eq!(std::mem::offset_of!(ProcSlot, soft), 16 + 8 * MAX_DEVICES + 24);
+        assert_eq!(std::mem::offset_of!(ProcSlot, soft), 24 + 8 * MAX_DEVICES + 24);
         assert_eq!(std::mem::size_of::<DeviceSched>(), 16);
         assert_eq!(std::mem::size_of::<crate::timeline::Entry>(), 40);
         assert_eq!(std::mem::size_of::<Timeline>(), 32 + crate::timeline::RING * 40);

@@ -2,7 +2,7 @@
 //! scheduler, its compute share). A binary protocol between processes that may run different Tessera
 //! versions: the header's magic, version and layout size are checked on every open.
 //!
-//! Layout version 7: a header, the daemon's record and one scheduling record per device, then
+//! Layout version 10: a header, the daemon's record and one scheduling record per device, then
 //! [`MAX_VGPUS`] vGPU slots, each two [`AREA`]s: its [`VgpuConfig`] (name, quota, share, priority, flags)
 //! and its [`VgpuLive`] state (usage, the compute-share token bucket, the [`Pager`] requests of soft
 //! memory mode, its processes' slots with their [`SoftStats`], and the [`Timeline`] of its finished
@@ -26,11 +26,13 @@
 //!   adder always sees the earlier, so the `used` of a vGPU's slots never sum past its limit, not even for
 //!   an instant, and a process killed mid-reservation leaves only `pending` bytes, counted against new
 //!   reservations until its slot is reclaimed and never as usage;
-//! - a process slot is claimed by a CAS of `pid` from 0 to the claimer's tag
-//!   ([`reclaim::claim_tag`]: bit 31, low bits of its start time, its pid), `procs_hwm` raised past
-//!   it, filled, then published by storing the owner's pid. Whoever finds the owner dead (`kill(pid, 0)` and
-//!   `/proc/PID/stat` say it is gone, a zombie, or another process with its pid; an error reading `/proc` is
-//!   not death) CASes `pid` to its own tag, zeroes the slot and frees it. A tag whose claimer is found dead
+//! - a process slot is claimed by a CAS of its `owner` word from 0 to the claimer's tag
+//!   ([`reclaim::claim_tag`]: bit 31, low bits of its start time, its pid) beside the inode of its pid
+//!   namespace ([`owner`]), `procs_hwm` raised past it, filled, then published by storing the owner's pid
+//!   (and namespace). Whoever finds the owner dead (`kill(pid, 0)` and `/proc/PID/stat` say it is gone, a
+//!   zombie, or another process with its pid; an error reading `/proc` is not death; a pid of another
+//!   namespace is judged only by a process that sees that namespace, [`pid_ns`]) CASes `owner` to its own
+//!   tag, zeroes the slot and frees it. A tag whose claimer is found dead
 //!   (killed while joining or reclaiming) is taken over the same way, so no slot stays claimed forever;
 //! - contexts: `context_cost[dev]` is what a context costs on the device as the vGPU's first measurement
 //!   found it ([`context_cost`] encodes it), reserved before every later context is created. While it is
@@ -79,6 +81,7 @@ pub mod claim;
 pub mod file;
 pub mod layout;
 pub mod open;
+pub mod pid_ns;
 pub mod reclaim;
 pub mod settings;
 #[cfg(test)]

@@ -8,14 +8,20 @@
 //! registered (its pid was reused). Any other failure (a process at its descriptor limit cannot open
 //! `/proc`, `EMFILE`) leaves it alive: a reclaim must never free what a live process holds.
 //!
-//! Claiming tags: a slot's `pid` word is [`CLAIMING`] | low bits of the claimer's start time | the
-//! claimer's pid while a process fills it (joining) or clears it (reclaiming). A process killed in the
-//! middle leaves its tag; a later scanner that finds the tag's process dead takes the slot over with its
-//! own tag and finishes the job (clearing is idempotent), so no slot is ever stuck.
+//! Claiming tags: a slot's owner word holds [`CLAIMING`] | low bits of the claimer's start time | the
+//! claimer's pid, with the claimer's pid namespace, while a process fills it (joining) or clears it
+//! (reclaiming). A process killed in the middle leaves its tag; a later scanner that finds the tag's
+//! process dead takes the slot over with its own tag and finishes the job (clearing is idempotent), so no
+//! slot is ever stuck.
+//!
+//! Pid namespaces: pids and tags are judged by this process's `/proc` only when they are of its own pid
+//! namespace; others by a [`Foreign`] judge ([`pid_ns`]): a tenant leaves them alone, the daemon, which
+//! sees its child namespaces, looks them up.
 
-// The tag's marker bit is part of the layout (a slot's `pid` word); re-exported with the rest of the tags.
+// The tag's marker bit is part of the layout (a slot's owner word); re-exported with the rest of the tags.
 pub use super::layout::{CLAIMING, is_tag};
-use super::layout::{MAX_DEVICES, ProcSlot, Region, VgpuSlot};
+use super::layout::{MAX_DEVICES, ProcSlot, Region, VgpuSlot, owner};
+use super::pid_ns::{self, Foreign};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// Minimum time between two amortized scans of one vGPU.
@@ -31,7 +37,7 @@ const STAT_ATTEMPTS: usize = 3;
 
 /// What `/proc/PID/stat` says of a process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Stat {
+pub(super) enum Stat {
     /// The state letter and start time (fields 3 and 22).
     Found(u8, u64),
     /// No such process (`ENOENT` or `ESRCH`).
@@ -61,6 +67,11 @@ fn stat_with(pid: u32, read: &dyn Fn(&str) -> std::io::Result<String>) -> Stat {
 /// opposed to any other failure, which tells nothing.
 pub fn no_such_process(e: &std::io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::ENOENT) | Some(libc::ESRCH))
+}
+
+/// What `/proc/PID/stat` says of `pid` (one attempt).
+pub(super) fn read_stat(pid: u32) -> Stat {
+    stat_with(pid, &read_proc)
 }
 
 /// The real reader of `/proc` files.
@@ -150,14 +161,27 @@ fn tag_alive_with(tag: u32, read: &dyn Fn(&str) -> std::io::Result<String>) -> b
     alive_with(tag & PID_MASK, |s| s as u32 & START_MASK == bits, read)
 }
 
-/// True unless whoever a slot's `pid` word names (an owner, or a claimer's tag) is certainly dead; a free
-/// slot (0) has nobody to be alive.
-fn holder_alive(word: u32, p: &ProcSlot) -> bool {
+/// True unless whoever owner word `owner` names (an owner of start time `start`, or a claimer's tag) is
+/// certainly dead; a free slot (0) has nobody to be alive. A process of another pid namespace than this
+/// one's is judged by `foreign` ([`pid_ns`]).
+pub fn owner_alive(owner: u64, start: u64, foreign: &dyn Foreign) -> bool {
+    let (ns, word) = (owner::ns(owner), owner::word(owner));
+    let own = pid_ns::is_own(ns);
     match word {
         0 => true,
-        w if is_tag(w) => tag_alive(w),
-        pid => is_alive(pid, p.start_time.load(Ordering::Relaxed)),
+        w if is_tag(w) && own => tag_alive(w),
+        w if is_tag(w) => {
+            let bits = (w >> PID_BITS) & START_MASK;
+            foreign.alive(ns, w & PID_MASK, &|s| s as u32 & START_MASK == bits)
+        }
+        pid if own => is_alive(pid, start),
+        pid => foreign.alive(ns, pid, &|s| s == start),
     }
+}
+
+/// This process's owner word for a slot it claims: its namespace and claiming tag ([`own_tag`]).
+pub fn own_claim() -> Option<u64> {
+    Some(owner::pack(pid_ns::own(), own_tag()?))
 }
 
 /// Takes a word holding a claiming tag (a slot's `pid`, the vGPU's `measuring`) from a claimer found dead:
@@ -187,7 +211,7 @@ pub fn sub(a: &AtomicU64, v: u64) {
     let _ = a.fetch_update(Ordering::AcqRel, Ordering::Acquire, |x| Some(x.saturating_sub(v)));
 }
 
-/// Frees a slot the caller has claimed (its `pid` is the caller's tag) of `vgpu`: its bytes go back (the
+/// Frees a slot the caller has claimed (its owner word is the caller's tag) of `vgpu`: its bytes go back (the
 /// vGPU's usage is the sum of its slots), what its launches had in the vGPU's window leaves it, and its
 /// soft-mode figures are zeroed, so that a killed process leaves nothing counted in its vGPU's totals.
 /// Zeroing is idempotent: whoever takes over from a clearer killed halfway simply clears again.
@@ -210,22 +234,25 @@ pub fn clear(p: &ProcSlot, vgpu: &VgpuSlot) {
     p.soft.reset(0, 0);
     p.flags.store(0, Ordering::Relaxed);
     p.start_time.store(0, Ordering::Relaxed);
-    p.pid.store(0, Ordering::Release);
+    p.owner.store(0, Ordering::Release);
 }
 
 /// Reclaims every slot of `vgpu` whose owner, or whose claimer (a process killed while joining or while
-/// reclaiming), is certainly dead, skipping process slot `skip` (the caller's). Returns how many were
-/// found. Two scanners never clear one slot for the same death: each takes it by a CAS to its own tag.
+/// reclaiming), is certainly dead (judged by `foreign` when of another pid namespace), skipping process
+/// slot `skip` (the caller's). Returns how many were found. Two scanners never clear one slot for the same death: each takes it by a CAS to its own tag.
 /// Without a tag of its own (its start time unreadable) the caller reclaims nothing.
-pub fn reclaim_vgpu(vgpu: &VgpuSlot, skip: Option<usize>) -> usize {
-    let Some(mine) = own_tag() else { return 0 };
+pub fn reclaim_vgpu(vgpu: &VgpuSlot, skip: Option<usize>, foreign: &dyn Foreign) -> usize {
+    let Some(mine) = own_claim() else { return 0 };
     let mut found = 0;
     for (i, p) in vgpu.live.procs.iter().enumerate() {
-        let word = p.pid.load(Ordering::Acquire);
-        if word == 0 || word == mine || Some(i) == skip || holder_alive(word, p) {
+        let word = p.owner.load(Ordering::Acquire);
+        if word == 0 || word == mine || Some(i) == skip {
             continue;
         }
-        if take_over(&p.pid, word, mine) {
+        if owner_alive(word, p.start_time.load(Ordering::Relaxed), foreign) {
+            continue;
+        }
+        if p.owner.compare_exchange(word, mine, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
             clear(p, vgpu);
             found += 1;
         }
@@ -233,14 +260,16 @@ pub fn reclaim_vgpu(vgpu: &VgpuSlot, skip: Option<usize>) -> usize {
     found
 }
 
-/// Reclaims the dead processes of every vGPU of `region` (which must be mapped writable throughout).
-pub fn reclaim_dead(region: &Region) -> usize {
-    region.vgpus.iter().map(|v| reclaim_vgpu(v, None)).sum()
+/// Reclaims the dead processes of every vGPU of `region` (which must be mapped writable throughout),
+/// judging those of other pid namespaces by `foreign`.
+pub fn reclaim_dead(region: &Region, foreign: &dyn Foreign) -> usize {
+    region.vgpus.iter().map(|v| reclaim_vgpu(v, None, foreign)).sum()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::region::pid_ns::Unseen;
 
     /// A zeroed region structure, leaked (all-zero is a valid value of every region structure).
     fn zeroed<T>() -> &'static T {
@@ -339,16 +368,16 @@ mod tests {
             p.soft.resident.store(bytes, Ordering::Relaxed);
             p.soft.swap_out_ns.store(7, Ordering::Relaxed);
             p.soft.evicted_seq.store(3, Ordering::Relaxed);
-            p.pid.store(pid, Ordering::Release);
+            p.set_owner(0, pid);
         }
         assert_eq!(v.soft_totals().resident, 400);
         v.live.procs_hwm.store(2, Ordering::Relaxed);
         assert_eq!(v.used(3), 400);
-        assert_eq!(reclaim_vgpu(&r.vgpus[1], None), 0, "another vGPU's processes are left alone");
-        assert_eq!(reclaim_vgpu(v, Some(1)), 0, "the caller's own slot is skipped");
-        assert_eq!(reclaim_dead(r), 1);
+        assert_eq!(reclaim_vgpu(&r.vgpus[1], None, &Unseen), 0, "another vGPU's processes are left alone");
+        assert_eq!(reclaim_vgpu(v, Some(1), &Unseen), 0, "the caller's own slot is skipped");
+        assert_eq!(reclaim_dead(r, &Unseen), 1);
         assert_eq!(v.used(3), 100);
-        assert_eq!(v.live.procs[1].pid.load(Ordering::Relaxed), 0);
+        assert_eq!(v.live.procs[1].word(), 0);
         let gone = &v.live.procs[1];
         assert_eq!(
             (gone.soft.resident.load(Ordering::Relaxed), gone.soft.swap_out_ns.load(Ordering::Relaxed)),
@@ -357,8 +386,8 @@ mod tests {
         );
         assert!(!gone.is_soft() && gone.soft.evicted_seq.load(Ordering::Relaxed) == 0);
         assert_eq!((v.soft_totals().resident, v.soft_totals().swap_out_ns), (100, 7));
-        assert_eq!(reclaim_dead(r), 0, "nothing left to reclaim");
-        assert_eq!(v.live.procs[0].pid.load(Ordering::Relaxed), me);
+        assert_eq!(reclaim_dead(r, &Unseen), 0, "nothing left to reclaim");
+        assert_eq!(v.live.procs[0].word(), me);
     }
 
     #[test]
@@ -375,19 +404,58 @@ mod tests {
             let p = &v.live.procs[slot];
             p.used[0].store(bytes, Ordering::Relaxed);
             p.pending.store(pending, Ordering::Relaxed);
-            p.pid.store(word, Ordering::Release);
+            p.set_owner(0, word);
         }
         let owner = &v.live.procs[3];
         owner.start_time.store(start_time(std::process::id()).unwrap(), Ordering::Relaxed);
         owner.used[0].store(7, Ordering::Relaxed);
-        owner.pid.store(std::process::id(), Ordering::Release);
+        owner.set_owner(pid_ns::own(), std::process::id());
         assert_eq!(v.used(0), 357);
         assert_eq!(v.attached().count(), 1, "claimed slots are nobody's yet");
-        assert_eq!(reclaim_vgpu(v, None), 2);
+        assert_eq!(reclaim_vgpu(v, None, &Unseen), 2);
         assert_eq!(v.used(0), 57, "only what live processes hold is left");
         assert_eq!(v.live.procs[1].pending.load(Ordering::Relaxed), 0);
-        assert_eq!(v.live.procs[0].pid.load(Ordering::Relaxed), 0, "freed for the next joiner");
-        assert_eq!(v.live.procs[2].pid.load(Ordering::Relaxed), own_tag().unwrap(), "a live claimer keeps its slot");
-        assert_eq!(reclaim_vgpu(v, None), 0);
+        assert_eq!(v.live.procs[0].word(), 0, "freed for the next joiner");
+        assert_eq!(v.live.procs[2].word(), own_tag().unwrap(), "a live claimer keeps its slot");
+        assert_eq!(reclaim_vgpu(v, None, &Unseen), 0);
+    }
+
+    /// A judge of other namespaces that records what it is asked and answers `dead` for pid 7.
+    struct Judge(std::sync::Mutex<Vec<(u32, u32, bool)>>);
+
+    impl Foreign for Judge {
+        fn alive(&self, ns: u32, pid: u32, started: &dyn Fn(u64) -> bool) -> bool {
+            self.0.lock().unwrap().push((ns, pid, started(0x1234)));
+            pid != 7
+        }
+    }
+
+    #[test]
+    fn processes_of_another_pid_namespace_are_judged_by_the_foreign_judge_alone() {
+        let v: &VgpuSlot = zeroed();
+        v.live.procs_hwm.store(4, Ordering::Relaxed);
+        let other = pid_ns::own().wrapping_add(1);
+        // Pid 1 there, alive, though pid 1 here has another start time; pid 7 there, dead; a tag of pid 7
+        // there; and the same dead pid 7 recorded in this namespace, which this process judges itself.
+        let (dead, dead_start) = dead_process();
+        let slots = [(other, 1, 0x1234), (other, 7, 0x1234), (other, claim_tag(7, 0x1234).unwrap(), 0)];
+        for (i, (ns, word, start)) in slots.into_iter().enumerate() {
+            let p = &v.live.procs[i];
+            p.start_time.store(start, Ordering::Relaxed);
+            p.used[0].store(10, Ordering::Relaxed);
+            p.set_owner(ns, word);
+        }
+        let here = &v.live.procs[3];
+        here.start_time.store(dead_start, Ordering::Relaxed);
+        here.set_owner(pid_ns::own(), dead);
+        assert_eq!(reclaim_vgpu(v, None, &Unseen), 1, "a tenant frees only its own namespace's dead");
+        assert_eq!(here.word(), 0);
+        assert_eq!(v.live.procs[0].word(), 1, "pid 1 of the other namespace is not judged here");
+        let judge = Judge(Default::default());
+        assert_eq!(reclaim_vgpu(v, None, &judge), 2, "pid 7 there and its tag");
+        assert_eq!(v.live.procs[0].word(), 1);
+        assert_eq!(v.used(0), 10);
+        let asked = judge.0.lock().unwrap().clone();
+        assert_eq!(asked, [(other, 1, true), (other, 7, true), (other, 7, true)], "namespace, pid there, start");
     }
 }

@@ -137,7 +137,7 @@ fn without_a_daemon_a_process_with_no_limit_cannot_set_up_a_vgpu() {
     assert_eq!(file.lock().unwrap().find(&encode_name("typo").unwrap()), None, "no slot was made");
     // Left behind by a process that had a limit and is gone: still no way in without one.
     let gone = attach(&path, "left", Some(&limits(1 << 30))).unwrap();
-    gone.me.pid.store(0, Ordering::Release);
+    gone.me.set_owner(0, 0);
     assert!(attach(&path, "left", None).err().unwrap().contains("tessera vgpu create left"));
     attach_with_share(&path, "left", None, true).unwrap();
     std::fs::remove_file(&path).unwrap();
@@ -171,7 +171,7 @@ fn flags_are_read_without_joining_or_creating() {
     assert_eq!(vgpu_flags(&path, "svc"), Ok(Some(flags::MANAGED | flags::TENSOR_CORES_OFF)));
     assert_eq!(vgpu_flags(&path, "other"), Ok(None));
     let v = &file.region().vgpus;
-    assert!(v.iter().all(|v| v.live.procs.iter().all(|p| p.pid.load(Ordering::Relaxed) == 0)), "nothing joined");
+    assert!(v.iter().all(|v| v.live.procs.iter().all(|p| p.word() == 0)), "nothing joined");
     drop(file);
     std::fs::write(&path, b"not a region").unwrap();
     assert!(vgpu_flags(&path, "svc").unwrap_err().contains("bytes"));
@@ -206,4 +206,24 @@ fn limits_are_described_for_people() {
     let mut l = limits(UNLIMITED);
     l[0] = 1 << 30;
     assert_eq!(describe(&l), "0=1.0 GiB (no limit elsewhere)");
+}
+
+#[test]
+fn a_daemon_is_gone_only_when_it_cleared_its_pid_or_this_namespace_has_no_such_process() {
+    // SAFETY: the daemon's record is integers and atomics, valid when zero.
+    let d: Box<Daemon> = unsafe { Box::new_zeroed().assume_init() };
+    assert!(daemon_gone(&d), "no pid recorded");
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let dead = child.id();
+    child.wait().unwrap();
+    d.pid.store(dead, Ordering::Relaxed);
+    d.pid_ns.store(super::pid_ns::own(), Ordering::Relaxed);
+    assert!(daemon_gone(&d), "its pid names no process of our namespace");
+    d.pid_ns.store(0, Ordering::Relaxed);
+    assert!(daemon_gone(&d), "an unknown namespace is taken for ours");
+    d.pid_ns.store(super::pid_ns::own().wrapping_add(1), Ordering::Relaxed);
+    assert!(!daemon_gone(&d), "a daemon of another namespace cannot be looked up by pid");
+    d.pid.store(std::process::id(), Ordering::Relaxed);
+    d.pid_ns.store(super::pid_ns::own(), Ordering::Relaxed);
+    assert!(!daemon_gone(&d));
 }

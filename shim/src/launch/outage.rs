@@ -32,7 +32,7 @@
 
 use super::standalone;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
-use tessera_ffi::region::reclaim::exists;
+use tessera_ffi::region::attach::daemon_gone;
 use tessera_ffi::region::{Daemon, Sched};
 
 /// How long the daemon's heartbeat may be silent before its vGPUs refill themselves. The daemon beats
@@ -71,8 +71,7 @@ pub fn suspension_holds(daemon: &Daemon, now: u64) -> bool {
     } else if GONE_AT_BEAT.load(Ordering::Relaxed) == beat.wrapping_add(1) {
         (false, LAPSED)
     } else {
-        let pid = daemon.pid.load(Ordering::Acquire);
-        let gone = pid == 0 || exists(pid) == Some(false);
+        let gone = daemon_gone(daemon);
         if gone {
             GONE_AT_BEAT.store(beat.wrapping_add(1), Ordering::Relaxed);
         }

@@ -93,7 +93,11 @@ impl Quota {
 
     /// Reclaims dead processes' bytes now; returns how many processes were found dead.
     fn reclaim_now(&self) -> usize {
-        if self.slots.region.is_some() { reclaim::reclaim_vgpu(self.slots.vgpu, self.slots.me_index) } else { 0 }
+        if self.slots.region.is_some() {
+            reclaim::reclaim_vgpu(self.slots.vgpu, self.slots.me_index, &tessera_ffi::region::pid_ns::Unseen)
+        } else {
+            0
+        }
     }
 
     /// Reclaims if this vGPU was not scanned in the last second (one clock read otherwise).
