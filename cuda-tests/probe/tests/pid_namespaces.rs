@@ -11,6 +11,7 @@ use common::tessera::Machine;
 use common::{Guarded, first_line};
 use serde_json::Value;
 use std::process::{Command, Stdio};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 const MIB: u64 = 1 << 20;
@@ -118,6 +119,11 @@ fn a_tenant_in_its_own_pid_namespace_is_counted_while_it_runs_and_freed_when_it_
     // for this namespace's pid 1, its slot would be freed within a second.
     let_the_daemon_reclaim(&m, "sentinel", 3);
     assert_eq!(usage(&m, "a"), (used, vec![probe as u64]), "still counted after the daemon's rounds");
+    // The simulated driver, like the real one, knows it by its pid here, and its NVML queries (the daemon's
+    // rounds make them) left its memory in place.
+    let state = m.sim.driver_state();
+    let entry = state.process(probe).expect("the simulated driver finds the tenant by its pid here");
+    assert!(entry.memory[0].load(Ordering::Acquire) >= 256 * MIB, "the driver still counts its memory");
     // Its bytes still count against the vGPU's quota, for any other process.
     let out = m.tenant("a", &["alloc", "--bytes", "900MiB", "--hold-ms", "0"]).output().unwrap();
     let refused = common::finished(out).json;

@@ -16,6 +16,7 @@ use std::time::Duration;
 use tessera_ffi::checkpoint::*;
 use tessera_ffi::cuda::*;
 use tessera_ffi::futex;
+use tessera_ffi::region::pid_ns::ProcView;
 
 /// Why a pid has no usable entry: no such process (`CUDA_ERROR_OPERATING_SYSTEM`, as the real driver
 /// answers) or a process without CUDA, or a zombie (`CUDA_ERROR_NOT_INITIALIZED`).
@@ -46,9 +47,9 @@ fn target(d: &Driver, pid: c_int) -> CuRes<(&ProcState, u32)> {
     Ok((entry, pid))
 }
 
-/// True while `entry` still belongs to the live process `pid`.
+/// True while `entry` still belongs to the live process `pid` (its pid as the caller sees it).
 fn alive(entry: &ProcState, pid: u32) -> bool {
-    entry.pid.load(Ordering::Acquire) == pid && process::is_alive(pid, entry.start_time.load(Ordering::Acquire))
+    entry.belongs_to(pid, &ProcView::new())
 }
 
 /// Sends one request to `pid`'s control thread and waits for its result.

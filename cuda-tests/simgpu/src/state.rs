@@ -11,9 +11,10 @@ use std::fs::OpenOptions;
 use std::os::unix::fs::OpenOptionsExt;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use tessera_ffi::flock::FileLock;
+use tessera_ffi::region::pid_ns::{self, Foreign, ProcView};
 
 const MAGIC: u64 = u64::from_le_bytes(*b"SIMGPUST");
-const VERSION: u32 = 2;
+const VERSION: u32 = 3;
 /// Most processes that may use the simulated GPUs at once.
 pub const MAX_PROCS: usize = 256;
 /// Ring of engine queue positions remembered with their owner, for recovering from a dead owner.
@@ -66,9 +67,12 @@ pub struct DeviceState {
 /// One process's share of the machine state.
 #[repr(C)]
 pub struct ProcState {
-    /// Owner pid; 0 when free, `u32::MAX` while being reclaimed.
+    /// Owner pid, in its own pid namespace; 0 when free, `u32::MAX` while being set up or reclaimed.
     pub pid: AtomicU32,
-    _pad: u32,
+    /// The inode of the owner's pid namespace (0: unknown). The real driver knows a process by its pid on
+    /// the host; this one registers from inside its namespace, so a reader of another namespace translates
+    /// ([`ProcState::pid_here`]).
+    pub pid_ns: AtomicU32,
     /// Owner's start time, against pid reuse.
     pub start_time: AtomicU64,
     /// Device memory the process holds, per device.
@@ -79,6 +83,34 @@ pub struct ProcState {
     pub contexts: [AtomicU32; MAX_DEVICES],
     /// The process's checkpoint control words.
     pub checkpoint: CheckpointWords,
+}
+
+impl ProcState {
+    /// The pid, as this process sees it (`view`), of the process owning the entry; `None` while the entry
+    /// is free or claimed, or when its owner is of a pid namespace `view` does not see alive.
+    pub fn pid_here(&self, view: &ProcView) -> Option<u32> {
+        let pid = self.pid.load(Ordering::Acquire);
+        if pid == 0 || pid == u32::MAX {
+            return None;
+        }
+        view.here(self.pid_ns.load(Ordering::Acquire), pid, self.start_time.load(Ordering::Acquire))
+    }
+
+    /// Whether the entry belongs to the live process this process calls `pid`.
+    pub fn belongs_to(&self, pid: u32, view: &ProcView) -> bool {
+        let ns = self.pid_ns.load(Ordering::Acquire);
+        if !pid_ns::is_own(ns) {
+            return self.pid_here(view) == Some(pid);
+        }
+        self.pid.load(Ordering::Acquire) == pid && process::is_alive(pid, self.start_time.load(Ordering::Acquire))
+    }
+
+    /// True unless owner `pid` (its pid in its namespace) is certainly dead; the kernel knows every
+    /// process, so an owner of a namespace this process cannot see is left alive.
+    fn may_live(&self, pid: u32, view: &ProcView) -> bool {
+        let (ns, start) = (self.pid_ns.load(Ordering::Acquire), self.start_time.load(Ordering::Acquire));
+        if pid_ns::is_own(ns) { process::is_alive(pid, start) } else { view.alive(ns, pid, &|s| s == start) }
+    }
 }
 
 /// Control words of the driver's process checkpoint API (`cuCheckpointProcess*`) for one process: a
@@ -234,9 +266,12 @@ impl SharedState {
         let pid = process::own_pid();
         let start = process::start_time(pid).unwrap_or(0);
         for (i, p) in self.layout().procs.iter().enumerate() {
-            if p.pid.compare_exchange(0, pid, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+            // Set up under `u32::MAX`, which everybody skips: the pid is never read with another namespace.
+            if p.pid.compare_exchange(0, u32::MAX, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
                 p.checkpoint.reset();
                 p.start_time.store(start, Ordering::Release);
+                p.pid_ns.store(pid_ns::own(), Ordering::Release);
+                p.pid.store(pid, Ordering::Release);
                 self.me = i;
                 return Ok(());
             }
@@ -267,11 +302,11 @@ impl SharedState {
         })
     }
 
-    /// The live registered entry of `pid` (the process registered with its current start time).
+    /// The live registered entry of the process this process calls `pid` (registered with its current
+    /// start time; of any pid namespace this process sees).
     pub fn process(&self, pid: u32) -> Option<&ProcState> {
-        self.processes().find(|p| {
-            p.pid.load(Ordering::Acquire) == pid && process::is_alive(pid, p.start_time.load(Ordering::Acquire))
-        })
+        let view = ProcView::new();
+        self.processes().find(|p| p.belongs_to(pid, &view))
     }
 
     fn live_processes(&self) -> usize {
@@ -311,9 +346,10 @@ impl SharedState {
     /// Releases everything held by processes that died without cleaning up; returns how many were found.
     pub fn reclaim_dead(&self) -> usize {
         let mut found = 0;
+        let view = ProcView::new();
         for p in &self.layout().procs {
             let pid = p.pid.load(Ordering::Acquire);
-            if pid == 0 || pid == u32::MAX || process::is_alive(pid, p.start_time.load(Ordering::Acquire)) {
+            if pid == 0 || pid == u32::MAX || p.may_live(pid, &view) {
                 continue;
             }
             // Claim the entry so two reclaimers never subtract the same bytes twice.
@@ -336,6 +372,7 @@ impl SharedState {
         }
         p.checkpoint.reset();
         p.start_time.store(0, Ordering::Relaxed);
+        p.pid_ns.store(0, Ordering::Relaxed);
         p.pid.store(0, Ordering::Release);
     }
 
@@ -436,7 +473,7 @@ mod tests {
         let size = std::mem::size_of::<Layout>();
         std::fs::write(&c.state_path, vec![0xAB; size]).unwrap();
         let e = SharedState::open(&c, true).err().unwrap();
-        assert!(e.0.contains("not a version-2"), "{}", e.0);
+        assert!(e.0.contains("not a version-3"), "{}", e.0);
     }
 
     #[test]

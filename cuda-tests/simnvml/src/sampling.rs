@@ -12,6 +12,7 @@ use simgpu::SharedState;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::{Mutex, PoisonError};
+use tessera_ffi::region::pid_ns::ProcView;
 
 /// Readings remembered per device and process.
 pub const KEPT: usize = 64;
@@ -58,10 +59,12 @@ impl History {
         let mut readings = self.readings.lock().unwrap_or_else(PoisonError::into_inner);
         let mut present = Vec::new();
         let mut samples = Vec::new();
+        let view = ProcView::new();
         for p in state.processes() {
-            let pid = p.pid.load(Ordering::Acquire);
+            // Named by its pid on the host, as the reader sees it.
+            let Some(pid) = p.pid_here(&view) else { continue };
             let busy_ns = p.busy_ns[ordinal].load(Ordering::Acquire);
-            if pid == 0 || pid == u32::MAX || busy_ns == 0 {
+            if busy_ns == 0 {
                 continue;
             }
             let key = Key { device: ordinal, pid, start_ticks: p.start_time.load(Ordering::Acquire) };

@@ -3,6 +3,7 @@
 use simgpu::SharedState;
 use std::sync::atomic::Ordering;
 use tessera_ffi::nvml::{INSTANCE_ID_NONE, NvmlProcessInfoV1, NvmlProcessInfoV2};
+use tessera_ffi::region::pid_ns::ProcView;
 
 /// One process's use of one device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -17,14 +18,13 @@ pub struct Usage {
 /// Processes that died are reclaimed first, so they never appear.
 pub fn running(state: &SharedState, ordinal: usize) -> Vec<Usage> {
     state.reclaim_dead();
+    let view = ProcView::new();
     state
         .processes()
         .filter_map(|p| {
-            // The entry may be freed or reclaimed between the listing and here.
-            let pid = p.pid.load(Ordering::Acquire);
-            if pid == 0 || pid == u32::MAX {
-                return None;
-            }
+            // The entry may be freed or reclaimed between the listing and here. NVML names a process by its
+            // pid on the host, as the reader sees it.
+            let pid = p.pid_here(&view)?;
             let bytes = p.memory[ordinal].load(Ordering::Acquire);
             let contexts = p.contexts[ordinal].load(Ordering::Acquire);
             (bytes > 0 || contexts > 0).then_some(Usage { pid, bytes })
