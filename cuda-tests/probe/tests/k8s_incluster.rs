@@ -221,13 +221,7 @@ fn allocate_sizes_the_vgpu_through_the_in_cluster_service_account() {
     // The token file as Kubernetes writes it (no newline), the cluster's CA, the pod's namespace.
     let files = [("token", token.as_str()), ("ca.crt", pki.ca_pem.as_str()), ("namespace", "tessera-system")];
     let account = service_account(&m.file("serviceaccount"), &files);
-    let dir = plugin_dir(&m, "device-plugins");
-    let log = m.file("plugin.log");
-    let mut cmd = in_cluster(&m, &account, &port, &dir);
-    cmd.stdout(Stdio::null()).stderr(std::fs::File::create(&log).unwrap());
-    let plugin = Guarded::spawn(&mut cmd).expect("start the plugin under unshare");
-
-    // A second plugin whose ca.crt is another CA's: the server's certificate is refused, so no pod is
+    // First a plugin whose ca.crt is another CA's: the server's certificate is refused, so no pod is
     // listed and no vGPU made (Unavailable, as when the API cannot be reached).
     let other = Pki::new("another CA");
     let files = [("token", token.as_str()), ("ca.crt", other.ca_pem.as_str()), ("namespace", "tessera-system")];
@@ -235,7 +229,7 @@ fn allocate_sizes_the_vgpu_through_the_in_cluster_service_account() {
     let other_dir = plugin_dir(&m, "device-plugins-wrong-ca");
     let mut cmd = in_cluster(&m, &wrong_ca, &port, &other_dir);
     cmd.stdout(Stdio::null()).stderr(Stdio::null());
-    let _other_plugin = Guarded::spawn(&mut cmd).expect("start the second plugin under unshare");
+    let _other_plugin = Guarded::spawn(&mut cmd).expect("start the plugin with the wrong CA under unshare");
 
     runtime().block_on(async {
         let mut client = dial(&other_dir).await;
@@ -244,7 +238,16 @@ fn allocate_sizes_the_vgpu_through_the_in_cluster_service_account() {
         assert!(status.message().contains("the in-cluster service account (https://127.0.0.1:"), "{status:?}");
         assert!(m.client().list().unwrap().is_empty(), "a refused Allocate made a vGPU");
         assert!(api.requests().is_empty(), "a request passed a refused certificate: {:?}", api.requests());
+    });
 
+    // Then the plugin with the cluster's CA.
+    let dir = plugin_dir(&m, "device-plugins");
+    let log = m.file("plugin.log");
+    let mut cmd = in_cluster(&m, &account, &port, &dir);
+    cmd.stdout(Stdio::null()).stderr(std::fs::File::create(&log).unwrap());
+    let plugin = Guarded::spawn(&mut cmd).expect("start the plugin under unshare");
+
+    runtime().block_on(async {
         let mut client = dial(&dir).await;
         let response = allocate(&mut client, &uuid, 0).await.expect("Allocate for pod annotated");
         let name = response.container_responses[0].envs["TESSERA_VGPU"].clone();
