@@ -132,7 +132,7 @@ struct Setup {
 impl Setup {
     /// A daemon and its plugin, with the Kubernetes API when `api`, and a client of the plugin.
     async fn start(label: &'static str, api: bool) -> Setup {
-        let mut m = Machine::new(&format!("k8s-{label}"), "small");
+        let mut m = Machine::new(&format!("k8s-{}", label.replace(' ', "-")), "small");
         m.start_daemon();
         let device = m.client().stats(None).expect("stats").devices[0].clone();
         let uuid = device.uuid.expect("a UUID");

@@ -1,7 +1,7 @@
 //! A fake Kubernetes API server for the device plugin's tests (`k8s_api.rs`, `k8s_incluster.rs`) and
 //! benchmark (`benches/src/bin/k8s.rs`): plain HTTP/1.1 on 127.0.0.1 serving `GET /api/v1/pods` (a
 //! `fieldSelector` of `spec.nodeName=…` honoured) from a list of pods its user changes, to clients with
-//! the right bearer token. Uses only `tiny_http` and `serde_json`, so that the benchmark can include it
+//! the right bearer token. Uses only `tiny_http`, `serde_json` and `libc`, so that the benchmark can include it
 //! too (`#[path = …] mod fake_kube;`); not in `common/mod.rs`, which every test binary compiles.
 #![allow(dead_code)] // each user takes a different subset
 
@@ -22,7 +22,9 @@ impl FakeApi {
     /// Serves on a free port of 127.0.0.1 the clients sending `Authorization: Bearer TOKEN` (others get
     /// 401), recording each request's path and query.
     pub fn start(token: &str) -> FakeApi {
-        let server = Arc::new(tiny_http::Server::http("127.0.0.1:0").expect("bind the fake API server"));
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind the fake API server");
+        no_delay(&listener);
+        let server = Arc::new(tiny_http::Server::from_listener(listener, None).expect("serve the fake API"));
         let (pods, requests) = (Arc::<Mutex<Vec<Value>>>::default(), Arc::<Mutex<Vec<String>>>::default());
         let (s, p, r) = (server.clone(), pods.clone(), requests.clone());
         let bearer = format!("Bearer {token}");
@@ -99,6 +101,26 @@ impl Drop for FakeApi {
             let _ = t.join();
         }
     }
+}
+
+/// Sets `TCP_NODELAY` on `listener`, which the connections it accepts inherit (Linux), as a real API
+/// server does (Go's default): tiny_http writes a response's headers and body apart, and without it the
+/// body waits for the client's delayed acknowledgement of the headers, 40 ms per request.
+fn no_delay(listener: &std::net::TcpListener) {
+    use std::os::fd::AsRawFd;
+    let one: libc::c_int = 1;
+    // SAFETY: the descriptor is the listener's, open for this call; the option value is a c_int of the
+    // size given.
+    let set = unsafe {
+        libc::setsockopt(
+            listener.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_NODELAY,
+            (&one as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(set, 0, "set TCP_NODELAY: {}", std::io::Error::last_os_error());
 }
 
 /// A Kubernetes `Status` body.
