@@ -39,8 +39,8 @@ struct Pki {
 impl Pki {
     /// A fresh CA (`name` as its common name) and a server certificate signed by it.
     fn new(name: &str) -> Pki {
-        use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair};
         use rcgen::KeyUsagePurpose::{CrlSign, DigitalSignature, KeyCertSign};
+        use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair};
         let ca_key = KeyPair::generate().expect("a CA key");
         let mut ca = CertificateParams::new(Vec::<String>::new()).expect("CA parameters");
         ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -136,7 +136,9 @@ fn service_account(dir: &Path, files: &[(&str, &str)]) -> PathBuf {
 /// point is made there, not on the host), the account bind-mounted at [`SERVICE_ACCOUNT_DIR`], then the
 /// plugin. `$0` is the account's directory, `$@` the plugin's command line.
 fn mount_script() -> String {
-    format!("mount -t tmpfs tmpfs /var/run && mkdir -p {SERVICE_ACCOUNT_DIR} && mount --bind \"$0\" {SERVICE_ACCOUNT_DIR} && exec \"$@\"")
+    format!(
+        "mount -t tmpfs tmpfs /var/run && mkdir -p {SERVICE_ACCOUNT_DIR} && mount --bind \"$0\" {SERVICE_ACCOUNT_DIR} && exec \"$@\""
+    )
 }
 
 /// `tessera k8s device-plugin --dir DIR --node-name node-a` on `m` as a pod would run it: in a private
@@ -265,6 +267,10 @@ fn allocate_sizes_the_vgpu_through_the_in_cluster_service_account() {
     drop(plugin);
 }
 
+/// A service account that cannot be used: its case name, its files, `KUBERNETES_SERVICE_PORT`, and what
+/// the plugin must say.
+type Broken<'a> = (&'a str, &'a [(&'a str, &'a str)], &'a str, String);
+
 #[test]
 fn a_service_account_that_cannot_be_used_stops_the_plugin_naming_it() {
     assert_mount_namespaces_work();
@@ -272,19 +278,47 @@ fn a_service_account_that_cannot_be_used_stops_the_plugin_naming_it() {
     let pki = Pki::new("tessera test cluster CA");
     let dir = plugin_dir(&m, "device-plugins");
     let ca = pki.ca_pem.as_str();
-    let cases: [(&str, &[(&str, &str)], &str, String); 5] = [
-        ("no-token", &[("ca.crt", ca), ("namespace", "ns")], "6443", format!("{SERVICE_ACCOUNT_DIR}/token: No such file")),
-        ("empty-token", &[("token", "\n"), ("ca.crt", ca), ("namespace", "ns")], "6443", format!("{SERVICE_ACCOUNT_DIR}/token is empty")),
-        ("no-ca", &[("token", "t"), ("namespace", "ns")], "6443", format!("{SERVICE_ACCOUNT_DIR}/ca.crt: No such file")),
-        ("bad-ca", &[("token", "t"), ("ca.crt", "not a certificate"), ("namespace", "ns")], "6443", format!("{SERVICE_ACCOUNT_DIR}/ca.crt holds no PEM certificate")),
-        ("bad-port", &[("token", "t"), ("ca.crt", ca), ("namespace", "ns")], "https", "KUBERNETES_SERVICE_PORT=\"https\" is not a port number".into()),
+    let cases: [Broken; 5] = [
+        (
+            "no-token",
+            &[("ca.crt", ca), ("namespace", "ns")],
+            "6443",
+            format!("{SERVICE_ACCOUNT_DIR}/token: No such file"),
+        ),
+        (
+            "empty-token",
+            &[("token", "\n"), ("ca.crt", ca), ("namespace", "ns")],
+            "6443",
+            format!("{SERVICE_ACCOUNT_DIR}/token is empty"),
+        ),
+        (
+            "no-ca",
+            &[("token", "t"), ("namespace", "ns")],
+            "6443",
+            format!("{SERVICE_ACCOUNT_DIR}/ca.crt: No such file"),
+        ),
+        (
+            "bad-ca",
+            &[("token", "t"), ("ca.crt", "not a certificate"), ("namespace", "ns")],
+            "6443",
+            format!("{SERVICE_ACCOUNT_DIR}/ca.crt holds no PEM certificate"),
+        ),
+        (
+            "bad-port",
+            &[("token", "t"), ("ca.crt", ca), ("namespace", "ns")],
+            "https",
+            "KUBERNETES_SERVICE_PORT=\"https\" is not a port number".into(),
+        ),
     ];
     for (case, files, port, says) in cases {
         let account = service_account(&m.file(case), files);
         let out = in_cluster(&m, &account, port, &dir).output().expect("run the plugin under unshare");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{case}: the plugin should stop at start; stderr: {stderr}");
-        assert!(stderr.contains("KUBERNETES_SERVICE_HOST is set but the in-cluster service account cannot be used"), "{case}: {stderr}");
+        assert!(
+            stderr.contains("KUBERNETES_SERVICE_HOST is set but the in-cluster service account cannot be used"),
+            "{case}: {stderr}"
+        );
         assert!(stderr.contains(&says), "{case}: {stderr}");
     }
 }

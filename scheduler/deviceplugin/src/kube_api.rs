@@ -19,7 +19,9 @@ pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceacc
 /// Each part is looked at first, so that a missing or empty one is named: `kube` would read the token
 /// only at the first request, and names neither the files nor the variables in its errors.
 fn in_cluster() -> Result<kube::Config, String> {
-    let refuse = |why: String| format!("KUBERNETES_SERVICE_HOST is set but the in-cluster service account cannot be used: {why}");
+    let refuse = |why: String| {
+        format!("KUBERNETES_SERVICE_HOST is set but the in-cluster service account cannot be used: {why}")
+    };
     match std::env::var("KUBERNETES_SERVICE_PORT") {
         Ok(port) if port.parse::<u16>().is_ok() => {}
         Ok(port) => return Err(refuse(format!("KUBERNETES_SERVICE_PORT={port:?} is not a port number"))),

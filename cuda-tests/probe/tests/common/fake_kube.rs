@@ -163,7 +163,14 @@ fn percent_decode(text: &str) -> String {
 /// A pod on `node`, `Pending`, created at second `created` of the day (below 86400), its container `main`
 /// asking for `k` replicas of `tessera.io/vgpu` (none if 0) with `limits` beside, the pod annotated
 /// `annotations`.
-pub fn pod(name: &str, node: &str, created: u32, k: u32, limits: &[(&str, &str)], annotations: &[(&str, &str)]) -> Value {
+pub fn pod(
+    name: &str,
+    node: &str,
+    created: u32,
+    k: u32,
+    limits: &[(&str, &str)],
+    annotations: &[(&str, &str)],
+) -> Value {
     let mut resources: serde_json::Map<String, Value> =
         limits.iter().map(|(key, v)| (key.to_string(), json!(v))).collect();
     if k > 0 {
