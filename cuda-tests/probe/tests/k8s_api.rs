@@ -7,12 +7,14 @@
 //! Without credentials the plugin behaves as before (`k8s.rs`).
 
 mod common;
+#[path = "common/fake_kube.rs"]
+mod fake_kube;
 
 use common::Guarded;
 use common::tessera::Machine;
-use serde_json::{Value, json};
+use fake_kube::{FakeApi, pod};
+use serde_json::json;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tessera_deviceplugin::unix;
 use tessera_deviceplugin::v1beta1::device_plugin_client::DevicePluginClient;
@@ -22,147 +24,6 @@ use tessera_deviceplugin::v1beta1::{AllocateRequest, AllocateResponse, Container
 const NODE: &str = "node-a";
 /// The bearer token in the kubeconfig, which the fake server expects.
 const TOKEN: &str = "test-token-1234";
-
-/// A fake Kubernetes API server: `GET /api/v1/pods` (with a `fieldSelector` of `spec.nodeName=…`
-/// honoured) from a list of pods the test changes; records each request's path and query. Stopped when
-/// dropped.
-struct FakeApi {
-    pods: Arc<Mutex<Vec<Value>>>,
-    requests: Arc<Mutex<Vec<String>>>,
-    server: Arc<tiny_http::Server>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl FakeApi {
-    /// Serves on a free port of 127.0.0.1.
-    fn start() -> FakeApi {
-        let server = Arc::new(tiny_http::Server::http("127.0.0.1:0").expect("bind the fake API server"));
-        let (pods, requests) = (Arc::<Mutex<Vec<Value>>>::default(), Arc::<Mutex<Vec<String>>>::default());
-        let (s, p, r) = (server.clone(), pods.clone(), requests.clone());
-        let thread = std::thread::spawn(move || {
-            for request in s.incoming_requests() {
-                r.lock().unwrap().push(request.url().to_string());
-                let authorized = request
-                    .headers()
-                    .iter()
-                    .any(|h| h.field.equiv("Authorization") && h.value.as_str() == format!("Bearer {TOKEN}").as_str());
-                let (code, body) = if !authorized {
-                    (401, status_body(401, "Unauthorized"))
-                } else {
-                    answer(request.method(), request.url(), &p.lock().unwrap())
-                };
-                let header = tiny_http::Header::from_bytes("Content-Type", "application/json").unwrap();
-                let response = tiny_http::Response::from_string(body.to_string()).with_status_code(code);
-                let _ = request.respond(response.with_header(header));
-            }
-        });
-        FakeApi { pods, requests, server, thread: Some(thread) }
-    }
-
-    /// The server's URL.
-    fn url(&self) -> String {
-        format!("http://{}", self.server.server_addr().to_ip().expect("an IP address"))
-    }
-
-    /// A kubeconfig file in `dir` pointing at the server with a bearer token.
-    fn kubeconfig(&self, dir: &Path) -> PathBuf {
-        let file = dir.join("kubeconfig");
-        let text = format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: {}\ncontexts:\n- name: fake\n  \
-             context:\n    cluster: fake\n    user: tester\ncurrent-context: fake\nusers:\n- name: tester\n  user:\n    \
-             token: {TOKEN}\n",
-            self.url()
-        );
-        std::fs::write(&file, text).expect("write the kubeconfig");
-        file
-    }
-
-    /// Adds a pod.
-    fn add(&self, pod: Value) {
-        self.pods.lock().unwrap().push(pod);
-    }
-
-    /// Changes pod `name` with `f`.
-    fn change(&self, name: &str, f: impl FnOnce(&mut Value)) {
-        let mut pods = self.pods.lock().unwrap();
-        f(pods.iter_mut().find(|p| p["metadata"]["name"] == name).expect("a pod of that name"));
-    }
-
-    /// Deletes pod `name`.
-    fn delete(&self, name: &str) {
-        self.pods.lock().unwrap().retain(|p| p["metadata"]["name"] != name);
-    }
-
-    /// The requests so far (path and query).
-    fn requests(&self) -> Vec<String> {
-        self.requests.lock().unwrap().clone()
-    }
-}
-
-impl Drop for FakeApi {
-    fn drop(&mut self) {
-        self.server.unblock();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-/// A Kubernetes `Status` body.
-fn status_body(code: u16, reason: &str) -> Value {
-    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": reason, "reason": reason, "code": code})
-}
-
-/// The fake server's answer to `method url`: the pod list (filtered by a `spec.nodeName` field selector),
-/// else 404.
-fn answer(method: &tiny_http::Method, url: &str, pods: &[Value]) -> (u16, Value) {
-    let (path, query) = url.split_once('?').unwrap_or((url, ""));
-    if *method != tiny_http::Method::Get || path != "/api/v1/pods" {
-        return (404, status_body(404, "NotFound"));
-    }
-    let selector = query.split('&').find_map(|kv| kv.strip_prefix("fieldSelector=")).map(percent_decode);
-    let node = selector.as_deref().and_then(|s| s.strip_prefix("spec.nodeName="));
-    let items: Vec<&Value> = pods.iter().filter(|p| node.is_none_or(|n| p["spec"]["nodeName"] == n)).collect();
-    (200, json!({"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": "1"}, "items": items}))
-}
-
-/// `%XX`-decoded `text`.
-fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%'
-            && let Some(b) = text.get(i + 1..i + 3).and_then(|h| u8::from_str_radix(h, 16).ok())
-        {
-            out.push(b);
-            i += 3;
-            continue;
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8(out).expect("UTF-8")
-}
-
-/// A pod on `node`, `Pending`, created at second `created` of the day, its container `main` asking for
-/// `k` replicas with `limits` beside, the pod annotated `annotations`.
-fn pod(name: &str, node: &str, created: u32, k: u32, limits: &[(&str, &str)], annotations: &[(&str, &str)]) -> Value {
-    let mut resources: serde_json::Map<String, Value> =
-        limits.iter().map(|(key, v)| (key.to_string(), json!(v))).collect();
-    resources.insert("tessera.io/vgpu".into(), json!(k.to_string()));
-    let annotations: serde_json::Map<String, Value> =
-        annotations.iter().map(|(key, v)| (key.to_string(), json!(v))).collect();
-    json!({
-        "metadata": {
-            "name": name, "namespace": "default", "uid": format!("uid-{name}"),
-            "creationTimestamp": format!("2026-11-28T10:{:02}:{:02}Z", created / 60, created % 60),
-            "annotations": annotations,
-        },
-        "spec": {"nodeName": node, "containers": [{"name": "main", "image": "x", "resources": {"limits": resources}}]},
-        "status": {"phase": "Pending"},
-    })
-}
 
 /// The simulated kubelet's directory on machine `m` (created).
 fn plugin_dir(m: &Machine) -> PathBuf {
@@ -238,7 +99,7 @@ fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
 fn allocate_sizes_the_vgpu_from_its_pod() {
     let mut m = Machine::new("k8s-api-size", "small");
     m.start();
-    let api = FakeApi::start();
+    let api = FakeApi::start(TOKEN);
     let dir = plugin_dir(&m);
     let kubeconfig = api.kubeconfig(&m.dir);
     let _plugin = start_plugin(&m, &dir, &kubeconfig, &[]);
@@ -302,7 +163,7 @@ fn allocate_sizes_the_vgpu_from_its_pod() {
 fn a_vgpu_goes_when_its_pod_is_deleted_or_ends_without_waiting_for_the_grace() {
     let mut m = Machine::new("k8s-api-gc", "small");
     m.start();
-    let api = FakeApi::start();
+    let api = FakeApi::start(TOKEN);
     let dir = plugin_dir(&m);
     let kubeconfig = api.kubeconfig(&m.dir);
     let mut plugin = start_plugin(&m, &dir, &kubeconfig, &["--gc-grace", "60m"]);
@@ -341,7 +202,7 @@ fn a_vgpu_goes_when_its_pod_is_deleted_or_ends_without_waiting_for_the_grace() {
 fn a_crash_looping_pods_vgpu_stays_past_the_grace() {
     let mut m = Machine::new("k8s-api-crash", "small");
     m.start();
-    let api = FakeApi::start();
+    let api = FakeApi::start(TOKEN);
     let dir = plugin_dir(&m);
     let kubeconfig = api.kubeconfig(&m.dir);
     let _plugin = start_plugin(&m, &dir, &kubeconfig, &["--gc-grace", "1s"]);

@@ -12,6 +12,40 @@ use std::time::Duration;
 /// How long one request to the API may take (connect, then read): `Allocate` waits for it.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Where a pod's service account is mounted (token, ca.crt, namespace), as `kube` reads it.
+pub const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+
+/// The in-cluster configuration (`KUBERNETES_SERVICE_HOST`/`_PORT` and the service account's files).
+/// Each part is looked at first, so that a missing or empty one is named: `kube` would read the token
+/// only at the first request, and names neither the files nor the variables in its errors.
+fn in_cluster() -> Result<kube::Config, String> {
+    let refuse = |why: String| {
+        format!("KUBERNETES_SERVICE_HOST is set but the in-cluster service account cannot be used: {why}")
+    };
+    match std::env::var("KUBERNETES_SERVICE_PORT") {
+        Ok(port) if port.parse::<u16>().is_ok() => {}
+        Ok(port) => return Err(refuse(format!("KUBERNETES_SERVICE_PORT={port:?} is not a port number"))),
+        Err(e) => return Err(refuse(format!("KUBERNETES_SERVICE_PORT: {e}"))),
+    }
+    // The namespace may be empty (it is only the client's default); the token and CA may not.
+    for (file, may_be_empty) in [("token", false), ("ca.crt", false), ("namespace", true)] {
+        let path = Path::new(SERVICE_ACCOUNT_DIR).join(file);
+        match std::fs::read(&path) {
+            Ok(text) if !may_be_empty && text.iter().all(u8::is_ascii_whitespace) => {
+                return Err(refuse(format!("{} is empty", path.display())));
+            }
+            Ok(_) => {}
+            Err(e) => return Err(refuse(format!("{}: {e}", path.display()))),
+        }
+    }
+    let config = kube::Config::incluster().map_err(|e| refuse(format!("{e} (in {SERVICE_ACCOUNT_DIR})")))?;
+    // kube skips what is not a PEM certificate, so a CA file of none would fail every request instead.
+    if config.root_cert.as_ref().is_none_or(Vec::is_empty) {
+        return Err(refuse(format!("{SERVICE_ACCOUNT_DIR}/ca.crt holds no PEM certificate")));
+    }
+    Ok(config)
+}
+
 /// The Kubernetes API, seen from one node.
 #[derive(Clone)]
 pub struct KubeApi {
@@ -36,10 +70,7 @@ impl KubeApi {
                 (config, format!("kubeconfig {}", file.display()))
             }
             None if std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() => {
-                let config = kube::Config::incluster().map_err(|e| {
-                    format!("KUBERNETES_SERVICE_HOST is set but the in-cluster service account cannot be used: {e}")
-                })?;
-                (config, "the in-cluster service account".to_string())
+                (in_cluster()?, "the in-cluster service account".to_string())
             }
             None => return Ok(None),
         };
