@@ -9,6 +9,8 @@
 mod common;
 #[path = "common/fake_kube.rs"]
 mod fake_kube;
+#[path = "common/kubelet.rs"]
+mod kubelet;
 
 use common::Guarded;
 use common::tessera::Machine;
@@ -16,7 +18,6 @@ use fake_kube::{FakeApi, pod};
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-use tessera_deviceplugin::unix;
 use tessera_deviceplugin::v1beta1::device_plugin_client::DevicePluginClient;
 use tessera_deviceplugin::v1beta1::{AllocateRequest, AllocateResponse, ContainerAllocateRequest};
 
@@ -39,25 +40,6 @@ fn start_plugin(m: &Machine, dir: &Path, kubeconfig: &Path, args: &[&str]) -> Gu
     let mut cmd = m.command(&[&base[..], args].concat());
     cmd.stdout(std::process::Stdio::null());
     Guarded::spawn(&mut cmd).expect("start the device plugin")
-}
-
-/// A current-thread runtime with sockets and timers.
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread().enable_io().enable_time().build().expect("a tokio runtime")
-}
-
-/// A client of the plugin serving `<dir>/tessera-vgpu.sock` (waiting up to 60 s for it: the plugin serves
-/// before it registers, so no kubelet is needed).
-async fn dial(dir: &Path) -> DevicePluginClient<tonic::transport::Channel> {
-    let socket = dir.join("tessera-vgpu.sock");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        match unix::channel(&socket).await {
-            Ok(c) => return DevicePluginClient::new(c),
-            Err(e) => assert!(Instant::now() < deadline, "the plugin does not serve {}: {e}", socket.display()),
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// `Allocate` of one container for replicas `replicas` of GPU `uuid`.
@@ -117,8 +99,8 @@ fn allocate_sizes_the_vgpu_from_its_pod() {
     api.add(pod("huge", NODE, 4, 4, &[], &[("tessera.io/vgpu-memory", "1000Gi")]));
     api.add(pod("bad-limit", NODE, 5, 5, &[("tessera.io/vgpu-share", "150")], &[]));
 
-    runtime().block_on(async {
-        let mut plugin = dial(&dir).await;
+    kubelet::runtime().block_on(async {
+        let mut plugin = kubelet::dial_when_served(&dir, "tessera-vgpu.sock").await;
         let envs = allocate(&mut plugin, &uuid, &[0]).await.expect("Allocate for pod annotated");
         let name = vgpu_of(&envs);
         let vgpu = m.client().show(&name).expect("the vGPU exists in the daemon");
@@ -171,8 +153,8 @@ fn a_vgpu_goes_when_its_pod_is_deleted_or_ends_without_waiting_for_the_grace() {
     for (i, name) in ["deleted", "finished", "running"].into_iter().enumerate() {
         api.add(pod(name, NODE, i as u32, i as u32 + 1, &[], &[]));
     }
-    let [deleted, finished, running] = runtime().block_on(async {
-        let mut plugin = dial(&dir).await;
+    let [deleted, finished, running] = kubelet::runtime().block_on(async {
+        let mut plugin = kubelet::dial_when_served(&dir, "tessera-vgpu.sock").await;
         let mut vgpus = Vec::new();
         for replicas in [&[0][..], &[1, 2], &[3, 4, 5]] {
             vgpus.push(vgpu_of(&allocate(&mut plugin, &uuid, replicas).await.expect("Allocate")));
@@ -208,8 +190,8 @@ fn a_crash_looping_pods_vgpu_stays_past_the_grace() {
     let _plugin = start_plugin(&m, &dir, &kubeconfig, &["--gc-grace", "1s"]);
     let uuid = uuid(&m);
     api.add(pod("crashing", NODE, 0, 1, &[], &[]));
-    let (crashing, unknown) = runtime().block_on(async {
-        let mut plugin = dial(&dir).await;
+    let (crashing, unknown) = kubelet::runtime().block_on(async {
+        let mut plugin = kubelet::dial_when_served(&dir, "tessera-vgpu.sock").await;
         let crashing = vgpu_of(&allocate(&mut plugin, &uuid, &[0]).await.expect("Allocate"));
         // No pod asks for 2 replicas: a vGPU of no known pod, under the grace rule.
         let unknown = vgpu_of(&allocate(&mut plugin, &uuid, &[1, 2]).await.expect("Allocate"));

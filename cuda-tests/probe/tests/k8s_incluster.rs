@@ -12,6 +12,8 @@
 mod common;
 #[path = "common/fake_kube.rs"]
 mod fake_kube;
+#[path = "common/kubelet.rs"]
+mod kubelet;
 
 use common::Guarded;
 use common::tessera::Machine;
@@ -20,9 +22,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
 use tessera_deviceplugin::kube_api::SERVICE_ACCOUNT_DIR;
-use tessera_deviceplugin::unix;
 use tessera_deviceplugin::v1beta1::device_plugin_client::DevicePluginClient;
 use tessera_deviceplugin::v1beta1::{AllocateRequest, AllocateResponse, ContainerAllocateRequest};
 
@@ -170,24 +170,6 @@ fn plugin_dir(m: &Machine, name: &str) -> PathBuf {
     dir
 }
 
-/// A current-thread runtime with sockets and timers.
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread().enable_io().enable_time().build().expect("a tokio runtime")
-}
-
-/// A client of the plugin serving `<dir>/tessera-vgpu.sock` (waiting up to 60 s for it).
-async fn dial(dir: &Path) -> DevicePluginClient<tonic::transport::Channel> {
-    let socket = dir.join("tessera-vgpu.sock");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        match unix::channel(&socket).await {
-            Ok(c) => return DevicePluginClient::new(c),
-            Err(e) => assert!(Instant::now() < deadline, "the plugin does not serve {}: {e}", socket.display()),
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 /// `Allocate` of one container for replica `replica` of GPU `uuid`.
 async fn allocate(
     plugin: &mut DevicePluginClient<tonic::transport::Channel>,
@@ -233,8 +215,8 @@ fn allocate_sizes_the_vgpu_through_the_in_cluster_service_account() {
     cmd.stdout(Stdio::null()).stderr(Stdio::null());
     let _other_plugin = Guarded::spawn(&mut cmd).expect("start the plugin with the wrong CA under unshare");
 
-    runtime().block_on(async {
-        let mut client = dial(&other_dir).await;
+    kubelet::runtime().block_on(async {
+        let mut client = kubelet::dial_when_served(&other_dir, "tessera-vgpu.sock").await;
         let status = allocate(&mut client, &uuid, 5).await.expect_err("a server the CA did not sign is refused");
         assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
         assert!(status.message().contains("the in-cluster service account (https://127.0.0.1:"), "{status:?}");
@@ -249,8 +231,8 @@ fn allocate_sizes_the_vgpu_through_the_in_cluster_service_account() {
     cmd.stdout(Stdio::null()).stderr(std::fs::File::create(&log).unwrap());
     let plugin = Guarded::spawn(&mut cmd).expect("start the plugin under unshare");
 
-    runtime().block_on(async {
-        let mut client = dial(&dir).await;
+    kubelet::runtime().block_on(async {
+        let mut client = kubelet::dial_when_served(&dir, "tessera-vgpu.sock").await;
         let response = allocate(&mut client, &uuid, 0).await.expect("Allocate for pod annotated");
         let name = response.container_responses[0].envs["TESSERA_VGPU"].clone();
         let vgpu = m.client().show(&name).expect("the vGPU exists in the daemon");

@@ -1,8 +1,8 @@
-//! A simulated kubelet for the device-plugin tests (`k8s.rs`, `k8s_extra.rs`): the `Registration` service
-//! of the real `v1beta1` API on `<dir>/kubelet.sock`, recording what registers, and helpers to start the
-//! plugin and dial it. Not in `common/mod.rs`, which every test binary compiles: the two that use it
-//! include it with `#[path = "common/kubelet.rs"] mod kubelet;`.
-#![allow(dead_code)] // each of the two test binaries uses a different subset
+//! A simulated kubelet for the device-plugin tests (`k8s*.rs`): the `Registration` service of the real
+//! `v1beta1` API on `<dir>/kubelet.sock`, recording what registers, and helpers to start the plugin and
+//! dial it. Not in `common/mod.rs`, which every test binary compiles: those that use it include it with
+//! `#[path = "common/kubelet.rs"] mod kubelet;`.
+#![allow(dead_code)] // each test binary uses a different subset
 
 use crate::common::Guarded;
 use crate::common::tessera::Machine;
@@ -133,6 +133,20 @@ pub fn start_plugin(m: &Machine, dir: &Path, args: &[&str]) -> Guarded {
 /// A `DevicePlugin` client of the plugin whose socket is `<dir>/<endpoint>`.
 pub async fn dial(dir: &Path, endpoint: &str) -> DevicePluginClient<Channel> {
     DevicePluginClient::new(unix::channel(&dir.join(endpoint)).await.expect("dial the plugin"))
+}
+
+/// A `DevicePlugin` client of the plugin whose socket is `<dir>/<endpoint>`, waiting up to 60 s for it to
+/// serve (it serves before it registers, so no kubelet is needed).
+pub async fn dial_when_served(dir: &Path, endpoint: &str) -> DevicePluginClient<Channel> {
+    let socket = dir.join(endpoint);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match unix::channel(&socket).await {
+            Ok(c) => return DevicePluginClient::new(c),
+            Err(e) => assert!(Instant::now() < deadline, "the plugin does not serve {}: {e}", socket.display()),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// Stops `plugin` with SIGTERM, as kubelet's node shuts it down, and checks it exits cleanly.
