@@ -8,6 +8,7 @@ use crate::{history, sensors};
 use std::sync::atomic::Ordering;
 use tessera_client::{DeviceStats, MemoryStats, ProcessStats, Stats, VgpuStats};
 use tessera_ffi::futex::monotonic_ns;
+use tessera_ffi::region::pid_ns::ProcView;
 use tessera_ffi::region::{MAX_DEVICES, Region, VgpuSlot, encode_name, state};
 
 /// The slot of vGPU `name` in `region`, if it has one.
@@ -31,6 +32,8 @@ pub fn stats(region: &Region, specs: &[VgpuSpec], devices: &[u64], only: Option<
     };
     let readings: Vec<history::Reading> = ordinals.iter().map(|&d| history::read(d)).collect();
     let reading = |device: u32| ordinals.iter().position(|&d| d == device).map(|k| &readings[k]);
+    // Processes are named by their pids here (a container's pid 1 is not this namespace's).
+    let view = ProcView::new();
     let vgpus: Vec<VgpuStats> = specs
         .iter()
         .filter(|s| only.is_none_or(|o| o.name == s.name))
@@ -67,7 +70,8 @@ pub fn stats(region: &Region, specs: &[VgpuSpec], devices: &[u64], only: Option<
             st.memory.wanted = v.wanted(d);
             st.processes = v
                 .attached()
-                .map(|(_, pid, p)| ProcessStats {
+                .map(|(_, pid, p)| (view.pid_of(p, pid), p))
+                .map(|(pid, p)| ProcessStats {
                     pid,
                     soft: p.is_soft(),
                     used: p.used.get(d).map_or(0, |u| u.load(Ordering::Acquire)),

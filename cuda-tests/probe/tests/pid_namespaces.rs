@@ -114,6 +114,9 @@ fn a_tenant_in_its_own_pid_namespace_is_counted_while_it_runs_and_freed_when_it_
     let (used, attached) = usage(&m, "a");
     assert!(used >= 256 * MIB, "its memory is counted: {used}");
     assert_eq!(attached, [probe as u64], "the daemon names it by its pid here, not its pid 1 there");
+    let stats = m.client().stats(Some("a")).expect("the stats request");
+    let named: Vec<(u32, String)> = stats.vgpus[0].processes.iter().map(|p| (p.pid, p.command.clone())).collect();
+    assert_eq!(named, [(probe, "simgpu-probe".to_string())], "the stats request names it by its pid here");
 
     // The daemon's rounds (reclaim, slot integrity, recount, audit) leave it alone: were its pid 1 taken
     // for this namespace's pid 1, its slot would be freed within a second.
