@@ -16,7 +16,7 @@ use common::Guarded;
 use common::tessera::Machine;
 use fake_kube::{FakeApi, pod};
 use serde_json::json;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 use tessera_deviceplugin::v1beta1::device_plugin_client::DevicePluginClient;
 use tessera_deviceplugin::v1beta1::{AllocateRequest, AllocateResponse, ContainerAllocateRequest};
@@ -25,13 +25,6 @@ use tessera_deviceplugin::v1beta1::{AllocateRequest, AllocateResponse, Container
 const NODE: &str = "node-a";
 /// The bearer token in the kubeconfig, which the fake server expects.
 const TOKEN: &str = "test-token-1234";
-
-/// The simulated kubelet's directory on machine `m` (created).
-fn plugin_dir(m: &Machine) -> PathBuf {
-    let dir = m.file("device-plugins");
-    std::fs::create_dir_all(&dir).expect("create the device-plugin directory");
-    dir
-}
 
 /// Starts `tessera k8s device-plugin --dir DIR --kubeconfig FILE --node-name node-a ARGS` on `m`.
 fn start_plugin(m: &Machine, dir: &Path, kubeconfig: &Path, args: &[&str]) -> Guarded {
@@ -82,7 +75,7 @@ fn allocate_sizes_the_vgpu_from_its_pod() {
     let mut m = Machine::new("k8s-api-size", "small");
     m.start();
     let api = FakeApi::start(TOKEN);
-    let dir = plugin_dir(&m);
+    let dir = kubelet::plugin_dir(&m);
     let kubeconfig = api.kubeconfig(&m.dir);
     let _plugin = start_plugin(&m, &dir, &kubeconfig, &[]);
     let uuid = uuid(&m);
@@ -146,7 +139,7 @@ fn a_vgpu_goes_when_its_pod_is_deleted_or_ends_without_waiting_for_the_grace() {
     let mut m = Machine::new("k8s-api-gc", "small");
     m.start();
     let api = FakeApi::start(TOKEN);
-    let dir = plugin_dir(&m);
+    let dir = kubelet::plugin_dir(&m);
     let kubeconfig = api.kubeconfig(&m.dir);
     let mut plugin = start_plugin(&m, &dir, &kubeconfig, &["--gc-grace", "60m"]);
     let uuid = uuid(&m);
@@ -181,11 +174,44 @@ fn a_vgpu_goes_when_its_pod_is_deleted_or_ends_without_waiting_for_the_grace() {
 }
 
 #[test]
+fn while_the_api_does_not_answer_recorded_vgpus_stay_and_allocate_is_unavailable() {
+    let mut m = Machine::new("k8s-api-down", "small");
+    m.start();
+    let api = FakeApi::start(TOKEN);
+    let dir = kubelet::plugin_dir(&m);
+    let kubeconfig = api.kubeconfig(&m.dir);
+    let _plugin = start_plugin(&m, &dir, &kubeconfig, &["--gc-grace", "1s"]);
+    let uuid = uuid(&m);
+    api.add(pod("gone", NODE, 0, 1, &[], &[]));
+    let runtime = kubelet::runtime();
+    let mut plugin = runtime.block_on(kubelet::dial_when_served(&dir, "tessera-vgpu.sock"));
+    let gone = vgpu_of(&runtime.block_on(allocate(&mut plugin, &uuid, &[0])).expect("Allocate"));
+    // Joined, then idle: only its pod's fate keeps it past the grace.
+    let out = m.tenant(&gone, &["mem-info"]).output().expect("run mem-info");
+    assert!(common::finished(out).success, "the tenant ran");
+    // The API goes down and, meanwhile, the pod is deleted.
+    api.set_down(true);
+    api.delete("gone");
+    let status = runtime.block_on(allocate(&mut plugin, &uuid, &[1])).expect_err("no pod can be looked up");
+    assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}");
+    // kube retries a 503 until the plugin's bound: "cannot list" or "timed out", naming the node.
+    assert!(status.message().contains("the pods on node node-a"), "{status:?}");
+    assert_eq!(names(&m), std::slice::from_ref(&gone), "nothing made for the refused Allocate");
+    // Two of the plugin's rounds (every 5 s) with the API down, well past the 1 s grace: the recorded vGPU
+    // is neither judged by a pod list it does not have nor by the grace.
+    let asked = api.requests().len();
+    wait_until("two rounds of the plugin with the API down", || api.requests().len() >= asked + 2);
+    assert_eq!(names(&m), std::slice::from_ref(&gone), "kept while the API does not answer");
+    api.set_down(false);
+    wait_until("the deleted pod's vGPU is removed once the API answers", || names(&m).is_empty());
+}
+
+#[test]
 fn a_crash_looping_pods_vgpu_stays_past_the_grace() {
     let mut m = Machine::new("k8s-api-crash", "small");
     m.start();
     let api = FakeApi::start(TOKEN);
-    let dir = plugin_dir(&m);
+    let dir = kubelet::plugin_dir(&m);
     let kubeconfig = api.kubeconfig(&m.dir);
     let _plugin = start_plugin(&m, &dir, &kubeconfig, &["--gc-grace", "1s"]);
     let uuid = uuid(&m);
@@ -218,7 +244,7 @@ fn a_crash_looping_pods_vgpu_stays_past_the_grace() {
 #[test]
 fn a_bad_kubeconfig_is_refused_naming_the_file() {
     let m = Machine::new("k8s-api-options", "small");
-    let dir = plugin_dir(&m);
+    let dir = kubelet::plugin_dir(&m);
     let garbage = m.file("garbage-kubeconfig");
     std::fs::write(&garbage, "this: [is not a kubeconfig").unwrap();
     let no_server = m.file("no-server-kubeconfig");

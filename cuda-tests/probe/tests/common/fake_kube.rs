@@ -7,12 +7,14 @@
 
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// A fake Kubernetes API server; stopped when dropped.
 pub struct FakeApi {
     pods: Arc<Mutex<Vec<Value>>>,
     requests: Arc<Mutex<Vec<String>>>,
+    down: Arc<AtomicBool>,
     token: String,
     server: Arc<tiny_http::Server>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -27,6 +29,8 @@ impl FakeApi {
         let server = Arc::new(tiny_http::Server::from_listener(listener, None).expect("serve the fake API"));
         let (pods, requests) = (Arc::<Mutex<Vec<Value>>>::default(), Arc::<Mutex<Vec<String>>>::default());
         let (s, p, r) = (server.clone(), pods.clone(), requests.clone());
+        let down = Arc::new(AtomicBool::new(false));
+        let d = down.clone();
         let bearer = format!("Bearer {token}");
         let thread = std::thread::spawn(move || {
             for request in s.incoming_requests() {
@@ -35,7 +39,9 @@ impl FakeApi {
                     .headers()
                     .iter()
                     .any(|h| h.field.equiv("Authorization") && h.value.as_str() == bearer.as_str());
-                let (code, body) = if !authorized {
+                let (code, body) = if d.load(Ordering::Acquire) {
+                    (503, status_body(503, "ServiceUnavailable"))
+                } else if !authorized {
                     (401, status_body(401, "Unauthorized"))
                 } else {
                     answer(request.method(), request.url(), &p.lock().unwrap())
@@ -45,7 +51,7 @@ impl FakeApi {
                 let _ = request.respond(response.with_header(header));
             }
         });
-        FakeApi { pods, requests, token: token.to_string(), server, thread: Some(thread) }
+        FakeApi { pods, requests, down, token: token.to_string(), server, thread: Some(thread) }
     }
 
     /// The server's address (`127.0.0.1:PORT`).
@@ -86,6 +92,12 @@ impl FakeApi {
     /// Deletes pod `name`.
     pub fn delete(&self, name: &str) {
         self.pods.lock().unwrap().retain(|p| p["metadata"]["name"] != name);
+    }
+
+    /// Makes the server answer every request with 503 (`down`), as an API server that is restarting, or
+    /// answer again.
+    pub fn set_down(&self, down: bool) {
+        self.down.store(down, Ordering::Release);
     }
 
     /// The requests so far (path and query).
