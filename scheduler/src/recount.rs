@@ -49,12 +49,18 @@ fn add(a: &AtomicU64, n: u64) {
 
 impl Recount {
     /// One round over device `dev`'s managed vGPUs `members`, given the bytes each process holds there
-    /// (`held`: pid, bytes). Returns the counts it raised.
-    pub fn round(&mut self, region: &Region, dev: usize, members: &[usize], held: &[(u32, u64)]) -> Vec<Repair> {
+    /// (`held`: pid as `view` sees it, bytes). Returns the counts it raised.
+    pub fn round(
+        &mut self,
+        region: &Region,
+        dev: usize,
+        members: &[usize],
+        held: &[(u32, u64)],
+        view: &ProcView,
+    ) -> Vec<Repair> {
         let mut short = HashMap::new();
         let mut added = HashMap::new();
         let mut repairs = Vec::new();
-        let view = ProcView::new();
         for &index in members {
             let v = &region.vgpus[index];
             if let Some((last, _, _)) = v.attached().last() {
@@ -128,26 +134,26 @@ mod tests {
         let mut rc = Recount::default();
         let held = [(100, 300 * MIB), (101, 300 * MIB), (7, 900 * MIB)];
         for _ in 0..3 {
-            assert!(rc.round(r, 1, &[2], &held).is_empty());
+            assert!(rc.round(r, 1, &[2], &held, &ProcView::new()).is_empty());
         }
         // The tenant zeroes its counts: the first round notes it, the second counts it again.
         p.used[1].store(0, Ordering::Relaxed);
         v.live.procs_hwm.store(0, Ordering::Relaxed);
-        assert!(rc.round(r, 1, &[2], &held).is_empty(), "one round may be an allocation in progress");
-        let repairs = rc.round(r, 1, &[2], &held);
+        assert!(rc.round(r, 1, &[2], &held, &ProcView::new()).is_empty(), "one round may be an allocation in progress");
+        let repairs = rc.round(r, 1, &[2], &held, &ProcView::new());
         assert_eq!(repairs, [Repair { vgpu: 2, pid: 100, held: 300 * MIB, counted: 0 }]);
         assert_eq!((counted(p), v.used(1)), (300 * MIB, 601 * MIB), "the mark is raised over both slots again");
-        assert!(rc.round(r, 1, &[2], &held).is_empty(), "counted: nothing more to do");
+        assert!(rc.round(r, 1, &[2], &held, &ProcView::new()).is_empty(), "counted: nothing more to do");
         // It frees 200 MiB (its shim subtracts what it counted itself, nothing): the daemon's part goes back.
         let held = [(100, 100 * MIB), (101, 300 * MIB)];
-        rc.round(r, 1, &[2], &held);
+        rc.round(r, 1, &[2], &held, &ProcView::new());
         assert_eq!((counted(p), v.used(1)), (100 * MIB, 401 * MIB));
         // Within the tolerance, or a soft-mode process: believed.
         p.used[1].store(100 * MIB - TOLERANCE, Ordering::Relaxed);
         q.flags.store(flags::SOFT, Ordering::Relaxed);
         q.used[1].store(0, Ordering::Relaxed);
         for _ in 0..3 {
-            assert!(rc.round(r, 1, &[2], &held).is_empty());
+            assert!(rc.round(r, 1, &[2], &held, &ProcView::new()).is_empty());
         }
         assert_eq!(counted(q), 0);
     }

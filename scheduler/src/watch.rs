@@ -28,6 +28,9 @@ pub fn run(manager: &Manager, region: &Region, mut usage: Option<ProcessUsage>, 
         manager.free_strays();
         let Some(usage) = usage.as_mut() else { continue };
         let owners = manager.owners();
+        // One view of `/proc` per round, for every device's recount and audit: the driver names processes
+        // by their pids here, not by those of their containers.
+        let view = &ProcView::new();
         for (device, (auditor, recount)) in auditors.iter_mut().zip(&mut recounts).enumerate() {
             let sampled = usage.sample(device).and_then(|(used, ns)| Ok((used, ns, usage.memory(device)?)));
             let (used, elapsed_ns, held) = match sampled {
@@ -51,14 +54,12 @@ pub fn run(manager: &Manager, region: &Region, mut usage: Option<ProcessUsage>, 
                     Some(Member { slot, owner, priority, share, suspended })
                 })
                 .collect();
-            // The driver names processes by their pids here, not by those of their containers.
-            let view = &ProcView::new();
             let attached: Vec<(usize, u32)> = (0..devices)
                 .flat_map(|d| pacer::members(region, d))
                 .flat_map(|slot| region.vgpus[slot].attached().map(move |(_, pid, p)| (slot, view.pid_of(p, pid))))
                 .collect();
             let slots: Vec<usize> = members.iter().map(|m| m.slot).collect();
-            for r in recount.round(region, device, &slots, &held) {
+            for r in recount.round(region, device, &slots, &held, view) {
                 let name = String::from_utf8_lossy(region.vgpus[r.vgpu].name_bytes()).into_owned();
                 say!(
                     "tessera daemon: vGPU {name:?}: pid {} holds {} bytes of device {device} but its slot counted {}; \
