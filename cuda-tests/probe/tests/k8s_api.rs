@@ -16,7 +16,7 @@ use common::Guarded;
 use common::tessera::Machine;
 use fake_kube::{FakeApi, pod};
 use serde_json::json;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tessera_deviceplugin::v1beta1::device_plugin_client::DevicePluginClient;
 use tessera_deviceplugin::v1beta1::{AllocateRequest, AllocateResponse, ContainerAllocateRequest};
@@ -25,6 +25,30 @@ use tessera_deviceplugin::v1beta1::{AllocateRequest, AllocateResponse, Container
 const NODE: &str = "node-a";
 /// The bearer token in the kubeconfig, which the fake server expects.
 const TOKEN: &str = "test-token-1234";
+
+/// A machine with its daemon, a fake API server and a plugin using it.
+struct Started {
+    m: Machine,
+    api: FakeApi,
+    dir: PathBuf,
+    kubeconfig: PathBuf,
+    plugin: Guarded,
+    /// The machine's GPU.
+    uuid: String,
+}
+
+/// A machine for test `tag` on the `small` device with its daemon, a fake API server, and a plugin started
+/// with `--kubeconfig` for it and `args`.
+fn started(tag: &str, args: &[&str]) -> Started {
+    let mut m = Machine::new(tag, "small");
+    m.start();
+    let api = FakeApi::start(TOKEN);
+    let dir = kubelet::plugin_dir(&m);
+    let kubeconfig = api.kubeconfig(&m.dir);
+    let plugin = start_plugin(&m, &dir, &kubeconfig, args);
+    let uuid = uuid(&m);
+    Started { m, api, dir, kubeconfig, plugin, uuid }
+}
 
 /// Starts `tessera k8s device-plugin --dir DIR --kubeconfig FILE --node-name node-a ARGS` on `m`.
 fn start_plugin(m: &Machine, dir: &Path, kubeconfig: &Path, args: &[&str]) -> Guarded {
@@ -72,13 +96,7 @@ fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
 
 #[test]
 fn allocate_sizes_the_vgpu_from_its_pod() {
-    let mut m = Machine::new("k8s-api-size", "small");
-    m.start();
-    let api = FakeApi::start(TOKEN);
-    let dir = kubelet::plugin_dir(&m);
-    let kubeconfig = api.kubeconfig(&m.dir);
-    let _plugin = start_plugin(&m, &dir, &kubeconfig, &[]);
-    let uuid = uuid(&m);
+    let Started { m, api, dir, kubeconfig: _, plugin: _plugin, uuid } = started("k8s-api-size", &[]);
     let total = m.client().stats(None).unwrap().devices[0].memory_total;
 
     // Annotations size pod "annotated" (1 replica); limits override them in pod "limited" (2 replicas);
@@ -136,13 +154,7 @@ fn allocate_sizes_the_vgpu_from_its_pod() {
 
 #[test]
 fn a_vgpu_goes_when_its_pod_is_deleted_or_ends_without_waiting_for_the_grace() {
-    let mut m = Machine::new("k8s-api-gc", "small");
-    m.start();
-    let api = FakeApi::start(TOKEN);
-    let dir = kubelet::plugin_dir(&m);
-    let kubeconfig = api.kubeconfig(&m.dir);
-    let mut plugin = start_plugin(&m, &dir, &kubeconfig, &["--gc-grace", "60m"]);
-    let uuid = uuid(&m);
+    let Started { m, api, dir, kubeconfig, mut plugin, uuid } = started("k8s-api-gc", &["--gc-grace", "60m"]);
     for (i, name) in ["deleted", "finished", "running"].into_iter().enumerate() {
         api.add(pod(name, NODE, i as u32, i as u32 + 1, &[], &[]));
     }
@@ -175,13 +187,7 @@ fn a_vgpu_goes_when_its_pod_is_deleted_or_ends_without_waiting_for_the_grace() {
 
 #[test]
 fn while_the_api_does_not_answer_recorded_vgpus_stay_and_allocate_is_unavailable() {
-    let mut m = Machine::new("k8s-api-down", "small");
-    m.start();
-    let api = FakeApi::start(TOKEN);
-    let dir = kubelet::plugin_dir(&m);
-    let kubeconfig = api.kubeconfig(&m.dir);
-    let _plugin = start_plugin(&m, &dir, &kubeconfig, &["--gc-grace", "1s"]);
-    let uuid = uuid(&m);
+    let Started { m, api, dir, kubeconfig: _, plugin: _plugin, uuid } = started("k8s-api-down", &["--gc-grace", "1s"]);
     api.add(pod("gone", NODE, 0, 1, &[], &[]));
     let runtime = kubelet::runtime();
     let mut plugin = runtime.block_on(kubelet::dial_when_served(&dir, "tessera-vgpu.sock"));
@@ -211,13 +217,7 @@ fn while_the_api_does_not_answer_recorded_vgpus_stay_and_allocate_is_unavailable
 
 #[test]
 fn a_crash_looping_pods_vgpu_stays_past_the_grace() {
-    let mut m = Machine::new("k8s-api-crash", "small");
-    m.start();
-    let api = FakeApi::start(TOKEN);
-    let dir = kubelet::plugin_dir(&m);
-    let kubeconfig = api.kubeconfig(&m.dir);
-    let _plugin = start_plugin(&m, &dir, &kubeconfig, &["--gc-grace", "1s"]);
-    let uuid = uuid(&m);
+    let Started { m, api, dir, kubeconfig: _, plugin: _plugin, uuid } = started("k8s-api-crash", &["--gc-grace", "1s"]);
     api.add(pod("crashing", NODE, 0, 1, &[], &[]));
     let (crashing, unknown) = kubelet::runtime().block_on(async {
         let mut plugin = kubelet::dial_when_served(&dir, "tessera-vgpu.sock").await;
