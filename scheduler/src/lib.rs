@@ -26,6 +26,7 @@
 pub mod alone;
 pub mod audit;
 pub mod broker;
+pub mod caller;
 pub mod charger;
 pub mod checkpoint;
 pub mod config;

@@ -130,6 +130,11 @@ impl Manager {
         std::mem::replace(&mut *self.published.lock().unwrap_or_else(|poisoned| poisoned.into_inner()), config)
     }
 
+    /// Carries out one request made by `caller` (see [`crate::caller`]): what the API's connections use.
+    pub fn handle_from(&self, request: Request, _caller: &crate::caller::Caller) -> Reply {
+        self.handle(request)
+    }
+
     /// Carries out one request.
     pub fn handle(&self, request: Request) -> Reply {
         let lifted = match &request {

@@ -6,6 +6,7 @@
 //! a leftover: it is an error naming its owner. Each connection sends JSON request lines and gets
 //! one JSON reply line for each (see [`crate::protocol`] and `docs/protocol.md`).
 
+use crate::caller::Caller;
 use crate::logger::say;
 use crate::manager::Manager;
 use crate::protocol::{self, Error, ErrorCode, MAX_LINE, Reply};
@@ -22,8 +23,8 @@ use tessera_ffi::secure_fs::{self, DirKind};
 /// How long a connection may stay silent before the daemon drops it.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The credentials of the process at the other end of `stream`: `(pid, uid)`.
-pub fn peer(stream: &UnixStream) -> Option<(u32, u32)> {
+/// The credentials of the process at the other end of `stream`, as the kernel recorded them.
+pub fn peer(stream: &UnixStream) -> Option<Caller> {
     let mut cred = libc::ucred { pid: 0, uid: 0, gid: 0 };
     let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
     // SAFETY: SO_PEERCRED writes one ucred into our buffer, whose size we pass; the descriptor is open.
@@ -36,7 +37,7 @@ pub fn peer(stream: &UnixStream) -> Option<(u32, u32)> {
             &mut len,
         )
     };
-    (rc == 0).then_some((cred.pid as u32, cred.uid))
+    (rc == 0).then_some(Caller { pid: cred.pid as u32, uid: cred.uid, gid: cred.gid })
 }
 
 /// Checks that nothing serves at `path` (removing a dead daemon's socket), in a directory fit for it: a
@@ -72,7 +73,7 @@ pub fn claim_path(path: &Path) -> Result<(), String> {
     }
     match UnixStream::connect(path) {
         Ok(s) => {
-            let pid = peer(&s).map_or_else(|| "unknown".to_string(), |(pid, _)| pid.to_string());
+            let pid = peer(&s).map_or_else(|| "unknown".to_string(), |c| c.pid.to_string());
             Err(format!("daemon already running (pid {pid}), listening on {}", path.display()))
         }
         Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => std::fs::remove_file(path)
@@ -131,11 +132,11 @@ impl Server {
             };
             let manager = Arc::clone(&manager);
             let spawned = std::thread::Builder::new().name("connection".into()).spawn(move || {
-                let allowed = peer(&stream).is_some_and(|(_, uid)| uid == me || uid == 0);
+                let caller = peer(&stream).filter(|c| c.uid == me || c.uid == 0);
                 // A request that panics loses its connection (the client sees it closed) and is logged; the
                 // other threads go on (the configuration's lock is taken again despite the panic).
                 let conversation = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    let _ = converse(stream, &manager, allowed);
+                    let _ = converse(stream, &manager, caller);
                 }));
                 if let Err(payload) = conversation {
                     let why = crate::daemon::panic_message(payload.as_ref());
@@ -216,8 +217,9 @@ impl Drop for Server {
     }
 }
 
-/// Answers every request line of one connection.
-fn converse(stream: UnixStream, manager: &Manager, allowed: bool) -> std::io::Result<()> {
+/// Answers every request line of one connection, from `caller` (`None`: a caller not allowed to manage
+/// vGPUs, or whose credentials could not be read).
+fn converse(stream: UnixStream, manager: &Manager, caller: Option<Caller>) -> std::io::Result<()> {
     stream.set_read_timeout(Some(IDLE_TIMEOUT))?;
     stream.set_write_timeout(Some(IDLE_TIMEOUT))?;
     // One descriptor per connection (no clone to write with), none that can fail to be had once accepted.
@@ -230,20 +232,21 @@ fn converse(stream: UnixStream, manager: &Manager, allowed: bool) -> std::io::Re
             return Ok(());
         }
         let failed = |code, message: String| Reply::failure(&Error::new(code, message));
-        let response = if !allowed {
-            failed(ErrorCode::PermissionDenied, "permission denied: only the daemon's owner may manage vGPUs".into())
-        } else if n > MAX_LINE {
-            failed(ErrorCode::BadRequest, format!("request longer than {MAX_LINE} bytes"))
-        } else {
-            match protocol::parse(&line) {
-                Ok(request) => manager.handle(request),
+        let response = match &caller {
+            None => failed(
+                ErrorCode::PermissionDenied,
+                "permission denied: only the daemon's owner may manage vGPUs".into(),
+            ),
+            Some(_) if n > MAX_LINE => failed(ErrorCode::BadRequest, format!("request longer than {MAX_LINE} bytes")),
+            Some(caller) => match protocol::parse(&line) {
+                Ok(request) => manager.handle_from(request, caller),
                 Err(e) => Reply::failure(&e),
-            }
+            },
         };
         let mut text = serde_json::to_string(&response).map_err(std::io::Error::other)?;
         text.push('\n');
         writer.write_all(text.as_bytes())?;
-        if !allowed || n > MAX_LINE {
+        if caller.is_none() || n > MAX_LINE {
             return Ok(());
         }
     }
