@@ -9,6 +9,10 @@
  *       of input): "done ok".
  *   stream_frees peer <bytes>
  *       cuMemAlloc of <bytes>: prints its result ("alloc <code>"), frees it, "done ok".
+ *   stream_frees captured <bytes>
+ *       Allocates <bytes> with cuMemAllocAsync, then frees them with cuMemFreeAsync while the stream is
+ *       captured into a graph: prints cuMemGetInfo once the capture ended ("captured.free"), once the graph
+ *       ran ("launched.free"), and, after destroying the context, in a new one ("recreated.free").
  *   stream_frees churn <seed>
  *       For ever: allocates 1-256 MiB by every path in turn at random (cuMemAlloc, cuMemAllocAsync,
  *       cuMemAllocFromPoolAsync from a pool of its own, cuMemCreate + cuMemMap, cuMemAllocManaged), holds
@@ -89,6 +93,33 @@ static int owner(unsigned long long bytes, unsigned long long kernel_ns) {
     fact("synced", "1");
     fflush(stdout);
     wait_line();
+    fact("done", "ok");
+    return 0;
+}
+
+static int captured(unsigned long long bytes) {
+    size_t free_b, total;
+    CUdeviceptr p;
+    CU(cuMemAllocAsync(&p, bytes, stream));
+    CU(cuStreamSynchronize(stream));
+    CUgraph graph;
+    CUgraphExec exec;
+    CU(cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    CU(cuMemFreeAsync(p, stream));
+    CU(cuStreamEndCapture(stream, &graph));
+    CU(cuMemGetInfo(&free_b, &total));
+    fact("captured.free", "%zu", free_b);
+    CU(cuGraphInstantiate(&exec, graph, 0));
+    CU(cuGraphLaunch(exec, stream));
+    CU(cuStreamSynchronize(stream));
+    CU(cuMemGetInfo(&free_b, &total));
+    fact("launched.free", "%zu", free_b);
+    CUcontext ctx;
+    CU(cuCtxGetCurrent(&ctx));
+    CU(cuCtxDestroy(ctx));
+    CU(cuCtxCreate(&ctx, 0, dev));
+    CU(cuMemGetInfo(&free_b, &total));
+    fact("recreated.free", "%zu", free_b);
     fact("done", "ok");
     return 0;
 }
@@ -223,10 +254,11 @@ static int churn(unsigned long long seed) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 3) die("usage: stream_frees owner <bytes> <kernel_ns> | peer <bytes> | churn <seed>");
+    if (argc < 3) die("usage: stream_frees owner <bytes> <kernel_ns> | peer <bytes> | captured <bytes> | churn <seed>");
     set_up(!strcmp(argv[1], "churn"));
     if (!strcmp(argv[1], "owner") && argc == 4) return owner(strtoull(argv[2], NULL, 0), strtoull(argv[3], NULL, 0));
     if (!strcmp(argv[1], "peer")) return peer(strtoull(argv[2], NULL, 0));
+    if (!strcmp(argv[1], "captured")) return captured(strtoull(argv[2], NULL, 0));
     if (!strcmp(argv[1], "churn")) return churn(strtoull(argv[2], NULL, 0));
     die("unknown mode %s", argv[1]);
 }

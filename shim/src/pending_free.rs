@@ -72,6 +72,10 @@ static COUNT: AtomicUsize = AtomicUsize::new(0);
 /// Wakes the settler thread when a free is queued.
 static WAKE: Condvar = Condvar::new();
 static SETTLER: AtomicBool = AtomicBool::new(false);
+/// Set at exit: the settler thread makes no more driver calls (the driver is being torn down).
+static STOPPING: AtomicBool = AtomicBool::new(false);
+/// Longest the exit handler waits for a settling pass in progress.
+const EXIT_WAIT: Duration = Duration::from_millis(100);
 
 fn state() -> MutexGuard<'static, State> {
     STATE.lock().unwrap_or_else(|p| p.into_inner())
@@ -269,12 +273,15 @@ fn start_settler() {
         loop {
             {
                 let mut s = state();
-                while s.pending.is_empty() {
+                while s.pending.is_empty() && !STOPPING.load(Ordering::Acquire) {
                     s = WAKE.wait(s).unwrap_or_else(|p| p.into_inner());
                 }
             }
             std::thread::sleep(POLL);
             if let Ok(mut s) = STATE.try_lock() {
+                if STOPPING.load(Ordering::Acquire) {
+                    return;
+                }
                 settle_locked(&mut s);
             }
         }
@@ -282,5 +289,23 @@ fn start_settler() {
     if spawned.is_err() {
         // Settled at the process's next allocation or memory query instead.
         SETTLER.store(false, Ordering::Release);
+        return;
     }
+    // SAFETY: registers a plain function with no arguments, which catches every panic.
+    if unsafe { libc::atexit(at_exit) } != 0 {
+        log::warn(format_args!("cannot register the exit handler of the stream-ordered frees' settler"));
+    }
+}
+
+/// At exit: stops the settler thread before the driver is torn down under it (waiting briefly for a
+/// settling pass in progress). What the process still holds goes back with its slot.
+extern "C" fn at_exit() {
+    let _ = std::panic::catch_unwind(|| {
+        STOPPING.store(true, Ordering::Release);
+        WAKE.notify_all();
+        let start = std::time::Instant::now();
+        while STATE.try_lock().is_err() && start.elapsed() < EXIT_WAIT {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    });
 }

@@ -2,9 +2,10 @@
 //! without a daemon): memory freed with `cuMemFreeAsync` stays charged until the stream has executed the
 //! free, as the driver holds it until then. A peer's allocation that only the pending free's memory could
 //! hold is refused, `cuMemGetInfo` counts the bytes as used, and both change once the stream is
-//! synchronized. And in a kill storm of processes allocating by every path (`cuMemAlloc`,
-//! `cuMemAllocAsync`, pools, VMM, managed) the memory the simulated driver really gave the vGPU's live
-//! processes never exceeds the quota, in any sample.
+//! synchronized. A free captured into a graph stays charged until its context is destroyed. And in a
+//! kill storm of processes allocating by every path (`cuMemAlloc`, `cuMemAllocAsync`, pools, VMM,
+//! managed) the memory the simulated driver really gave the vGPU's live processes never exceeds the
+//! quota, in any sample.
 
 mod common;
 
@@ -125,6 +126,22 @@ fn a_pending_async_free_stays_charged_until_the_stream_executes_it() {
     assert_eq!(end.opt("done"), Some("ok"), "{}", end.stdout);
     let status = owner.into_child().wait().expect("wait for the owner");
     assert!(status.success(), "the owner failed: {status}");
+}
+
+/// A free captured into a graph is a graph free node: the driver frees the memory only when a launch of
+/// the graph executes it, which the shim does not follow, so the bytes stay charged (never too few) until
+/// their context is destroyed; then they go back with it.
+#[test]
+fn a_free_captured_into_a_graph_stays_charged_until_its_context_is_destroyed() {
+    let exe = program();
+    let region = TestRegion::new("stream-frees-captured");
+    let sim = machine("stream-frees-captured", &region, QUOTA);
+    let exe = exe.to_str().expect("UTF-8 path");
+    let facts = Facts::ok(sim.command_for(exe, &["captured", &GIB.to_string()]));
+    let used = |key: &str| QUOTA - facts.num(key) as u64;
+    assert_eq!(used("captured.free"), CONTEXT + GIB, "the captured free has not run: its GiB is charged");
+    assert_eq!(used("launched.free"), CONTEXT + GIB, "kept charged after the graph ran (the shim cannot tell)");
+    assert_eq!(used("recreated.free"), CONTEXT, "the destroyed context's held free went back with it");
 }
 
 /// Processes churning at once in the storm.
