@@ -9,6 +9,10 @@
  *       of input): "done ok".
  *   stream_frees peer <bytes>
  *       cuMemAlloc of <bytes>: prints its result ("alloc <code>"), frees it, "done ok".
+ *   stream_frees reuse <bytes> <kernel_ns>
+ *       cuMemAllocAsync of <bytes>, a spin kernel of <kernel_ns>, cuMemFreeAsync, then cuMemAllocAsync of
+ *       <bytes> again on the same stream: prints its result ("again <code>") and, when it succeeded, how
+ *       long it took ("again_ns"); frees it, "done ok".
  *   stream_frees captured <bytes>
  *       Allocates <bytes> with cuMemAllocAsync, then frees them with cuMemFreeAsync while the stream is
  *       captured into a graph: prints cuMemGetInfo once the capture ended ("captured.free"), once the graph
@@ -25,6 +29,7 @@
 
 #include <cuda.h>
 #include <stdint.h>
+#include <time.h>
 #include <unistd.h>
 
 #ifndef TESSERA_SPIN_PTX
@@ -93,6 +98,29 @@ static int owner(unsigned long long bytes, unsigned long long kernel_ns) {
     fact("synced", "1");
     fflush(stdout);
     wait_line();
+    fact("done", "ok");
+    return 0;
+}
+
+static unsigned long long now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (unsigned long long)t.tv_sec * 1000000000ull + (unsigned long long)t.tv_nsec;
+}
+
+static int reuse(unsigned long long bytes, unsigned long long kernel_ns) {
+    CUdeviceptr p, q;
+    CU(cuMemAllocAsync(&p, bytes, stream));
+    launch_spin(kernel_ns);
+    CU(cuMemFreeAsync(p, stream));
+    unsigned long long start = now_ns();
+    CUresult r = cuMemAllocAsync(&q, bytes, stream);
+    fact("again", "%d", (int)r);
+    if (r == CUDA_SUCCESS) {
+        fact("again_ns", "%llu", now_ns() - start);
+        CU(cuMemFreeAsync(q, stream));
+    }
+    CU(cuStreamSynchronize(stream));
     fact("done", "ok");
     return 0;
 }
@@ -254,10 +282,11 @@ static int churn(unsigned long long seed) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 3) die("usage: stream_frees owner <bytes> <kernel_ns> | peer <bytes> | captured <bytes> | churn <seed>");
+    if (argc < 3) die("usage: stream_frees owner <bytes> <kernel_ns> | peer <bytes> | reuse <bytes> <kernel_ns> | captured <bytes> | churn <seed>");
     set_up(!strcmp(argv[1], "churn"));
     if (!strcmp(argv[1], "owner") && argc == 4) return owner(strtoull(argv[2], NULL, 0), strtoull(argv[3], NULL, 0));
     if (!strcmp(argv[1], "peer")) return peer(strtoull(argv[2], NULL, 0));
+    if (!strcmp(argv[1], "reuse") && argc == 4) return reuse(strtoull(argv[2], NULL, 0), strtoull(argv[3], NULL, 0));
     if (!strcmp(argv[1], "captured")) return captured(strtoull(argv[2], NULL, 0));
     if (!strcmp(argv[1], "churn")) return churn(strtoull(argv[2], NULL, 0));
     die("unknown mode %s", argv[1]);

@@ -128,6 +128,26 @@ fn a_pending_async_free_stays_charged_until_the_stream_executes_it() {
     assert!(status.success(), "the owner failed: {status}");
 }
 
+/// A process re-allocating, on the same stream, what it just freed there is not refused for the pending
+/// free's bytes (the stream-ordered allocator would reuse them). The quota cannot hold both while the free
+/// is pending, so the allocation waits for the free to execute (on the old code it passed at once, the
+/// bytes having gone back when the free was queued).
+#[test]
+fn an_allocation_that_only_a_pending_free_makes_room_for_waits_for_it() {
+    let exe = program();
+    let region = TestRegion::new("stream-frees-reuse");
+    let sim = machine("stream-frees-reuse", &region, QUOTA);
+    let exe = exe.to_str().expect("UTF-8 path");
+    let kernel = Duration::from_millis(500);
+    let facts = Facts::ok(sim.command_for(exe, &["reuse", &(3 * GIB).to_string(), &kernel.as_nanos().to_string()]));
+    assert_eq!(facts.num("again"), 0, "the second 3 GiB allocation was refused");
+    assert!(
+        facts.num("again_ns") as u128 >= kernel.as_nanos() / 2,
+        "it did not wait for the pending free ({} ns)",
+        facts.num("again_ns")
+    );
+}
+
 /// A free captured into a graph is a graph free node: the driver frees the memory only when a launch of
 /// the graph executes it, which the shim does not follow, so the bytes stay charged (never too few) until
 /// their context is destroyed; then they go back with it.
