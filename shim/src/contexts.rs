@@ -137,8 +137,10 @@ fn charge_new(
     adjusted.map(|()| (h, cost))
 }
 
-/// Gives back what a destroyed context owned: its allocations and arrays (the driver freed them).
+/// Gives back what a destroyed context owned: its allocations and arrays, and its stream-ordered frees
+/// still pending (the driver freed them all).
 fn drain(q: &Quota, ctx: u64) {
+    crate::pending_free::context_ended(ctx);
     TABLE.drain_owned(ctx, &[Kind::Linear, Kind::Array, Kind::Mipmap], |_, _, e| q.release(e.device as usize, e.bytes));
 }
 

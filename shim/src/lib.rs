@@ -32,6 +32,7 @@ mod log;
 mod memory;
 mod nvml;
 mod nvml_real;
+mod pending_free;
 mod proc_address;
 mod quota;
 mod real;

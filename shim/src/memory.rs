@@ -4,7 +4,9 @@
 //! driver fails, and records what it was charged in the [`alloc_table`](crate::alloc_table) under the
 //! pointer or handle the driver returned; the matching free takes that record out before the driver
 //! frees (so the driver cannot hand the same key out again first) and gives the bytes back once the
-//! driver has freed. Stream-ordered frees give the bytes back when they are queued.
+//! driver has freed. A stream-ordered free keeps its bytes charged until the stream has executed it
+//! ([`pending_free`]): allocations and `cuMemGetInfo` settle those that have been executed first, and
+//! an allocation that would not fit otherwise waits for the process's own pending frees on its device.
 //!
 //! The device charged is the current context's (the stream's, for stream-ordered allocations made on
 //! the current context's streams, which is how the runtime allocates), or the allocation properties'
@@ -15,7 +17,7 @@ use crate::alloc_table::{Entry, Kind, TABLE};
 use crate::footprint::{self, Extent};
 use crate::guard::{Res, Status, status};
 use crate::quota::{self, Quota};
-use crate::{contexts, current, driver, soft};
+use crate::{contexts, current, driver, pending_free, soft};
 use std::ffi::{c_int, c_uint, c_ulonglong, c_void};
 use tessera_ffi::cuda::{CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_OUT_OF_MEMORY};
 use tessera_ffi::sys::{
@@ -32,11 +34,25 @@ struct Charge {
     bytes: u64,
 }
 
+/// Reserves `bytes` on device `dev` for `what`, after giving back the process's stream-ordered frees
+/// that have been executed; when the request would not fit otherwise, waits for the process's pending
+/// frees on the device first (their memory is what the driver would reuse). While no free is pending this
+/// is [`Quota::reserve`] after one atomic load.
+fn reserve(q: &Quota, dev: usize, bytes: u64, what: &str) -> Res {
+    if pending_free::any() {
+        pending_free::settle();
+        if q.used(dev).saturating_add(bytes) > q.limit(dev) && pending_free::on_device(dev) {
+            pending_free::wait_device(dev);
+        }
+    }
+    q.reserve(dev, bytes, what)
+}
+
 impl Charge {
     /// Reserves, calls the driver, and records the result under `key()` (read from the driver's output),
     /// or gives the bytes back if the driver failed.
     fn run(self, q: &Quota, real: impl FnOnce() -> Status, key: impl FnOnce() -> u64) -> Res {
-        q.reserve(self.device, self.bytes, self.what)?;
+        reserve(q, self.device, self.bytes, self.what)?;
         if let Err(e) = status(real()) {
             q.release(self.device, self.bytes);
             return Err(e);
@@ -141,7 +157,7 @@ pub fn alloc_pitch(
     let Some(site) = current::current_site() else { return status(real()) };
     let (what, d) = ("cuMemAllocPitch", site.device);
     let estimate = footprint::pitched(width, height).unwrap_or(u64::MAX);
-    q.reserve(d, estimate, what)?;
+    reserve(q, d, estimate, what)?;
     if let Err(e) = status(real()) {
         q.release(d, estimate);
         return Err(e);
@@ -216,14 +232,23 @@ pub fn alloc_from_pool<const PER_THREAD: bool>(
     on_current(q, "cuMemAllocFromPoolAsync", Kind::Linear, Some(size as u64), real, key)
 }
 
-/// `cuMemFreeAsync` and `_ptsz` (`PER_THREAD`): the bytes go back when the free is queued. A soft
-/// allocation is freed once the stream's work queued before has finished (it could still use the memory).
+/// `cuMemFreeAsync` and `_ptsz` (`PER_THREAD`): the bytes stay charged until the stream has executed the
+/// free ([`pending_free`]). A soft allocation is freed once the stream's work queued before has finished
+/// (it could still use the memory).
 pub fn free_async<const PER_THREAD: bool>(dptr: CUdeviceptr, stream: CUstream, real: impl FnOnce() -> Status) -> Res {
+    let stream = crate::launch::explicit_stream::<PER_THREAD>(stream);
     if let Some(s) = soft::active().filter(|s| s.owns(dptr)) {
-        soft::calls::synchronize_stream(crate::launch::explicit_stream::<PER_THREAD>(stream))?;
+        soft::calls::synchronize_stream(stream)?;
         return s.free(dptr).unwrap_or(Err(CUDA_ERROR_INVALID_VALUE));
     }
-    free_of(Kind::Linear, dptr, real)
+    let Some(_) = quota::active()? else { return status(real()) };
+    let Some(e) = TABLE.take(Kind::Linear, dptr) else { return status(real()) };
+    if let Err(code) = status(real()) {
+        TABLE.insert(Kind::Linear, dptr, e);
+        return Err(code);
+    }
+    pending_free::queue(e.device as usize, e.bytes, e.owner, stream);
+    Ok(())
 }
 
 /// `CU_MEM_LOCATION_TYPE_DEVICE`.
@@ -430,6 +455,7 @@ pub fn get_info(free: *mut usize, total: *mut usize, real: impl FnOnce() -> Stat
     }
     let Some(site) = current::current_site() else { return Ok(()) };
     q.reclaim_if_due();
+    pending_free::settle_now();
     // SAFETY: both pointers are non-NULL and the driver just wrote through them.
     let (f, t) = unsafe { (written(free), written(total)) };
     if let Some((f, t)) = q.view(site.device, f as u64, t as u64) {
