@@ -14,7 +14,7 @@
 use crate::audit::Overuse;
 use crate::checkpoint::{Checkpointer, Unavailable};
 use crate::config::{Config, Mode, VgpuSpec};
-use crate::integrity::{self, FileId, Stray};
+use crate::integrity::{self, FileId, Judged, Verifier};
 use crate::logger::say;
 use crate::protocol::{DEFRAG_TIMEOUT, Error, ErrorCode, PagerReport, Reply, Request, VgpuStatus};
 use crate::slots;
@@ -61,6 +61,8 @@ pub struct Manager {
     snapshot_op: Mutex<()>,
     /// The snapshotted vGPUs; locked only to read or replace entries (reads never wait for a snapshot).
     snapshots: Mutex<Snapshots>,
+    /// Verdicts on the processes process slots name, kept from round to round (see [`integrity`]).
+    verifier: Verifier,
 }
 
 impl Manager {
@@ -96,6 +98,7 @@ impl Manager {
             checkpoint: Box::new(Unavailable("the daemon was started without a driver".into())),
             snapshot_op: Mutex::default(),
             snapshots: Mutex::default(),
+            verifier: Verifier::default(),
         })
     }
 
@@ -203,37 +206,53 @@ impl Manager {
     /// Frees every process slot of every vGPU that names no process of the vGPU (see [`integrity`]). The
     /// processes are judged with no lock held; a slot is freed only if, by then, the vGPU is still
     /// configured as it was and the slot still names the process judged.
-    pub fn free_strays(&self) {
-        self.free_strays_judged_by(integrity::judge_slots);
+    /// One watch round reads at most [`integrity::ROUND_BUDGET`] bytes of processes' maps, whatever
+    /// tenants map: verdicts are kept from round to round, so a process is read once. Returns the process
+    /// slots whose process could not be verified (vGPU slot, process slot, owner word), which
+    /// [`crate::recount::Recount::uncount_phantoms`] checks against the driver's figures.
+    pub fn free_strays(&self) -> Vec<(usize, usize, u64)> {
+        let mut budget = integrity::ROUND_BUDGET;
+        let doubted = self
+            .free_strays_judged_by(|v, owner, live, view| self.verifier.judge_slots(v, owner, live, view, &mut budget));
+        self.verifier.end_pass();
+        doubted
     }
 
     /// [`Manager::free_strays`], judging each vGPU's process slots with `judge` (a vGPU's slot, its user,
     /// its live file, and one view of `/proc` for the whole pass).
-    fn free_strays_judged_by(&self, judge: impl Fn(&VgpuSlot, u32, Option<FileId>, &ProcView) -> Vec<Stray>) {
+    fn free_strays_judged_by(
+        &self,
+        mut judge: impl FnMut(&VgpuSlot, u32, Option<FileId>, &ProcView) -> Vec<Judged>,
+    ) -> Vec<(usize, usize, u64)> {
         let config = self.current();
         let view = ProcView::new();
+        let mut doubted = Vec::new();
         for spec in &config.vgpus {
-            let Some((index, strays)) = self.judge_strays(spec, &judge, &view) else { continue };
+            let Some((index, judged)) = self.judge_slots(spec, &mut judge, &view) else { continue };
+            doubted.extend(integrity::unverified(&judged).into_iter().map(|(i, word, _)| (index, i, word)));
+            let strays = integrity::strays(&judged);
+            if strays.is_empty() {
+                continue;
+            }
             let locked = self.region.guard();
             let unchanged = self.current().get(&spec.name).ok() == Some(spec);
             if unchanged && slots::find(&locked, &spec.name) == Some(index) {
                 report_freed(spec, integrity::free(&locked.region().vgpus[index], &strays));
             }
         }
+        doubted
     }
 
-    /// vGPU `spec`'s slot and its process slots found false, judged with no lock held; `None` when it has
-    /// no slot or none is false.
-    fn judge_strays(
+    /// vGPU `spec`'s slot and its process slots judged, with no lock held; `None` when it has no slot.
+    fn judge_slots(
         &self,
         spec: &VgpuSpec,
-        judge: impl Fn(&VgpuSlot, u32, Option<FileId>, &ProcView) -> Vec<Stray>,
+        judge: &mut impl FnMut(&VgpuSlot, u32, Option<FileId>, &ProcView) -> Vec<Judged>,
         view: &ProcView,
-    ) -> Option<(usize, Vec<Stray>)> {
+    ) -> Option<(usize, Vec<Judged>)> {
         let index = slots::find(&self.region.guard(), &spec.name)?;
         let live = FileId::of(&live_path(self.region.path(), index));
-        let strays = judge(&self.region.region().vgpus[index], slots::owner(spec), live, view);
-        (!strays.is_empty()).then_some((index, strays))
+        Some((index, judge(&self.region.region().vgpus[index], slots::owner(spec), live, view)))
     }
 
     /// Each configured vGPU's slot and user.
@@ -296,7 +315,7 @@ impl Manager {
                     &name,
                     Lock::File,
                     |l| slots::place(l, &spec, false).map(drop).code(ErrorCode::Unavailable),
-                    |l| slots::remove(l, &spec.name),
+                    |l| slots::remove(l, &spec.name, &[]),
                 )?
             }
             Request::Set { name, change } => {
@@ -312,21 +331,39 @@ impl Manager {
             Request::Rm { name } => {
                 let old = config.get(&name).code(ErrorCode::NotFound)?.clone();
                 let next = config.remove(&name).code(ErrorCode::Invalid)?;
-                // Judged before the region file is locked (reading `/proc`); freed under it if still so.
-                let strays = self.judge_strays(&old, integrity::judge_slots, &ProcView::new());
+                // Judged before the region file is locked (reading `/proc`, within a budget: the request
+                // answers promptly whatever tenants map); false slots freed under it if still so. Only
+                // verified processes block it: a slot whose process cannot be verified is ignored.
+                let mut budget = integrity::REQUEST_BUDGET;
+                let judged = self.judge_slots(
+                    &old,
+                    &mut |v, owner, live, view| self.verifier.judge_slots(v, owner, live, view, &mut budget),
+                    &ProcView::new(),
+                );
+                let mut ignored = Vec::new();
                 self.commit(
                     &mut config,
                     next,
                     &name,
                     Lock::File,
                     |l| {
-                        if let Some((index, strays)) = strays.filter(|(i, _)| slots::find(l, &name) == Some(*i)) {
-                            report_freed(&old, integrity::free(&l.region().vgpus[index], &strays));
+                        if let Some((index, judged)) = judged.filter(|(i, _)| slots::find(l, &name) == Some(*i)) {
+                            report_freed(&old, integrity::free(&l.region().vgpus[index], &integrity::strays(&judged)));
+                            ignored = integrity::unverified(&judged);
                         }
-                        slots::remove(l, &name).code(ErrorCode::InUse)
+                        let skip: Vec<(usize, u64)> = ignored.iter().map(|&(i, word, _)| (i, word)).collect();
+                        slots::remove(l, &name, &skip).code(ErrorCode::InUse)
                     },
                     |l| slots::place(l, &old, true).map(drop),
-                )?
+                )?;
+                for (_, word, why) in ignored {
+                    say!(
+                        "tessera daemon: vGPU {name:?} removed beside a process slot naming pid {} that could not be \
+                         verified ({why}); ignored",
+                        owner::word(word)
+                    );
+                }
+                Vec::new()
             }
             Request::Version
             | Request::Stats { .. }
@@ -884,8 +921,8 @@ mod tests {
             m.free_strays_judged_by(|v, owner, live, view| {
                 let _ = judging_tx.send(());
                 let _ = released.recv();
-                integrity::judge_slots(v, owner, live, view)
-            })
+                Verifier::default().judge_slots(v, owner, live, view, &mut integrity::ROUND_BUDGET.clone())
+            });
         });
         judging.recv().unwrap();
         for r in

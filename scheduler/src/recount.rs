@@ -17,6 +17,11 @@ use tessera_ffi::region::reclaim::sub;
 /// Shortfall below which a count is believed.
 pub const TOLERANCE: u64 = 64 << 20;
 
+/// Rounds in a row in which the driver lists no memory of an unverified process (see
+/// [`Recount::uncount_phantoms`]) before its count is dropped: longer than any context creation takes, so
+/// that the footprint a joining process counts before its context exists is not taken back.
+pub const PHANTOM_ROUNDS: u32 = 3;
+
 /// A process slot, told apart from a later process in it.
 type Key = (usize, usize, u32);
 
@@ -40,6 +45,20 @@ pub struct Recount {
     short: HashMap<Key, u64>,
     /// Bytes the daemon added to each process's count.
     added: HashMap<Key, u64>,
+    /// Unverified processes counting bytes the driver does not list: rounds seen so in a row.
+    phantom: HashMap<Key, u32>,
+}
+
+/// Bytes an unverified process slot counted on a device where the driver lists no memory of its process,
+/// no longer counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Uncounted {
+    /// The vGPU's slot.
+    pub vgpu: usize,
+    /// The process, as its slot names it.
+    pub pid: u32,
+    /// Bytes its slot counted.
+    pub counted: u64,
 }
 
 /// Adds `n` to `a`, stopping at the top.
@@ -105,6 +124,46 @@ impl Recount {
         self.added = added;
         repairs
     }
+
+    /// Drops the counts of device `dev` that unverified process slots (`doubted`: vGPU slot, process slot,
+    /// owner word; see [`crate::integrity`]) keep while the driver lists no memory of their process there
+    /// (`held`: pid as `view` sees it, bytes) for [`PHANTOM_ROUNDS`] rounds in a row: a slot naming a
+    /// process that holds nothing on the device (pid 1, planted by a tenant) no longer counts against its
+    /// vGPU's quota for as long as that process lives. A verified process is believed (the recount above
+    /// handles its shortfalls); one whose pid the daemon cannot see is left as it is.
+    pub fn uncount_phantoms(
+        &mut self,
+        region: &Region,
+        dev: usize,
+        doubted: &[(usize, usize, u64)],
+        held: &[(u32, u64)],
+        view: &ProcView,
+    ) -> Vec<Uncounted> {
+        let mut phantom = HashMap::new();
+        let mut dropped = Vec::new();
+        for &(index, i, word) in doubted {
+            let Some(p) = region.vgpus.get(index).and_then(|v| v.live.procs.get(i)) else { continue };
+            let (Some(pid), Some(counted)) = (p.attached_pid(), p.used.get(dev)) else { continue };
+            if p.owner.load(Ordering::Acquire) != word {
+                continue;
+            }
+            let count = counted.load(Ordering::Acquire);
+            let Some(here) = view.here(p.ns(), pid, p.start_time.load(Ordering::Acquire)) else { continue };
+            if count == 0 || held.iter().any(|&(q, b)| q == here && b > 0) {
+                continue;
+            }
+            let key = (index, i, pid);
+            let rounds = self.phantom.get(&key).copied().unwrap_or(0) + 1;
+            if rounds >= PHANTOM_ROUNDS {
+                sub(counted, count);
+                dropped.push(Uncounted { vgpu: index, pid, counted: count });
+            } else {
+                phantom.insert(key, rounds);
+            }
+        }
+        self.phantom = phantom;
+        dropped
+    }
 }
 
 #[cfg(test)]
@@ -156,5 +215,39 @@ mod tests {
             assert!(rc.round(r, 1, &[2], &held, &ProcView::new()).is_empty());
         }
         assert_eq!(counted(q), 0);
+    }
+
+    #[test]
+    fn an_unverified_slot_counting_what_the_driver_does_not_list_stops_counting_after_three_rounds() {
+        let r = region();
+        let v = &r.vgpus[3];
+        let (p, q) = (&v.live.procs[0], &v.live.procs[1]);
+        p.set_owner(0, 1);
+        q.set_owner(0, 100);
+        p.used[0].store(512 * MIB, Ordering::Relaxed);
+        q.used[0].store(300 * MIB, Ordering::Relaxed);
+        v.live.procs_hwm.store(2, Ordering::Relaxed);
+        let word = |p: &tessera_ffi::region::ProcSlot| p.owner.load(Ordering::Relaxed);
+        // Both unverified; the driver lists pid 100 (its memory held), not pid 1.
+        let doubted = [(3, 0, word(p)), (3, 1, word(q))];
+        let held = [(100, 300 * MIB)];
+        let mut rc = Recount::default();
+        for _ in 1..PHANTOM_ROUNDS {
+            assert!(rc.uncount_phantoms(r, 0, &doubted, &held, &ProcView::new()).is_empty());
+        }
+        let dropped = rc.uncount_phantoms(r, 0, &doubted, &held, &ProcView::new());
+        assert_eq!(dropped, [Uncounted { vgpu: 3, pid: 1, counted: 512 * MIB }]);
+        assert_eq!(v.used(0), 300 * MIB, "only what the driver lists is counted");
+        // A round in which the process holds memory starts the count of rounds over; a slot since taken by
+        // another process is not touched.
+        p.used[0].store(MIB, Ordering::Relaxed);
+        rc.uncount_phantoms(r, 0, &doubted, &held, &ProcView::new());
+        rc.uncount_phantoms(r, 0, &doubted, &[(1, MIB)], &ProcView::new());
+        rc.uncount_phantoms(r, 0, &doubted, &held, &ProcView::new());
+        assert_eq!(v.used(0), 301 * MIB);
+        p.set_owner(0, 2);
+        for _ in 0..PHANTOM_ROUNDS {
+            assert!(rc.uncount_phantoms(r, 0, &doubted, &held, &ProcView::new()).is_empty());
+        }
     }
 }

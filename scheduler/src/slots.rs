@@ -100,12 +100,18 @@ pub fn notify(s: &Sched) {
     s.wake_waiters();
 }
 
-/// Frees the slot of vGPU `name` unless processes are attached to it.
-pub fn remove(locked: &Locked, name: &str) -> Result<(), String> {
+/// Frees the slot of vGPU `name` unless processes are attached to it, other than those of the process
+/// slots `ignored` (slot index and owner word: slots whose process the daemon could not verify, see
+/// [`crate::integrity`]) that still name the same process.
+pub fn remove(locked: &Locked, name: &str, ignored: &[(usize, u64)]) -> Result<(), String> {
     let Some(index) = find(locked, name) else { return Ok(()) };
     let view = ProcView::new();
     locked.reclaim_dead(&view);
-    let pids = locked.attached_pids(index, &view);
+    let pids: Vec<u32> = locked.region().vgpus[index]
+        .attached()
+        .filter(|(i, _, p)| !ignored.contains(&(*i, p.owner.load(Ordering::Acquire))))
+        .map(|(_, pid, p)| view.pid_of(p, pid))
+        .collect();
     if !pids.is_empty() {
         let list: Vec<String> = pids.iter().map(u32::to_string).collect();
         return Err(format!(

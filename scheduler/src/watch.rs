@@ -1,6 +1,7 @@
 //! The daemon's once-a-second watch over what tenants can write: it frees process slots that name no
 //! process of their vGPU ([`crate::integrity`]), counts again the memory of processes whose counts fell
-//! short of the driver's ([`crate::recount`]), then audits each device's vGPUs against the driver's
+//! short of the driver's, and stops counting what unverified process slots claim while the driver lists
+//! no memory of their process ([`crate::recount`]), then audits each device's vGPUs against the driver's
 //! per-process figures and suspends those that took more than the daemon granted them ([`crate::audit`]).
 
 use crate::audit::{Auditor, Member};
@@ -25,7 +26,7 @@ pub fn run(manager: &Manager, region: &Region, mut usage: Option<ProcessUsage>, 
     let mut failing = vec![false; devices as usize];
     while !stop.load(Ordering::Acquire) {
         std::thread::sleep(PERIOD);
-        manager.free_strays();
+        let doubted = manager.free_strays();
         let Some(usage) = usage.as_mut() else { continue };
         let owners = manager.owners();
         // One view of `/proc` per round, for every device's recount and audit: the driver names processes
@@ -67,6 +68,15 @@ pub fn run(manager: &Manager, region: &Region, mut usage: Option<ProcessUsage>, 
                     r.pid,
                     r.held,
                     r.counted
+                );
+            }
+            for u in recount.uncount_phantoms(region, device, &doubted, &held, view) {
+                let name = String::from_utf8_lossy(region.vgpus[u.vgpu].name_bytes()).into_owned();
+                say!(
+                    "tessera daemon: vGPU {name:?}: process slot of pid {} counted {} bytes of device {device}, \
+                     which the driver does not see it hold, and its process cannot be verified; no longer counted",
+                    u.pid,
+                    u.counted
                 );
             }
             let owner_of = |pid| integrity::uids(pid).ok().map(|ids| ids[0]);

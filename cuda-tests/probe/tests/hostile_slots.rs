@@ -1,0 +1,245 @@
+//! Process slots a tenant writes cannot hold up the daemon (issue 29, points 4 and 5): a tenant whose
+//! process has some 60,000 memory mappings, planted in 90 of its vGPU's process slots, slows neither the
+//! audit of its bucket cheating nor `vgpu rm` (the daemon reads a process's map once, within a budget, not
+//! once per slot per second); and a slot naming a process whose map the daemon cannot read (pid 1 in a VM
+//! or container) does not keep its vGPU from being removed. The test process plays the tenant (root may
+//! write any vGPU's file).
+
+mod common;
+
+use common::region::{notify, poll_every};
+use common::tessera::Machine;
+use common::{MIB, finish, first_line, u64_at};
+use serde_json::Value;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+use tessera_ffi::region::open::live_path;
+use tessera_ffi::region::reclaim::start_time;
+use tessera_ffi::region::{AREA, LAYOUT_SIZE, PROCS_PER_VGPU, Region, VgpuLive};
+
+/// Serializes the tests (they measure time, and the machine's cores are shared).
+static TIMING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Memory mappings the hostile tenant makes (the kernel's default limit is 65,530 per process).
+const MAPPINGS: usize = 60_000;
+
+/// Maps `len` bytes of `path` (shared; writable when `writable`) for the rest of the test process.
+fn map<T>(path: &Path, len: usize, writable: bool) -> &'static T {
+    let file = std::fs::OpenOptions::new().read(true).write(writable).open(path).expect("open");
+    let prot = libc::PROT_READ | if writable { libc::PROT_WRITE } else { 0 };
+    // SAFETY: maps `len` bytes of a file we opened, shared; checked against MAP_FAILED below.
+    let p = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, libc::MAP_SHARED, file.as_raw_fd(), 0) };
+    assert_ne!(p, libc::MAP_FAILED, "mmap {}", path.display());
+    // SAFETY: the file holds a `T` at offset 0 (the region, or a live area), all atomics and integers; the
+    // mapping is never unmapped.
+    unsafe { &*(p as *const T) }
+}
+
+/// vGPU `name`'s live file: its path, and the file mapped writable as its tenant could.
+fn live(m: &Machine, name: &str) -> (PathBuf, &'static VgpuLive) {
+    let region: &Region = map(&m.region(), LAYOUT_SIZE, false);
+    let index = region.vgpus.iter().position(|v| v.name_bytes() == name.as_bytes()).expect("the vGPU's slot");
+    let path = PathBuf::from(live_path(m.region().to_str().unwrap(), index));
+    let area = map(&path, AREA, true);
+    (path, area)
+}
+
+/// Plants process `pid` (with its true start time) in process slot `i` of `live`, holding `bytes` on
+/// device 0, as a tenant writing its file could.
+fn plant(live: &VgpuLive, i: usize, pid: u32, bytes: u64) {
+    let p = &live.procs[i];
+    p.start_time.store(start_time(pid).expect("a live process"), Ordering::SeqCst);
+    p.used[0].store(bytes, Ordering::SeqCst);
+    live.procs_hwm.fetch_max(i as u32 + 1, Ordering::SeqCst);
+    p.set_owner(0, pid);
+}
+
+/// `count` free process slots of `live`.
+fn free_slots(live: &VgpuLive, count: usize) -> Vec<usize> {
+    let free: Vec<usize> = (0..PROCS_PER_VGPU).filter(|&i| live.procs[i].word() == 0).take(count).collect();
+    assert_eq!(free.len(), count, "free process slots");
+    free
+}
+
+/// `count` mappings of this process (one reservation whose alternate pages have alternate protections,
+/// so that the kernel cannot merge them), unmapped on drop.
+struct Mappings {
+    base: *mut libc::c_void,
+    len: usize,
+}
+
+impl Mappings {
+    fn new(count: usize) -> Mappings {
+        let len = (count + 1) * 4096;
+        let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
+        // SAFETY: a fresh anonymous reservation, checked against MAP_FAILED.
+        let base = unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_NONE, flags, -1, 0) };
+        assert_ne!(base, libc::MAP_FAILED, "reserve {len} bytes");
+        for i in 0..count / 2 {
+            // SAFETY: a page inside the reservation made above.
+            let r = unsafe { libc::mprotect(base.cast::<u8>().add(2 * i * 4096).cast(), 4096, libc::PROT_READ) };
+            assert_eq!(r, 0, "mprotect: {}", std::io::Error::last_os_error());
+        }
+        Mappings { base, len }
+    }
+}
+
+impl Drop for Mappings {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the reservation made in `new`.
+        unsafe { libc::munmap(self.base, self.len) };
+    }
+}
+
+/// How many lines of this process's `/proc/self/maps` come before its mapping of `path`.
+fn lines_before_mapping_of(path: &Path) -> usize {
+    let meta = std::fs::metadata(path).expect("the live file");
+    let (dev, inode) = (meta.dev(), meta.ino());
+    let id = format!("{:02x}:{:02x} {inode} ", libc::major(dev), libc::minor(dev));
+    let maps = std::fs::read_to_string("/proc/self/maps").expect("read /proc/self/maps");
+    maps.lines().position(|l| l.contains(&id)).expect("the live file is mapped")
+}
+
+fn suspended(v: &Value) -> bool {
+    v["suspended"].as_bool().expect("suspended is a boolean")
+}
+
+fn entry<'a>(list: &'a Value, name: &str) -> &'a Value {
+    list.as_array().expect("a list").iter().find(|v| v["name"] == name).expect("the vGPU is listed")
+}
+
+fn pids(v: &Value) -> Vec<u64> {
+    v["processes"].as_array().expect("processes").iter().map(|p| p.as_u64().unwrap()).collect()
+}
+
+/// Runs `tessera vgpu rm NAME`: its output and how long it took to answer.
+fn rm(m: &Machine, name: &str) -> (std::process::Output, Duration) {
+    let t = Instant::now();
+    let out = m.tessera(&["vgpu", "rm", name]);
+    (out, t.elapsed())
+}
+
+#[test]
+fn a_tenant_with_60k_mappings_in_90_slots_slows_neither_the_audit_nor_rm() {
+    let _turn = TIMING.lock().unwrap_or_else(|e| e.into_inner());
+    let mut m = Machine::new("hostile-maps", "small");
+    m.start();
+    for (name, share) in [("a", "10"), ("b", "50"), ("c", "40")] {
+        m.ok(&["vgpu", "create", name, "--device", "0", "--memory", "1GiB", "--share", share]);
+    }
+    // The tenant of `a` maps its file, then makes 60,000 mappings: they lie below the file's, so they come
+    // before it in its /proc/PID/maps (about 3 MB), and it plants itself in 90 slots.
+    let (path, file) = live(&m, "a");
+    let mappings = Mappings::new(MAPPINGS);
+    let before = lines_before_mapping_of(&path);
+    assert!(before >= MAPPINGS, "only {before} mappings come before the live file's");
+    let me = std::process::id();
+    for i in free_slots(file, 90) {
+        plant(file, i, me, 0);
+    }
+    // Every vGPU saturates the device, long enough for the slowest suspension allowed below.
+    let (_b, _c, _a) = (m.saturate("b", "30", None), m.saturate("c", "30", None), m.saturate("a", "30", None));
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(!suspended(&m.show("a")), "suspended before it cheated");
+
+    // It keeps its bucket at the burst (2 ms for its 1 ms window), waking its launches.
+    let bucket = &file.sched;
+    let stop = Arc::new(AtomicBool::new(false));
+    let stopped = Arc::clone(&stop);
+    let cheat = std::thread::spawn(move || {
+        while !stopped.load(Ordering::Relaxed) {
+            bucket.tokens.store(2_000_000, Ordering::SeqCst);
+            notify(bucket);
+            std::thread::sleep(Duration::from_micros(100));
+        }
+    });
+    let cheating = Instant::now();
+    let reason = poll_every(Duration::from_millis(250), "the audit to suspend a", Duration::from_secs(25), || {
+        let a = m.show("a");
+        suspended(&a).then(|| a["audit"].as_str().expect("the audit's reason").to_string())
+    });
+    let detected = cheating.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    cheat.join().unwrap();
+    eprintln!("suspended after {:.1} s of cheating: {reason}", detected.as_secs_f64());
+    // Its whole window (10 rounds of 1 s) judged: about 8 s on a quiet host; 30 s when every round read
+    // the map once per slot.
+    assert!(detected <= Duration::from_secs(10), "the audit took {detected:?} to suspend the cheater");
+    for n in ["b", "c"] {
+        assert!(!suspended(entry(&m.list(), n)), "honest vGPU {n} was suspended");
+    }
+
+    // `rm` answers at once: refused, the tenant being verified (its slots name a process mapping the file).
+    let mut slowest = Duration::ZERO;
+    for _ in 0..3 {
+        let (out, took) = rm(&m, "a");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && stderr.contains(&me.to_string()), "{stderr}");
+        slowest = slowest.max(took);
+    }
+    eprintln!("vgpu rm answered within {:.3} s", slowest.as_secs_f64());
+    assert!(slowest <= Duration::from_secs(1), "vgpu rm took {slowest:?}");
+    drop(mappings);
+    m.stop_daemon();
+}
+
+#[test]
+fn a_slot_naming_a_process_the_daemon_cannot_verify_does_not_block_rm() {
+    let _turn = TIMING.lock().unwrap_or_else(|e| e.into_inner());
+    // In a VM or container, pid 1 is root's and its map cannot be read even by root: a slot naming it can
+    // be neither verified nor found false. (Where it can be read, pid 1 is found not to map the vGPU's
+    // file and freed: the test holds all the same.)
+    let readable = std::fs::File::open("/proc/1/maps").is_ok();
+    eprintln!("/proc/1/maps is {}readable here", if readable { "" } else { "not " });
+    let mut m = Machine::new("hostile-pid1", "small");
+    m.start();
+    m.ok(&["vgpu", "create", "p", "--device", "0", "--memory", "1GiB", "--share", "10"]);
+    m.ok(&["vgpu", "create", "q", "--device", "0", "--memory", "1GiB", "--share", "10"]);
+
+    // p (the daemon's user's, as pid 1 is): 30 slots name pid 1, holding 256 MiB each (7.5 GiB on a 1 GiB
+    // quota).
+    let (_, p) = live(&m, "p");
+    for i in free_slots(p, 30) {
+        plant(p, i, 1, 256 * MIB);
+    }
+    // Removed all the same, promptly, and gone with its bytes: created again, it holds nothing.
+    let (out, took) = rm(&m, "p");
+    assert!(out.status.success(), "vgpu rm p: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(took <= Duration::from_secs(1), "vgpu rm took {took:?}");
+    m.ok(&["vgpu", "create", "p", "--device", "0", "--memory", "1GiB", "--share", "10"]);
+    let shown = m.show("p");
+    assert_eq!((u64_at(&shown, "used"), pids(&shown)), (0, vec![]), "{shown}");
+
+    // q: a real tenant beside pid 1 planted. The tenant, verified, blocks rm (named alone); once it is
+    // gone, rm goes through.
+    let mut tenant = m.spawn_tenant("q", &["alloc", "--bytes", "64MiB"]);
+    let tenant_pid = u64_at(&first_line(&mut tenant), "pid");
+    let (_, q) = live(&m, "q");
+    for i in free_slots(q, 3) {
+        plant(q, i, 1, 256 * MIB);
+    }
+    // Pid 1 holds nothing on the device: what its slots claim stops counting within a few rounds.
+    if !readable {
+        poll_every(Duration::from_millis(100), "pid 1's bytes uncounted", Duration::from_secs(10), || {
+            (u64_at(&m.show("q"), "used") < 256 * MIB).then_some(())
+        });
+    }
+    // Verified by the watch within a round or two (a request reads maps within a budget of its own).
+    let refused = poll_every(Duration::from_millis(100), "rm q refused", Duration::from_secs(5), || {
+        let (out, _) = rm(&m, "q");
+        (!out.status.success()).then(|| String::from_utf8_lossy(&out.stderr).into_owned())
+    });
+    assert!(refused.contains(&format!("(pid {tenant_pid})")), "{refused}");
+    finish(tenant);
+    let (out, _) = rm(&m, "q");
+    assert!(out.status.success(), "vgpu rm q: {}", String::from_utf8_lossy(&out.stderr));
+    let log = String::from_utf8_lossy(&m.stop_daemon().stderr).into_owned();
+    if !readable {
+        assert!(log.contains("process slot naming pid 1 that could not be verified"), "{log}");
+        assert!(log.contains("vGPU \"q\": process slot of pid 1 counted 268435456 bytes of device 0"), "{log}");
+    }
+}
