@@ -893,6 +893,38 @@ mod tests {
     }
 
     #[test]
+    fn reads_are_answered_during_a_save_and_the_change_only_once_saved() {
+        let f = Fixture::new("slow-save");
+        let (entered_tx, entered) = std::sync::mpsc::channel::<()>();
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let gate = Mutex::new((entered_tx, released));
+        let mut store = Store::open(&f.dir.join("state")).unwrap();
+        // Every save waits until released, as an `fsync` on a loaded disk does for seconds.
+        store.before_save = Some(Box::new(move || {
+            let gate = gate.lock().unwrap();
+            let _ = gate.0.send(());
+            let _ = gate.1.recv();
+        }));
+        let m = shared(Manager::start(f.region, store, vec![80 << 30; 2]).unwrap());
+        let (done_tx, done) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = done_tx.send(m.handle(create("a", 10)));
+        });
+        entered.recv().unwrap();
+        for r in [Request::List, Request::Show { name: "a".into() }, Request::Stats { name: None }] {
+            let resp = within_10s(move || m.handle(r)).expect("a read waited for a save in progress");
+            assert!(resp.ok, "{resp:?}");
+        }
+        let path = f.dir.join("state").join(crate::store::FILE);
+        assert!(done.recv_timeout(Duration::from_millis(200)).is_err(), "the change was answered before it was saved");
+        assert!(!path.exists(), "nothing saved yet");
+        release.send(()).unwrap();
+        let resp = done.recv_timeout(Duration::from_secs(10)).expect("the change was answered once saved");
+        assert!(resp.ok, "{resp:?}");
+        assert!(std::fs::read_to_string(&path).unwrap().contains("\"a\""), "saved when answered");
+    }
+
+    #[test]
     fn another_process_holding_the_region_lock_holds_up_no_read_and_fails_create_with_a_clear_error() {
         let f = Fixture::new("flock");
         let m = shared(f.manager());
