@@ -33,8 +33,8 @@ fn the_audit_log_names_who_changed_what_and_what_was_refused() {
     client.set("a", Change { share: Some(20), ..Change::default() }).unwrap();
     let refused = client.create(VgpuSpec::new("tiny", 0, 1024, 10)).unwrap_err();
     assert!(refused.message.contains("footprint"), "{refused}");
-    // A tenant joins (seen by the watch's next round, every second) and leaves.
-    let mut tenant = m.saturate("a", "1", None);
+    // A tenant joins (seen by the watch's next round, every second: it runs for two) and leaves.
+    let mut tenant = m.saturate("a", "2", None);
     let lines = lines_once(&log, "tenant joined");
     assert!(tenant.wait().unwrap().success(), "the tenant failed");
     lines_once(&log, "tenant left");
