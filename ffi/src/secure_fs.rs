@@ -210,10 +210,13 @@ pub fn replace_atomically(path: &Path, mode: u32, bytes: &[u8]) -> Result<(), St
         let _ = std::fs::remove_file(&temp);
         fail("replace", e)
     })?;
-    // The rename itself is durable once the directory is.
-    if let Some(dir) = path.parent() {
-        File::open(dir).and_then(|d| d.sync_all()).map_err(|e| fail("sync its directory", e))?;
-    }
+    // The rename itself is durable once the directory is. A bare file name's parent is "" (the current
+    // directory), which cannot be opened by that name.
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    File::open(dir).and_then(|d| d.sync_all()).map_err(|e| fail("sync its directory", e))?;
     Ok(())
 }
 

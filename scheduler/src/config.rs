@@ -18,6 +18,12 @@ pub const MIN_WINDOW_NS: u64 = 1_000;
 pub const MAX_WINDOW_NS: u64 = 1_000_000_000;
 /// Smallest share a vGPU may have, in percent of its device (shares sum to at most 100 per device).
 pub const MIN_SHARE: u32 = 1;
+/// One CUDA context's footprint, the least memory quota a request may give a vGPU: every process of a
+/// vGPU creates a context, which is charged to the quota (see the shim's `contexts`), so a smaller quota
+/// lets no process start. Contexts cost from about a hundred MiB to several hundred on the GPUs we know
+/// of (the shim measures each device's); this floor is below all of them. A saved configuration with a
+/// smaller quota still loads (it was accepted before this rule).
+pub const CONTEXT_FOOTPRINT: u64 = 64 << 20;
 
 pub use tessera_client::spec::{Change, Mode, Priority, VgpuSpec};
 
@@ -162,6 +168,7 @@ impl Config {
             return Err(format!("vGPU {:?} already exists; change it with `tessera vgpu set`", spec.name));
         }
         spec.check(devices)?;
+        check_footprint(spec.memory)?;
         let mut next = self.clone();
         next.vgpus.push(spec);
         next.check(devices)?;
@@ -174,6 +181,9 @@ impl Config {
             return Err(
                 "nothing to change: give --share, --memory, --priority, --tensor-cores, --window or --mode".into()
             );
+        }
+        if let Some(memory) = change.memory {
+            check_footprint(memory)?;
         }
         self.replace(name, devices, |spec| change.apply(spec))
     }
@@ -202,6 +212,20 @@ impl Config {
         next.check(devices)?;
         Ok(next)
     }
+}
+
+/// Checks that a quota of `memory` bytes, asked for by a request, holds one context.
+fn check_footprint(memory: u64) -> Result<(), String> {
+    if memory != 0 && memory < CONTEXT_FOOTPRINT {
+        return Err(format!(
+            "a memory quota of {} is below one CUDA context's footprint ({}): no process could start in the \
+             vGPU; give at least {}",
+            bytes(memory),
+            bytes(CONTEXT_FOOTPRINT),
+            format_size(CONTEXT_FOOTPRINT)
+        ));
+    }
+    Ok(())
 }
 
 /// `bytes` for messages: `1.0 GiB (1073741824 bytes)`.
@@ -256,6 +280,20 @@ mod tests {
         assert!(c.create(VgpuSpec { memory: 0, ..spec("z", 1, 1) }, TWO).is_err());
         assert!(c.create(VgpuSpec { window_ns: 10, ..spec("z", 1, 1) }, TWO).unwrap_err().contains("window"));
         assert!(c.set("a", &Change::default(), TWO).unwrap_err().contains("nothing to change"));
+    }
+
+    #[test]
+    fn a_quota_below_one_context_is_refused_naming_the_footprint() {
+        let c = Config::default().create(spec("a", 0, 30), TWO).unwrap();
+        let e = c.create(VgpuSpec { memory: 1024, ..spec("tiny", 0, 1) }, TWO).unwrap_err();
+        assert!(e.contains("1.0 KiB") && e.contains("one CUDA context's footprint (64.0 MiB"), "{e}");
+        let e = c.set("a", &Change { memory: Some(1024), ..Change::default() }, TWO).unwrap_err();
+        assert!(e.contains("one CUDA context's footprint (64.0 MiB"), "{e}");
+        let c = c.set("a", &Change { memory: Some(CONTEXT_FOOTPRINT), ..Change::default() }, TWO).unwrap();
+        assert_eq!(c.get("a").unwrap().memory, CONTEXT_FOOTPRINT, "exactly one context is allowed");
+        // A saved configuration with a smaller quota still loads.
+        let old = Config { vgpus: vec![VgpuSpec { memory: 4096, ..spec("old", 0, 1) }] };
+        assert_eq!(old.check(TWO), Ok(()));
     }
 
     #[test]

@@ -21,10 +21,11 @@
 //!   given back with them (`snapshot`, `resume`);
 //! - [`passthrough_ops`]: GPUs for virtual machines (discovery, VFIO, mdevs) with `tessera-passthrough`;
 //! - [`paths`]: where the files are; [`daemon`]: the daemon's life; [`logger`]: its log lines, which never
-//!   hold up a thread.
+//!   hold up a thread; [`audit_log`]: who changed what, and what was refused.
 
 pub mod alone;
 pub mod audit;
+pub mod audit_log;
 pub mod broker;
 pub mod caller;
 pub mod charger;

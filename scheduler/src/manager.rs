@@ -20,7 +20,7 @@ use crate::protocol::{DEFRAG_TIMEOUT, Error, ErrorCode, PagerReport, Reply, Requ
 use crate::slots;
 use crate::snapshots::{self, Snapshots};
 use crate::store::Store;
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
@@ -57,6 +57,9 @@ pub struct Manager {
     audit: Mutex<HashMap<String, String>>,
     /// The driver's process checkpoint calls (see [`snapshot`]).
     checkpoint: Box<dyn Checkpointer>,
+    /// The processes the watch saw attached to each vGPU (by name) on its last round, so that the audit
+    /// log says who joined and left.
+    tenants: Mutex<HashMap<String, BTreeSet<u32>>>,
     /// Held for the whole of a `snapshot` or `resume`, which take seconds: one at a time.
     snapshot_op: Mutex<()>,
     /// The snapshotted vGPUs; locked only to read or replace entries (reads never wait for a snapshot).
@@ -95,6 +98,7 @@ impl Manager {
             config: Mutex::new(config),
             published,
             audit: Mutex::default(),
+            tenants: Mutex::default(),
             checkpoint: Box::new(Unavailable("the daemon was started without a driver".into())),
             snapshot_op: Mutex::default(),
             snapshots: Mutex::default(),
@@ -134,8 +138,12 @@ impl Manager {
     }
 
     /// Carries out one request made by `caller` (see [`crate::caller`]): what the API's connections use.
-    pub fn handle_from(&self, request: Request, _caller: &crate::caller::Caller) -> Reply {
-        self.handle(request)
+    /// Every change and every refusal is recorded in the audit log ([`crate::audit_log`]), once answered.
+    pub fn handle_from(&self, request: Request, caller: &crate::caller::Caller) -> Reply {
+        let asked = request.clone();
+        let reply = self.handle(request);
+        crate::audit_log::request(caller, &asked, &reply);
+        reply
     }
 
     /// Carries out one request.
@@ -240,7 +248,38 @@ impl Manager {
                 report_freed(spec, integrity::free(&locked.region().vgpus[index], &strays));
             }
         }
+        self.note_tenants(&config, &view);
         doubted
+    }
+
+    /// Records in the audit log the processes attached to a vGPU of `config` now that were not on the
+    /// last call, and those no longer attached.
+    fn note_tenants(&self, config: &Config, view: &ProcView) {
+        let now: HashMap<String, BTreeSet<u32>> = {
+            let locked = self.region.guard();
+            let attached = |index: usize| -> BTreeSet<u32> {
+                locked.region().vgpus[index].attached().map(|(_, pid, p)| view.pid_of(p, pid)).collect()
+            };
+            let found = config.vgpus.iter().filter_map(|s| Some((s.name.clone(), slots::find(&locked, &s.name)?)));
+            found.map(|(name, index)| (name, attached(index))).collect()
+        };
+        let mut seen = self.tenants.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let none = BTreeSet::new();
+        for (name, pids) in &now {
+            for &pid in pids.difference(seen.get(name).unwrap_or(&none)) {
+                crate::audit_log::tenant_joined(
+                    name,
+                    pid,
+                    integrity::uids(pid).ok().and_then(|ids| ids.first().copied()),
+                );
+            }
+        }
+        for (name, pids) in seen.iter() {
+            for &pid in pids.difference(now.get(name).unwrap_or(&none)) {
+                crate::audit_log::tenant_left(name, pid);
+            }
+        }
+        *seen = now;
     }
 
     /// vGPU `spec`'s slot and its process slots judged, with no lock held; `None` when it has no slot.
@@ -306,6 +345,7 @@ impl Manager {
         let mut config = self.config();
         let vgpus = match request {
             Request::Create { spec } => {
+                may_give_to(&spec)?;
                 let code = if config.get(&spec.name).is_ok() { ErrorCode::AlreadyExists } else { ErrorCode::Invalid };
                 let next = config.create(spec.clone(), devices).code(code)?;
                 let name = spec.name.clone();
@@ -550,6 +590,25 @@ mod snapshot;
 enum Lock {
     Threads,
     File,
+}
+
+/// Checks that the daemon can give vGPU `spec` to its user: the vGPU's live file is created for that
+/// user, which only root may do for another user than itself.
+fn may_give_to(spec: &VgpuSpec) -> Result<(), Error> {
+    // SAFETY: geteuid cannot fail and has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    match spec.user {
+        Some(uid) if uid != me && me != 0 => Err(Error::new(
+            ErrorCode::PermissionDenied,
+            format!(
+                "cannot give vGPU {:?} to uid {uid}: the daemon runs as uid {me}, and the daemon must run as root to \
+                 give a vGPU to another user (its files are made that user's); run the daemon as root, or leave \
+                 out --user to give it to uid {me}",
+                spec.name
+            ),
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// Says on stderr which process slots of vGPU `spec` were freed, and why.
@@ -868,6 +927,38 @@ mod tests {
         // What reads see is what was committed last: a new vGPU once its creation is saved.
         ok(m, create("b", 10));
         assert_eq!(ok(m, Request::List).len(), 2);
+    }
+
+    #[test]
+    fn reads_are_answered_during_a_save_and_the_change_only_once_saved() {
+        let f = Fixture::new("slow-save");
+        let (entered_tx, entered) = std::sync::mpsc::channel::<()>();
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let gate = Mutex::new((entered_tx, released));
+        let mut store = Store::open(&f.dir.join("state")).unwrap();
+        // Every save waits until released, as an `fsync` on a loaded disk does for seconds.
+        store.before_save = Some(Box::new(move || {
+            let gate = gate.lock().unwrap();
+            let _ = gate.0.send(());
+            let _ = gate.1.recv();
+        }));
+        let m = shared(Manager::start(f.region, store, vec![80 << 30; 2]).unwrap());
+        let (done_tx, done) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = done_tx.send(m.handle(create("a", 10)));
+        });
+        entered.recv().unwrap();
+        for r in [Request::List, Request::Show { name: "a".into() }, Request::Stats { name: None }] {
+            let resp = within_10s(move || m.handle(r)).expect("a read waited for a save in progress");
+            assert!(resp.ok, "{resp:?}");
+        }
+        let path = f.dir.join("state").join(crate::store::FILE);
+        assert!(done.recv_timeout(Duration::from_millis(200)).is_err(), "the change was answered before it was saved");
+        assert!(!path.exists(), "nothing saved yet");
+        release.send(()).unwrap();
+        let resp = done.recv_timeout(Duration::from_secs(10)).expect("the change was answered once saved");
+        assert!(resp.ok, "{resp:?}");
+        assert!(std::fs::read_to_string(&path).unwrap().contains("\"a\""), "saved when answered");
     }
 
     #[test]

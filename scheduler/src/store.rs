@@ -23,6 +23,9 @@ struct Stored {
 /// The state file of one daemon.
 pub struct Store {
     path: PathBuf,
+    /// Called by [`Store::save`] before it writes (tests: a save held in progress, as a slow `fsync`).
+    #[cfg(test)]
+    pub(crate) before_save: Option<Box<dyn Fn() + Send + Sync>>,
 }
 
 impl Store {
@@ -33,7 +36,11 @@ impl Store {
             .mode(0o700)
             .create(dir)
             .map_err(|e| format!("state directory {}: cannot create: {e} (set TESSERA_STATE_DIR)", dir.display()))?;
-        Ok(Store { path: dir.join(FILE) })
+        Ok(Store {
+            path: dir.join(FILE),
+            #[cfg(test)]
+            before_save: None,
+        })
     }
 
     /// The file's path.
@@ -71,6 +78,10 @@ impl Store {
     pub fn save(&self, config: &Config) -> Result<(), String> {
         let text = serde_json::to_string_pretty(&Stored { version: FORMAT, config: config.clone() })
             .map_err(|e| format!("cannot encode the configuration: {e}"))?;
+        #[cfg(test)]
+        if let Some(hook) = &self.before_save {
+            hook();
+        }
         let fail = |e: String| format!("state file {e}");
         tessera_ffi::secure_fs::replace_atomically(&self.path, 0o600, format!("{text}\n").as_bytes()).map_err(fail)?;
         Ok(())

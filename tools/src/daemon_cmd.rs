@@ -44,6 +44,10 @@ pub struct DaemonArgs {
     /// Serve Prometheus metrics at http://ADDR/metrics (HOST:PORT, e.g. 127.0.0.1:9400); off unless given
     #[arg(long, value_name = "ADDR", env = "TESSERA_METRICS", value_parser = OsStringValueParser::new())]
     metrics: Option<OsString>,
+    /// Also append the audit log (every vGPU change and refused request, by uid and pid, and tenants
+    /// joining and leaving; always on stderr) to FILE, created mode 0600; a symbolic link is refused
+    #[arg(long, value_name = "FILE", env = "TESSERA_AUDIT_LOG", value_parser = OsStringValueParser::new())]
+    audit_log: Option<OsString>,
 }
 
 /// The total memory of each device the driver shows (`cuDeviceTotalMem`), by ordinal, the NVML that
@@ -96,9 +100,11 @@ fn options(args: DaemonArgs, devices: Vec<u64>) -> Result<Options, String> {
 }
 
 /// Runs the daemon; returns only when it cannot start (a signal ends it with status 0).
-pub fn run(args: DaemonArgs) -> Result<(), String> {
+pub fn run(mut args: DaemonArgs) -> Result<(), String> {
+    let audit_log = args.audit_log.take().map(|f| given(f, "--audit-log", "TESSERA_AUDIT_LOG")).transpose()?;
     // The options are checked before the driver is loaded: a bad one is reported as such.
     let options = options(args, Vec::new())?;
+    tessera_scheduler::audit_log::init(audit_log.as_deref().map(std::path::Path::new))?;
     // Before the driver's cuInit, which may start threads that must not take the stop signals.
     daemon::block_stop_signals();
     let (devices, nvml, driver) = devices()?;
