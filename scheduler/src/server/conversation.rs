@@ -85,8 +85,10 @@ struct Answer {
 }
 
 impl Answer {
-    fn failed(code: ErrorCode, message: String, goes_on: bool) -> Answer {
-        Answer { text: text_of(&Reply::failure(&Error::new(code, message))), goes_on }
+    /// A refusal of what `caller` sent, recorded in the audit log ([`crate::audit_log::refused`]).
+    fn refused(caller: &Caller, error: Error, goes_on: bool) -> Answer {
+        crate::audit_log::refused(Some(caller), &error);
+        Answer { text: text_of(&Reply::failure(&error)), goes_on }
     }
 }
 
@@ -102,22 +104,17 @@ pub fn text_of(reply: &Reply) -> String {
 }
 
 /// The refusal of a caller who may not make a request; the connection is closed after it.
-fn denied() -> Answer {
-    Answer::failed(
-        ErrorCode::PermissionDenied,
-        "permission denied: only the daemon's owner may manage vGPUs".into(),
-        false,
-    )
+fn denied(caller: &Caller) -> Answer {
+    let message = "permission denied: only the daemon's owner may manage vGPUs";
+    Answer::refused(caller, Error::new(ErrorCode::PermissionDenied, message), false)
 }
 
 /// Answers `line` from `caller`: parsed and judged here (cheap), carried out on a blocking thread.
 async fn answer(line: &[u8], caller: Caller, policy: &Policy, handler: &Handler) -> Answer {
     let request = match decode(line).and_then(protocol::parse) {
         Ok(request) if policy.may(&caller, &request) => request,
-        Err(e) if policy.told_why_malformed(&caller) => {
-            return Answer { text: text_of(&Reply::failure(&e)), goes_on: true };
-        }
-        _ => return denied(),
+        Err(e) if policy.told_why_malformed(&caller) => return Answer::refused(&caller, e, true),
+        _ => return denied(&caller),
     };
     let handler = Arc::clone(handler);
     match tokio::task::spawn_blocking(move || text_of(&handler(request, &caller))).await {
@@ -145,16 +142,16 @@ where
         let answer = match next_line(&mut stream, &deadlines).await {
             Ok(Incoming::Line(line)) => answer(&line, caller, &policy, &handler).await,
             Ok(Incoming::TooLong) => {
-                Answer::failed(ErrorCode::BadRequest, format!("request longer than {MAX_LINE} bytes"), false)
+                let e = Error::new(ErrorCode::BadRequest, format!("request longer than {MAX_LINE} bytes"));
+                Answer::refused(&caller, e, false)
             }
-            Ok(Incoming::Late) => Answer::failed(
-                ErrorCode::Timeout,
-                format!(
+            Ok(Incoming::Late) => {
+                let why = format!(
                     "request line not complete {} s after its first byte; send each request as one line at once",
                     deadlines.request.as_secs()
-                ),
-                false,
-            ),
+                );
+                Answer::refused(&caller, Error::new(ErrorCode::Timeout, why), false)
+            }
             Ok(Incoming::Idle | Incoming::Closed) | Err(_) => return,
         };
         if answer.text.is_empty() {
