@@ -301,6 +301,8 @@ fn the_shim_refuses_a_region_or_vgpu_file_of_another_user() {
     let planted = dir.join("tessera.region");
     std::fs::copy(m.region(), &planted).unwrap();
     std::os::unix::fs::chown(&planted, Some(NOBODY), None).unwrap();
+    // Readable by all, as whoever plants a region makes it (the daemon's own lets only its tenants read).
+    std::fs::set_permissions(&planted, std::fs::Permissions::from_mode(0o644)).unwrap();
     let run = tenant(attacker, None);
     let owned = "belongs to uid 65534 (nobody), neither this user nor root";
     assert!(
