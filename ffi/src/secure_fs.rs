@@ -220,6 +220,62 @@ pub fn replace_atomically(path: &Path, mode: u32, bytes: &[u8]) -> Result<(), St
     Ok(())
 }
 
+/// The name of the extended attribute holding a file's POSIX access ACL.
+const ACL_XATTR: &[u8] = b"system.posix_acl_access\0";
+
+/// Makes `file` readable and writable by its owner, readable by exactly the users `readers` (others than
+/// the owner; each once) and by nobody else: mode 0600 with no ACL when there are none, else a POSIX access
+/// ACL (`user::rw-`, `user:UID:r--` each, `group::---`, `mask::r--`, `other::---`, the kernel's binary form
+/// of `system.posix_acl_access`). An error of kind `Unsupported` when the file system keeps no ACLs.
+pub fn set_readers(file: &File, readers: &[u32]) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let owner = file.metadata()?.uid();
+    let mut users: Vec<u32> = readers.iter().copied().filter(|&u| u != owner).collect();
+    users.sort_unstable();
+    users.dedup();
+    if users.is_empty() {
+        // SAFETY: a NUL-terminated attribute name and a valid open descriptor.
+        if unsafe { libc::fremovexattr(file.as_raw_fd(), ACL_XATTR.as_ptr().cast()) } != 0 {
+            let e = std::io::Error::last_os_error();
+            if !matches!(e.raw_os_error(), Some(libc::ENODATA | libc::EOPNOTSUPP)) {
+                return Err(e);
+            }
+        }
+        return file.set_permissions(std::fs::Permissions::from_mode(0o600));
+    }
+    // Tags and permissions of <linux/posix_acl_xattr.h> and <linux/posix_acl.h>.
+    const USER_OBJ: u16 = 0x01;
+    const USER: u16 = 0x02;
+    const GROUP_OBJ: u16 = 0x04;
+    const MASK: u16 = 0x10;
+    const OTHER: u16 = 0x20;
+    const NONE: u16 = 0;
+    const READ: u16 = 4;
+    const READ_WRITE: u16 = 6;
+    // Entries sorted by tag, then by id, as the kernel requires; only named users carry an id.
+    let mut entries = vec![(USER_OBJ, READ_WRITE, u32::MAX)];
+    entries.extend(users.iter().map(|&uid| (USER, READ, uid)));
+    entries.extend([(GROUP_OBJ, NONE, u32::MAX), (MASK, READ, u32::MAX), (OTHER, NONE, u32::MAX)]);
+    let mut acl = 2u32.to_le_bytes().to_vec();
+    for (tag, perm, id) in entries {
+        acl.extend_from_slice(&tag.to_le_bytes());
+        acl.extend_from_slice(&perm.to_le_bytes());
+        acl.extend_from_slice(&id.to_le_bytes());
+    }
+    // SAFETY: a NUL-terminated name, a buffer of `acl.len()` bytes and a valid open descriptor.
+    let set =
+        unsafe { libc::fsetxattr(file.as_raw_fd(), ACL_XATTR.as_ptr().cast(), acl.as_ptr().cast(), acl.len(), 0) };
+    match set {
+        0 => Ok(()),
+        _ => match std::io::Error::last_os_error() {
+            e if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {
+                Err(std::io::Error::new(std::io::ErrorKind::Unsupported, e))
+            }
+            e => Err(e),
+        },
+    }
+}
+
 /// The pid holding an exclusive `flock` on `file`, from `/proc/locks` (the kernel's record, which no
 /// user can forge), when it is found and the process still exists.
 pub fn flock_holder(file: &File) -> Option<u32> {
@@ -314,6 +370,33 @@ mod tests {
         assert_eq!(flock_holder(&file), None);
         let _held = crate::flock::FileLock::new(&file).unwrap();
         assert_eq!(flock_holder(&file), Some(std::process::id()));
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn readers_are_granted_by_acl_and_taken_back() {
+        let d = scratch("acl");
+        ensure_private_dir(&d, 0o700).unwrap();
+        let file = create_exclusive(&d.join("r"), 0o600).unwrap();
+        let acl_size = || {
+            use std::os::fd::AsRawFd;
+            // SAFETY: a NUL-terminated name, no buffer (asks for the size), a valid descriptor.
+            unsafe { libc::fgetxattr(file.as_raw_fd(), ACL_XATTR.as_ptr().cast(), std::ptr::null_mut(), 0) }
+        };
+        let mode = || file.metadata().unwrap().mode() & 0o7777;
+        match set_readers(&file, &[65534, 65533, 65534, euid()]) {
+            Err(e) if e.kind() == std::io::ErrorKind::Unsupported => {
+                eprintln!("no ACLs in {}: not checked", d.display());
+            }
+            r => {
+                r.unwrap();
+                // Version, then owner, two named users, group, mask, other: 6 entries of 8 bytes.
+                assert_eq!(acl_size(), 4 + 6 * 8);
+                assert_eq!(mode(), 0o640, "the group bits show the mask: read");
+            }
+        }
+        set_readers(&file, &[euid()]).unwrap();
+        assert_eq!((acl_size(), mode()), (-1, 0o600));
         std::fs::remove_dir_all(&d).unwrap();
     }
 }

@@ -966,9 +966,16 @@ mod tests {
         let f = Fixture::new("flock");
         let m = shared(f.manager());
         ok(m, create("a", 10));
-        // Another open file of the region, locked as a joining tenant locks it (shared), and kept locked
-        // as a stopped tenant (or anyone who can read the file) would.
-        let other = std::fs::File::open(f.region.path()).unwrap();
+        // The region file itself locked, as anyone who may read it could: it holds nothing up.
+        let region = std::fs::File::open(f.region.path()).unwrap();
+        let on_region = tessera_ffi::flock::FileLock::new(&region).unwrap();
+        ok(m, create("c", 10));
+        ok(m, Request::Rm { name: "c".into() });
+        drop(on_region);
+        // The owner's lock file, locked as a joining tenant of the owner locks it, and kept locked as a
+        // stopped one would (no other user can open it).
+        let lock = tessera_ffi::region::open::lock_path(f.region.path());
+        let other = std::fs::File::open(&lock).unwrap();
         let held = tessera_ffi::flock::FileLock::shared(&other).unwrap();
         let change = Change { share: Some(20), ..Change::default() };
         for r in [
@@ -984,7 +991,7 @@ mod tests {
         // Naming a slot needs the lock: refused after a while, naming who holds it.
         let resp = within_10s(move || m.handle(create("b", 10))).expect("create waited for ever");
         let e = resp.error.unwrap();
-        assert!(e.contains("has been locked for more than 5000 ms by pid") && e.contains(f.region.path()), "{e}");
+        assert!(e.contains(&format!("{lock} has been locked for more than 5000 ms by pid")), "{e}");
         assert_eq!(ok(m, Request::List).len(), 1, "nothing created");
         drop(held);
         ok(m, create("b", 10));

@@ -8,7 +8,7 @@ use crate::config::{VgpuSpec, bytes, priority_value, region_flags};
 use crate::logger::say;
 use crate::protocol::VgpuStatus;
 use std::sync::atomic::Ordering;
-use tessera_ffi::region::file::Locked;
+use tessera_ffi::region::file::{LIVE_LOCK_TIMEOUT, Locked};
 use tessera_ffi::region::pid_ns::ProcView;
 use tessera_ffi::region::settings::{is_managed, set_limits};
 use tessera_ffi::region::{MAX_DEVICES, Sched, UNLIMITED, VgpuSlot, encode_name, flags};
@@ -105,6 +105,8 @@ pub fn notify(s: &Sched) {
 /// [`crate::integrity`]) that still name the same process.
 pub fn remove(locked: &Locked, name: &str, ignored: &[(usize, u64)]) -> Result<(), String> {
     let Some(index) = find(locked, name) else { return Ok(()) };
+    // Tenants of other users join under its live file's shared lock, not the region's: none joins meanwhile.
+    let _joining = locked.file().lock_live(index, LIVE_LOCK_TIMEOUT)?;
     let view = ProcView::new();
     locked.reclaim_dead(&view);
     let pids: Vec<u32> = locked.region().vgpus[index]

@@ -177,8 +177,9 @@ fn the_socket_and_files_belong_to_the_owner_only() {
     m.start();
     assert_eq!(mode(&m.socket()), 0o600, "only the owner may connect, so only the owner changes shares");
     m.ok(&["vgpu", "create", "a", "--device", "0", "--memory", "1GiB", "--share", "30"]);
-    // Other users' processes may read the region (read-only), and join only a vGPU made for them.
-    assert_eq!(mode(&m.region()), 0o644);
+    // Other users may read the region only while a vGPU is theirs (an ACL names them), and join only a
+    // vGPU made for them: with none, nobody but the owner reads it.
+    assert_eq!(mode(&m.region()), 0o600);
     assert_eq!(
         mode(std::path::Path::new(&tessera_ffi::region::open::live_path(m.region().to_str().unwrap(), 0))),
         0o600

@@ -228,8 +228,9 @@ fn the_default_directory_is_the_users_own_and_cannot_be_squatted() {
     drop(daemon);
     assert_eq!((meta.uid(), meta.mode() & 0o7777, meta.is_dir()), (owner.0, 0o711, true));
     assert_eq!(present, [true; 3], "{names:?} in {}", dir.display());
-    // Another user's tenant reaches the region by its name, but can neither list nor add anything.
-    assert_eq!((reach, list, create), (vec!["ok".to_string()], vec!["EACCES".into()], vec!["EACCES".into()]));
+    // Another user, with no vGPU of its own, can neither read the region (its vGPUs' names and settings),
+    // nor list nor add anything.
+    assert_eq!((reach, list, create), (vec!["EACCES".to_string()], vec!["EACCES".into()], vec!["EACCES".into()]));
 }
 
 #[test]
@@ -300,6 +301,8 @@ fn the_shim_refuses_a_region_or_vgpu_file_of_another_user() {
     let planted = dir.join("tessera.region");
     std::fs::copy(m.region(), &planted).unwrap();
     std::os::unix::fs::chown(&planted, Some(NOBODY), None).unwrap();
+    // Readable by all, as whoever plants a region makes it (the daemon's own lets only its tenants read).
+    std::fs::set_permissions(&planted, std::fs::Permissions::from_mode(0o644)).unwrap();
     let run = tenant(attacker, None);
     let owned = "belongs to uid 65534 (nobody), neither this user nor root";
     assert!(

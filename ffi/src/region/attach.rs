@@ -7,15 +7,29 @@
 //! process is attached, and its slot may be reused for another name once nobody is attached. A process
 //! joining a managed vGPU maps the region read-only and only the vGPU's live file writable over it, so
 //! that it can change neither its own configuration nor another vGPU's state.
+//!
+//! A process of the region's owner joins under the owner's lock ([`RegionFile::lock`]). A process of
+//! another user (a tenant of a `--user` vGPU) may not lock the region, and takes no lock of it: it finds
+//! its vGPU without one ([`find_settled`]), then checks that the slot is still that vGPU's and claims its
+//! process slot under the shared lock of the vGPU's live file, which only its user and the daemon can
+//! open, and whose exclusive lock the daemon holds while it removes the vGPU.
 
 use super::claim::claim_process;
-use super::file::{Locked, RegionFile, map, overlay};
+use super::file::{LOCK_TIMEOUT, Locked, RegionFile, find_settled, map, overlay};
 use super::layout::{Daemon, MAX_DEVICES, MAX_VGPUS, NAME_LEN, ProcSlot, Region, UNLIMITED, VgpuSlot, encode_name};
 use super::open::{Access, live_path, open_live};
 use super::pid_ns::{self, Unseen};
 use super::reclaim;
 use super::settings::{Limits, describe, is_managed, limits_of, reset_usage, set_limits};
+use crate::flock::FileLock;
+use std::os::unix::fs::MetadataExt;
 use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+/// How long a tenant of another user retries a vGPU it found halfway through a change by the daemon (its
+/// slot named but not yet configured, its live file not yet made, or replaced meanwhile): the daemon makes
+/// such a change in milliseconds.
+const SETTLE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The slots a process accounts in.
 pub struct Attached {
@@ -45,13 +59,16 @@ pub fn attach(path: &str, name: &str, limits: Option<&Limits>) -> Result<Attache
 pub fn attach_with_share(path: &str, name: &str, limits: Option<&Limits>, own_share: bool) -> Result<Attached, String> {
     let encoded = encode_name(name).ok_or_else(|| format!("{name:?} is not a vGPU name"))?;
     let file = RegionFile::open_as(path, Access::Joiner)?;
-    if file.writable {
+    if !file.writable {
+        return attach_read_only(file, path, name, &encoded, limits, own_share);
+    }
+    {
         // Before the lock, which others wait for meanwhile: reclaiming reads `/proc` for every process of
         // every vGPU, and is safe without it (slots are freed by compare-and-swap).
         reclaim::reclaim_dead(file.region(), &Unseen);
     }
     let locked = file.lock()?;
-    let index = join(&locked, &encoded, name, limits, own_share)?;
+    let index = join(&locked, locked.find(&encoded), name, limits, own_share)?;
     let managed = is_managed(&locked.region().vgpus[index]);
     let region: &'static Region = if managed {
         let live = open_live(&live_path(path, index), index, file.dir, None).map_err(|e| {
@@ -85,6 +102,98 @@ pub fn attach_with_share(path: &str, name: &str, limits: Option<&Limits>, own_sh
     })
 }
 
+/// [`attach_with_share`] for a region this user may only read (another user's, normally the daemon's):
+/// without any lock of the region, see the module doc. Retries for at most [`SETTLE_TIMEOUT`] while the
+/// vGPU is found halfway through a change.
+fn attach_read_only(
+    file: RegionFile,
+    path: &str,
+    name: &str,
+    encoded: &[u8; NAME_LEN],
+    limits: Option<&Limits>,
+    own_share: bool,
+) -> Result<Attached, String> {
+    let settle = Instant::now() + SETTLE_TIMEOUT;
+    loop {
+        let unsettled = match try_attach_read_only(&file, path, name, encoded, limits, own_share)? {
+            Ok(attached) => return Ok(attached),
+            Err(unsettled) => unsettled,
+        };
+        if Instant::now() >= settle {
+            return Err(unsettled);
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// One try of [`attach_read_only`]: `Ok(Err(why))` when the vGPU was found halfway through a change (try
+/// again), `Err` when joining it is refused.
+fn try_attach_read_only(
+    file: &RegionFile,
+    path: &str,
+    name: &str,
+    encoded: &[u8; NAME_LEN],
+    limits: Option<&Limits>,
+    own_share: bool,
+) -> Result<Result<Attached, String>, String> {
+    let threads = file.guard();
+    let found = find_settled(file.region(), encoded);
+    let Some(index) = found.filter(|&i| is_managed(&file.region().vgpus[i])) else {
+        // Not there, or not configured yet: join says why it will not do (unless it is only being made).
+        let e = join(&threads, found, name, limits, own_share).err().unwrap_or_default();
+        return if found.is_some() { Ok(Err(e)) } else { Err(e) };
+    };
+    let live_at = live_path(path, index);
+    let live = match open_live(&live_at, index, file.dir, None) {
+        Ok(live) => live,
+        // Being made or removed by the daemon.
+        Err(e) if std::path::Path::new(&live_at).symlink_metadata().is_err() => return Ok(Err(e)),
+        Err(e) => {
+            return Err(format!(
+                "cannot join vGPU {name:?}: {e} (a vGPU's file belongs to the user it was created for)"
+            ));
+        }
+    };
+    let held = FileLock::shared_within(&live, LOCK_TIMEOUT).map_err(|e| format!("{live_at}: cannot lock: {e}"))?;
+    let Some(held) = held else {
+        return Err(format!(
+            "{live_at} has been locked for more than {} s by {}; only this user's processes and the daemon can \
+             lock it: resume or end the holder, then try again",
+            LOCK_TIMEOUT.as_secs(),
+            super::file::describe_holders(&live)
+        ));
+    };
+    // Under the live file's lock the daemon removes nothing: the slot must still be this vGPU's, and the
+    // file still the one at its path.
+    let same_file = match (live.metadata(), std::fs::symlink_metadata(&live_at)) {
+        (Ok(a), Ok(b)) => (a.dev(), a.ino()) == (b.dev(), b.ino()),
+        _ => false,
+    };
+    if !same_file || find_settled(file.region(), encoded) != Some(index) || !is_managed(&file.region().vgpus[index]) {
+        return Ok(Err(format!("vGPU {name:?} kept changing while this process joined it; retry")));
+    }
+    join(&threads, Some(index), name, limits, own_share)?;
+    let map = map(&file.file, libc::PROT_READ).map_err(|e| format!("region file {path}: cannot map: {e}"))?;
+    // SAFETY: a fresh mapping of our own; nothing references it yet.
+    unsafe { overlay(map.0.as_ptr(), index, &live, libc::PROT_READ | libc::PROT_WRITE, 0) }
+        .map_err(|e| format!("{live_at}: cannot map: {e}"))?;
+    let base = map.0;
+    std::mem::forget(map);
+    // SAFETY: never unmapped now; the header was checked when `file` was opened.
+    let region: &'static Region = unsafe { &*base.as_ptr() };
+    let vgpu = &region.vgpus[index];
+    reclaim::reclaim_vgpu(vgpu, None, &Unseen);
+    let me_index = claim_process(vgpu, name)?;
+    drop(held);
+    Ok(Ok(Attached {
+        region: Some(region),
+        vgpu,
+        vgpu_index: index as u32,
+        me: &vgpu.live.procs[me_index],
+        me_index: Some(me_index),
+    }))
+}
+
 /// How long the daemon's heartbeat may be silent before it counts as gone (it beats at least every
 /// 100 ms while it lives).
 pub const DAEMON_SILENCE_NS: u64 = 2_000_000_000;
@@ -106,13 +215,13 @@ pub fn daemon_gone(daemon: &Daemon) -> bool {
     pid == 0 || (pid_ns::is_own(daemon.pid_ns.load(Ordering::Acquire)) && reclaim::exists(pid) == Some(false))
 }
 
-/// The slot of vGPU `name` checked against `limits`, or a new slot configured with them (refused while a
-/// daemon manages the region: its vGPUs are created with `tessera vgpu create`). A process with no limit
-/// of its own (no `limits`, no `own_share`) may not set up a vGPU no daemon manages: it would run
+/// The slot `found` for vGPU `name` checked against `limits`, or a new slot configured with them (refused
+/// while a daemon manages the region: its vGPUs are created with `tessera vgpu create`). A process with no
+/// limit of its own (no `limits`, no `own_share`) may not set up a vGPU no daemon manages: it would run
 /// unlimited, say after a typo in `TESSERA_VGPU`.
 fn join(
     locked: &Locked,
-    encoded: &[u8; NAME_LEN],
+    found: Option<usize>,
     name: &str,
     limits: Option<&Limits>,
     own_share: bool,
@@ -126,7 +235,7 @@ fn join(
              TESSERA_MEMORY_LIMIT or TESSERA_COMPUTE_SHARE"
         )
     };
-    let Some(i) = locked.find(encoded) else {
+    let Some(i) = found else {
         if let Some(pid) = live_daemon(locked.region(), crate::futex::monotonic_ns()) {
             return Err(format!(
                 "there is no vGPU {name:?}: the Tessera daemon (pid {pid}) manages the vGPUs of region file {path}; \
@@ -139,7 +248,8 @@ fn join(
         if limits.is_none() && !own_share {
             return Err(unlimited());
         }
-        let i = locked.claim_slot(encoded).ok_or_else(|| {
+        let encoded = encode_name(name).ok_or_else(|| format!("{name:?} is not a vGPU name"))?;
+        let i = locked.claim_slot(&encoded).ok_or_else(|| {
             format!(
                 "region file {path}: all {MAX_VGPUS} vGPU slots are in use by running processes or the daemon; \
                  cannot add {name:?}"

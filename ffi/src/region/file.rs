@@ -1,20 +1,28 @@
-//! The region file (layout in [`super::layout`]): opened and checked under `flock` (created complete, see
-//! [`super::open`]) and mapped; [`Locked`] holds its lock while slots are claimed or configured
+//! The region file (layout in [`super::layout`]): opened and checked (it is created complete, see
+//! [`super::open`]) and mapped; [`Locked`] holds its owner's lock while slots are claimed or configured
 //! ([`super::claim`]). A managed vGPU's live area is its own file ([`super::open::live_path`]), which the
 //! daemon creates for the vGPU's user and maps over the slot ([`RegionFile::map_live`]).
 //!
-//! Anyone who can open the region file can `flock` it, and a stopped process keeps the lock: no lock here
-//! is waited for longer than [`LOCK_TIMEOUT`] (the daemon's requests use shorter bounds of their own), after
-//! which the error names the file, the processes holding it and what to do.
+//! Locks: anyone who can open a file can `flock` it, and a stopped process keeps the lock. So the lock
+//! that serialises claiming and configuring slots is on the region's [`lock_path`] file, which only the
+//! region's owner can open ([`open_lock`]); the region file itself is never locked (the users of its
+//! `--user` vGPUs may read it). A tenant of another user takes no lock of the region at all: it finds its
+//! vGPU without one and checks what it found under the shared lock of its own vGPU's live file, whose
+//! exclusive lock the daemon takes to remove the vGPU ([`RegionFile::lock_live`]). No lock here is waited
+//! for longer than [`LOCK_TIMEOUT`] (the daemon's requests use shorter bounds of their own), after which
+//! the error names the file, the processes holding it and what to do.
 
-use super::layout::{AREA, LAYOUT_SIZE, Region, VERSION, VgpuSlot, encode_name, live_offset, state};
-use super::open::{Access, check_header, checked_dir, header_matches, live_path, open_live, open_region};
+use super::layout::{AREA, LAYOUT_SIZE, NAME_LEN, Region, VERSION, VgpuSlot, encode_name, live_offset, state};
+use super::open::open_region;
+use super::open::{Access, check_header, checked_dir, header_matches, live_path, lock_path, open_live, open_lock};
 use crate::flock::FileLock;
 use crate::secure_fs::DirKind;
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::ptr::NonNull;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::Ordering;
+use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Longest anything here waits for the region file's lock. It is held for milliseconds (while a process
@@ -22,6 +30,10 @@ use std::time::{Duration, Instant};
 /// (SIGSTOP, a debugger) or holds it on purpose; a process starting on a host loaded many times over still
 /// gets it well within this.
 pub const LOCK_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long the daemon waits for a vGPU's live file's lock before removing the vGPU: its tenants hold
+/// the shared lock for milliseconds while they join.
+pub const LIVE_LOCK_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The shared mapping of a whole region file; unmapped when dropped (with whatever was mapped over it).
 pub(super) struct Mapping(pub(super) NonNull<Region>);
@@ -47,6 +59,12 @@ pub struct RegionFile {
     pub(super) writable: bool,
     /// What the directory holding it may be trusted with (whether the daemon may replace a live file).
     pub(super) dir: DirKind,
+    /// How it was opened: the daemon's lets the users of its vGPUs read it.
+    access: Access,
+    /// Its [`lock_path`] file, opened on the first [`RegionFile::lock`] of a writable region.
+    claims: OnceLock<File>,
+    /// The users of the vGPUs whose live files are mapped (by slot): for the daemon, who may read the file.
+    readers: Mutex<BTreeMap<usize, u32>>,
     /// `flock` excludes other open files, not other threads using this one: they take this first.
     threads: Mutex<()>,
 }
@@ -60,17 +78,11 @@ impl RegionFile {
     /// Opens the region at `path` as `access` says, creating it complete when it is missing (and may be
     /// created), in a directory checked for it ([`super::open`]); an existing file must be a
     /// version-[`VERSION`] region of this layout, owned as `access` requires. Errors name the file and what
-    /// to do; so does one held locked by others for longer than [`LOCK_TIMEOUT`].
+    /// to do. No lock is taken: a region appears complete, and its header never changes.
     pub fn open_as(path: &str, access: Access) -> Result<RegionFile, String> {
-        RegionFile::open_within(path, access, LOCK_TIMEOUT)
-    }
-
-    /// [`RegionFile::open_as`], waiting at most `timeout` for the file's lock.
-    pub fn open_within(path: &str, access: Access, timeout: Duration) -> Result<RegionFile, String> {
         let fail = |what: &str, e: std::io::Error| format!("region file {path}: {what}: {e}");
         let dir = checked_dir(std::path::Path::new(path)).map_err(|e| format!("region file {path}: {e}"))?;
         let (file, writable) = open_region(path, access, dir)?;
-        let lock = lock_file(&file, writable, path, timeout)?;
         let len = file.metadata().map_err(|e| fail("cannot stat", e))?.len();
         if len != LAYOUT_SIZE as u64 {
             return Err(format!(
@@ -84,8 +96,17 @@ impl RegionFile {
         // SAFETY: `map` covers the whole file and lives until the end of this function or in the result; the
         // header is read only (atomic magic, integers written before the file was linked into place).
         check_header(unsafe { &map.0.as_ref().head.header }, path)?;
-        drop(lock);
-        Ok(RegionFile { file, map, path: path.to_string(), writable, dir, threads: Mutex::new(()) })
+        Ok(RegionFile {
+            file,
+            map,
+            path: path.to_string(),
+            writable,
+            dir,
+            access,
+            claims: OnceLock::new(),
+            readers: Mutex::default(),
+            threads: Mutex::new(()),
+        })
     }
 
     /// The file's path.
@@ -99,28 +120,64 @@ impl RegionFile {
         unsafe { self.map.0.as_ref() }
     }
 
-    /// Takes the file lock (and excludes this process's other threads) to claim or configure slots; a
-    /// read-only file takes the shared lock, enough to read names. Waits at most [`LOCK_TIMEOUT`], as
-    /// [`RegionFile::lock_within`] does.
+    /// Takes the owner's lock ([`lock_path`]; and excludes this process's other threads) to claim or
+    /// configure slots. Waits at most [`LOCK_TIMEOUT`], as [`RegionFile::lock_within`] does.
     pub fn lock(&self) -> Result<Locked<'_>, String> {
         self.lock_within(LOCK_TIMEOUT)
     }
 
-    /// Takes the file lock, as [`RegionFile::lock`] does, if it can be had within `timeout`; otherwise an
-    /// error naming the processes holding it (a process joining a vGPU holds it for milliseconds, unless it
-    /// is stopped, or anyone who can read the file holds it on purpose).
+    /// Takes the owner's lock, as [`RegionFile::lock`] does, if it can be had within `timeout`; otherwise
+    /// an error naming the processes holding it (the owner's processes hold it for milliseconds, unless one
+    /// is stopped). A region this user may not write has no lock of its: the result excludes this process's
+    /// other threads only ([`Locked::exclusive`] is false), and names read through it are only read as
+    /// [`find_settled`] does.
     pub fn lock_within(&self, timeout: Duration) -> Result<Locked<'_>, String> {
-        let fail = |e: std::io::Error| format!("region file {}: cannot lock: {e}", self.path);
+        if !self.writable {
+            return Ok(self.guard());
+        }
+        let claims = self.claims()?;
+        let fail = |e: std::io::Error| format!("lock file {}: cannot lock: {e}", lock_path(&self.path));
         // The thread lock only while trying: this process's other threads are not held up by the wait.
         let attempt = || {
             let threads = self.threads.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-            let file =
-                if self.writable { FileLock::try_exclusive(&self.file) } else { FileLock::try_shared(&self.file) };
-            Ok(file?.map(|file| Locked { owner: self, _threads: threads, _file: Some(file) }))
+            Ok(FileLock::try_exclusive(claims)?.map(|file| Locked {
+                owner: self,
+                _threads: threads,
+                _file: Some(file),
+            }))
         };
         match crate::flock::retry_until(Instant::now() + timeout, attempt).map_err(fail)? {
             Some(locked) => Ok(locked),
-            None => Err(held_too_long(&self.path, &self.file, timeout)),
+            None => Err(held_too_long(&lock_path(&self.path), claims, timeout)),
+        }
+    }
+
+    /// The [`lock_path`] file, opened (or created) once.
+    fn claims(&self) -> Result<&File, String> {
+        if let Some(f) = self.claims.get() {
+            return Ok(f);
+        }
+        let file = open_lock(&lock_path(&self.path), self.dir)?;
+        // A thread that raced us set its own: both are the same file, either will do.
+        Ok(self.claims.get_or_init(|| file))
+    }
+
+    /// Slot `index`'s live file, locked exclusively (waiting at most `timeout`): while the result lives, no
+    /// process is joining the vGPU (a joining tenant of another user checks and claims under the shared
+    /// lock of that file, which it and the daemon alone can open). For the daemon, before it checks that
+    /// nobody is attached and frees the slot. `Ok(None)` when the vGPU has no live file.
+    pub fn lock_live(&self, index: usize, timeout: Duration) -> Result<Option<LiveLock>, String> {
+        let path = live_path(&self.path, index);
+        let file = match crate::secure_fs::open_nofollow(std::path::Path::new(&path), false) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(format!("{path}: cannot open: {e}")),
+        };
+        // Released by `LiveLock`'s drop, explicitly (see there).
+        let locked = FileLock::within(&file, timeout).map_err(|e| format!("{path}: cannot lock: {e}"))?;
+        match locked.map(std::mem::forget) {
+            Some(()) => Ok(Some(LiveLock(file))),
+            None => Err(held_too_long(&path, &file, timeout)),
         }
     }
 
@@ -137,12 +194,45 @@ impl RegionFile {
     /// writes every managed vGPU's state where its processes do). With `owner`, the file must be that user's
     /// and is created for it (mode 0600) when it does not exist, starting from what the region's own area
     /// holds; without, it must exist and be this user's.
+    ///
+    /// For the daemon's region, the vGPU's user may then read the region file (its tenants map it), as long
+    /// as the live file stays mapped ([`RegionFile::unmap_live`]).
     pub fn map_live(&self, index: usize, owner: Option<u32>) -> Result<(), String> {
         let from = owner.map(|uid| (uid, &self.region().vgpus[index].live));
         let live = open_live(&live_path(&self.path, index), index, self.dir, from)?;
         // SAFETY: the area lies inside our mapping, which we own; the live file has AREA bytes.
         unsafe { overlay(self.map.0.as_ptr(), index, &live, libc::PROT_READ | libc::PROT_WRITE, 0) }
-            .map_err(|e| format!("{}: cannot map: {e}", live_path(&self.path, index)))
+            .map_err(|e| format!("{}: cannot map: {e}", live_path(&self.path, index)))?;
+        match owner {
+            Some(uid) => self.set_reader(index, Some(uid)),
+            None => Ok(()),
+        }
+    }
+
+    /// Records `reader` as the user of slot `index` (none: the slot has no user now) and, for the daemon's
+    /// region, lets exactly the recorded users read the file ([`crate::secure_fs::set_readers`]). Where the
+    /// file system keeps no ACLs, the file is made readable by all (mode 0644, as before ACLs were used):
+    /// its tenants must read it.
+    fn set_reader(&self, index: usize, reader: Option<u32>) -> Result<(), String> {
+        if self.access != Access::Daemon {
+            return Ok(());
+        }
+        let mut readers = self.readers.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        match reader {
+            Some(uid) => readers.insert(index, uid),
+            None => readers.remove(&index),
+        };
+        let uids: Vec<u32> = readers.values().copied().collect();
+        match crate::secure_fs::set_readers(&self.file, &uids) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::Unsupported => {
+                use std::os::unix::fs::PermissionsExt;
+                self.file
+                    .set_permissions(std::fs::Permissions::from_mode(0o644))
+                    .map_err(|e| format!("region file {}: cannot chmod: {e}", self.path))
+            }
+            Err(e) => Err(format!("region file {}: cannot let uids {uids:?} read it: {e}", self.path)),
+        }
     }
 
     /// Maps the region file's own live area of slot `index` back in place of its live file and removes
@@ -152,6 +242,7 @@ impl RegionFile {
         // SAFETY: as in `map_live`; the region file has LAYOUT_SIZE bytes.
         unsafe { overlay(self.map.0.as_ptr(), index, &self.file, prot, live_offset(index)) }
             .map_err(|e| format!("region file {}: cannot map: {e}", self.path))?;
+        self.set_reader(index, None)?;
         match std::fs::remove_file(live_path(&self.path, index)) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                 Err(format!("{}: cannot remove: {e}", live_path(&self.path, index)))
@@ -200,6 +291,35 @@ pub(super) unsafe fn overlay(
     if p == libc::MAP_FAILED { Err(std::io::Error::last_os_error()) } else { Ok(()) }
 }
 
+/// A live file locked exclusively ([`RegionFile::lock_live`]), until dropped.
+pub struct LiveLock(File);
+
+impl Drop for LiveLock {
+    fn drop(&mut self) {
+        // SAFETY: flock on the descriptor we own. Explicit: a lock lasts as long as its open file, which a
+        // mapping would keep open.
+        unsafe { libc::flock(self.0.as_raw_fd(), libc::LOCK_UN) };
+    }
+}
+
+/// The slot of vGPU `name` (encoded) in `region`, read without any lock, as a process that may not lock
+/// the region reads it: a slot counts only when it is ready both before and after its name is read, so
+/// that a name being written (only ever while the slot is not ready) is never taken for another. A slot
+/// freed and named anew meanwhile may still be read; the caller checks what it found under the lock of
+/// the vGPU's live file ([`RegionFile::lock_live`]).
+pub fn find_settled(region: &Region, name: &[u8; NAME_LEN]) -> Option<usize> {
+    region.vgpus.iter().position(|v| {
+        if v.config.state.load(Ordering::Acquire) != state::READY {
+            return false;
+        }
+        // SAFETY: the name lies in the mapping `region` borrows; read as bytes, whatever another process
+        // writes at the same time (a torn read is discarded below, or by the caller's check).
+        let read = unsafe { std::ptr::read_volatile(std::ptr::addr_of!(v.config.name)) };
+        std::sync::atomic::fence(Ordering::Acquire);
+        read == *name && v.config.state.load(Ordering::Acquire) == state::READY
+    })
+}
+
 /// The region while this process holds its lock: slots may be found, claimed, named and freed.
 pub struct Locked<'a> {
     pub(super) owner: &'a RegionFile,
@@ -231,21 +351,20 @@ impl Locked<'_> {
     }
 }
 
-/// `file`'s lock, exclusive or shared, if it can be had within `timeout`; otherwise an error naming the
-/// file at `path` and who holds it.
-fn lock_file<'f>(file: &'f File, exclusive: bool, path: &str, timeout: Duration) -> Result<FileLock<'f>, String> {
-    let lock = if exclusive { FileLock::within(file, timeout) } else { FileLock::shared_within(file, timeout) };
-    match lock.map_err(|e| format!("region file {path}: cannot lock: {e}"))? {
+/// `file`'s shared lock, if it can be had within `timeout`; otherwise an error naming the file at `path`
+/// and who holds it.
+fn lock_file<'f>(file: &'f File, path: &str, timeout: Duration) -> Result<FileLock<'f>, String> {
+    match FileLock::shared_within(file, timeout).map_err(|e| format!("{path}: cannot lock: {e}"))? {
         Some(lock) => Ok(lock),
         None => Err(held_too_long(path, file, timeout)),
     }
 }
 
-/// The error for a region file whose lock others held longer than `timeout`: the file, the holders and
-/// what to do.
+/// The error for a file whose lock others held longer than `timeout`: the file, the holders and what to
+/// do.
 fn held_too_long(path: &str, file: &File, timeout: Duration) -> String {
     format!(
-        "region file {path} has been locked for more than {} ms by {}; Tessera's processes hold that lock for \
+        "{path} has been locked for more than {} ms by {}; Tessera's processes hold that lock for \
          milliseconds, so its holder is stopped or holds it on purpose: resume it (kill -CONT PID) or end it, \
          then try again",
         timeout.as_millis(),
@@ -301,10 +420,11 @@ fn describe_process(pid: u32) -> String {
 }
 
 /// vGPU `name`'s [`flags`] as the region at `path` holds them now, without joining it or changing anything:
-/// the file is opened and mapped read-only (never created) and searched under a shared lock, since names are
-/// written under the exclusive one. `Ok(None)` when there is no such vGPU; an error names the file. For
-/// deciding what a vGPU allows before a program's CUDA libraries start (the tensor-core policy). Waits at
-/// most [`LOCK_TIMEOUT`] for the lock.
+/// the file is opened and mapped read-only (never created) and searched without a lock ([`find_settled`]),
+/// or, when it is this user's own, under the shared lock of its [`lock_path`] file when that exists (names
+/// are written under the exclusive one). `Ok(None)` when there is no such vGPU; an error names the file.
+/// For deciding what a vGPU allows before a program's CUDA libraries start (the tensor-core policy). Waits
+/// at most [`LOCK_TIMEOUT`] for the lock.
 pub fn vgpu_flags(path: &str, name: &str) -> Result<Option<u32>, String> {
     vgpu_flags_within(path, name, LOCK_TIMEOUT)
 }
@@ -315,8 +435,14 @@ pub fn vgpu_flags_within(path: &str, name: &str, timeout: Duration) -> Result<Op
     let fail = |what: &str, e: std::io::Error| format!("region file {path}: {what}: {e}");
     let file =
         crate::secure_fs::open_nofollow(std::path::Path::new(path), false).map_err(|e| fail("cannot open", e))?;
-    super::open::check_readable(&file.metadata().map_err(|e| fail("cannot stat", e))?, path)?;
-    let _lock = lock_file(&file, false, path, timeout)?;
+    let meta = file.metadata().map_err(|e| fail("cannot stat", e))?;
+    super::open::check_readable(&meta, path)?;
+    let claims = lock_path(path);
+    let claims = match crate::secure_fs::open_nofollow(std::path::Path::new(&claims), false) {
+        Ok(f) if std::os::unix::fs::MetadataExt::uid(&meta) == crate::secure_fs::euid() => Some((claims, f)),
+        _ => None,
+    };
+    let _lock = claims.as_ref().map(|(at, f)| lock_file(f, at, timeout)).transpose()?;
     let len = file.metadata().map_err(|e| fail("cannot stat", e))?.len();
     if len != LAYOUT_SIZE as u64 {
         return Err(format!(
@@ -331,44 +457,76 @@ pub fn vgpu_flags_within(path: &str, name: &str, timeout: Duration) -> Result<Op
     if !header_matches(&region.header) {
         return Err(format!("region file {path} is not a version-{VERSION} Tessera region"));
     }
-    let slot = region.vgpus.iter().find(|v| v.state() == state::READY && v.config.name == encoded);
-    Ok(slot.map(VgpuSlot::flags))
+    Ok(find_settled(region, &encoded).map(|i| VgpuSlot::flags(&region.vgpus[i])))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// Whether `e` says the region at `path` was held too long by this process (another open file of it).
+    /// Whether `e` says the file at `path` was held too long by this process (another open file of it).
     fn names_the_holder(e: &str, path: &str) -> bool {
-        e.contains(&format!("region file {path} has been locked for more than 200 ms by pid {}", std::process::id()))
+        e.contains(&format!("{path} has been locked for more than 200 ms by pid {}", std::process::id()))
             && e.contains("kill -CONT")
     }
 
     #[test]
-    fn every_lock_gives_up_while_another_holds_the_file_and_succeeds_once_it_is_free() {
+    fn a_lock_on_the_region_file_holds_nothing_up_and_the_owners_lock_gives_up_after_its_timeout() {
         let path = std::env::temp_dir().join(format!("tessera-region-lock-test-{}", std::process::id()));
         let path = path.to_string_lossy().into_owned();
         let _ = std::fs::remove_file(&path);
         let short = Duration::from_millis(200);
         let joined = RegionFile::open(&path).unwrap();
-        // Another open file of the region, locked as a stopped process would keep it (flock excludes open
-        // files, even of one process).
-        let other = File::open(&path).unwrap();
-        let held = FileLock::new(&other).unwrap();
-        // Functional bounds: each gives up after its timeout, long before the test's; none waits for ever.
+        // The region file locked, as any user who may read it could: nothing waits for that lock.
+        let region = File::open(&path).unwrap();
+        let on_region = FileLock::new(&region).unwrap();
         let t = Instant::now();
-        let e = RegionFile::open_within(&path, Access::Peer, short).err().expect("opened while held");
-        assert!(names_the_holder(&e, &path), "{e}");
+        RegionFile::open(&path).unwrap();
+        assert!(joined.lock_within(short).unwrap().exclusive());
+        assert_eq!(vgpu_flags_within(&path, "a", short).unwrap(), None);
+        assert!(t.elapsed() < short, "{:?}", t.elapsed());
+        drop(on_region);
+        // The owner's lock file, which only the owner can open, held (as a stopped process of the owner's
+        // would keep it; flock excludes open files, even of one process): each gives up after its timeout.
+        let claims = lock_path(&path);
+        let meta = std::fs::metadata(&claims).unwrap();
+        assert_eq!(std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o7777, 0o600);
+        let other = File::open(&claims).unwrap();
+        let held = FileLock::new(&other).unwrap();
+        let t = Instant::now();
         let e = joined.lock_within(short).err().expect("locked while held");
-        assert!(names_the_holder(&e, &path), "{e}");
+        assert!(names_the_holder(&e, &claims), "{e}");
         let e = vgpu_flags_within(&path, "a", short).expect_err("read while held");
-        assert!(names_the_holder(&e, &path), "{e}");
-        assert!(t.elapsed() >= 3 * short && t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+        assert!(names_the_holder(&e, &claims), "{e}");
+        assert!(t.elapsed() >= 2 * short && t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
         drop(held);
-        RegionFile::open_within(&path, Access::Peer, short).unwrap();
         assert!(joined.lock_within(short).unwrap().exclusive());
         assert_eq!(vgpu_flags_within(&path, "a", short).unwrap(), None);
         std::fs::remove_file(&path).unwrap();
+        std::fs::remove_file(&claims).unwrap();
+    }
+
+    #[test]
+    fn a_live_file_locked_by_a_joiner_holds_up_its_removal_only() {
+        let path = std::env::temp_dir().join(format!("tessera-live-lock-test-{}", std::process::id()));
+        let path = path.to_string_lossy().into_owned();
+        let _ = std::fs::remove_file(&path);
+        let short = Duration::from_millis(200);
+        let file = RegionFile::open(&path).unwrap();
+        assert!(file.lock_live(2, short).unwrap().is_none(), "no live file, nothing to lock");
+        file.map_live(2, Some(crate::secure_fs::euid())).unwrap();
+        let live = File::open(live_path(&path, 2)).unwrap();
+        let joining = FileLock::shared(&live).unwrap();
+        let e = file.lock_live(2, short).err().expect("locked while a joiner holds it");
+        assert!(names_the_holder(&e, &live_path(&path, 2)), "{e}");
+        assert!(file.lock_live(3, short).unwrap().is_none(), "other slots are not held up");
+        drop(joining);
+        let removing = file.lock_live(2, short).unwrap().expect("locked");
+        assert!(FileLock::try_shared(&live).unwrap().is_none(), "a joiner waits while it is removed");
+        drop(removing);
+        assert!(FileLock::try_shared(&live).unwrap().is_some());
+        file.unmap_live(2).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let _ = std::fs::remove_file(lock_path(&path));
     }
 }

@@ -10,12 +10,17 @@
 //!
 //! Who may write what: for a vGPU the daemon manages, the live area is a separate file (owned by the
 //! vGPU's user, mode 0600) that the daemon and that vGPU's processes map over the slot's live area; the
-//! region file itself (mode 0644) is written by the daemon alone and mapped read-only by the processes. So
-//! a process can change neither its own quota or share nor anything of another vGPU. Without a daemon,
-//! one user's processes share one writable region file (mode 0600), as peers.
+//! region file itself (mode 0600, readable through an ACL by exactly the users of its vGPUs) is written by
+//! the daemon alone and mapped read-only by the processes. So a process can change neither its own quota or
+//! share nor anything of another vGPU. Without a daemon, one user's processes share one writable region
+//! file (mode 0600), as peers.
 //!
 //! Protocol (the shim implements it; anything else that maps the region must follow it):
-//! - the file is created, checked and its slots claimed or configured only under `flock(LOCK_EX)`;
+//! - the file is created complete (its header never changes); its slots are claimed or configured only
+//!   under `flock(LOCK_EX)` of its lock file ([`open::lock_path`], mode 0600: only the owner's processes
+//!   can take it). A process of another user takes no lock of the region: it finds its vGPU by a name read
+//!   between two loads of the slot's state ([`file::find_settled`]) and checks it, and claims its process
+//!   slot, under the shared lock of the vGPU's live file, which the daemon locks exclusively to remove it;
 //! - what a process holds is recorded in its [`ProcSlot`] alone, the one source of truth: a vGPU's usage
 //!   on a device is the sum of its process slots' `used` ([`VgpuSlot::used`]), so a process killed at any
 //!   instruction leaves nothing charged that its slot does not show, and freeing its slot gives all of it

@@ -15,6 +15,12 @@
 //!   only if it is their own (the daemon replaces one of another owner in its own private directory); a
 //!   process joining a vGPU maps another user's region read-only, and only root's or one named by
 //!   `TESSERA_REGION` (the default path is this user's own).
+//! - Who may read the daemon's region: its owner, and exactly the users of its `--user` vGPUs, whose
+//!   tenants map it read-only (mode 0600 and a POSIX ACL naming them, [`secure_fs::set_readers`], kept by
+//!   [`super::file::RegionFile::map_live`]); nobody else learns its vGPUs' names and settings.
+//! - The lock under which slots are claimed and configured is not the region file's (anyone who may read a
+//!   file may `flock` it) but its [`lock_path`] file, mode 0600, which only the region's owner can open
+//!   ([`open_lock`]): no other user can hold up the daemon or a tenant's start.
 //! - A vGPU's live file must be a regular file of the vGPU's user, mode 0600, with one name; the daemon
 //!   creates it complete for that user, and replaces one that is not so in its own private directory
 //!   (elsewhere it refuses it, naming the file and its owner).
@@ -24,7 +30,7 @@ use super::layout::{Region, VERSION, VgpuLive};
 use crate::secure_fs::{self, DirKind, create_complete, euid, file_problem, open_nofollow, reopen_writable};
 use std::fs::File;
 use std::mem::offset_of;
-use std::os::unix::fs::{FileExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 /// Mode of the [`default_dir`]: its owner's, which others may traverse but neither list nor write.
@@ -55,8 +61,8 @@ pub fn checked_dir(path: &Path) -> Result<DirKind, String> {
 pub enum Access {
     /// Read and written, created with mode 0600 if missing: one user's processes share it, as peers.
     Peer,
-    /// Read and written by the daemon, created (or changed) to mode 0644: other users' processes may map
-    /// it, read-only.
+    /// Read and written by the daemon, created (or changed) to mode 0600, with no ACL: the users of its
+    /// `--user` vGPUs are then let read it, one by one ([`super::file::RegionFile::map_live`]).
     Daemon,
     /// A process joining a vGPU: written if it is this user's file, else only read (root's, or any named by
     /// `TESSERA_REGION`); created, as a peer's, when missing.
@@ -68,7 +74,7 @@ pub enum Access {
 pub fn open_region(path: &str, access: Access, dir: DirKind) -> Result<(File, bool), String> {
     let p = Path::new(path);
     let fail = |what: &str, e: std::io::Error| format!("region file {path}: {what}: {e}");
-    let mode = if access == Access::Daemon { 0o644 } else { 0o600 };
+    let mode = 0o600;
     let replaceable = access == Access::Daemon && dir == DirKind::Private;
     if let (DirKind::Foreign(owner), Access::Daemon | Access::Peer) = (dir, access) {
         // Its owner could replace the region, or a vGPU's file, with one of its own.
@@ -116,7 +122,8 @@ pub fn open_region(path: &str, access: Access, dir: DirKind) -> Result<(File, bo
         }
         let file = reopen_writable(&file, p).map_err(|e| fail("cannot open for writing", e))?;
         if access == Access::Daemon {
-            file.set_permissions(std::fs::Permissions::from_mode(0o644)).map_err(|e| fail("cannot chmod", e))?;
+            // Readers granted by an earlier daemon are granted again as it places their vGPUs.
+            secure_fs::set_readers(&file, &[]).map_err(|e| fail("cannot make it private", e))?;
         }
         return Ok((file, true));
     }
@@ -301,6 +308,47 @@ pub fn default_path() -> String {
     default_dir().join(DEFAULT_REGION_NAME).to_string_lossy().into_owned()
 }
 
+/// The lock file of the region file at `region`: what its owner's processes (the daemon, peers, joining
+/// tenants of its own) `flock` to claim, name, free or configure slots. Not the region file itself, which
+/// the users of `--user` vGPUs may read, hence lock.
+pub fn lock_path(region: &str) -> String {
+    format!("{region}.claims")
+}
+
+/// Opens (creating it, mode 0600, when missing) the lock file at `path` (in a directory of kind `dir`)
+/// for `flock`: it must be a regular file of this user's, mode 0600, with one name, so that no other user
+/// can open it, hence lock it. In the daemon's private directory one that is not so is replaced; elsewhere
+/// it is refused, naming the file and its owner.
+pub fn open_lock(path: &str, dir: DirKind) -> Result<File, String> {
+    let p = Path::new(path);
+    for _ in 0..3 {
+        let file = match open_nofollow(p, false) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => match secure_fs::create_exclusive(p, 0o600) {
+                Ok(f) => return Ok(f),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(format!("lock file {path}: cannot create it: {e}")),
+            },
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+                return Err(format!("lock file {path} is a symbolic link, which Tessera never follows; remove it"));
+            }
+            Err(e) => return Err(format!("lock file {path}: cannot open: {e}")),
+        };
+        let meta = file.metadata().map_err(|e| format!("lock file {path}: cannot stat: {e}"))?;
+        match file_problem(&meta, euid(), Some(0o600)) {
+            None => return Ok(file),
+            Some(_) if dir == DirKind::Private => remove(p)?,
+            Some(problem) => {
+                return Err(format!(
+                    "lock file {path} {problem}: another user may have created it to hold this region's slots \
+                     locked, so it is not used; remove it (as root)"
+                ));
+            }
+        }
+    }
+    Err(format!("lock file {path} kept being replaced while it was opened; retry"))
+}
+
 /// The path of slot `index`'s live file, for the region file at `region`.
 pub fn live_path(region: &str, index: usize) -> String {
     format!("{region}.vgpu{index:02}")
@@ -345,7 +393,7 @@ mod tests {
     fn a_new_region_appears_complete_and_symbolic_links_are_refused() {
         let (d, path) = dir("link", 0o755);
         RegionFile::open_as(&path, Access::Daemon).unwrap();
-        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o7777, 0o644);
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o7777, 0o600);
         assert_eq!(std::fs::read_dir(&d).unwrap().count(), 1, "no temporary file is left");
         let link = d.join("l.region").to_string_lossy().into_owned();
         std::os::unix::fs::symlink(&path, &link).unwrap();
