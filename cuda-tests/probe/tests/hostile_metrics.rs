@@ -7,6 +7,7 @@
 
 mod common;
 
+use common::Rng;
 use common::tessera::Machine;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -151,14 +152,8 @@ fn malformed_oversized_and_byte_by_byte_requests_are_answered_or_closed_and_the_
     served.alive();
 
     // Requests that are not HTTP/1: each answered or closed within the head time, never held open.
-    let mut noise = Vec::with_capacity(4096);
-    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-    for _ in 0..4096 {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        noise.push(x as u8);
-    }
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let noise: Vec<u8> = (0..4096).map(|_| rng.next(256) as u8).collect();
     let cases: [(&str, &[u8]); 4] = [
         ("an HTTP/2 preface", b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"),
         ("random bytes", &noise),

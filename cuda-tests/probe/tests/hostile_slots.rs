@@ -7,56 +7,20 @@
 
 mod common;
 
-use common::region::{notify, poll_every};
-use common::tessera::Machine;
+use common::region::{BucketCheat, live_file, plant, poll_every};
+use common::tessera::{Machine, pids};
 use common::{MIB, finish, first_line, u64_at};
 use serde_json::Value;
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::path::Path;
 use std::time::{Duration, Instant};
-use tessera_ffi::region::open::live_path;
-use tessera_ffi::region::reclaim::start_time;
-use tessera_ffi::region::{AREA, LAYOUT_SIZE, PROCS_PER_VGPU, Region, VgpuLive};
+use tessera_ffi::region::{PROCS_PER_VGPU, VgpuLive};
 
 /// Serializes the tests (they measure time, and the machine's cores are shared).
 static TIMING: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Memory mappings the hostile tenant makes (the kernel's default limit is 65,530 per process).
 const MAPPINGS: usize = 60_000;
-
-/// Maps `len` bytes of `path` (shared; writable when `writable`) for the rest of the test process.
-fn map<T>(path: &Path, len: usize, writable: bool) -> &'static T {
-    let file = std::fs::OpenOptions::new().read(true).write(writable).open(path).expect("open");
-    let prot = libc::PROT_READ | if writable { libc::PROT_WRITE } else { 0 };
-    // SAFETY: maps `len` bytes of a file we opened, shared; checked against MAP_FAILED below.
-    let p = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, libc::MAP_SHARED, file.as_raw_fd(), 0) };
-    assert_ne!(p, libc::MAP_FAILED, "mmap {}", path.display());
-    // SAFETY: the file holds a `T` at offset 0 (the region, or a live area), all atomics and integers; the
-    // mapping is never unmapped.
-    unsafe { &*(p as *const T) }
-}
-
-/// vGPU `name`'s live file: its path, and the file mapped writable as its tenant could.
-fn live(m: &Machine, name: &str) -> (PathBuf, &'static VgpuLive) {
-    let region: &Region = map(&m.region(), LAYOUT_SIZE, false);
-    let index = region.vgpus.iter().position(|v| v.name_bytes() == name.as_bytes()).expect("the vGPU's slot");
-    let path = PathBuf::from(live_path(m.region().to_str().unwrap(), index));
-    let area = map(&path, AREA, true);
-    (path, area)
-}
-
-/// Plants process `pid` (with its true start time) in process slot `i` of `live`, holding `bytes` on
-/// device 0, as a tenant writing its file could.
-fn plant(live: &VgpuLive, i: usize, pid: u32, bytes: u64) {
-    let p = &live.procs[i];
-    p.start_time.store(start_time(pid).expect("a live process"), Ordering::SeqCst);
-    p.used[0].store(bytes, Ordering::SeqCst);
-    live.procs_hwm.fetch_max(i as u32 + 1, Ordering::SeqCst);
-    p.set_owner(0, pid);
-}
 
 /// `count` free process slots of `live`.
 fn free_slots(live: &VgpuLive, count: usize) -> Vec<usize> {
@@ -112,10 +76,6 @@ fn entry<'a>(list: &'a Value, name: &str) -> &'a Value {
     list.as_array().expect("a list").iter().find(|v| v["name"] == name).expect("the vGPU is listed")
 }
 
-fn pids(v: &Value) -> Vec<u64> {
-    v["processes"].as_array().expect("processes").iter().map(|p| p.as_u64().unwrap()).collect()
-}
-
 /// Runs `tessera vgpu rm NAME`: its output and how long it took to answer.
 fn rm(m: &Machine, name: &str) -> (std::process::Output, Duration) {
     let t = Instant::now();
@@ -133,7 +93,7 @@ fn a_tenant_with_60k_mappings_in_90_slots_slows_neither_the_audit_nor_rm() {
     }
     // The tenant of `a` maps its file, then makes 60,000 mappings: they lie below the file's, so they come
     // before it in its /proc/PID/maps (about 3 MB), and it plants itself in 90 slots.
-    let (path, file) = live(&m, "a");
+    let (path, file) = live_file(&m, "a");
     let mappings = Mappings::new(MAPPINGS);
     let before = lines_before_mapping_of(&path);
     assert!(before >= MAPPINGS, "only {before} mappings come before the live file's");
@@ -148,23 +108,14 @@ fn a_tenant_with_60k_mappings_in_90_slots_slows_neither_the_audit_nor_rm() {
 
     // It keeps its bucket at the burst (2 ms for its 1 ms window), waking its launches.
     let bucket = &file.sched;
-    let stop = Arc::new(AtomicBool::new(false));
-    let stopped = Arc::clone(&stop);
-    let cheat = std::thread::spawn(move || {
-        while !stopped.load(Ordering::Relaxed) {
-            bucket.tokens.store(2_000_000, Ordering::SeqCst);
-            notify(bucket);
-            std::thread::sleep(Duration::from_micros(100));
-        }
-    });
+    let cheat = BucketCheat::start(bucket);
     let cheating = Instant::now();
     let reason = poll_every(Duration::from_millis(250), "the audit to suspend a", Duration::from_secs(25), || {
         let a = m.show("a");
         suspended(&a).then(|| a["audit"].as_str().expect("the audit's reason").to_string())
     });
     let detected = cheating.elapsed();
-    stop.store(true, Ordering::Relaxed);
-    cheat.join().unwrap();
+    cheat.stop();
     eprintln!("suspended after {:.1} s of cheating: {reason}", detected.as_secs_f64());
     // Its whole window (10 rounds of 1 s) judged: about 8 s on a quiet host; 30 s when every round read
     // the map once per slot.
@@ -202,7 +153,7 @@ fn a_slot_naming_a_process_the_daemon_cannot_verify_does_not_block_rm() {
 
     // p (the daemon's user's, as pid 1 is): 30 slots name pid 1, holding 256 MiB each (7.5 GiB on a 1 GiB
     // quota).
-    let (_, p) = live(&m, "p");
+    let (_, p) = live_file(&m, "p");
     for i in free_slots(p, 30) {
         plant(p, i, 1, 256 * MIB);
     }
@@ -218,7 +169,7 @@ fn a_slot_naming_a_process_the_daemon_cannot_verify_does_not_block_rm() {
     // gone, rm goes through.
     let mut tenant = m.spawn_tenant("q", &["alloc", "--bytes", "64MiB"]);
     let tenant_pid = u64_at(&first_line(&mut tenant), "pid");
-    let (_, q) = live(&m, "q");
+    let (_, q) = live_file(&m, "q");
     for i in free_slots(q, 3) {
         plant(q, i, 1, 256 * MIB);
     }

@@ -8,6 +8,8 @@
 
 mod common;
 
+use common::Rng;
+
 use common::tessera::Machine;
 use common::{GIB, Guarded, MIB, Sim, at, finish, first_line, u64_at};
 use std::collections::HashSet;
@@ -88,18 +90,6 @@ fn really_allocated(state: &simgpu::SharedState, live: &HashSet<u32>) -> u64 {
         .filter(|p| live.contains(&p.pid.load(Ordering::Acquire)))
         .map(|p| p.memory[0].load(Ordering::Acquire))
         .sum()
-}
-
-/// A small xorshift generator: the storm's instants and victims (its seed is printed on failure).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self, below: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % below
-    }
 }
 
 /// Churning processes, SIGKILLed and reaped when dropped (also when a check fails: [`Guarded`]).

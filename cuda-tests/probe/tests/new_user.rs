@@ -10,7 +10,6 @@ use common::tessera::Machine;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::process::Stdio;
-use std::time::{Duration, Instant};
 
 #[test]
 fn cdi_generate_writes_a_bare_file_name_in_the_current_directory() {
@@ -75,16 +74,7 @@ fn a_daemon_that_is_not_root_says_it_must_be_to_give_a_vgpu_to_another_user() {
     daemon.uid(owner.0).gid(owner.1).stderr(Stdio::piped());
     let mut daemon = Guarded::spawn(&mut daemon).expect("spawn tessera daemon");
     // The client runs as root, which the daemon's socket lets in too.
-    let start = Instant::now();
-    while !command(&["vgpu", "list"]).output().unwrap().status.success() {
-        if let Some(status) = daemon.try_wait().unwrap() {
-            let mut stderr = String::new();
-            std::io::Read::read_to_string(daemon.stderr.as_mut().unwrap(), &mut stderr).unwrap();
-            panic!("the daemon exited with {status}: {stderr}");
-        }
-        assert!(start.elapsed() < Duration::from_secs(10), "the daemon did not answer within 10 s");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    common::wait_until_answering(&mut daemon, || command(&["vgpu", "list"]).output().unwrap().status.success());
     let to = |uid: u32| {
         let uid = uid.to_string();
         command(&["vgpu", "create", "v", "--device", "0", "--memory", "256MiB", "--share", "10", "--user", &uid])

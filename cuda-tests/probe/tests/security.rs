@@ -208,16 +208,7 @@ fn the_default_directory_is_the_users_own_and_cannot_be_squatted() {
     std::fs::remove_dir(&dir).unwrap();
     // Free: the daemon makes it, 0711, and keeps its region, lock and socket there.
     let mut daemon = Guarded::spawn(as_owner(&["daemon"]).stderr(Stdio::piped())).expect("spawn tessera daemon");
-    let start = Instant::now();
-    while !as_owner(&["vgpu", "list"]).output().unwrap().status.success() {
-        if let Some(status) = daemon.try_wait().unwrap() {
-            let mut stderr = String::new();
-            std::io::Read::read_to_string(daemon.stderr.as_mut().unwrap(), &mut stderr).unwrap();
-            panic!("the daemon exited with {status}: {stderr}");
-        }
-        assert!(start.elapsed() < Duration::from_secs(10), "the daemon did not answer within 10 s");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    common::wait_until_answering(&mut daemon, || as_owner(&["vgpu", "list"]).output().unwrap().status.success());
     let meta = std::fs::symlink_metadata(&dir).unwrap();
     let names = ["tessera.region", "tessera.region.lock", "tessera.sock"];
     let present: Vec<bool> = names.iter().map(|n| dir.join(n).exists()).collect();

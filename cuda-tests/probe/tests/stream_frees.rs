@@ -9,6 +9,8 @@
 
 mod common;
 
+use common::Rng;
+
 use common::cprog::{CBuild, Facts, workspace};
 use common::region::TestRegion;
 use common::{GIB, Guarded, MIB, OUT_OF_MEMORY, Sim};
@@ -170,18 +172,6 @@ const TENANTS: usize = 4;
 const STORM_QUOTA: u64 = 2 * GIB;
 /// How long the storm lasts.
 const STORM: Duration = Duration::from_secs(12);
-
-/// A small xorshift generator: the storm's victims and instants (its seed is printed on failure).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self, below: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % below
-    }
-}
 
 /// Four processes allocate by every path (stream-ordered frees behind 1-20 ms kernels) on a 2 GiB vGPU,
 /// one SIGKILLed and replaced every 20-100 ms, for 12 s. A watcher samples what the simulated driver gave

@@ -6,42 +6,17 @@
 
 mod common;
 
-use common::region::{notify, poll_every};
-use common::tessera::{Machine, report};
+use common::region::{BucketCheat, live_file, plant, poll_every};
+use common::tessera::{Machine, pids, report};
 use common::{Guarded, MIB, OUT_OF_MEMORY, finish, first_line, u64_at};
 use serde_json::Value;
-use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
-use std::path::Path;
 use std::process::Command;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
-use tessera_ffi::region::open::live_path;
-use tessera_ffi::region::reclaim::start_time;
-use tessera_ffi::region::{AREA, LAYOUT_SIZE, Region, VgpuLive};
 
 /// Serializes the tests that measure time (the machine's cores are shared).
 static TIMING: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-/// Maps `len` bytes of `path` (shared; writable when `writable`) for the rest of the test process.
-fn map<T>(path: &Path, len: usize, writable: bool) -> &'static T {
-    let file = std::fs::OpenOptions::new().read(true).write(writable).open(path).expect("open");
-    let prot = libc::PROT_READ | if writable { libc::PROT_WRITE } else { 0 };
-    // SAFETY: maps `len` bytes of a file we opened, shared; checked against MAP_FAILED below.
-    let p = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, libc::MAP_SHARED, file.as_raw_fd(), 0) };
-    assert_ne!(p, libc::MAP_FAILED, "mmap {}", path.display());
-    // SAFETY: the file holds a `T` at offset 0 (the region, or a live area), all atomics and integers; the
-    // mapping is never unmapped.
-    unsafe { &*(p as *const T) }
-}
-
-/// vGPU `name`'s live file, mapped writable as its tenant could.
-fn live(m: &Machine, name: &str) -> &'static VgpuLive {
-    let region: &Region = map(&m.region(), LAYOUT_SIZE, false);
-    let index = region.vgpus.iter().position(|v| v.name_bytes() == name.as_bytes()).expect("the vGPU's slot");
-    map(Path::new(&live_path(m.region().to_str().unwrap(), index)), AREA, true)
-}
 
 /// vGPU `name` in a `vgpu list --json` answer.
 fn entry<'a>(list: &'a Value, name: &str) -> &'a Value {
@@ -91,16 +66,8 @@ fn a_tenant_keeping_its_bucket_full_is_suspended_and_its_honest_neighbours_never
     assert!(!suspended(&m.show("a")), "suspended before it cheated");
 
     // The tenant of `a` keeps its bucket at the burst (2 ms for its 1 ms window), waking its launches.
-    let bucket = &live(&m, "a").sched;
-    let stop = Arc::new(AtomicBool::new(false));
-    let stopped = Arc::clone(&stop);
-    let cheat = std::thread::spawn(move || {
-        while !stopped.load(Ordering::Relaxed) {
-            bucket.tokens.store(2_000_000, Ordering::SeqCst);
-            notify(bucket);
-            std::thread::sleep(Duration::from_micros(100));
-        }
-    });
+    let bucket = &live_file(&m, "a").1.sched;
+    let cheat = BucketCheat::start(bucket);
     let cheating = Instant::now();
     // Suspended once a 10 s window of the audit holds enough of the cheating: on a quiet host about 10 s
     // after it began. The bound is functional (an audit that never judges fails it): on a loaded host the
@@ -140,8 +107,7 @@ fn a_tenant_keeping_its_bucket_full_is_suspended_and_its_honest_neighbours_never
         none_suspended(&m.list(), &honest);
         std::thread::sleep(Duration::from_millis(250));
     }
-    stop.store(true, Ordering::Relaxed);
-    cheat.join().unwrap();
+    cheat.stop();
     for (name, r) in honest.iter().zip([report(b), report(c)]) {
         eprintln!("{name}: {r}");
     }
@@ -158,20 +124,6 @@ fn a_tenant_keeping_its_bucket_full_is_suspended_and_its_honest_neighbours_never
     assert!(!log.contains("audit: vGPU \"b\"") && !log.contains("audit: vGPU \"c\""), "{log}");
 }
 
-/// Plants process `pid` (with its true start time) in process slot `i` of `live`, holding `bytes` on
-/// device 0, as a tenant writing its file could.
-fn plant(live: &VgpuLive, i: usize, pid: u32, bytes: u64) {
-    let p = &live.procs[i];
-    p.start_time.store(start_time(pid).expect("a live process"), Ordering::SeqCst);
-    p.used[0].store(bytes, Ordering::SeqCst);
-    live.procs_hwm.fetch_max(i as u32 + 1, Ordering::SeqCst);
-    p.set_owner(0, pid);
-}
-
-fn pids(v: &Value) -> Vec<u64> {
-    v["processes"].as_array().expect("processes").iter().map(|p| p.as_u64().unwrap()).collect()
-}
-
 #[test]
 fn planted_process_slots_are_freed_and_the_vgpu_can_be_removed() {
     // SAFETY: getuid cannot fail.
@@ -183,7 +135,7 @@ fn planted_process_slots_are_freed_and_the_vgpu_can_be_removed() {
     m.ok(&["vgpu", "create", "q", "--device", "0", "--memory", "1GiB", "--share", "10"]);
 
     // p (tessera-test-b's): its tenant plants pid 1, root's, alive, with 512 MiB counted.
-    plant(live(&m, "p"), 3, 1, 512 * MIB);
+    plant(live_file(&m, "p").1, 3, 1, 512 * MIB);
     assert_eq!(pids(&m.show("p")), [1], "planted");
     // Removed at once: the slot names no process of p's user.
     m.ok(&["vgpu", "rm", "p"]);
@@ -193,7 +145,7 @@ fn planted_process_slots_are_freed_and_the_vgpu_can_be_removed() {
     let tenant_pid = u64_at(&first_line(&mut tenant), "pid");
     let mut stranger =
         Guarded::spawn(Command::new("sleep").arg("60").uid(other).gid(other)).expect("sleep as another user");
-    plant(live(&m, "q"), 7, stranger.id(), 256 * MIB);
+    plant(live_file(&m, "q").1, 7, stranger.id(), 256 * MIB);
     // The daemon's watch frees it within a round or two; the real tenant stays.
     poll_every(Duration::from_millis(100), "the planted slot freed", Duration::from_secs(5), || {
         let q = m.show("q");
@@ -219,7 +171,7 @@ fn a_zeroed_memory_count_does_not_let_a_tenant_past_its_quota() {
     assert_eq!(first_line(&mut holder)["allocated"], true);
     assert_eq!(u64_at(&m.show("m"), "used"), 384 * MIB);
     // Its tenant zeroes every count in its file, and the mark below which usage is summed.
-    let file = live(&m, "m");
+    let file = live_file(&m, "m").1;
     file.procs_hwm.store(0, Ordering::SeqCst);
     for p in &file.procs {
         p.used[0].store(0, Ordering::SeqCst);

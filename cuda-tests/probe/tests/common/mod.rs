@@ -310,3 +310,31 @@ pub fn user(name: &str) -> (u32, u32) {
     let (uid, gid) = (id("-u"), id("-g"));
     (uid.unwrap_or_else(|| panic!("cannot create user {name}")), gid.unwrap_or_else(|| panic!("no group of {name}")))
 }
+
+/// Waits until `answers()` is true of daemon `daemon` (10 s at most), failing the test with what the
+/// daemon said should it exit first.
+pub fn wait_until_answering(daemon: &mut Guarded, mut answers: impl FnMut() -> bool) {
+    let start = std::time::Instant::now();
+    while !answers() {
+        if let Some(status) = daemon.try_wait().unwrap() {
+            let mut stderr = String::new();
+            std::io::Read::read_to_string(daemon.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+            panic!("the daemon exited with {status}: {stderr}");
+        }
+        assert!(start.elapsed() < std::time::Duration::from_secs(10), "the daemon did not answer within 10 s");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// A small xorshift generator for storms' instants and victims (print the seed on failure to replay one).
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// The next number, below `below`.
+    pub fn next(&mut self, below: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % below
+    }
+}

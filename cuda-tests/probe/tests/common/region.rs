@@ -1,12 +1,17 @@
 //! Tessera's region file seen from a test: a private path, and a live shared mapping through which a test
 //! reads the vGPU records the shim keeps and writes them as the daemon would (suspend, priority, grants).
 
+use super::tessera::Machine;
 use memmap2::MmapMut;
+use std::os::fd::AsRawFd;
+use std::path::Path;
 use std::path::PathBuf;
-use std::sync::OnceLock;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
-use tessera_ffi::region::{LAYOUT_SIZE, MAGIC, Region, Sched, VgpuSlot, encode_name, state};
+use tessera_ffi::region::open::live_path;
+use tessera_ffi::region::reclaim::start_time;
+use tessera_ffi::region::{AREA, LAYOUT_SIZE, MAGIC, Region, Sched, VgpuLive, VgpuSlot, encode_name, state};
 
 /// A region file private to one test (removed when dropped), mapped once a process has created it.
 pub struct TestRegion {
@@ -78,8 +83,81 @@ pub fn notify(s: &Sched) {
     s.wake_waiters();
 }
 
+/// A tenant cheating through its live file: a thread keeps `bucket` at the burst (2 ms of tokens for a
+/// 1 ms window) every 100 µs, waking its launches, until [`BucketCheat::stop`] (or drop).
+pub struct BucketCheat {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl BucketCheat {
+    /// Starts cheating on `bucket`.
+    pub fn start(bucket: &'static Sched) -> BucketCheat {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = Arc::clone(&stop);
+        let thread = std::thread::spawn(move || {
+            while !stopped.load(Ordering::Relaxed) {
+                bucket.tokens.store(2_000_000, Ordering::SeqCst);
+                notify(bucket);
+                std::thread::sleep(Duration::from_micros(100));
+            }
+        });
+        BucketCheat { stop, thread: Some(thread) }
+    }
+
+    /// Stops cheating and waits for the thread.
+    pub fn stop(mut self) {
+        self.end();
+    }
+
+    fn end(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            thread.join().expect("the cheating thread");
+        }
+    }
+}
+
+impl Drop for BucketCheat {
+    fn drop(&mut self) {
+        self.end();
+    }
+}
+
 impl Drop for TestRegion {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.path);
     }
+}
+
+/// Maps `len` bytes of `path` shared (writable if asked), for the rest of the test: the region or a live
+/// area, as a process could map it.
+pub fn map_file<T>(path: &Path, len: usize, writable: bool) -> &'static T {
+    let file = std::fs::OpenOptions::new().read(true).write(writable).open(path).expect("open");
+    let prot = libc::PROT_READ | if writable { libc::PROT_WRITE } else { 0 };
+    // SAFETY: maps `len` bytes of a file we opened, shared; checked against MAP_FAILED below.
+    let p = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, libc::MAP_SHARED, file.as_raw_fd(), 0) };
+    assert_ne!(p, libc::MAP_FAILED, "mmap {}", path.display());
+    // SAFETY: the file holds a `T` at offset 0 (the region, or a live area), all atomics and integers; the
+    // mapping is never unmapped.
+    unsafe { &*(p as *const T) }
+}
+
+/// vGPU `name`'s live file on machine `m`: its path, and the file mapped writable as its tenant could.
+pub fn live_file(m: &Machine, name: &str) -> (PathBuf, &'static VgpuLive) {
+    let region: &Region = map_file(&m.region(), LAYOUT_SIZE, false);
+    let index = region.vgpus.iter().position(|v| v.name_bytes() == name.as_bytes()).expect("the vGPU's slot");
+    let path = PathBuf::from(live_path(m.region().to_str().unwrap(), index));
+    let area = map_file(&path, AREA, true);
+    (path, area)
+}
+
+/// Plants process `pid` (with its true start time) in process slot `i` of `live`, holding `bytes` on
+/// device 0, as a tenant writing its file could.
+pub fn plant(live: &VgpuLive, i: usize, pid: u32, bytes: u64) {
+    let p = &live.procs[i];
+    p.start_time.store(start_time(pid).expect("a live process"), Ordering::SeqCst);
+    p.used[0].store(bytes, Ordering::SeqCst);
+    live.procs_hwm.fetch_max(i as u32 + 1, Ordering::SeqCst);
+    p.set_owner(0, pid);
 }

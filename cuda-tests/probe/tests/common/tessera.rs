@@ -205,3 +205,8 @@ pub fn charged_as_ran(m: &Machine, name: &str, ran: u64, within: f64) {
         ran / 1e6
     );
 }
+
+/// The pids a `vgpu show --json` answer lists as the vGPU's processes.
+pub fn pids(v: &Value) -> Vec<u64> {
+    v["processes"].as_array().expect("processes").iter().map(|p| p.as_u64().unwrap()).collect()
+}
