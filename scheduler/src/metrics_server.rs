@@ -48,7 +48,7 @@ const POLL: Duration = Duration::from_millis(200);
 const LOG_EVERY: Duration = Duration::from_secs(10);
 /// The answer to a connection over [`Limits::connections`]: written without reading the request.
 const BUSY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nRetry-After: 1\r\n\
-Connection: close\r\nContent-Length: 60\r\n\r\ntoo many connections to the metrics endpoint; try again later\n";
+Connection: close\r\nContent-Length: 62\r\n\r\ntoo many connections to the metrics endpoint; try again later\n";
 
 /// The endpoint's budget.
 #[derive(Clone, Copy, Debug)]

@@ -196,32 +196,46 @@ mod tests {
         (client.read_line(&mut line).await.unwrap() > 0).then(|| serde_json::from_str(&line).unwrap())
     }
 
-    #[tokio::test(start_paused = true)]
+    /// Deadlines short enough for a test in real time (a paused clock would need tokio's `test-util`,
+    /// which rebuilds every crate using tokio for the test profile), long enough for a loaded host.
+    const SHORT: Deadlines =
+        Deadlines { idle: Duration::from_secs(2), request: Duration::from_secs(1), write: Duration::from_secs(2) };
+
+    /// A conversation under [`SHORT`] deadlines.
+    fn start_short(uid: u32, handler: Handler) -> DuplexStream {
+        let (client, server) = tokio::io::duplex(1 << 20);
+        tokio::spawn(converse(server, caller(uid), Policy::new(OWNER), handler, SHORT));
+        client
+    }
+
+    #[tokio::test]
     async fn a_trickled_request_is_cut_off_at_its_deadline_however_many_bytes_come() {
-        let mut client = BufReader::new(start(OWNER, ok_handler()));
+        let mut client = BufReader::new(start_short(OWNER, ok_handler()));
         let start = Instant::now();
-        // One byte every 4 s: each arrives within the idle time, but the line never ends in time.
+        // A second byte just before the deadline: a deadline restarting with every byte would end at 1.8 s.
         client.write_all(b"{").await.unwrap();
-        tokio::time::sleep(Duration::from_secs(4)).await;
+        tokio::time::sleep(Duration::from_millis(800)).await;
         client.write_all(b"\"").await.unwrap();
         let r = reply(&mut client).await.expect("the deadline is answered");
-        assert_eq!(start.elapsed(), DEADLINES.request, "from the first byte, not from the last one");
+        let took = start.elapsed();
+        assert!(took >= SHORT.request && took < Duration::from_millis(1800), "from the first byte: {took:?}");
         assert_eq!(r["code"], "timeout", "{r}");
-        assert!(r["error"].as_str().unwrap().contains("not complete 5 s after its first byte"), "{r}");
+        assert!(r["error"].as_str().unwrap().contains("after its first byte"), "{r}");
         assert_eq!(reply(&mut client).await, None, "and the connection is closed");
     }
 
-    #[tokio::test(start_paused = true)]
+    #[tokio::test]
     async fn an_idle_connection_is_closed_and_a_busy_one_is_served() {
-        let mut client = BufReader::new(start(OWNER, ok_handler()));
+        let mut client = BufReader::new(start_short(OWNER, ok_handler()));
         for _ in 0..3 {
-            tokio::time::sleep(DEADLINES.idle - Duration::from_millis(1)).await;
+            tokio::time::sleep(SHORT.idle / 2).await;
             client.write_all(LIST).await.unwrap();
             assert_eq!(reply(&mut client).await.unwrap()["ok"], true);
         }
         let start = Instant::now();
         assert_eq!(reply(&mut client).await, None);
-        assert_eq!(start.elapsed(), DEADLINES.idle, "closed once idle for the idle time after its last reply");
+        let took = start.elapsed();
+        assert!(took >= SHORT.idle - Duration::from_millis(50), "closed once idle for the idle time: {took:?}");
     }
 
     #[tokio::test]
