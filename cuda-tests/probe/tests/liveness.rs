@@ -1,6 +1,6 @@
-//! Nobody waits for ever: the daemon answers whatever other processes do with the region file's lock (a
-//! stopped process holding it), a tenant joining a vGPU gives up on that lock with an error naming its
-//! holder, the daemon stops on SIGTERM even when nobody reads its stderr any more, and a tenant
+//! Nobody waits for ever: the daemon answers whatever other processes of its user do with the region's
+//! claims lock (`<region>.claims`, mode 0600: a stopped process holding it), a tenant joining a vGPU gives
+//! up on that lock with an error naming its holder, the daemon stops on SIGTERM even when nobody reads its stderr any more, and a tenant
 //! left waiting on a suspended vGPU runs again once the daemon that suspended it is gone (while that
 //! daemon lives, stopped or not, the suspension holds). Each test has a daemon, region, socket and state
 //! directory of its own on the `small` device. Time bounds are functional: what is tested answers in
@@ -47,13 +47,13 @@ fn a_stopped_process_holding_the_region_lock_holds_up_no_request() {
     let mut m = Machine::new("liveness-flock", "small");
     m.start();
     m.ok(&["vgpu", "create", "a", "--device", "0", "--memory", "1GiB", "--share", "30"]);
-    // Any process that can read the region file can lock it, as a joining tenant does (shared), and keeps
-    // the lock while it is stopped.
-    let region = m.region();
+    // Any process of the daemon's user can lock the region's claims file, as a joining tenant of that user
+    // does (shared), and keeps the lock while it is stopped (other users cannot open it: hostile_users.rs).
+    let claims = format!("{}.claims", m.region().display());
     let hold = "import fcntl, sys, time\nf = open(sys.argv[1])\nfcntl.flock(f, fcntl.LOCK_SH)\nprint('held', \
                 flush=True)\ntime.sleep(120)";
     let mut cmd = Command::new("python3");
-    cmd.args(["-c", hold]).arg(&region).stdout(Stdio::piped());
+    cmd.args(["-c", hold]).arg(&claims).stdout(Stdio::piped());
     let mut holder = Guarded::spawn(&mut cmd).expect("run python3 (apt-get install python3)");
     let mut line = String::new();
     BufReader::new(holder.stdout.as_mut().unwrap()).read_line(&mut line).expect("read the holder");
@@ -98,7 +98,7 @@ fn a_tenant_finding_the_region_lock_held_fails_naming_the_holder_and_joins_once_
     let hold = "import fcntl, sys, time\nf = open(sys.argv[1])\nfcntl.flock(f, fcntl.LOCK_EX)\nprint('held', \
                 flush=True)\ntime.sleep(300)";
     let mut cmd = Command::new("python3");
-    cmd.args(["-c", hold]).arg(m.region()).stdout(Stdio::piped());
+    cmd.args(["-c", hold]).arg(format!("{}.claims", m.region().display())).stdout(Stdio::piped());
     let mut holder = Guarded::spawn(&mut cmd).expect("run python3 (apt-get install python3)");
     let mut line = String::new();
     BufReader::new(holder.stdout.as_mut().unwrap()).read_line(&mut line).expect("read the holder");

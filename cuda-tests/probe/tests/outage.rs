@@ -133,7 +133,9 @@ fn a_daemon_out_of_descriptors_refuses_connections_and_keeps_serving() {
         let _ = std::io::Read::read_to_string(daemon.stderr.as_mut().expect("piped stderr"), &mut stderr);
         panic!("the daemon exited with {status} when out of descriptors: {stderr}");
     }
-    assert!(answer.contains("out of resources"), "an excess connection was answered {answer:?}");
+    // Refused for lack of descriptors, or before that by the connection caps that keep them from running out.
+    let refused = answer.contains("out of resources") || answer.contains("too many connections");
+    assert!(refused, "an excess connection was answered {answer:?}");
     assert_eq!(held.len() as u64, 3 * NOFILE, "connections were refused by the kernel: the daemon stopped listening");
     drop(held);
     // Once they are closed, it serves again.
