@@ -13,7 +13,8 @@
 //!   client are the `tessera-client` crate's); [`history`]: the device time each vGPU and device
 //!   achieved over the last seconds, which [`monitor`] reports with the rest of `stats`, and
 //!   [`sensors`]: the driver's figures of each device (name, UUID, utilization, power, temperature);
-//!   [`metrics`], [`metrics_server`]: the same figures for Prometheus (`tessera daemon --metrics`);
+//!   [`metrics`], [`metrics_server`]: the same figures for Prometheus (`tessera daemon --metrics`); [`accept`]:
+//!   what an accept error means to both listeners;
 //! - [`integrity`]: validating the process slots tenants can write; [`recount`]: their memory counts; [`audit`]: holding each vGPU to the
 //!   device time the daemon granted it, measured by the driver ([`nvml_usage`]); [`watch`]: both, every
 //!   second;
@@ -23,6 +24,7 @@
 //! - [`paths`]: where the files are; [`daemon`]: the daemon's life; [`logger`]: its log lines, which never
 //!   hold up a thread; [`audit_log`]: who changed what, and what was refused.
 
+pub mod accept;
 pub mod alone;
 pub mod audit;
 pub mod audit_log;

@@ -18,6 +18,7 @@
 //! - an error of the listener is logged (rate-limited) and the listener goes on, or is opened again on
 //!   the same address: the endpoint never closes for good while the daemon runs.
 
+use crate::accept::Failure;
 use crate::logger::say;
 use crate::metrics;
 use bytes::Bytes;
@@ -190,7 +191,7 @@ impl MetricsServer {
                             refuse(stream);
                         }
                     },
-                    Err(e) if transient(&e) => {
+                    Err(e) if Failure::of(&e) != Failure::Broken => {
                         log.say(format_args!(
                             "metrics endpoint {address}: cannot accept a connection ({e}); still serving"
                         ));
@@ -215,25 +216,6 @@ fn listen(address: SocketAddr) -> Result<TcpListener, String> {
     let listener = TcpListener::bind(address).map_err(|e| format!("--metrics {address}: cannot listen there: {e}"))?;
     listener.set_nonblocking(true).map_err(|e| format!("--metrics {address}: cannot serve there: {e}"))?;
     Ok(listener)
-}
-
-/// Whether an accept error concerns the connection at hand or a passing shortage, not the listener.
-fn transient(e: &std::io::Error) -> bool {
-    matches!(
-        e.raw_os_error(),
-        Some(
-            libc::EMFILE
-                | libc::ENFILE
-                | libc::ENOBUFS
-                | libc::ENOMEM
-                | libc::EINTR
-                | libc::ECONNABORTED
-                | libc::EPROTO
-                | libc::EAGAIN
-                | libc::EPERM
-                | libc::ETIMEDOUT
-        )
-    )
 }
 
 /// Answers a connection over the budget with [`BUSY`] (as far as its send buffer takes it at once) and

@@ -16,6 +16,7 @@ pub mod conversation;
 pub mod policy;
 mod shedder;
 
+use crate::accept::Failure;
 use crate::caller::Caller;
 use crate::manager::Manager;
 use crate::protocol::ErrorCode;
@@ -152,14 +153,14 @@ impl Server {
             loop {
                 let stream = match listener.accept().await {
                     Ok((s, _)) => s,
-                    Err(e) => match e.raw_os_error() {
-                        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM) => {
+                    Err(e) => match Failure::of(&e) {
+                        Failure::Shortage => {
                             shedder.shed(&listener, &e).await;
                             continue;
                         }
                         // The client went away before it was accepted, or a signal: nothing to do.
-                        Some(libc::EINTR | libc::ECONNABORTED | libc::EPROTO | libc::EAGAIN) => continue,
-                        _ => return Err(format!("accepting on {}: {e}", self.path.display())),
+                        Failure::Passing => continue,
+                        Failure::Broken => return Err(format!("accepting on {}: {e}", self.path.display())),
                     },
                 };
                 let Some(caller) = peer(&stream) else {
