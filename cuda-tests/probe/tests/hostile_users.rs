@@ -31,22 +31,6 @@ fn daemon_files(m: &Machine) -> Vec<PathBuf> {
     files
 }
 
-/// What user `who` gets opening each of `paths` read-only: `ok` or the errno's name.
-fn read_as(who: (u32, u32), paths: &[PathBuf]) -> Vec<String> {
-    let script = r#"
-import errno, os, sys
-for path in sys.argv[1:]:
-    try:
-        os.close(os.open(path, os.O_RDONLY))
-        print("ok")
-    except OSError as e:
-        print(errno.errorcode.get(e.errno, str(e.errno)))
-"#;
-    let out = Command::new("python3").args(["-c", script]).args(paths).uid(who.0).gid(who.1).output().expect("python3");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect()
-}
-
 /// A process of user `who` that opens each of `paths` it can and holds `flock(LOCK_EX)` on it (or a shared
 /// lock where another holds it exclusively) until its stdin closes; with what it got for each: `locked`,
 /// `shared` or the errno's name.
@@ -152,18 +136,18 @@ fn no_user_reads_what_is_not_its_own() {
     let mut all = files.clone();
     all.push(state.clone());
     // A user with no vGPU reads none of it: not the region's names and settings, not a vGPU's state.
-    let nobody = read_as(NOBODY, &all);
+    let nobody = common::try_as(NOBODY, "ro", &all);
     assert_eq!(nobody, ["EACCES", "EACCES", "EACCES", "EACCES", "EACCES", "ENOENT", "ENOENT", "EACCES"], "{all:?}");
     // The user of a vGPU reads the region its tenants map and its own vGPU's file, no other.
-    let own = read_as(attacker, &all);
+    let own = common::try_as(attacker, "ro", &all);
     assert_eq!(own, ["ok", "EACCES", "EACCES", "ok", "EACCES", "ENOENT", "ENOENT", "EACCES"], "{all:?}");
     let (ok, total, stderr, _) = tenant_as(&m, &gpu, attacker, "b");
     assert!(ok && total == 256 << 20, "{stderr}");
     // A restarted daemon lets it read the region again; once its vGPU is removed, it reads nothing.
     m.stop_daemon();
     m.start();
-    assert_eq!(read_as(attacker, &files[..1]), ["ok"]);
-    assert_eq!(read_as(NOBODY, &files[..1]), ["EACCES"]);
+    assert_eq!(common::try_as(attacker, "ro", &files[..1]), ["ok"]);
+    assert_eq!(common::try_as(NOBODY, "ro", &files[..1]), ["EACCES"]);
     m.ok(&["vgpu", "rm", "b"]);
-    assert_eq!(read_as(attacker, &files[..1]), ["EACCES"]);
+    assert_eq!(common::try_as(attacker, "ro", &files[..1]), ["EACCES"]);
 }

@@ -97,30 +97,6 @@ fn refused(cmd: &mut Command) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
-/// What user `who` gets opening each of `paths` with `how` (`create` in a directory, `ro`, `list`): `ok`
-/// or the errno's name.
-fn try_as(who: (u32, u32), how: &str, paths: &[&Path]) -> Vec<String> {
-    let script = r#"
-import errno, os, sys
-for path in sys.argv[2:]:
-    try:
-        if sys.argv[1] == "create":
-            os.close(os.open(os.path.join(path, "planted"), os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666))
-        elif sys.argv[1] == "list":
-            os.listdir(path)
-        else:
-            os.close(os.open(path, os.O_RDONLY))
-        print("ok")
-    except OSError as e:
-        print(errno.errorcode.get(e.errno, str(e.errno)))
-"#;
-    let mut cmd = Command::new("python3");
-    cmd.args(["-c", script, how]).args(paths).uid(who.0).gid(who.1);
-    let out = cmd.output().expect("python3");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect()
-}
-
 #[test]
 fn a_region_planted_by_another_user_is_refused_and_gains_it_nothing() {
     let attacker = common::user(ATTACKER);
@@ -180,7 +156,7 @@ fn a_lock_held_by_another_user_is_refused_without_its_pid() {
     drop(planter.stdin.take());
     planter.wait().unwrap();
     // In the daemon's own directory (the machine's, root's, 0755) nobody else can create the lock at all.
-    assert_eq!(try_as(attacker, "create", &[&m.dir]), ["EACCES"]);
+    assert_eq!(common::try_as(attacker, "create", &[&m.dir]), ["EACCES"]);
 }
 
 #[test]
@@ -214,8 +190,11 @@ fn the_default_directory_is_the_users_own_and_cannot_be_squatted() {
     let present: Vec<bool> = names.iter().map(|n| dir.join(n).exists()).collect();
     let region = dir.join("tessera.region");
     let nobody = (NOBODY, NOBODY);
-    let (reach, list, create) =
-        (try_as(nobody, "ro", &[&region]), try_as(nobody, "list", &[&dir]), try_as(nobody, "create", &[&dir]));
+    let (reach, list, create) = (
+        common::try_as(nobody, "ro", &[&region]),
+        common::try_as(nobody, "list", &[&dir]),
+        common::try_as(nobody, "create", &[&dir]),
+    );
     drop(daemon);
     assert_eq!((meta.uid(), meta.mode() & 0o7777, meta.is_dir()), (owner.0, 0o711, true));
     assert_eq!(present, [true; 3], "{names:?} in {}", dir.display());

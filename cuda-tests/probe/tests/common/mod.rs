@@ -338,3 +338,27 @@ impl Rng {
         self.0 % below
     }
 }
+
+/// What user `who` gets opening each of `paths` with `how` (`create` in a directory, `ro`, `list`): `ok`
+/// or the errno's name.
+pub fn try_as<P: AsRef<std::ffi::OsStr>>(who: (u32, u32), how: &str, paths: &[P]) -> Vec<String> {
+    let script = r#"
+import errno, os, sys
+for path in sys.argv[2:]:
+    try:
+        if sys.argv[1] == "create":
+            os.close(os.open(os.path.join(path, "planted"), os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666))
+        elif sys.argv[1] == "list":
+            os.listdir(path)
+        else:
+            os.close(os.open(path, os.O_RDONLY))
+        print("ok")
+    except OSError as e:
+        print(errno.errorcode.get(e.errno, str(e.errno)))
+"#;
+    let mut cmd = Command::new("python3");
+    cmd.args(["-c", script, how]).args(paths).uid(who.0).gid(who.1);
+    let out = cmd.output().expect("python3");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect()
+}
