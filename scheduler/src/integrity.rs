@@ -208,6 +208,9 @@ pub enum Verdict {
     False(Finding),
 }
 
+/// Whether the daemon vouches for a process slot (its index and owner word) without looking at `/proc`.
+pub type Vouched<'a> = &'a dyn Fn(usize, u64) -> bool;
+
 /// A process slot judged: its index, the owner word it had ([`owner`]) and the verdict.
 pub type Judged = (usize, u64, Verdict);
 
@@ -331,7 +334,8 @@ impl Verifier {
     }
 
     /// Every process slot of `v` (a vGPU of user `owner` whose live file is `live`) judged, reading at most
-    /// `budget` bytes of maps (lowered by what was read). Reads `/proc`: called with no lock held, so that
+    /// `budget` bytes of maps (lowered by what was read). A slot `vouched` for (its index and owner word:
+    /// a process that joined through the socket, see [`crate::joins`]) is verified without any read. Reads `/proc`: called with no lock held, so that
     /// a slow read holds up nobody. A process of another pid namespace is judged by its pid here, as
     /// `view` finds it; one `view` cannot find is unverified (and left to the reclaim of dead processes,
     /// which knows whether it can see its namespace).
@@ -341,11 +345,15 @@ impl Verifier {
         owner: u32,
         live: Option<FileId>,
         view: &ProcView,
+        vouched: Vouched,
         budget: &mut u64,
     ) -> Vec<Judged> {
         v.attached()
             .map(|(i, pid, p)| {
                 let word = p.owner.load(Ordering::Acquire);
+                if vouched(i, word) {
+                    return (i, word, Verdict::Verified);
+                }
                 let verdict = match view.here(owner::ns(word), pid, p.start_time.load(Ordering::Acquire)) {
                     Some(here) => self.judge(here, owner, live, budget),
                     None => Verdict::Unverified(Doubt::Unseen),
@@ -397,7 +405,7 @@ pub fn free(v: &VgpuSlot, strays: &[Stray]) -> Vec<(u32, Finding)> {
 /// dead process's slot is freed; returns the pids freed and why.
 pub fn free_strays(v: &VgpuSlot, owner: u32, live: Option<FileId>) -> Vec<(u32, Finding)> {
     let mut budget = ROUND_BUDGET;
-    let judged = Verifier::default().judge_slots(v, owner, live, &ProcView::new(), &mut budget);
+    let judged = Verifier::default().judge_slots(v, owner, live, &ProcView::new(), &|_, _| false, &mut budget);
     free(v, &strays(&judged))
 }
 
@@ -644,15 +652,16 @@ mod tests {
         }
         v.live.procs_hwm.store(2, Ordering::Relaxed);
         let verifier = Verifier::default();
-        let judged = verifier.judge_slots(v, uid(), Some(live), &ProcView::new(), &mut ROUND_BUDGET.clone());
+        let judged =
+            verifier.judge_slots(v, uid(), Some(live), &ProcView::new(), &|_, _| false, &mut ROUND_BUDGET.clone());
         assert_eq!(judged.len(), 2);
         assert_eq!(judged[0].2, Verdict::Verified);
         assert_eq!(strays(&judged).iter().map(|s| (s.0, s.2)).collect::<Vec<_>>(), [(1, Finding::Gone)]);
         assert!(unverified(&judged).is_empty());
         // The budget spent, this process is verified all the same (kept from before); a new verifier defers it.
-        let judged = verifier.judge_slots(v, uid(), Some(live), &ProcView::new(), &mut 0);
+        let judged = verifier.judge_slots(v, uid(), Some(live), &ProcView::new(), &|_, _| false, &mut 0);
         assert_eq!(judged[0].2, Verdict::Verified);
-        let judged = Verifier::default().judge_slots(v, uid(), Some(live), &ProcView::new(), &mut 0);
+        let judged = Verifier::default().judge_slots(v, uid(), Some(live), &ProcView::new(), &|_, _| false, &mut 0);
         assert_eq!(unverified(&judged), [(0, v.live.procs[0].owner.load(Ordering::Relaxed), Doubt::Deferred)]);
     }
 }

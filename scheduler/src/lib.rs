@@ -37,6 +37,7 @@ pub mod daemon;
 pub mod fairness;
 pub mod history;
 pub mod integrity;
+pub mod joins;
 pub mod ledger;
 pub mod logger;
 pub mod manager;

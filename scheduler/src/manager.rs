@@ -12,9 +12,11 @@
 //! lock.
 
 use crate::audit::Overuse;
+use crate::caller::Caller;
 use crate::checkpoint::{Checkpointer, Unavailable};
 use crate::config::{Config, Mode, VgpuSpec};
-use crate::integrity::{self, FileId, Judged, Verifier};
+use crate::integrity::{self, FileId, Judged, Verifier, Vouched};
+use crate::joins::{Joins, SlotKey};
 use crate::logger::say;
 use crate::protocol::{DEFRAG_TIMEOUT, Error, ErrorCode, PagerReport, Reply, Request, VgpuStatus};
 use crate::slots;
@@ -33,6 +35,9 @@ use tessera_ffi::region::{file::Locked, file::RegionFile, open::live_path};
 /// How often a `defrag` request looks whether the processes are done: they defragment in milliseconds to
 /// seconds, and each look is a few atomic loads.
 const DEFRAG_POLL: Duration = Duration::from_millis(5);
+
+/// The file of joined processes ([`crate::joins`]), beside the state file.
+const JOINS_FILE: &str = "joins";
 
 /// How long `create` and `rm` wait for the region file's lock before failing with the name of the process
 /// holding it. Joining tenants hold it for milliseconds (hundreds on a loaded host); well under the
@@ -66,6 +71,8 @@ pub struct Manager {
     snapshots: Mutex<Snapshots>,
     /// Verdicts on the processes process slots name, kept from round to round (see [`integrity`]).
     verifier: Verifier,
+    /// The process slots whose process joined through the socket (see [`crate::joins`]).
+    joins: Joins,
 }
 
 impl Manager {
@@ -91,6 +98,7 @@ impl Manager {
             }
         }
         let published = Mutex::new(Arc::new(config.clone()));
+        let joins = Joins::load(&store.path().with_file_name(JOINS_FILE));
         Ok(Manager {
             region,
             store,
@@ -103,6 +111,7 @@ impl Manager {
             snapshot_op: Mutex::default(),
             snapshots: Mutex::default(),
             verifier: Verifier::default(),
+            joins,
         })
     }
 
@@ -139,9 +148,12 @@ impl Manager {
 
     /// Carries out one request made by `caller` (see [`crate::caller`]): what the API's connections use.
     /// Every change and every refusal is recorded in the audit log ([`crate::audit_log`]), once answered.
-    pub fn handle_from(&self, request: Request, caller: &crate::caller::Caller) -> Reply {
+    pub fn handle_from(&self, request: Request, caller: &Caller) -> Reply {
         let asked = request.clone();
-        let reply = self.handle(request);
+        let reply = match &request {
+            Request::Join { name, slot } => self.join(name, *slot, caller).unwrap_or_else(|e| Reply::failure(&e)),
+            _ => self.handle(request),
+        };
         crate::audit_log::request(caller, &asked, &reply);
         reply
     }
@@ -178,6 +190,50 @@ impl Manager {
             });
         }
         response
+    }
+
+    /// Records process slot `slot` of vGPU `name` as `caller`'s, if the slot names the caller (by pid and
+    /// pid namespace, as the kernel gave them) and the caller runs as the vGPU's user or root: see
+    /// [`crate::joins`]. Reads no `/proc` file of the caller but its `stat` (and, for a caller in another
+    /// pid namespace, the list of processes), and takes no lock but the table's.
+    fn join(&self, name: &str, slot: u32, caller: &Caller) -> Result<Reply, Error> {
+        let config = self.current();
+        let spec = config.get(name).code(ErrorCode::NotFound)?;
+        let user = slots::owner(spec);
+        if caller.uid != user && caller.uid != 0 {
+            return Err(Error::new(
+                ErrorCode::PermissionDenied,
+                format!("vGPU {name:?} is uid {user}'s; a process of uid {} cannot join it", caller.uid),
+            ));
+        }
+        let index = slots::find(&self.region.guard(), name)
+            .ok_or_else(|| format!("vGPU {name:?} has no slot in region file {}", self.region.path()))
+            .code(ErrorCode::Internal)?;
+        let procs = &self.region.region().vgpus[index].live.procs;
+        let p = procs.get(slot as usize).ok_or_else(|| {
+            Error::new(
+                ErrorCode::Invalid,
+                format!("vGPU {name:?} has process slots 0 to {}, not {slot}", procs.len() - 1),
+            )
+        })?;
+        let word = p.owner.load(Ordering::Acquire);
+        let start = p.start_time.load(Ordering::Acquire);
+        let named = p.attached_pid().and_then(|pid| ProcView::new().here(owner::ns(word), pid, start));
+        if named != Some(caller.pid) {
+            return Err(Error::new(
+                ErrorCode::PermissionDenied,
+                format!(
+                    "process slot {slot} of vGPU {name:?} does not name the caller (pid {}); a process joins with the \
+                     slot it claimed",
+                    caller.pid
+                ),
+            ));
+        }
+        self.joins
+            .admit((index, slot as usize), word, caller.pid, start)
+            .map_err(|e| e.to_string())
+            .code(ErrorCode::Unavailable)?;
+        Ok(Reply::ok(Vec::new()))
     }
 
     /// The audit's reasons, locked.
@@ -219,9 +275,11 @@ impl Manager {
     /// slots whose process could not be verified (vGPU slot, process slot, owner word), which
     /// [`crate::recount::Recount::uncount_phantoms`] checks against the driver's figures.
     pub fn free_strays(&self) -> Vec<(usize, usize, u64)> {
+        self.reap_joined();
         let mut budget = integrity::ROUND_BUDGET;
-        let doubted = self
-            .free_strays_judged_by(|v, owner, live, view| self.verifier.judge_slots(v, owner, live, view, &mut budget));
+        let doubted = self.free_strays_judged_by(|v, owner, live, view, vouched| {
+            self.verifier.judge_slots(v, owner, live, view, vouched, &mut budget)
+        });
         self.verifier.end_pass();
         doubted
     }
@@ -230,7 +288,7 @@ impl Manager {
     /// its live file, and one view of `/proc` for the whole pass).
     fn free_strays_judged_by(
         &self,
-        mut judge: impl FnMut(&VgpuSlot, u32, Option<FileId>, &ProcView) -> Vec<Judged>,
+        mut judge: impl FnMut(&VgpuSlot, u32, Option<FileId>, &ProcView, Vouched) -> Vec<Judged>,
     ) -> Vec<(usize, usize, u64)> {
         let config = self.current();
         let view = ProcView::new();
@@ -283,15 +341,35 @@ impl Manager {
     }
 
     /// vGPU `spec`'s slot and its process slots judged, with no lock held; `None` when it has no slot.
+    /// The slots of processes that joined through the socket are verified without reading anything.
     fn judge_slots(
         &self,
         spec: &VgpuSpec,
-        judge: &mut impl FnMut(&VgpuSlot, u32, Option<FileId>, &ProcView) -> Vec<Judged>,
+        judge: &mut impl FnMut(&VgpuSlot, u32, Option<FileId>, &ProcView, Vouched) -> Vec<Judged>,
         view: &ProcView,
     ) -> Option<(usize, Vec<Judged>)> {
         let index = slots::find(&self.region.guard(), &spec.name)?;
         let live = FileId::of(&live_path(self.region.path(), index));
-        Some((index, judge(&self.region.region().vgpus[index], slots::owner(spec), live, view)))
+        let vouched = |slot: usize, word: u64| self.joins.vouches((index, slot), word);
+        Some((index, judge(&self.region.region().vgpus[index], slots::owner(spec), live, view, &vouched)))
+    }
+
+    /// Frees the process slots of joined processes that have ended (their pidfds say so), as dead
+    /// processes' slots are freed, and forgets the records of slots since taken by others.
+    fn reap_joined(&self) {
+        let region = self.region.region();
+        let word_now = |(v, i): SlotKey| Some(region.vgpus.get(v)?.live.procs.get(i)?.owner.load(Ordering::Acquire));
+        let ended = self.joins.reap(word_now);
+        if ended.is_empty() {
+            return;
+        }
+        let config = self.current();
+        let _locked = self.region.guard();
+        for ((index, slot), word) in ended {
+            let v = &region.vgpus[index];
+            let Some(spec) = config.vgpus.iter().find(|s| v.name_bytes() == s.name.as_bytes()) else { continue };
+            report_freed(spec, integrity::free(v, &[(slot, word, integrity::Finding::Gone)]));
+        }
     }
 
     /// Each configured vGPU's slot and user.
@@ -337,6 +415,12 @@ impl Manager {
             // They wait for the driver's checkpoint calls, taking the configuration's lock only to suspend.
             Request::Snapshot { name, pids } => return self.snapshot(name, pids),
             Request::Resume { name, pids } => return self.resume(name, pids),
+            Request::Join { .. } => {
+                return Err(Error::new(
+                    ErrorCode::Invalid,
+                    "a join is made over the socket by the joining process itself (see Manager::handle_from)",
+                ));
+            }
             _ => {}
         }
         if let Some(reply) = crate::passthrough_ops::carry_out(self, &request) {
@@ -377,7 +461,9 @@ impl Manager {
                 let mut budget = integrity::REQUEST_BUDGET;
                 let judged = self.judge_slots(
                     &old,
-                    &mut |v, owner, live, view| self.verifier.judge_slots(v, owner, live, view, &mut budget),
+                    &mut |v, owner, live, view, vouched| {
+                        self.verifier.judge_slots(v, owner, live, view, vouched, &mut budget)
+                    },
                     &ProcView::new(),
                 );
                 let mut ignored = Vec::new();
@@ -420,7 +506,8 @@ impl Manager {
             | Request::MdevList
             | Request::MdevCreate { .. }
             | Request::MdevRm { .. }
-            | Request::Reconcile => unreachable!("answered above"),
+            | Request::Reconcile
+            | Request::Join { .. } => unreachable!("answered above"),
         };
         Ok(Reply::ok(vgpus))
     }
@@ -1016,10 +1103,10 @@ mod tests {
         let (judging_tx, judging) = std::sync::mpsc::channel();
         let (release, released) = std::sync::mpsc::channel::<()>();
         let watch = std::thread::spawn(move || {
-            m.free_strays_judged_by(|v, owner, live, view| {
+            m.free_strays_judged_by(|v, owner, live, view, vouched| {
                 let _ = judging_tx.send(());
                 let _ = released.recv();
-                Verifier::default().judge_slots(v, owner, live, view, &mut integrity::ROUND_BUDGET.clone())
+                Verifier::default().judge_slots(v, owner, live, view, vouched, &mut integrity::ROUND_BUDGET.clone())
             });
         });
         judging.recv().unwrap();

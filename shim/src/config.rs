@@ -49,6 +49,9 @@ pub struct Config {
     pub vgpu: Option<String>,
     /// Shared-memory region file holding the vGPUs' quotas and usage.
     pub region: String,
+    /// The daemon's socket, which a process joining a managed vGPU tells which process slot is its own
+    /// (`TESSERA_SOCKET`, else `tessera.sock` beside the region file, where the daemon puts it by default).
+    pub socket: String,
     /// Log threshold.
     pub log: Level,
     /// Memory mode asked for with `TESSERA_MODE` (`None`: not set; a managed vGPU's own mode wins).
@@ -111,6 +114,11 @@ impl Config {
             Some(r) => r,
             None => tessera_ffi::region::open::default_path(),
         };
+        let socket = match get("TESSERA_SOCKET")? {
+            Some(s) if s.trim().is_empty() => return Err(err("TESSERA_SOCKET")("is empty; give a socket path".into())),
+            Some(s) => s,
+            None => std::path::Path::new(&region).with_file_name("tessera.sock").to_string_lossy().into_owned(),
+        };
         let compute_share =
             get("TESSERA_COMPUTE_SHARE")?.map(|v| parse_share(&v).map_err(err("TESSERA_COMPUTE_SHARE"))).transpose()?;
         let mode = match get("TESSERA_MODE")?.map(|v| (v.trim().to_ascii_lowercase(), v)) {
@@ -123,7 +131,7 @@ impl Config {
             None => DEFAULT_MEMORY_WAIT_NS,
             Some(v) => tessera_ffi::units::parse_duration_ns(&v).map_err(err("TESSERA_MEMORY_WAIT"))?,
         };
-        Ok(Config { memory_limit, vgpu, region, log, mode, memory_wait_ns, compute_share })
+        Ok(Config { memory_limit, vgpu, region, socket, log, mode, memory_wait_ns, compute_share })
     }
 }
 

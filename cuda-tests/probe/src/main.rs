@@ -21,6 +21,15 @@ fn main() {
         println!("{}", scenarios::usage());
         return;
     }
+    // A process its own user cannot inspect (as setuid and capability-raising programs are): its
+    // `/proc/PID/maps` is then readable by root alone.
+    if std::env::var_os("SIMGPU_PROBE_UNDUMPABLE").is_some() {
+        // SAFETY: prctl(PR_SET_DUMPABLE, 0) takes no pointers and affects only this process.
+        if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0 {
+            eprintln!("simgpu-probe: cannot make this process non-dumpable: {}", std::io::Error::last_os_error());
+            std::process::exit(2);
+        }
+    }
     match scenarios::run(name, rest) {
         Ok(value) => report::emit(name, value),
         Err(failure) => {

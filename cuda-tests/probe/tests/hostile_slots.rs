@@ -3,16 +3,20 @@
 //! audit of its bucket cheating nor `vgpu rm` (the daemon reads a process's map once, within a budget, not
 //! once per slot per second); and a slot naming a process whose map the daemon cannot read (pid 1 in a VM
 //! or container) does not keep its vGPU from being removed. The test process plays the tenant (root may
-//! write any vGPU's file).
+//! write any vGPU's file). A real tenant's own process slot, which its shim names to the daemon in a
+//! `join` over the socket, keeps its vGPU while it runs even when the daemon cannot read its `/proc`
+//! files, and nobody else can name it.
 
 mod common;
 
 use common::region::{BucketCheat, live_file, plant, poll_every};
 use common::tessera::{Machine, pids};
-use common::{MIB, finish, first_line, u64_at};
+use common::{Guarded, MIB, finish, first_line, u64_at};
 use serde_json::Value;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
 use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use tessera_ffi::region::{PROCS_PER_VGPU, VgpuLive};
 
@@ -192,5 +196,96 @@ fn a_slot_naming_a_process_the_daemon_cannot_verify_does_not_block_rm() {
     if !readable {
         assert!(log.contains("process slot naming pid 1 that could not be verified"), "{log}");
         assert!(log.contains("vGPU \"q\": process slot of pid 1 counted 268435456 bytes of device 0"), "{log}");
+    }
+}
+
+#[test]
+fn a_joined_tenant_keeps_its_vgpu_from_a_rootless_daemon_that_cannot_read_it() {
+    let _turn = TIMING.lock().unwrap_or_else(|e| e.into_inner());
+    // The quick start's daemon runs as its user, who cannot read the map of its own non-dumpable process:
+    // the daemon cannot verify such a tenant from /proc, and before joins ignored it.
+    let owner = common::user("tessera-join-owner");
+    let m = Machine::new("hostile-join", "small");
+    let home = m.file("home");
+    std::fs::create_dir(&home).unwrap();
+    std::os::unix::fs::chown(&home, Some(owner.0), Some(owner.1)).unwrap();
+    std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let at = |name: &str| home.join(name).to_string_lossy().into_owned();
+    let files = |cmd: &mut Command| {
+        cmd.env("TESSERA_REGION", at("tessera.region"))
+            .env("TESSERA_SOCKET", at("tessera.sock"))
+            .env("TESSERA_STATE_DIR", at("state"))
+            .env("SIMGPU_STATE", at("simgpu.state"));
+    };
+    let tessera = |args: &[&str]| {
+        let mut cmd = m.command(args);
+        files(&mut cmd);
+        cmd.uid(owner.0).gid(owner.1).output().unwrap()
+    };
+    let mut daemon = m.command(&["daemon"]);
+    files(&mut daemon);
+    daemon.uid(owner.0).gid(owner.1).stderr(Stdio::piped());
+    let mut daemon = Guarded::spawn(&mut daemon).expect("spawn tessera daemon");
+    common::wait_until_answering(&mut daemon, || tessera(&["vgpu", "list"]).status.success());
+    let out = tessera(&["vgpu", "create", "j", "--device", "0", "--memory", "1GiB", "--share", "10"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+
+    let mut tenant = m.tenant("j", &["alloc", "--bytes", "64MiB"]);
+    files(&mut tenant);
+    tenant.env("SIMGPU_PROBE_UNDUMPABLE", "1").uid(owner.0).gid(owner.1);
+    let mut tenant = Guarded::spawn(&mut tenant).expect("spawn the tenant");
+    let report = first_line(&mut tenant);
+    let tenant_pid = u64_at(&report, "pid");
+    let maps = format!("/proc/{tenant_pid}/maps");
+    assert_eq!(common::try_as(owner, "ro", &[&maps]), ["EACCES"], "the daemon's user cannot read {maps}");
+
+    // Refused at once: the daemon recorded the tenant's slot as it joined.
+    let rm = || {
+        let t = Instant::now();
+        (tessera(&["vgpu", "rm", "j"]), t.elapsed())
+    };
+    let (out, took) = rm();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "vgpu rm j went through under its running tenant (pid {tenant_pid})");
+    assert!(stderr.contains(&format!("(pid {tenant_pid})")), "{stderr}");
+    assert!(took <= Duration::from_secs(1), "vgpu rm took {took:?}");
+
+    // Another process of the same user cannot claim a slot it does not hold: each join is refused.
+    let script = r#"
+import json, socket, sys
+for slot in range(4):
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(sys.argv[1])
+    s.sendall(json.dumps({"version": 1, "op": "join", "name": "j", "slot": slot}).encode() + b"\n")
+    print(s.makefile().readline().strip(), flush=True)
+"#;
+    let mut forger = Command::new("python3");
+    forger.args(["-c", script, &at("tessera.sock")]).uid(owner.0).gid(owner.1);
+    let out = forger.output().expect("python3");
+    let answers = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(answers.lines().count(), 4, "{answers} {}", String::from_utf8_lossy(&out.stderr));
+    for line in answers.lines() {
+        assert!(line.contains("\"ok\":false") && line.contains("permission_denied"), "{line}");
+    }
+
+    // Once the tenant is gone, its slot is freed and rm goes through.
+    finish(tenant);
+    let (out, _) = rm();
+    assert!(out.status.success(), "vgpu rm j: {}", String::from_utf8_lossy(&out.stderr));
+    let log = {
+        let _ = nix_kill(&daemon);
+        let out = daemon.into_child().wait_with_output().unwrap();
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    assert!(log.contains("op=\"join\"") || log.contains("op=join"), "joins are in the audit log: {log}");
+}
+
+/// Asks `daemon` to stop (SIGTERM).
+fn nix_kill(daemon: &Guarded) -> std::io::Result<()> {
+    // SAFETY: kill with a child's pid and a signal number has no memory effects.
+    if unsafe { libc::kill(daemon.id() as i32, libc::SIGTERM) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
     }
 }

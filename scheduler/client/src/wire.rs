@@ -142,11 +142,20 @@ pub enum Request {
     },
     /// Drop records of vanished mdevs, remove unused mdevs Tessera created, roll back an interrupted bind.
     Reconcile,
+    /// Sent by the shim of a process joining a managed vGPU: the process slot `slot` it claimed in vGPU
+    /// `name` is its own. The daemon believes the connection's peer credentials, never the request: the
+    /// slot must name the calling process, of the vGPU's user (see `docs/protocol.md`).
+    Join {
+        /// The vGPU's name.
+        name: String,
+        /// The index of the process slot the caller claimed.
+        slot: u32,
+    },
 }
 
 impl Request {
     /// How many kinds of request there are (see [`Request::ordinal`]).
-    pub const KINDS: usize = 20;
+    pub const KINDS: usize = 21;
 
     /// The request's kind as a number below [`Request::KINDS`]: a new kind does not compile until it is
     /// numbered here, and a test then checks [`Request::examples`] and `docs/protocol.md` cover it.
@@ -172,6 +181,7 @@ impl Request {
             Request::MdevCreate { .. } => 17,
             Request::MdevRm { .. } => 18,
             Request::Reconcile => 19,
+            Request::Join { .. } => 20,
         }
     }
 
@@ -199,6 +209,7 @@ impl Request {
             Request::MdevCreate { parent: "0000:41:00.4".into(), type_id: "nvidia-63".into(), uuid: None },
             Request::MdevRm { uuid: "8a3e4b0c-5f2d-4c1e-9b7a-2d6f0e1c3a45".into() },
             Request::Reconcile,
+            Request::Join { name: name(), slot: 3 },
         ]
     }
 

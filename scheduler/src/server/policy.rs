@@ -1,6 +1,7 @@
-//! Who may ask what of the daemon: the one place the socket decides it. Today the daemon's own user and
-//! root may make every request and nobody else any; a later rule (a `join` open to tenants) changes
-//! [`Policy::may`] alone.
+//! Who may ask what of the daemon: the one place the socket decides it. The daemon's own user and root may
+//! make every request; anyone may make a `join` (a tenant of a `--user` vGPU vouching for its own process
+//! slot, which the daemon checks against the connection's credentials, see [`crate::joins`]) and nothing
+//! else.
 
 use crate::caller::Caller;
 use crate::protocol::Request;
@@ -31,8 +32,7 @@ impl Policy {
 
     /// Whether `caller` may make `request`. A caller refused one request is refused the connection too.
     pub fn may(&self, caller: &Caller, request: &Request) -> bool {
-        let _ = request; // every request is the owner's today
-        self.privileged(caller.uid)
+        self.privileged(caller.uid) || matches!(request, Request::Join { .. })
     }
 
     /// Whether `caller` hears why a line it sent is not a request (a caller who may make no request at
@@ -56,5 +56,7 @@ mod tests {
             assert_eq!(policy.told_why_malformed(&who(uid)), allowed, "uid {uid}");
         }
         assert!(Policy::new(0).privileged(0) && !Policy::new(0).privileged(1000));
+        let join = Request::Join { name: "a".into(), slot: 0 };
+        assert!(policy.may(&who(65534), &join), "anyone may ask to join: the daemon checks the slot names them");
     }
 }

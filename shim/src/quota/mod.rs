@@ -11,6 +11,7 @@
 //! region file is touched: the shim stays transparent.
 
 mod accounting;
+mod join;
 mod measuring;
 mod region;
 
@@ -64,6 +65,16 @@ fn set_up() -> Result<Option<Quota>, String> {
             }
         },
     };
+    if let (Some(name), Some(slot)) = (&config.vgpu, slots.me_index)
+        && slots.region.is_some()
+        && tessera_ffi::region::settings::is_managed(slots.vgpu)
+        && let Err(e) = join::tell_daemon(&config.socket, name, slot)
+    {
+        log::warn(format_args!(
+            "vGPU {name:?}: this process's slot is not recorded by the daemon ({e}); it runs on its quota, but \
+             does not keep `tessera vgpu rm` from removing the vGPU unless the daemon can see it in /proc"
+        ));
+    }
     let limits: Limits = std::array::from_fn(|d| slots.vgpu.config.limit[d].load(std::sync::atomic::Ordering::Acquire));
     log::info(format_args!("memory quota: {label}, {}", region::describe(&limits)));
     Ok(Some(Quota { slots, label }))
