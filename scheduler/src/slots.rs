@@ -50,14 +50,17 @@ pub fn place(locked: &Locked, spec: &VgpuSpec, force: bool) -> Result<usize, Str
             }
             i
         }
-        None => locked.claim_slot(&encoded).ok_or_else(|| {
-            format!(
-                "region file {}: all vGPU slots are in use by running processes or the daemon; cannot add {:?}",
-                locked.path(),
-                spec.name
-            )
-        })?,
+        None => {
+            locked.claim_slot_with(&encoded, |i| locked.file().map_conf(i, Some(owner(spec))))?.ok_or_else(|| {
+                format!(
+                    "region file {}: all vGPU slots are in use by running processes or the daemon; cannot add {:?}",
+                    locked.path(),
+                    spec.name
+                )
+            })?
+        }
     };
+    locked.file().map_conf(index, Some(owner(spec)))?;
     locked.file().map_live(index, Some(owner(spec)))?;
     configure(&locked.region().vgpus[index], spec);
     Ok(index)
@@ -125,7 +128,8 @@ pub fn remove(locked: &Locked, name: &str, ignored: &[(usize, u64)]) -> Result<(
     locked.free_slot(index);
     notify(&locked.region().vgpus[index].live.sched);
     crate::pacer::roster_changed();
-    locked.file().unmap_live(index)
+    locked.file().unmap_live(index)?;
+    locked.file().unmap_conf(index, false)
 }
 
 /// Hands back to processes every managed slot the configuration does not name (a state file removed or
@@ -139,11 +143,15 @@ pub fn release_unknown(locked: &Locked, known: &[VgpuSpec]) {
         let name = String::from_utf8_lossy(v.name_bytes()).into_owned();
         if !v.has_processes() {
             locked.free_slot(index);
-            if let Err(e) = locked.file().unmap_live(index) {
+            if let Err(e) = locked.file().unmap_live(index).and_then(|()| locked.file().unmap_conf(index, false)) {
                 say!("tessera daemon: {e}");
             }
         } else {
             v.config.flags.fetch_and(!flags::MANAGED, Ordering::AcqRel);
+            // Its processes' peers must find it by name in the region file itself now.
+            if let Err(e) = locked.file().unmap_conf(index, true) {
+                say!("tessera daemon: {e}");
+            }
         }
         notify(&v.live.sched);
         say!("tessera daemon: vGPU {name:?} is in the region but not in the configuration; no longer managed");

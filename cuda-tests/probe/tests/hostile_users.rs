@@ -13,6 +13,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+use tessera_ffi::region::conf::conf_path;
 use tessera_ffi::region::open::{live_path, lock_path};
 
 /// The attacker, a user with a vGPU of its own.
@@ -125,29 +126,66 @@ fn another_users_locks_hold_up_neither_the_daemon_nor_any_tenant() {
 
 #[test]
 fn no_user_reads_what_is_not_its_own() {
-    let attacker = common::user(ATTACKER);
+    let (attacker, tenant) = (common::user(ATTACKER), common::user(TENANT));
     let mut m = Machine::new("hostile-reads", "small");
     m.start();
     let gpu = gpu_dir(&m);
     m.ok(&["vgpu", "create", "b", "--device", "0", "--memory", "256MiB", "--share", "20", "--user", ATTACKER]);
-    m.ok(&["vgpu", "create", "r", "--device", "0", "--memory", "256MiB", "--share", "20"]);
+    m.ok(&["vgpu", "create", "owner-secret", "--device", "0", "--memory", "256MiB", "--share", "20"]);
+    m.ok(&[
+        "vgpu",
+        "create",
+        "tenant-secret",
+        "--device",
+        "0",
+        "--memory",
+        "256MiB",
+        "--share",
+        "20",
+        "--user",
+        TENANT,
+    ]);
     let files = daemon_files(&m);
+    let region = m.region().to_string_lossy().into_owned();
+    let confs: Vec<PathBuf> = (0..3).map(|i| PathBuf::from(conf_path(&region, i))).collect();
     let state = m.file("state/vgpus.json");
     let mut all = files.clone();
+    all.extend(confs.iter().cloned());
     all.push(state.clone());
-    // A user with no vGPU reads none of it: not the region's names and settings, not a vGPU's state.
+    // A user with no vGPU reads none of it: not the region, not a vGPU's settings or state.
     let nobody = common::try_as(NOBODY, "ro", &all);
-    assert_eq!(nobody, ["EACCES", "EACCES", "EACCES", "EACCES", "EACCES", "ENOENT", "ENOENT", "EACCES"], "{all:?}");
-    // The user of a vGPU reads the region its tenants map and its own vGPU's file, no other.
+    let none = ["EACCES", "EACCES", "EACCES", "EACCES", "EACCES", "EACCES", "ENOENT", "EACCES", "EACCES", "EACCES"];
+    assert_eq!(nobody, [&none[..], &["EACCES"]].concat(), "{all:?}");
+    // The user of a vGPU reads the region its tenants map, its own vGPU's settings and state, no other.
     let own = common::try_as(attacker, "ro", &all);
-    assert_eq!(own, ["ok", "EACCES", "EACCES", "ok", "EACCES", "ENOENT", "ENOENT", "EACCES"], "{all:?}");
+    let mine = ["ok", "EACCES", "EACCES", "ok", "EACCES", "EACCES", "ENOENT", "ok", "EACCES", "EACCES", "EACCES"];
+    assert_eq!(own, mine, "{all:?}");
+    // And the region it may read holds no other vGPU's name: they are in the files it may not read.
+    assert_eq!(holds_as(attacker, &m.region(), &["owner-secret", "tenant-secret"]), [false, false]);
+    assert_eq!(holds_as(attacker, &confs[0], &["b"]), [true], "its own vGPU's name it reads");
     let (ok, total, stderr, _) = tenant_as(&m, &gpu, attacker, "b");
     assert!(ok && total == 256 << 20, "{stderr}");
-    // A restarted daemon lets it read the region again; once its vGPU is removed, it reads nothing.
+    let (ok, total, stderr, _) = tenant_as(&m, &gpu, tenant, "tenant-secret");
+    assert!(ok && total == 256 << 20, "another user's tenant: {stderr}");
+    // A restarted daemon lets it read the region and its settings again, still no one else's; once its
+    // vGPU is removed, it reads nothing.
     m.stop_daemon();
     m.start();
-    assert_eq!(common::try_as(attacker, "ro", &files[..1]), ["ok"]);
+    assert_eq!(common::try_as(attacker, "ro", &[&files[0], &confs[0], &confs[2]]), ["ok", "ok", "EACCES"]);
+    assert_eq!(holds_as(attacker, &m.region(), &["owner-secret", "tenant-secret"]), [false, false]);
     assert_eq!(common::try_as(NOBODY, "ro", &files[..1]), ["EACCES"]);
     m.ok(&["vgpu", "rm", "b"]);
-    assert_eq!(common::try_as(attacker, "ro", &files[..1]), ["EACCES"]);
+    assert_eq!(common::try_as(attacker, "ro", &[&files[0], &confs[0]]), ["EACCES", "ENOENT"]);
+    let owners = m.show("owner-secret");
+    assert_eq!(u64_at(&owners, "memory"), 256 << 20, "the others are as they were: {owners}");
+}
+
+/// Whether the file at `path`, read as user `who`, holds each of `needles` (as bytes).
+fn holds_as(who: (u32, u32), path: &Path, needles: &[&str]) -> Vec<bool> {
+    let script = "import sys\ndata = open(sys.argv[1], 'rb').read()\nfor n in sys.argv[2:]: print(n.encode() in data)";
+    let mut cmd = Command::new("python3");
+    cmd.args(["-c", script]).arg(path).args(needles).uid(who.0).gid(who.1);
+    let out = cmd.output().expect("python3");
+    assert!(out.status.success(), "reading {path:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).lines().map(|l| l == "True").collect()
 }

@@ -68,20 +68,15 @@ pub fn attach_with_share(path: &str, name: &str, limits: Option<&Limits>, own_sh
         reclaim::reclaim_dead(file.region(), &Unseen);
     }
     let locked = file.lock()?;
+    // VGPUs the daemon made since the file was opened: their names are in configuration files.
+    file.refresh_confs();
     let index = join(&locked, locked.find(&encoded), name, limits, own_share)?;
     let managed = is_managed(&locked.region().vgpus[index]);
     let region: &'static Region = if managed {
         let live = open_live(&live_path(path, index), index, file.dir, None).map_err(|e| {
             format!("cannot join vGPU {name:?}: {e} (a vGPU's file belongs to the user it was created for)")
         })?;
-        let map = map(&file.file, libc::PROT_READ).map_err(|e| format!("region file {path}: cannot map: {e}"))?;
-        // SAFETY: a fresh mapping of our own; nothing references it yet.
-        unsafe { overlay(map.0.as_ptr(), index, &live, libc::PROT_READ | libc::PROT_WRITE, 0) }
-            .map_err(|e| format!("{}: cannot map: {e}", live_path(path, index)))?;
-        let base = map.0;
-        std::mem::forget(map);
-        // SAFETY: never unmapped now; the header was checked when `file` was opened.
-        unsafe { &*base.as_ptr() }
+        map_joined(&file, index, &live)?
     } else {
         // SAFETY: the mapping outlives `locked`: it is leaked, never unmapped, right after.
         unsafe { &*std::ptr::from_ref(locked.region()) }
@@ -137,6 +132,7 @@ fn try_attach_read_only(
     own_share: bool,
 ) -> Result<Result<Attached, String>, String> {
     let threads = file.guard();
+    file.refresh_confs();
     let found = find_settled(file.region(), encoded);
     let Some(index) = found.filter(|&i| is_managed(&file.region().vgpus[i])) else {
         // Not there, or not configured yet: join says why it will not do (unless it is only being made).
@@ -173,14 +169,7 @@ fn try_attach_read_only(
         return Ok(Err(format!("vGPU {name:?} kept changing while this process joined it; retry")));
     }
     join(&threads, Some(index), name, limits, own_share)?;
-    let map = map(&file.file, libc::PROT_READ).map_err(|e| format!("region file {path}: cannot map: {e}"))?;
-    // SAFETY: a fresh mapping of our own; nothing references it yet.
-    unsafe { overlay(map.0.as_ptr(), index, &live, libc::PROT_READ | libc::PROT_WRITE, 0) }
-        .map_err(|e| format!("{live_at}: cannot map: {e}"))?;
-    let base = map.0;
-    std::mem::forget(map);
-    // SAFETY: never unmapped now; the header was checked when `file` was opened.
-    let region: &'static Region = unsafe { &*base.as_ptr() };
+    let region = map_joined(file, index, &live)?;
     let vgpu = &region.vgpus[index];
     reclaim::reclaim_vgpu(vgpu, None, &Unseen);
     let me_index = claim_process(vgpu, name)?;
@@ -192,6 +181,25 @@ fn try_attach_read_only(
         me: &vgpu.live.procs[me_index],
         me_index: Some(me_index),
     }))
+}
+
+/// The mapping a process joining managed vGPU `index` keeps for its life: the region file read-only, with
+/// the configuration files it may read mapped over their slots (its vGPU's among them) and `live`, the
+/// vGPU's live file, writable over the vGPU's live area.
+fn map_joined(file: &RegionFile, index: usize, live: &std::fs::File) -> Result<&'static Region, String> {
+    let path = &file.path;
+    let map = map(&file.file, libc::PROT_READ).map_err(|e| format!("region file {path}: cannot map: {e}"))?;
+    let owner = super::conf::owner_of(&file.file);
+    let mut confs = std::collections::BTreeMap::new();
+    // SAFETY: a fresh mapping of our own; nothing references it yet.
+    unsafe { super::conf::overlay_confs(map.0.as_ptr(), &file.file, path, owner, libc::PROT_READ, &mut confs) };
+    // SAFETY: as above.
+    unsafe { overlay(map.0.as_ptr(), index, live, libc::PROT_READ | libc::PROT_WRITE, 0) }
+        .map_err(|e| format!("{}: cannot map: {e}", live_path(path, index)))?;
+    let base = map.0;
+    std::mem::forget(map);
+    // SAFETY: never unmapped now; the header was checked when `file` was opened.
+    Ok(unsafe { &*base.as_ptr() })
 }
 
 /// How long the daemon's heartbeat may be silent before it counts as gone (it beats at least every

@@ -31,22 +31,35 @@ impl Locked<'_> {
     /// named, its usage and compute-share state start over, and it is marked ready with no limit; the
     /// caller configures it before releasing the lock. `None` when every slot is taken.
     pub fn claim_slot(&self, name: &[u8; NAME_LEN]) -> Option<usize> {
+        self.claim_slot_with(name, |_| Ok(())).ok().flatten()
+    }
+
+    /// [`Locked::claim_slot`], calling `prepare` with the slot's index once it is out of sight of other
+    /// processes and before it is named (the daemon gives it a configuration file of its own there, see
+    /// [`super::conf`], so that the name is never written where other users may read it). `Err`: what
+    /// `prepare` returned; the slot is left free.
+    pub fn claim_slot_with(
+        &self,
+        name: &[u8; NAME_LEN],
+        prepare: impl FnOnce(usize) -> Result<(), String>,
+    ) -> Result<Option<usize>, String> {
         // Other processes read names under the file lock: a guard of this process's threads is not enough.
         assert!(self.exclusive(), "a slot is named only under the region file's lock");
         let region = self.region();
         let free = region.vgpus.iter().position(|v| v.state() == state::FREE);
         let idle = || (0..MAX_VGPUS).find(|&i| !is_managed(&region.vgpus[i]) && !region.vgpus[i].has_processes());
-        let index = free.or_else(idle)?;
-        let v = &region.vgpus[index];
+        let Some(index) = free.or_else(idle) else { return Ok(None) };
         // Out of sight of other processes while it is renamed: nobody is attached and, not ready, no
         // process finds it by name.
-        v.config.state.store(state::FREE, Ordering::Release);
+        region.vgpus[index].config.state.store(state::FREE, Ordering::Release);
+        prepare(index)?;
+        let v = &self.region().vgpus[index];
         reset_sched(v);
         reset_usage(v);
         set_limits(v, &[UNLIMITED; MAX_DEVICES]);
         self.name_slot(index, name);
         self.region().vgpus[index].config.state.store(state::READY, Ordering::Release);
-        Some(index)
+        Ok(Some(index))
     }
 
     /// Writes slot `index`'s name.

@@ -12,7 +12,9 @@
 //! for longer than [`LOCK_TIMEOUT`] (the daemon's requests use shorter bounds of their own), after which
 //! the error names the file, the processes holding it and what to do.
 
+use super::conf;
 use super::layout::{AREA, LAYOUT_SIZE, NAME_LEN, Region, VERSION, VgpuSlot, encode_name, live_offset, state};
+use super::layout::{VgpuConfig, config_offset};
 use super::open::open_region;
 use super::open::{Access, check_header, checked_dir, header_matches, live_path, lock_path, open_live, open_lock};
 use crate::flock::FileLock;
@@ -20,6 +22,7 @@ use crate::secure_fs::DirKind;
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
 use std::ptr::NonNull;
 use std::sync::atomic::Ordering;
 use std::sync::{Mutex, MutexGuard, OnceLock};
@@ -65,6 +68,8 @@ pub struct RegionFile {
     claims: OnceLock<File>,
     /// The users of the vGPUs whose live files are mapped (by slot): for the daemon, who may read the file.
     readers: Mutex<BTreeMap<usize, u32>>,
+    /// The configuration files mapped over slots (slot → inode), see [`super::conf`].
+    confs: Mutex<BTreeMap<usize, u64>>,
     /// `flock` excludes other open files, not other threads using this one: they take this first.
     threads: Mutex<()>,
 }
@@ -96,7 +101,7 @@ impl RegionFile {
         // SAFETY: `map` covers the whole file and lives until the end of this function or in the result; the
         // header is read only (atomic magic, integers written before the file was linked into place).
         check_header(unsafe { &map.0.as_ref().head.header }, path)?;
-        Ok(RegionFile {
+        let region = RegionFile {
             file,
             map,
             path: path.to_string(),
@@ -105,8 +110,77 @@ impl RegionFile {
             access,
             claims: OnceLock::new(),
             readers: Mutex::default(),
+            confs: Mutex::default(),
             threads: Mutex::new(()),
-        })
+        };
+        region.refresh_confs();
+        Ok(region)
+    }
+
+    /// Maps over each hidden slot the configuration file this process may read, as it is now (a vGPU
+    /// created or removed by the daemon since): see [`conf::overlay_confs`]. Written through by the daemon
+    /// alone; read-only for every other process.
+    pub fn refresh_confs(&self) {
+        let prot = if self.access == Access::Daemon { libc::PROT_READ | libc::PROT_WRITE } else { libc::PROT_READ };
+        let mut known = self.confs.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let owner = conf::owner_of(&self.file);
+        // SAFETY: our own whole-region mapping; configuration areas are read through atomics and bytes only.
+        unsafe { conf::overlay_confs(self.map.0.as_ptr(), &self.file, &self.path, owner, prot, &mut known) };
+    }
+
+    /// The daemon's: gives slot `index` a configuration file of its own, readable by `reader` too (see
+    /// [`super::conf`]): created from what the slot's area shows now, mapped over it, and the slot hidden
+    /// in the region file. A slot that has its file already only has its reader set again.
+    pub fn map_conf(&self, index: usize, reader: Option<u32>) -> Result<(), String> {
+        let path = conf::conf_path(&self.path, index);
+        let reader = reader.filter(|&uid| uid != crate::secure_fs::euid());
+        let mut known = self.confs.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if known.contains_key(&index) {
+            let file = crate::secure_fs::open_nofollow(std::path::Path::new(&path), true)
+                .map_err(|e| format!("{path}: cannot open: {e}"))?;
+            return conf::set_reader(&file, &path, reader);
+        }
+        let file = conf::create(&path, index, self.dir, &self.region().vgpus[index].config, reader)?;
+        let inode = std::os::unix::fs::MetadataExt::ino(&file.metadata().map_err(|e| format!("{path}: {e}"))?);
+        // SAFETY: the area lies inside our mapping, which we own; the file has AREA bytes.
+        unsafe { conf::overlay_config(self.map.0.as_ptr(), index, &file, libc::PROT_READ | libc::PROT_WRITE, 0) }
+            .map_err(|e| format!("{path}: cannot map: {e}"))?;
+        known.insert(index, inode);
+        conf::hide(&self.file, index).map_err(|e| format!("region file {}: cannot write: {e}", self.path))
+    }
+
+    /// The daemon's: maps the region file's own area back over slot `index`'s configuration and removes
+    /// the slot's configuration file. With `keep`, the configuration is copied into the region file first
+    /// (the slot becomes an ordinary vGPU, seen by every process); otherwise the slot is left free.
+    pub fn unmap_conf(&self, index: usize, keep: bool) -> Result<(), String> {
+        let mut known = self.confs.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if known.remove(&index).is_none() {
+            return Ok(());
+        }
+        let fail = |e: std::io::Error| format!("region file {}: {e}", self.path);
+        if keep {
+            let c = &self.region().vgpus[index].config;
+            // SAFETY: `VgpuConfig` is plain old data; read as bytes.
+            let bytes = unsafe {
+                std::slice::from_raw_parts(std::ptr::from_ref(c).cast::<u8>(), std::mem::size_of::<VgpuConfig>())
+            };
+            self.file.write_all_at(bytes, config_offset(index) as u64).map_err(fail)?;
+        }
+        let prot = libc::PROT_READ | libc::PROT_WRITE;
+        // SAFETY: our own mapping; the region file has LAYOUT_SIZE bytes.
+        unsafe { conf::overlay_config(self.map.0.as_ptr(), index, &self.file, prot, config_offset(index)) }
+            .map_err(fail)?;
+        if !keep {
+            let c = &self.region().vgpus[index].config;
+            c.flags.store(0, Ordering::Release);
+            c.state.store(state::FREE, Ordering::Release);
+        }
+        match std::fs::remove_file(conf::conf_path(&self.path, index)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(format!("{}: cannot remove: {e}", conf::conf_path(&self.path, index)))
+            }
+            _ => Ok(()),
+        }
     }
 
     /// The file's path.
@@ -211,8 +285,8 @@ impl RegionFile {
 
     /// Records `reader` as the user of slot `index` (none: the slot has no user now) and, for the daemon's
     /// region, lets exactly the recorded users read the file ([`crate::secure_fs::set_readers`]). Where the
-    /// file system keeps no ACLs, the file is made readable by all (mode 0644, as before ACLs were used):
-    /// its tenants must read it.
+    /// file system keeps no ACLs, the file is made readable by all (mode 0644): its tenants must read it,
+    /// and it holds no managed vGPU's name or settings ([`super::conf`], whose files are never so).
     fn set_reader(&self, index: usize, reader: Option<u32>) -> Result<(), String> {
         if self.access != Access::Daemon {
             return Ok(());
@@ -450,6 +524,10 @@ pub fn vgpu_flags_within(path: &str, name: &str, timeout: Duration) -> Result<Op
         ));
     }
     let map = map(&file, libc::PROT_READ).map_err(|e| fail("cannot map", e))?;
+    // SAFETY: our own whole-region mapping, not referenced yet.
+    unsafe {
+        conf::overlay_confs(map.0.as_ptr(), &file, path, conf::owner_of(&file), libc::PROT_READ, &mut BTreeMap::new())
+    };
     // SAFETY: the mapping covers the whole file and lives until the end of this function; Region is atomics
     // and integers, valid for any bits, and is only read: plain reads of what is written under the lock we
     // hold, and atomic loads of at most 8 bytes, which read-only memory allows.

@@ -7,8 +7,9 @@ use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
 
 /// `TESSRGN1` in little-endian byte order.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"TESSRGN1");
-/// Layout version; bump on any change to the structures below.
-pub const VERSION: u32 = 10;
+/// Layout version; bump on any change to the structures below (or to what their bytes mean: since version
+/// 11 a managed vGPU's configuration area is its own file, see [`CONF_MAGIC`]).
+pub const VERSION: u32 = 11;
 /// Devices per vGPU slot.
 pub const MAX_DEVICES: usize = 16;
 /// vGPU slots in a region.
@@ -648,6 +649,24 @@ pub const LAYOUT_SIZE: usize = std::mem::size_of::<Region>();
 const _: () = assert!(std::mem::size_of::<VgpuLive>() <= AREA, "VgpuLive outgrew its AREA");
 const _: () = assert!(std::mem::size_of::<VgpuConfig>() <= AREA, "VgpuConfig outgrew its AREA");
 const _: () = assert!(std::mem::size_of::<Head>() <= AREA, "Head outgrew its AREA");
+
+/// Offset in the region file of slot `index`'s [`VgpuConfig`] area.
+pub const fn config_offset(index: usize) -> usize {
+    AREA + index * 2 * AREA
+}
+
+/// `TESSCFG1` in little-endian byte order: the trailer of a managed vGPU's configuration file, which the
+/// daemon maps over the slot's [`VgpuConfig`] area (see [`super::conf`]). The trailer lies in the area's
+/// last [`CONF_TRAILER_LEN`] bytes, past the structure: the magic, then [`VERSION`] and the slot index
+/// (`u32` each).
+pub const CONF_MAGIC: u64 = u64::from_le_bytes(*b"TESSCFG1");
+/// Bytes of a configuration file's trailer.
+pub const CONF_TRAILER_LEN: usize = 16;
+const _: () = assert!(std::mem::size_of::<VgpuConfig>() + CONF_TRAILER_LEN <= AREA, "no room for the trailer");
+
+/// The name a managed slot has in the region file itself (its real one is in its configuration file):
+/// bytes no vGPU name can be, so that no process finds it by name there.
+pub const HIDDEN_NAME: [u8; NAME_LEN] = [0xff; NAME_LEN];
 
 /// Offset in the region file of slot `index`'s [`VgpuLive`] area.
 pub const fn live_offset(index: usize) -> usize {

@@ -2,18 +2,20 @@
 //! scheduler, its compute share). A binary protocol between processes that may run different Tessera
 //! versions: the header's magic, version and layout size are checked on every open.
 //!
-//! Layout version 10: a header, the daemon's record and one scheduling record per device, then
+//! Layout version 11: a header, the daemon's record and one scheduling record per device, then
 //! [`MAX_VGPUS`] vGPU slots, each two [`AREA`]s: its [`VgpuConfig`] (name, quota, share, priority, flags)
 //! and its [`VgpuLive`] state (usage, the compute-share token bucket, the [`Pager`] requests of soft
 //! memory mode, its processes' slots with their [`SoftStats`], and the [`Timeline`] of its finished
 //! kernels). All `#[repr(C)]` atomics, so that every access after opening is a lock-free atomic operation.
 //!
-//! Who may write what: for a vGPU the daemon manages, the live area is a separate file (owned by the
-//! vGPU's user, mode 0600) that the daemon and that vGPU's processes map over the slot's live area; the
-//! region file itself (mode 0600, readable through an ACL by exactly the users of its vGPUs) is written by
-//! the daemon alone and mapped read-only by the processes. So a process can change neither its own quota or
-//! share nor anything of another vGPU. Without a daemon, one user's processes share one writable region
-//! file (mode 0600), as peers.
+//! Who may write and read what: for a vGPU the daemon manages, the live area is a separate file (owned by
+//! the vGPU's user, mode 0600) that the daemon and that vGPU's processes map over the slot's live area, and
+//! the configuration area another ([`conf`]: the daemon's, readable by the vGPU's user alone), mapped over
+//! the slot's configuration area, while the region file shows the slot only as hidden. The region file
+//! itself (mode 0600, readable through an ACL by exactly the users of its vGPUs) is written by the daemon
+//! alone and mapped read-only by the processes. So a process can change neither its own quota or share nor
+//! anything of another vGPU, and reads no other user's vGPU's name or settings. Without a daemon, one
+//! user's processes share one writable region file (mode 0600), as peers.
 //!
 //! Protocol (the shim implements it; anything else that maps the region must follow it):
 //! - the file is created complete (its header never changes); its slots are claimed or configured only
@@ -77,12 +79,14 @@
 //!
 //! Modules: [`layout`] is the binary layout (re-exported here: `region::VgpuSlot` and so on); the rest is
 //! handling of files and processes: [`open`] (where the files are and how they are created and opened so
-//! that no other user can plant one), [`file`] (the opened, mapped file and its lock), [`claim`] (claiming
+//! that no other user can plant one), [`file`] (the opened, mapped file and its lock), [`conf`] (managed
+//! vGPUs' configuration files), [`claim`] (claiming
 //! vGPU and process slots under it), [`attach`] (a process joining a vGPU by name), [`settings`] (a slot's
 //! limits and resets) and [`reclaim`] (giving back what dead processes held).
 
 pub mod attach;
 pub mod claim;
+pub mod conf;
 pub mod file;
 pub mod layout;
 pub mod open;

@@ -17,7 +17,8 @@
 //!   `TESSERA_REGION` (the default path is this user's own).
 //! - Who may read the daemon's region: its owner, and exactly the users of its `--user` vGPUs, whose
 //!   tenants map it read-only (mode 0600 and a POSIX ACL naming them, [`secure_fs::set_readers`], kept by
-//!   [`super::file::RegionFile::map_live`]); nobody else learns its vGPUs' names and settings.
+//!   [`super::file::RegionFile::map_live`]). It holds no managed vGPU's name or settings: those are in each
+//!   vGPU's configuration file, readable by the vGPU's user alone ([`super::conf`]).
 //! - The lock under which slots are claimed and configured is not the region file's (anyone who may read a
 //!   file may `flock` it) but its [`lock_path`] file, mode 0600, which only the region's owner can open
 //!   ([`open_lock`]): no other user can hold up the daemon or a tenant's start.
