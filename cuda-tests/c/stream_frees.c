@@ -17,10 +17,17 @@
  *       Allocates <bytes> with cuMemAllocAsync, then frees them with cuMemFreeAsync while the stream is
  *       captured into a graph: prints cuMemGetInfo once the capture ended ("captured.free"), once the graph
  *       ran ("launched.free"), and, after destroying the context, in a new one ("recreated.free").
+ *   stream_frees kept <bytes> <threshold>
+ *       Sets the device's default pool's release threshold to <threshold>, allocates <bytes> with
+ *       cuMemAllocAsync, frees them with cuMemFreeAsync and synchronizes the stream (the pool keeps up to
+ *       <threshold> of them): prints cuMemGetInfo ("kept.free") and "kept". On a line from stdin: trims the
+ *       pool to nothing with cuMemPoolTrimTo, prints cuMemGetInfo ("trimmed.free") and "trimmed". On a
+ *       second line (or end of input): "done ok".
  *   stream_frees churn <seed>
  *       For ever: allocates 1-256 MiB by every path in turn at random (cuMemAlloc, cuMemAllocAsync,
  *       cuMemAllocFromPoolAsync from a pool of its own, cuMemCreate + cuMemMap, cuMemAllocManaged), holds
- *       up to four allocations, and frees the oldest by its own path; stream-ordered ones are freed with
+ *       up to four allocations (its pool keeping up to 128 MiB of what is freed from it), and frees the
+ *       oldest by its own path; stream-ordered ones are freed with
  *       cuMemFreeAsync behind a 1-20 ms kernel. A refusal (CUDA_ERROR_OUT_OF_MEMORY) is expected; any
  *       other error ends it. It waits for room in the quota to create its context, and prints how many
  *       allocations each path made so far every 16 rounds ("made <sync> <async> <pool> <vmm> <managed>").
@@ -152,6 +159,31 @@ static int captured(unsigned long long bytes) {
     return 0;
 }
 
+static int kept(unsigned long long bytes, unsigned long long threshold) {
+    size_t free_b, total;
+    CUmemoryPool pool;
+    CU(cuDeviceGetDefaultMemPool(&pool, dev));
+    cuuint64_t keep = threshold;
+    CU(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep));
+    CUdeviceptr p;
+    CU(cuMemAllocAsync(&p, bytes, stream));
+    CU(cuMemFreeAsync(p, stream));
+    CU(cuStreamSynchronize(stream));
+    CU(cuMemGetInfo(&free_b, &total));
+    fact("kept.free", "%zu", free_b);
+    fact("kept", "1");
+    fflush(stdout);
+    wait_line();
+    CU(cuMemPoolTrimTo(pool, 0));
+    CU(cuMemGetInfo(&free_b, &total));
+    fact("trimmed.free", "%zu", free_b);
+    fact("trimmed", "1");
+    fflush(stdout);
+    wait_line();
+    fact("done", "ok");
+    return 0;
+}
+
 static int peer(unsigned long long bytes) {
     CUdeviceptr p;
     CUresult r = cuMemAlloc(&p, bytes);
@@ -240,6 +272,9 @@ static int churn(unsigned long long seed) {
     props.location.id = dev;
     CUmemoryPool pool;
     CU(cuMemPoolCreate(&pool, &props));
+    /* The pool keeps up to 128 MiB of what is freed from it (the driver holds that memory). */
+    cuuint64_t keep = 128ull << 20;
+    CU(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep));
     CUmemAllocationProp prop;
     memset(&prop, 0, sizeof prop);
     prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
@@ -288,6 +323,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "peer")) return peer(strtoull(argv[2], NULL, 0));
     if (!strcmp(argv[1], "reuse") && argc == 4) return reuse(strtoull(argv[2], NULL, 0), strtoull(argv[3], NULL, 0));
     if (!strcmp(argv[1], "captured")) return captured(strtoull(argv[2], NULL, 0));
+    if (!strcmp(argv[1], "kept") && argc == 4) return kept(strtoull(argv[2], NULL, 0), strtoull(argv[3], NULL, 0));
     if (!strcmp(argv[1], "churn")) return churn(strtoull(argv[2], NULL, 0));
     die("unknown mode %s", argv[1]);
 }

@@ -33,6 +33,7 @@ mod memory;
 mod nvml;
 mod nvml_real;
 mod pending_free;
+mod pool_cache;
 mod proc_address;
 mod quota;
 mod real;

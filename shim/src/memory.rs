@@ -17,7 +17,7 @@ use crate::alloc_table::{Entry, Kind, TABLE};
 use crate::footprint::{self, Extent};
 use crate::guard::{Res, Status, status};
 use crate::quota::{self, Quota};
-use crate::{contexts, current, driver, pending_free, soft};
+use crate::{contexts, current, driver, pending_free, pool_cache, soft};
 use std::ffi::{c_int, c_uint, c_ulonglong, c_void};
 use tessera_ffi::cuda::{CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_OUT_OF_MEMORY};
 use tessera_ffi::sys::{
@@ -44,6 +44,9 @@ fn reserve(q: &Quota, dev: usize, bytes: u64, what: &str) -> Res {
         if q.used(dev).saturating_add(bytes) > q.limit(dev) && pending_free::on_device(dev) {
             pending_free::wait_device(dev);
         }
+    }
+    if pool_cache::any() && q.used(dev).saturating_add(bytes) > q.limit(dev) {
+        pool_cache::trim_device(q, dev);
     }
     q.reserve(dev, bytes, what)
 }
@@ -243,11 +246,50 @@ pub fn free_async<const PER_THREAD: bool>(dptr: CUdeviceptr, stream: CUstream, r
     }
     let Some(_) = quota::active()? else { return status(real()) };
     let Some(e) = TABLE.take(Kind::Linear, dptr) else { return status(real()) };
+    // Asked before the free is queued: the stream may have executed it by the time it returns.
+    let pool = pool_of(dptr);
     if let Err(code) = status(real()) {
         TABLE.insert(Kind::Linear, dptr, e);
         return Err(code);
     }
-    pending_free::queue(e.device as usize, e.bytes, e.owner, stream);
+    pending_free::queue(e.device as usize, e.bytes, e.owner, stream, pool);
+    Ok(())
+}
+
+/// `CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE`.
+const POINTER_MEMPOOL: c_uint = 17;
+
+/// The memory pool the allocation at `dptr` came from (0: none, or the driver cannot say).
+fn pool_of(dptr: CUdeviceptr) -> usize {
+    let Some(f) = crate::real::cuPointerGetAttribute.get() else { return 0 };
+    let mut pool: CUmemoryPool = std::ptr::null_mut();
+    // SAFETY: cuPointerGetAttribute's C signature; this attribute writes one pool handle.
+    match unsafe { f((&raw mut pool).cast::<c_void>(), POINTER_MEMPOOL, dptr) } {
+        0 => pool as usize,
+        _ => 0,
+    }
+}
+
+/// `cuMemPoolTrimTo`: what the pool keeps charged follows what it keeps.
+pub fn pool_trim(pool: CUmemoryPool, _keep: usize, real: impl FnOnce() -> Status) -> Res {
+    status(real())?;
+    if let Ok(Some(q)) = quota::active() {
+        pool_cache::changed(q, pool as usize);
+    }
+    Ok(())
+}
+
+/// `cuMemPoolSetAttribute`: a release threshold lowered gives back what the pool keeps beyond it.
+pub fn pool_set_attribute(pool: CUmemoryPool, _attr: c_int, _value: *mut c_void, real: impl FnOnce() -> Status) -> Res {
+    pool_trim(pool, 0, real)
+}
+
+/// `cuMemPoolDestroy`: what the pool kept is the device's again.
+pub fn pool_destroy(pool: CUmemoryPool, real: impl FnOnce() -> Status) -> Res {
+    status(real())?;
+    if let Ok(Some(q)) = quota::active() {
+        pool_cache::destroyed(q, pool as usize);
+    }
     Ok(())
 }
 

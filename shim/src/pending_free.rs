@@ -19,12 +19,12 @@
 //! are given back with it ([`context_ended`]), and a record whose event reports an error (its context was
 //! destroyed by a path the shim does not see) is given back too: the memory went with the context.
 //!
-//! Memory pools hold nothing here beyond what their live allocations charge: the simulated driver returns
-//! freed pool memory to the device as it executes the free (a release threshold keeps nothing), so
-//! `cuMemPoolTrimTo` has nothing to give back either.
+//! A free of a pool's memory, once executed, is not given back either: the pool keeps that memory until it
+//! releases it, and [`crate::pool_cache`] keeps it charged meanwhile.
 
 use crate::launch::capture;
 use crate::log;
+use crate::pool_cache;
 use crate::quota;
 use crate::real::{
     cuEventCreate as EVENT_CREATE, cuEventDestroy_v2 as EVENT_DESTROY, cuEventQuery as EVENT_QUERY,
@@ -58,6 +58,8 @@ struct Pending {
     stream: usize,
     /// The event recorded after the free; `None` for a free held until its context ends.
     event: Option<usize>,
+    /// The memory pool the allocation came from (0: none).
+    pool: usize,
 }
 
 struct State {
@@ -87,10 +89,14 @@ pub fn any() -> bool {
     COUNT.load(Ordering::Acquire) != 0
 }
 
-/// Gives `p`'s bytes back to the quota.
+/// Gives `p`'s bytes back to the quota, or, for a pool's memory, to what the pool keeps charged.
 fn give_back(p: &Pending) {
-    if let Ok(Some(q)) = quota::active() {
+    let Ok(Some(q)) = quota::active() else { return };
+    if p.pool == 0 {
         q.release(p.device, p.bytes);
+    } else {
+        pool_cache::cache(p.pool, p.device, p.bytes);
+        pool_cache::reconcile_dirty(q);
     }
 }
 
@@ -120,8 +126,9 @@ fn record(event: usize, stream: CUstream) -> bool {
 }
 
 /// Queues the charge of an allocation that `cuMemFreeAsync` just freed on `stream` (an explicit handle:
-/// `CU_STREAM_PER_THREAD` for the `_ptsz` variants' NULL): `bytes` on `device`, allocated in `owner`.
-pub fn queue(device: usize, bytes: u64, owner: u64, stream: CUstream) {
+/// `CU_STREAM_PER_THREAD` for the `_ptsz` variants' NULL): `bytes` on `device`, allocated in `owner` from
+/// memory pool `pool` (0: none).
+pub fn queue(device: usize, bytes: u64, owner: u64, stream: CUstream, pool: usize) {
     let ctx = crate::current::current_context().unwrap_or(owner);
     let event = capture::relaxed(|| -> Result<Option<usize>, ()> {
         if capture::capturing(stream) == Some(true) {
@@ -141,7 +148,7 @@ pub fn queue(device: usize, bytes: u64, owner: u64, stream: CUstream) {
         // SAFETY: cuStreamSynchronize's C signature; the stream is the program's valid handle.
         if STREAM_SYNC.get().is_some_and(|f| unsafe { f(stream) } == 0) { Err(()) } else { Ok(None) }
     });
-    let p = Pending { device, bytes, owner, ctx, stream: stream as usize, event: event.unwrap_or(None) };
+    let p = Pending { device, bytes, owner, ctx, stream: stream as usize, event: event.unwrap_or(None), pool };
     if event.is_err() {
         // The stream is synchronized: the free has been executed.
         give_back(&p);

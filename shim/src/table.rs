@@ -28,6 +28,10 @@ macro_rules! intercepted {
             Cuda fn cuMemAllocFromPoolAsync_ptsz(dptr: *mut CUdeviceptr, size: usize, pool: CUmemoryPool, stream: CUstream) => memory::alloc_from_pool::<true>;
             Cuda fn cuMemFreeAsync(dptr: CUdeviceptr, stream: CUstream) => memory::free_async::<false>;
             Cuda fn cuMemFreeAsync_ptsz(dptr: CUdeviceptr, stream: CUstream) => memory::free_async::<true>;
+            // What a memory pool keeps of freed memory stays charged until it gives it back.
+            Cuda fn cuMemPoolTrimTo(pool: CUmemoryPool, keep: usize) => memory::pool_trim;
+            Cuda fn cuMemPoolSetAttribute(pool: CUmemoryPool, attr: c_int, value: *mut c_void) => memory::pool_set_attribute;
+            Cuda fn cuMemPoolDestroy(pool: CUmemoryPool) => memory::pool_destroy;
             Cuda fn cuMemCreate(handle: *mut CUmemGenericAllocationHandle, size: usize, prop: *const CUmemAllocationProp, flags: c_ulonglong) => memory::create;
             Cuda fn cuMemRelease(handle: CUmemGenericAllocationHandle) => memory::release;
             Cuda fn cuMemMap(ptr: CUdeviceptr, size: usize, offset: usize, handle: CUmemGenericAllocationHandle, flags: c_ulonglong) => memory::map;

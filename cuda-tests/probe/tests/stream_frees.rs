@@ -2,10 +2,11 @@
 //! without a daemon): memory freed with `cuMemFreeAsync` stays charged until the stream has executed the
 //! free, as the driver holds it until then. A peer's allocation that only the pending free's memory could
 //! hold is refused, `cuMemGetInfo` counts the bytes as used, and both change once the stream is
-//! synchronized. A free captured into a graph stays charged until its context is destroyed. And in a
-//! kill storm of processes allocating by every path (`cuMemAlloc`, `cuMemAllocAsync`, pools, VMM,
-//! managed) the memory the simulated driver really gave the vGPU's live processes never exceeds the
-//! quota, in any sample.
+//! synchronized. What a pool keeps of freed memory (up to its release threshold) stays charged until the
+//! pool gives it back. A free captured into a graph stays charged until its context is destroyed. And in
+//! a kill storm of processes allocating by every path (`cuMemAlloc`, `cuMemAllocAsync`, pools keeping
+//! memory, VMM, managed) the memory the simulated driver really gave the vGPU's live processes never
+//! exceeds the quota, in any sample.
 
 mod common;
 
@@ -164,6 +165,50 @@ fn a_free_captured_into_a_graph_stays_charged_until_its_context_is_destroyed() {
     assert_eq!(used("captured.free"), CONTEXT + GIB, "the captured free has not run: its GiB is charged");
     assert_eq!(used("launched.free"), CONTEXT + GIB, "kept charged after the graph ran (the shim cannot tell)");
     assert_eq!(used("recreated.free"), CONTEXT, "the destroyed context's held free went back with it");
+}
+
+/// A pool keeps what is freed from it, up to its release threshold, after the stream executed the free
+/// and was synchronized: the driver holds that memory, so it stays charged (`cuMemGetInfo` counts it and a
+/// peer's allocation that only it could hold is refused) until the pool gives it back, here when the
+/// program trims the pool.
+#[test]
+fn what_a_pool_keeps_of_freed_memory_stays_charged_until_it_gives_it_back() {
+    let exe = program();
+    let region = TestRegion::new("stream-frees-kept");
+    let sim = machine("stream-frees-kept", &region, QUOTA);
+    let exe = exe.to_str().expect("UTF-8 path");
+    let mut cmd = sim.command_for(exe, &["kept", &(3 * GIB).to_string(), &(2 * GIB).to_string()]);
+    cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut owner = Guarded::spawn(&mut cmd).expect("spawn the owner");
+    let mut out = BufReader::new(owner.stdout.take().expect("piped stdout"));
+    let kept = lines_until(&mut out, "kept");
+    assert_eq!(kept.opt("kept"), Some("1"), "{}", kept.stdout);
+    assert_eq!(QUOTA - kept.num("kept.free") as u64, CONTEXT + 2 * GIB, "the 2 GiB the pool keeps are counted");
+
+    let size = (3 * GIB).to_string();
+    let peer = Facts::ok(sim.command_for(exe, &["peer", &size]));
+    let real = really_allocated(&sim.driver_state(), None);
+    assert_eq!(
+        peer.num("alloc") as u64,
+        OUT_OF_MEMORY,
+        "a peer's 3 GiB cuMemAlloc passed while the owner's pool kept 2 GiB ({} MiB in all on the device)",
+        real / MIB
+    );
+
+    // The refused peer's context is given back by the owner's next scan of dead processes (at most once a
+    // second), which its next cuMemGetInfo makes.
+    std::thread::sleep(Duration::from_millis(1200));
+    owner.stdin.as_mut().expect("piped stdin").write_all(b"trim\n").expect("tell the owner to trim");
+    let trimmed = lines_until(&mut out, "trimmed");
+    assert_eq!(trimmed.opt("trimmed"), Some("1"), "{}", trimmed.stdout);
+    assert_eq!(QUOTA - trimmed.num("trimmed.free") as u64, CONTEXT, "trimmed: only the context is charged");
+    let peer = Facts::ok(sim.command_for(exe, &["peer", &size]));
+    assert_eq!(peer.num("alloc"), 0, "the peer's allocation fits once the pool gave its memory back");
+
+    owner.stdin.as_mut().expect("piped stdin").write_all(b"exit\n").expect("tell the owner to exit");
+    let end = lines_until(&mut out, "done");
+    assert_eq!(end.opt("done"), Some("ok"), "{}", end.stdout);
+    assert!(owner.into_child().wait().expect("wait for the owner").success());
 }
 
 /// Processes churning at once in the storm.

@@ -300,6 +300,7 @@ pub extern "C" fn cuCtxSynchronize() -> CuResult {
     entry(|| {
         crate::capture_mode::unsafe_call()?;
         current()?.synchronize();
+        crate::pool::on_synchronize(crate::driver::driver()?);
         Ok(())
     })
 }
@@ -309,6 +310,7 @@ pub extern "C" fn cuCtxSynchronize() -> CuResult {
 pub extern "C" fn cuCtxSynchronize_v2(ctx: CUcontext) -> CuResult {
     entry(|| {
         resolve(ctx)?.synchronize();
+        crate::pool::on_synchronize(crate::driver::driver()?);
         Ok(())
     })
 }

@@ -123,8 +123,10 @@ stream_variants! {
 pub extern "C" fn cuEventSynchronize(ev: CUevent) -> CuResult {
     entry(|| {
         crate::capture_mode::unsafe_call()?;
-        let e = driver()?.events.get(ev as u64)?;
+        let d = driver()?;
+        let e = d.events.get(ev as u64)?;
         e.wait(e.recorded());
+        crate::pool::on_synchronize(d);
         Ok(())
     })
 }

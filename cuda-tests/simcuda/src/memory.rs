@@ -79,12 +79,29 @@ fn unmap(base: u64, len: u64) {
 impl AddressSpace {
     /// Allocates and charges `size` bytes of `kind` memory on `device` for context `ctx`.
     pub fn allocate(&self, d: &Driver, size: u64, kind: Kind, device: usize, ctx: u64, pool: u64) -> CuRes<u64> {
+        self.allocate_covered(d, size, 0, kind, device, ctx, pool)
+    }
+
+    /// [`AddressSpace::allocate`], `covered` bytes of which are charged to the device already (a pool's
+    /// cache serves them).
+    #[allow(clippy::too_many_arguments)] // the allocation's fields, as `Alloc` has them
+    pub fn allocate_covered(
+        &self,
+        d: &Driver,
+        size: u64,
+        covered: u64,
+        kind: Kind,
+        device: usize,
+        ctx: u64,
+        pool: u64,
+    ) -> CuRes<u64> {
         if size == 0 {
             return Err(CUDA_ERROR_INVALID_VALUE);
         }
         let charge = if kind == Kind::Host { 0 } else { size };
-        d.charge(device, charge)?;
-        let base = map_anonymous(size).inspect_err(|_| d.uncharge(device, charge))?;
+        let fresh = charge.saturating_sub(covered);
+        d.charge(device, fresh)?;
+        let base = map_anonymous(size).inspect_err(|_| d.uncharge(device, fresh))?;
         self.allocs.lock().insert(base, Alloc { base, size, kind, device, ctx, charge, pool });
         Ok(base)
     }
@@ -105,7 +122,11 @@ impl AddressSpace {
         if a.kind != Kind::Registered {
             unmap(a.base, a.size);
         }
-        d.uncharge(a.device, a.charge);
+        // A pool keeps what is freed from it (see `crate::pool`).
+        match d.pools.get(a.pool).ok().filter(|_| a.kind == Kind::Pool) {
+            Some(p) => p.cache(a.charge),
+            None => d.uncharge(a.device, a.charge),
+        }
         Ok(a)
     }
 

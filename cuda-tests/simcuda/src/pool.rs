@@ -1,6 +1,13 @@
 //! Stream-ordered allocation: `cuMemAllocAsync`, `cuMemFreeAsync` and memory pools. Allocation happens at
 //! call time (always valid by the time the stream reaches it); freeing happens when the stream reaches
 //! the free, as the real driver orders it.
+//!
+//! Pools cache, as the real driver documents: memory freed from a pool stays reserved by it (charged to
+//! the device, so other processes cannot have it) and serves the pool's next allocations; the pool gives
+//! it back to the device on the next stream, event or context synchronization while it holds more than
+//! its release threshold (`CU_MEMPOOL_ATTR_RELEASE_THRESHOLD`, 0 by default), or when `cuMemPoolTrimTo`
+//! asks. `CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT` is what it holds in all, `USED_MEM_CURRENT` what its live
+//! allocations hold.
 
 use crate::driver::{Driver, driver};
 use crate::guard::{CuRes, ensure, entry, input, out};
@@ -22,13 +29,66 @@ pub struct Pool {
     release_threshold: AtomicU64,
     /// Highest usage seen (`CU_MEMPOOL_ATTR_USED_MEM_HIGH`).
     high_water: AtomicU64,
+    /// Bytes freed from the pool that it still holds (charged to the device).
+    cached: AtomicU64,
+    /// Highest reservation seen (`CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH`).
+    reserved_high: AtomicU64,
+}
+
+impl Pool {
+    /// Takes up to `size` bytes of the pool's cache for an allocation; returns how many.
+    fn take_cached(&self, size: u64) -> u64 {
+        let mut taken = 0;
+        let _ = self.cached.fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| {
+            taken = c.min(size);
+            Some(c - taken)
+        });
+        taken
+    }
+
+    /// Keeps `bytes` freed from the pool's allocations (still charged to the device).
+    pub fn cache(&self, bytes: u64) {
+        self.cached.fetch_add(bytes, Ordering::AcqRel);
+    }
+
+    /// Gives cached memory back to the device until the pool holds at most `keep` bytes in all (what its
+    /// live allocations hold, `in_use`, it keeps whatever `keep` says).
+    fn release_to(&self, d: &Driver, in_use: u64, keep: u64) {
+        let mut released = 0;
+        let _ = self.cached.fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| {
+            released = c.min((in_use + c).saturating_sub(keep));
+            Some(c - released)
+        });
+        d.uncharge(self.device, released);
+    }
+
+    /// Records the pool's reservation after an allocation.
+    fn note_reserved(&self, in_use: u64) {
+        self.reserved_high.fetch_max(in_use + self.cached.load(Ordering::Acquire), Ordering::Relaxed);
+    }
+}
+
+/// What a synchronization does to every pool (`cuStreamSynchronize`, `cuEventSynchronize`,
+/// `cuCtxSynchronize`): each gives back what it holds beyond its release threshold.
+pub fn on_synchronize(d: &Driver) {
+    for (handle, p) in d.pools.all() {
+        if p.cached.load(Ordering::Acquire) > 0 {
+            p.release_to(d, pool_in_use(d, handle), p.release_threshold.load(Ordering::Acquire));
+        }
+    }
 }
 
 /// Each device's default pool and the pool `cuDeviceSetMemPool` made current.
 static POOLS: Mutex<Option<HashMap<usize, (u64, u64)>>> = Mutex::new(None);
 
 fn new_pool(d: &Driver, device: usize) -> u64 {
-    d.pools.insert(Arc::new(Pool { device, release_threshold: AtomicU64::new(0), high_water: AtomicU64::new(0) }))
+    d.pools.insert(Arc::new(Pool {
+        device,
+        release_threshold: AtomicU64::new(0),
+        high_water: AtomicU64::new(0),
+        cached: AtomicU64::new(0),
+        reserved_high: AtomicU64::new(0),
+    }))
 }
 
 /// `(default pool, current pool)` of `device`, creating the default on first use.
@@ -50,8 +110,15 @@ fn alloc_from(dptr: *mut CUdeviceptr, size: usize, pool: u64, h: CUstream, defau
     let p = d.pools.get(pool)?;
     ensure(p.device == s.device)?;
     let ctx = s.ctx.upgrade().ok_or(CUDA_ERROR_CONTEXT_IS_DESTROYED)?;
-    let ptr = d.memory.allocate(d, size as u64, Kind::Pool, p.device, ctx.handle(), pool)?;
-    p.high_water.fetch_max(pool_in_use(d, pool), Ordering::Relaxed);
+    // Served from the pool's cache first: those bytes are charged to the device already.
+    let reused = p.take_cached(size as u64);
+    let ptr = d
+        .memory
+        .allocate_covered(d, size as u64, reused, Kind::Pool, p.device, ctx.handle(), pool)
+        .inspect_err(|_| p.cache(reused))?;
+    let in_use = pool_in_use(d, pool);
+    p.high_water.fetch_max(in_use, Ordering::Relaxed);
+    p.note_reserved(in_use);
     out(dptr, ptr)
 }
 
@@ -124,21 +191,28 @@ pub extern "C" fn cuMemPoolCreate(pool: *mut CUmemoryPool, props: *const CUmemPo
     })
 }
 
-/// `cuMemPoolDestroy`: default pools cannot be destroyed.
+/// `cuMemPoolDestroy`: default pools cannot be destroyed; what the pool caches goes back to the device.
 #[unsafe(no_mangle)]
 pub extern "C" fn cuMemPoolDestroy(pool: CUmemoryPool) -> CuResult {
     entry(|| {
         let d = driver()?;
         let p = d.pools.get(pool as u64)?;
         ensure(device_pools(d, p.device).0 != pool as u64)?;
+        p.release_to(d, 0, 0);
         d.pools.remove(pool as u64).map(|_| ())
     })
 }
 
-/// `cuMemPoolTrimTo`: nothing is cached, so there is nothing to trim.
+/// `cuMemPoolTrimTo`: gives cached memory back until the pool holds at most `keep` bytes (what its live
+/// allocations hold stays).
 #[unsafe(no_mangle)]
-pub extern "C" fn cuMemPoolTrimTo(pool: CUmemoryPool, _keep: usize) -> CuResult {
-    entry(|| driver()?.pools.get(pool as u64).map(|_| ()))
+pub extern "C" fn cuMemPoolTrimTo(pool: CUmemoryPool, keep: usize) -> CuResult {
+    entry(|| {
+        let d = driver()?;
+        let p = d.pools.get(pool as u64)?;
+        p.release_to(d, pool_in_use(d, pool as u64), keep as u64);
+        Ok(())
+    })
 }
 
 const ATTR_RELEASE_THRESHOLD: c_int = 4;
@@ -159,7 +233,11 @@ pub extern "C" fn cuMemPoolSetAttribute(pool: CUmemoryPool, attr: c_int, value: 
                 p.release_threshold.store(input(value as *const u64)?, Ordering::Relaxed);
                 Ok(())
             }
-            ATTR_RESERVED_MEM_HIGH | ATTR_USED_MEM_HIGH => {
+            ATTR_RESERVED_MEM_HIGH => {
+                p.reserved_high.store(0, Ordering::Relaxed);
+                Ok(())
+            }
+            ATTR_USED_MEM_HIGH => {
                 p.high_water.store(0, Ordering::Relaxed);
                 Ok(())
             }
@@ -177,8 +255,12 @@ pub extern "C" fn cuMemPoolGetAttribute(pool: CUmemoryPool, attr: c_int, value: 
         match attr {
             1..=3 => out(value as *mut c_int, 1),
             ATTR_RELEASE_THRESHOLD => out(value as *mut u64, p.release_threshold.load(Ordering::Relaxed)),
-            ATTR_RESERVED_MEM_CURRENT | ATTR_USED_MEM_CURRENT => out(value as *mut u64, pool_in_use(d, pool as u64)),
-            ATTR_RESERVED_MEM_HIGH | ATTR_USED_MEM_HIGH => out(value as *mut u64, p.high_water.load(Ordering::Relaxed)),
+            ATTR_RESERVED_MEM_CURRENT => {
+                out(value as *mut u64, pool_in_use(d, pool as u64) + p.cached.load(Ordering::Acquire))
+            }
+            ATTR_USED_MEM_CURRENT => out(value as *mut u64, pool_in_use(d, pool as u64)),
+            ATTR_RESERVED_MEM_HIGH => out(value as *mut u64, p.reserved_high.load(Ordering::Relaxed)),
+            ATTR_USED_MEM_HIGH => out(value as *mut u64, p.high_water.load(Ordering::Relaxed)),
             _ => Err(CUDA_ERROR_INVALID_VALUE),
         }
     })

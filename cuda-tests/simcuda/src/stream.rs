@@ -334,7 +334,9 @@ stream_variants! {
     /// `cuStreamSynchronize`.
     fn cuStreamSynchronize / cuStreamSynchronize_ptsz(h: CUstream) => |m| {
         crate::capture_mode::unsafe_call()?;
-        resolve(h, m).map(|s| s.synchronize())
+        resolve(h, m)?.synchronize();
+        crate::pool::on_synchronize(crate::driver::driver()?);
+        Ok(())
     };
     /// `cuStreamQuery`: `CUDA_ERROR_NOT_READY` while work is pending.
     fn cuStreamQuery / cuStreamQuery_ptsz(h: CUstream) => |m| if resolve(h, m)?.idle() { Ok(()) } else { Err(CUDA_ERROR_NOT_READY) };

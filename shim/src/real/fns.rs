@@ -72,6 +72,9 @@ real_functions! {
     Cuda fn cuMemAllocHost_v2(pp: *mut *mut c_void, bytesize: usize);
     Cuda fn cuMemFreeHost(p: *mut c_void);
 
+    // What a memory pool keeps of freed memory (crate::pool_cache).
+    Cuda fn cuMemPoolGetAttribute(pool: CUmemoryPool, attr: c_int, value: *mut c_void);
+
     // NVML queries for the shim itself: what a context costs, which CUDA device a handle is.
     Nvml fn nvmlInit_v2();
     Nvml fn nvmlShutdown();
