@@ -10,10 +10,10 @@
 mod common;
 
 use common::region::{BucketCheat, live_file, plant, poll_every};
-use common::tessera::{Machine, pids};
+use common::tessera::{Machine, UserHome, pids};
 use common::{Guarded, MIB, finish, first_line, u64_at};
 use serde_json::Value;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -206,16 +206,9 @@ fn a_joined_tenant_keeps_its_vgpu_from_a_rootless_daemon_that_cannot_read_it() {
     // the daemon cannot verify such a tenant from /proc, and before joins ignored it.
     let owner = common::user("tessera-join-owner");
     let m = Machine::new("hostile-join", "small");
-    let home = m.file("home");
-    std::fs::create_dir(&home).unwrap();
-    std::os::unix::fs::chown(&home, Some(owner.0), Some(owner.1)).unwrap();
-    std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o700)).unwrap();
-    let at = |name: &str| home.join(name).to_string_lossy().into_owned();
+    let home = UserHome::new(&m, owner);
     let files = |cmd: &mut Command| {
-        cmd.env("TESSERA_REGION", at("tessera.region"))
-            .env("TESSERA_SOCKET", at("tessera.sock"))
-            .env("TESSERA_STATE_DIR", at("state"))
-            .env("SIMGPU_STATE", at("simgpu.state"));
+        home.apply(cmd);
     };
     let tessera = |args: &[&str]| {
         let mut cmd = m.command(args);
@@ -260,7 +253,7 @@ for slot in range(4):
     print(s.makefile().readline().strip(), flush=True)
 "#;
     let mut forger = Command::new("python3");
-    forger.args(["-c", script, &at("tessera.sock")]).uid(owner.0).gid(owner.1);
+    forger.args(["-c", script, &home.at("tessera.sock")]).uid(owner.0).gid(owner.1);
     let out = forger.output().expect("python3");
     let answers = String::from_utf8_lossy(&out.stdout);
     assert_eq!(answers.lines().count(), 4, "{answers} {}", String::from_utf8_lossy(&out.stderr));

@@ -17,7 +17,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use tessera_ffi::region::file::LOCK_TIMEOUT;
 use tessera_ffi::region::open::live_path;
-use tessera_ffi::region::{AREA, LAYOUT_SIZE, Region, VgpuLive};
+use tessera_ffi::region::{AREA, VgpuLive};
 
 /// How long a request may take here: it answers in milliseconds, or (before the fixes) never.
 const ANSWER: Duration = Duration::from_secs(10);
@@ -170,8 +170,7 @@ fn map<T>(path: &Path, len: usize) -> &'static T {
 
 /// vGPU `name`'s live state, read as it is whether or not a daemon answers.
 fn live(m: &Machine, name: &str) -> &'static VgpuLive {
-    let region: &Region = map(&m.region(), LAYOUT_SIZE);
-    let index = region.vgpus.iter().position(|v| v.name_bytes() == name.as_bytes()).expect("the vGPU's slot");
+    let index = common::region::slot_of(m, name);
     map(Path::new(&live_path(m.region().to_str().unwrap(), index)), AREA)
 }
 

@@ -6,8 +6,7 @@
 mod common;
 
 use common::Guarded;
-use common::tessera::Machine;
-use std::os::unix::fs::PermissionsExt;
+use common::tessera::{Machine, UserHome};
 use std::os::unix::process::CommandExt;
 use std::process::Stdio;
 
@@ -57,17 +56,10 @@ fn a_daemon_that_is_not_root_says_it_must_be_to_give_a_vgpu_to_another_user() {
     let other = common::user("tessera-nu-other");
     let m = Machine::new("new-user-nonroot", "small");
     // The daemon's files in a directory of its user's own.
-    let home = m.file("home");
-    std::fs::create_dir(&home).unwrap();
-    std::os::unix::fs::chown(&home, Some(owner.0), Some(owner.1)).unwrap();
-    std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o700)).unwrap();
-    let at = |name: &str| home.join(name).to_string_lossy().into_owned();
+    let home = UserHome::new(&m, owner);
     let command = |args: &[&str]| {
         let mut cmd = m.command(args);
-        cmd.env("TESSERA_REGION", at("tessera.region"))
-            .env("TESSERA_SOCKET", at("tessera.sock"))
-            .env("TESSERA_STATE_DIR", at("state"))
-            .env("SIMGPU_STATE", at("simgpu.state"));
+        home.apply(&mut cmd);
         cmd
     };
     let mut daemon = command(&["daemon"]);

@@ -11,7 +11,7 @@ use memmap2::Mmap;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use tessera_ffi::region::open::live_path;
-use tessera_ffi::region::{AREA, LAYOUT_SIZE, ProcSlot, Region, VgpuLive, encode_name, state};
+use tessera_ffi::region::{AREA, ProcSlot, VgpuLive};
 
 /// Maps `path` read-only, checking it holds at least `size` bytes.
 fn map(path: &str, size: usize) -> Mmap {
@@ -50,11 +50,7 @@ fn a_process_killed_mid_launch_gives_its_part_of_the_window_back_at_once() {
     let mut survivor = m.saturate("a", "60", Some(&trace));
 
     let region_path = m.region().to_string_lossy().into_owned();
-    let region_map = map(&region_path, LAYOUT_SIZE);
-    // SAFETY: the mapping holds a whole region; Region is atomics and integers, valid for any bits.
-    let region = unsafe { &*(region_map.as_ptr() as *const Region) };
-    let name = encode_name("a").expect("a valid name");
-    let index = region.vgpus.iter().position(|v| v.state() == state::READY && v.config.name == name).expect("vGPU a");
+    let index = common::region::slot_of(&m, "a");
     let live_map = map(&live_path(&region_path, index), AREA);
     // SAFETY: the live file holds one VgpuLive area; it is atomics and integers, valid for any bits.
     let live = unsafe { &*(live_map.as_ptr() as *const VgpuLive) };

@@ -16,6 +16,7 @@
 
 use super::claim::claim_process;
 use super::file::{LOCK_TIMEOUT, Locked, RegionFile, find_settled, map, overlay};
+use super::layout::live_offset;
 use super::layout::{Daemon, MAX_DEVICES, MAX_VGPUS, NAME_LEN, ProcSlot, Region, UNLIMITED, VgpuSlot, encode_name};
 use super::open::{Access, live_path, open_live};
 use super::pid_ns::{self, Unseen};
@@ -194,7 +195,7 @@ fn map_joined(file: &RegionFile, index: usize, live: &std::fs::File) -> Result<&
     // SAFETY: a fresh mapping of our own; nothing references it yet.
     unsafe { super::conf::overlay_confs(map.0.as_ptr(), &file.file, path, owner, libc::PROT_READ, &mut confs) };
     // SAFETY: as above.
-    unsafe { overlay(map.0.as_ptr(), index, live, libc::PROT_READ | libc::PROT_WRITE, 0) }
+    unsafe { overlay(map.0.as_ptr(), live_offset(index), live, libc::PROT_READ | libc::PROT_WRITE, 0) }
         .map_err(|e| format!("{}: cannot map: {e}", live_path(path, index)))?;
     let base = map.0;
     std::mem::forget(map);

@@ -15,13 +15,13 @@
 //!   of a `--user` vGPU its own vGPU's alone. A file that is not the region owner's, is writable by other
 //!   users, has other names or a wrong trailer is never mapped.
 
+use super::file::overlay;
 use super::layout::{AREA, CONF_MAGIC, CONF_TRAILER_LEN, HIDDEN_NAME, MAX_VGPUS, Region, VERSION, VgpuConfig};
 use super::layout::{config_offset, flags, state};
 use crate::secure_fs::{DirKind, create_complete, euid, file_problem, open_nofollow, set_readers};
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::mem::offset_of;
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::Path;
 use std::sync::atomic::Ordering;
@@ -58,10 +58,7 @@ fn image(from: &VgpuConfig, index: usize) -> Vec<u8> {
         unsafe { std::slice::from_raw_parts(std::ptr::from_ref(from).cast::<u8>(), std::mem::size_of::<VgpuConfig>()) };
     let mut image = bytes.to_vec();
     image.resize(AREA, 0);
-    let trailer = &mut image[AREA - CONF_TRAILER_LEN..];
-    trailer[..8].copy_from_slice(&CONF_MAGIC.to_le_bytes());
-    trailer[8..12].copy_from_slice(&VERSION.to_le_bytes());
-    trailer[12..16].copy_from_slice(&(index as u32).to_le_bytes());
+    image[AREA - CONF_TRAILER_LEN..].copy_from_slice(&image_trailer(index));
     image
 }
 
@@ -127,27 +124,6 @@ fn image_trailer(index: usize) -> [u8; CONF_TRAILER_LEN] {
     t
 }
 
-/// Maps [`AREA`] bytes of `file` from `offset` over slot `index`'s configuration area of the mapping at
-/// `base`.
-///
-/// # Safety
-/// `base` is a whole-region mapping the caller owns; nothing may hold a non-atomic reference into the area.
-pub(super) unsafe fn overlay_config(
-    base: *mut Region,
-    index: usize,
-    file: &File,
-    prot: libc::c_int,
-    offset: usize,
-) -> std::io::Result<()> {
-    // SAFETY: per the contract the target range lies inside the caller's mapping, so MAP_FIXED replaces
-    // only our own pages; the offset is a multiple of AREA, hence of the page size.
-    let p = unsafe {
-        let at = base.cast::<u8>().add(config_offset(index));
-        libc::mmap(at.cast(), AREA, prot, libc::MAP_SHARED | libc::MAP_FIXED, file.as_raw_fd(), offset as libc::off_t)
-    };
-    if p == libc::MAP_FAILED { Err(std::io::Error::last_os_error()) } else { Ok(()) }
-}
-
 /// Brings the configuration files mapped in the whole-region mapping at `base` (of `region`, the region
 /// file at `path`, owned by `owner`) up to date: each slot the region file shows hidden gets its file
 /// mapped over it with `prot` when this process may read it (writable files with `PROT_WRITE` in
@@ -175,7 +151,7 @@ pub(super) unsafe fn overlay_confs(
             }
             // Removed or replaced: the region file's own area first, then whatever the slot is now.
             // SAFETY: per the contract; the region file has LAYOUT_SIZE bytes.
-            if unsafe { overlay_config(base, index, region, prot, config_offset(index)) }.is_err() {
+            if unsafe { overlay(base, config_offset(index), region, prot, config_offset(index)) }.is_err() {
                 continue;
             }
             known.remove(&index);
@@ -190,7 +166,7 @@ pub(super) unsafe fn overlay_confs(
         let Some(file) = open(&at, index, owner, write) else { continue };
         let Ok(meta) = file.metadata() else { continue };
         // SAFETY: per the contract; the file has AREA bytes.
-        if unsafe { overlay_config(base, index, &file, prot, 0) }.is_ok() {
+        if unsafe { overlay(base, config_offset(index), &file, prot, 0) }.is_ok() {
             known.insert(index, meta.ino());
         }
     }

@@ -143,7 +143,7 @@ impl RegionFile {
         let file = conf::create(&path, index, self.dir, &self.region().vgpus[index].config, reader)?;
         let inode = std::os::unix::fs::MetadataExt::ino(&file.metadata().map_err(|e| format!("{path}: {e}"))?);
         // SAFETY: the area lies inside our mapping, which we own; the file has AREA bytes.
-        unsafe { conf::overlay_config(self.map.0.as_ptr(), index, &file, libc::PROT_READ | libc::PROT_WRITE, 0) }
+        unsafe { overlay(self.map.0.as_ptr(), config_offset(index), &file, libc::PROT_READ | libc::PROT_WRITE, 0) }
             .map_err(|e| format!("{path}: cannot map: {e}"))?;
         known.insert(index, inode);
         conf::hide(&self.file, index).map_err(|e| format!("region file {}: cannot write: {e}", self.path))
@@ -168,7 +168,7 @@ impl RegionFile {
         }
         let prot = libc::PROT_READ | libc::PROT_WRITE;
         // SAFETY: our own mapping; the region file has LAYOUT_SIZE bytes.
-        unsafe { conf::overlay_config(self.map.0.as_ptr(), index, &self.file, prot, config_offset(index)) }
+        unsafe { overlay(self.map.0.as_ptr(), config_offset(index), &self.file, prot, config_offset(index)) }
             .map_err(fail)?;
         if !keep {
             let c = &self.region().vgpus[index].config;
@@ -275,7 +275,7 @@ impl RegionFile {
         let from = owner.map(|uid| (uid, &self.region().vgpus[index].live));
         let live = open_live(&live_path(&self.path, index), index, self.dir, from)?;
         // SAFETY: the area lies inside our mapping, which we own; the live file has AREA bytes.
-        unsafe { overlay(self.map.0.as_ptr(), index, &live, libc::PROT_READ | libc::PROT_WRITE, 0) }
+        unsafe { overlay(self.map.0.as_ptr(), live_offset(index), &live, libc::PROT_READ | libc::PROT_WRITE, 0) }
             .map_err(|e| format!("{}: cannot map: {e}", live_path(&self.path, index)))?;
         match owner {
             Some(uid) => self.set_reader(index, Some(uid)),
@@ -314,7 +314,7 @@ impl RegionFile {
     pub fn unmap_live(&self, index: usize) -> Result<(), String> {
         let prot = if self.writable { libc::PROT_READ | libc::PROT_WRITE } else { libc::PROT_READ };
         // SAFETY: as in `map_live`; the region file has LAYOUT_SIZE bytes.
-        unsafe { overlay(self.map.0.as_ptr(), index, &self.file, prot, live_offset(index)) }
+        unsafe { overlay(self.map.0.as_ptr(), live_offset(index), &self.file, prot, live_offset(index)) }
             .map_err(|e| format!("region file {}: cannot map: {e}", self.path))?;
         self.set_reader(index, None)?;
         match std::fs::remove_file(live_path(&self.path, index)) {
@@ -345,21 +345,23 @@ pub(super) fn map(file: &File, prot: libc::c_int) -> std::io::Result<Mapping> {
     }
 }
 
-/// Maps [`AREA`] bytes of `file` from `offset` over slot `index`'s live area of the mapping at `base`.
+/// Maps [`AREA`] bytes of `file` from `offset` over the area at byte `at` of the mapping at `base` (a
+/// slot's live or configuration area: [`live_offset`], [`config_offset`]).
 ///
 /// # Safety
-/// `base` is a whole-region mapping the caller owns; nothing may hold a non-atomic reference into the area.
+/// `base` is a whole-region mapping the caller owns, `at` the offset of one of its areas; nothing may hold a
+/// non-atomic reference into the area.
 pub(super) unsafe fn overlay(
     base: *mut Region,
-    index: usize,
+    at: usize,
     file: &File,
     prot: libc::c_int,
     offset: usize,
 ) -> std::io::Result<()> {
     // SAFETY: per the contract the target range lies inside the caller's mapping, so MAP_FIXED replaces only
-    // our own pages; the live offset is a multiple of AREA, hence of the page size.
+    // our own pages; area offsets are multiples of AREA, hence of the page size.
     let p = unsafe {
-        let at = base.cast::<u8>().add(live_offset(index));
+        let at = base.cast::<u8>().add(at);
         libc::mmap(at.cast(), AREA, prot, libc::MAP_SHARED | libc::MAP_FIXED, file.as_raw_fd(), offset as libc::off_t)
     };
     if p == libc::MAP_FAILED { Err(std::io::Error::last_os_error()) } else { Ok(()) }

@@ -9,9 +9,11 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
+use tessera_ffi::region::conf::conf_path;
 use tessera_ffi::region::open::live_path;
 use tessera_ffi::region::reclaim::start_time;
-use tessera_ffi::region::{AREA, LAYOUT_SIZE, MAGIC, Region, Sched, VgpuLive, VgpuSlot, encode_name, state};
+use tessera_ffi::region::{AREA, LAYOUT_SIZE, MAGIC, MAX_VGPUS, Region, Sched, VgpuConfig, VgpuLive, VgpuSlot};
+use tessera_ffi::region::{encode_name, state};
 
 /// A region file private to one test (removed when dropped), mapped once a process has created it.
 pub struct TestRegion {
@@ -143,10 +145,21 @@ pub fn map_file<T>(path: &Path, len: usize, writable: bool) -> &'static T {
     unsafe { &*(p as *const T) }
 }
 
+/// The slot of vGPU `name` of machine `m`'s daemon, found by its configuration file (the region file
+/// shows a managed vGPU's slot only as hidden).
+pub fn slot_of(m: &Machine, name: &str) -> usize {
+    let region = m.region().to_string_lossy().into_owned();
+    let wanted = encode_name(name).expect("a valid vGPU name");
+    let named = |i: usize| {
+        let at = std::mem::offset_of!(VgpuConfig, name);
+        std::fs::read(conf_path(&region, i)).is_ok_and(|bytes| bytes.get(at..at + wanted.len()) == Some(&wanted[..]))
+    };
+    (0..MAX_VGPUS).find(|&i| named(i)).unwrap_or_else(|| panic!("vGPU {name:?} has no configuration file"))
+}
+
 /// vGPU `name`'s live file on machine `m`: its path, and the file mapped writable as its tenant could.
 pub fn live_file(m: &Machine, name: &str) -> (PathBuf, &'static VgpuLive) {
-    let region: &Region = map_file(&m.region(), LAYOUT_SIZE, false);
-    let index = region.vgpus.iter().position(|v| v.name_bytes() == name.as_bytes()).expect("the vGPU's slot");
+    let index = slot_of(m, name);
     let path = PathBuf::from(live_path(m.region().to_str().unwrap(), index));
     let area = map_file(&path, AREA, true);
     (path, area)

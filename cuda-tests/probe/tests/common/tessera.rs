@@ -163,6 +163,37 @@ impl Machine {
     }
 }
 
+/// A directory of one user's own (mode 0700) in a machine's directory, holding the files of a daemon run
+/// as that user: its region, socket, state directory and the simulated GPU's state.
+pub struct UserHome {
+    dir: PathBuf,
+}
+
+impl UserHome {
+    /// Creates `home` in `m`'s directory for user `owner`.
+    pub fn new(m: &Machine, owner: (u32, u32)) -> UserHome {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = m.file("home");
+        std::fs::create_dir(&dir).expect("create the user's directory");
+        std::os::unix::fs::chown(&dir, Some(owner.0), Some(owner.1)).expect("give it to the user");
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).expect("make it private");
+        UserHome { dir }
+    }
+
+    /// The path of file `name` in it.
+    pub fn at(&self, name: &str) -> String {
+        self.dir.join(name).to_string_lossy().into_owned()
+    }
+
+    /// Points `cmd` at the daemon files in it.
+    pub fn apply<'c>(&self, cmd: &'c mut Command) -> &'c mut Command {
+        cmd.env("TESSERA_REGION", self.at("tessera.region"))
+            .env("TESSERA_SOCKET", self.at("tessera.sock"))
+            .env("TESSERA_STATE_DIR", self.at("state"))
+            .env("SIMGPU_STATE", self.at("simgpu.state"))
+    }
+}
+
 impl Drop for Machine {
     fn drop(&mut self) {
         drop(self.daemon.take());
