@@ -199,10 +199,21 @@ fn create_temporary(path: &Path, mode: u32) -> std::io::Result<(std::path::PathB
 /// following a link) beside it with `mode`, synced, renamed over `path`, and the directory is synced, so
 /// a process killed at any moment leaves the old file or the new one, never a mix. Errors name `path`.
 pub fn replace_atomically(path: &Path, mode: u32, bytes: &[u8]) -> Result<(), String> {
+    replace(path, mode, bytes, true)
+}
+
+/// [`replace_atomically`] without waiting for the disk: a process killed at any moment leaves the old file
+/// or the new one, but a machine that stops may lose the change (for records that do not outlive the
+/// machine's processes, so that no request waits for an `fsync`).
+pub fn replace_unsynced(path: &Path, mode: u32, bytes: &[u8]) -> Result<(), String> {
+    replace(path, mode, bytes, false)
+}
+
+fn replace(path: &Path, mode: u32, bytes: &[u8], durable: bool) -> Result<(), String> {
     use std::io::Write;
     let fail = |what: &str, e: std::io::Error| format!("{}: cannot {what}: {e}", path.display());
     let (temp, mut file) = create_temporary(path, mode).map_err(|e| fail("create a temporary file beside it", e))?;
-    if let Err(e) = file.write_all(bytes).and_then(|()| file.sync_all()) {
+    if let Err(e) = file.write_all(bytes).and_then(|()| if durable { file.sync_all() } else { Ok(()) }) {
         let _ = std::fs::remove_file(&temp);
         return Err(fail("write", e));
     }
@@ -210,6 +221,9 @@ pub fn replace_atomically(path: &Path, mode: u32, bytes: &[u8]) -> Result<(), St
         let _ = std::fs::remove_file(&temp);
         fail("replace", e)
     })?;
+    if !durable {
+        return Ok(());
+    }
     // The rename itself is durable once the directory is. A bare file name's parent is "" (the current
     // directory), which cannot be opened by that name.
     let dir = match path.parent() {

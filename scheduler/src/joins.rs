@@ -130,8 +130,8 @@ impl Joins {
                     table.insert((vgpu, slot), Joined { word, pid, start, pidfd });
                 }
             }
+            joins.save(&table);
         }
-        joins.save();
         joins
     }
 
@@ -148,8 +148,9 @@ impl Joins {
         if start_time(pid) != Some(start) {
             return Err(JoinError::NotTheClaimer { pid });
         }
-        self.table().insert(key, Joined { word, pid, start, pidfd });
-        self.save();
+        let mut table = self.table();
+        table.insert(key, Joined { word, pid, start, pidfd });
+        self.save(&table);
         Ok(())
     }
 
@@ -169,49 +170,34 @@ impl Joins {
     /// ones (slot and word), which the caller frees as dead processes' slots.
     pub fn reap(&self, word_now: impl Fn(SlotKey) -> Option<u64>) -> Vec<(SlotKey, u64)> {
         let mut ended_slots = Vec::new();
-        let changed = {
-            let mut table = self.table();
-            let before = table.len();
-            table.retain(|&key, j| {
-                if word_now(key) != Some(j.word) {
-                    return false;
-                }
-                if ended(&j.pidfd) {
-                    ended_slots.push((key, j.word));
-                    return false;
-                }
-                true
-            });
-            table.len() != before
-        };
-        if changed {
-            self.save();
+        let mut table = self.table();
+        let before = table.len();
+        table.retain(|&key, j| {
+            if word_now(key) != Some(j.word) {
+                return false;
+            }
+            if ended(&j.pidfd) {
+                ended_slots.push((key, j.word));
+                return false;
+            }
+            true
+        });
+        if table.len() != before {
+            self.save(&table);
         }
         ended_slots
     }
 
-    /// Forgets every record of vGPU slot `vgpu` (removed).
-    pub fn forget_vgpu(&self, vgpu: usize) {
-        let before = {
-            let mut table = self.table();
-            let before = table.len();
-            table.retain(|&(v, _), _| v != vgpu);
-            before != table.len()
-        };
-        if before {
-            self.save();
-        }
-    }
-
-    /// Writes the table to its file (the daemon's alone, 0600); a failure is said in the log, and the
-    /// records stay in memory.
-    fn save(&self) {
+    /// Writes the table to its file (the daemon's alone, 0600), atomically but without `fsync`: a join
+    /// waits for no disk; a failure is said in the log, and the records stay in memory.
+    /// Called with the table's lock held, so that two saves never write their snapshots out of order.
+    fn save(&self, table: &HashMap<SlotKey, Joined>) {
         let Some(file) = &self.file else { return };
         let mut text = format!("{HEADER}\n");
-        for (&(vgpu, slot), j) in self.table().iter() {
+        for (&(vgpu, slot), j) in table.iter() {
             text.push_str(&format!("{vgpu} {slot} {} {} {}\n", j.word, j.pid, j.start));
         }
-        if let Err(e) = tessera_ffi::secure_fs::replace_atomically(file, 0o600, text.as_bytes()) {
+        if let Err(e) = tessera_ffi::secure_fs::replace_unsynced(file, 0o600, text.as_bytes()) {
             crate::logger::say!("tessera daemon: warning: {e}; joined processes are kept in memory only");
         }
     }

@@ -125,10 +125,11 @@ fn image_trailer(index: usize) -> [u8; CONF_TRAILER_LEN] {
 }
 
 /// Brings the configuration files mapped in the whole-region mapping at `base` (of `region`, the region
-/// file at `path`, owned by `owner`) up to date: each slot the region file shows hidden gets its file
-/// mapped over it with `prot` when this process may read it (writable files with `PROT_WRITE` in
-/// `prot`); a file mapped before that was removed or replaced since gives way to what is there now.
-/// `known` holds, per slot, the inode of the file mapped there; it is kept up to date.
+/// file at `path`, owned by `owner`, mapped with `region_prot`) up to date: each slot the region file shows
+/// hidden gets its file mapped over it with `prot` when this process may read it (writable files with
+/// `PROT_WRITE` in `prot`); a file mapped before that was removed or replaced since gives way to the region
+/// file's own area (mapped with `region_prot` again), then to what is there now. `known` holds, per slot,
+/// the inode of the file mapped there; it is kept up to date.
 ///
 /// # Safety
 /// `base` is a whole-region mapping of `region` the caller owns; nothing may hold a non-atomic reference
@@ -138,7 +139,7 @@ pub(super) unsafe fn overlay_confs(
     region: &File,
     path: &str,
     owner: u32,
-    prot: libc::c_int,
+    (region_prot, prot): (libc::c_int, libc::c_int),
     known: &mut BTreeMap<usize, u64>,
 ) {
     let write = prot & libc::PROT_WRITE != 0;
@@ -151,7 +152,7 @@ pub(super) unsafe fn overlay_confs(
             }
             // Removed or replaced: the region file's own area first, then whatever the slot is now.
             // SAFETY: per the contract; the region file has LAYOUT_SIZE bytes.
-            if unsafe { overlay(base, config_offset(index), region, prot, config_offset(index)) }.is_err() {
+            if unsafe { overlay(base, config_offset(index), region, region_prot, config_offset(index)) }.is_err() {
                 continue;
             }
             known.remove(&index);
@@ -182,14 +183,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_trailer_names_the_slot_and_version_and_a_placeholder_is_found_by_no_name() {
+    fn the_trailer_names_the_slot_and_version_and_no_name_is_the_placeholders() {
         // SAFETY: VgpuConfig is integers and atomics, valid when zero.
         let c: VgpuConfig = unsafe { std::mem::zeroed() };
         let img = image(&c, 7);
         assert_eq!(img.len(), AREA);
         assert_eq!(img[AREA - CONF_TRAILER_LEN..], image_trailer(7));
         assert_ne!(image_trailer(7), image_trailer(8));
-        assert!(!is_hidden(&c));
-        assert!(crate::region::encode_name(std::str::from_utf8(&HIDDEN_NAME).unwrap_or("x")) != Some(HIDDEN_NAME));
+        assert!(!is_hidden(&c), "a free slot is not hidden");
+        assert!(std::str::from_utf8(&HIDDEN_NAME).is_err(), "no vGPU name (text) can be the placeholder's");
     }
 }

@@ -121,11 +121,14 @@ impl RegionFile {
     /// created or removed by the daemon since): see [`conf::overlay_confs`]. Written through by the daemon
     /// alone; read-only for every other process.
     pub fn refresh_confs(&self) {
-        let prot = if self.access == Access::Daemon { libc::PROT_READ | libc::PROT_WRITE } else { libc::PROT_READ };
+        let rw = libc::PROT_READ | libc::PROT_WRITE;
+        let region_prot = if self.writable { rw } else { libc::PROT_READ };
+        let prot = if self.access == Access::Daemon { rw } else { libc::PROT_READ };
         let mut known = self.confs.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let owner = conf::owner_of(&self.file);
+        let base = self.map.0.as_ptr();
         // SAFETY: our own whole-region mapping; configuration areas are read through atomics and bytes only.
-        unsafe { conf::overlay_confs(self.map.0.as_ptr(), &self.file, &self.path, owner, prot, &mut known) };
+        unsafe { conf::overlay_confs(base, &self.file, &self.path, owner, (region_prot, prot), &mut known) };
     }
 
     /// The daemon's: gives slot `index` a configuration file of its own, readable by `reader` too (see
@@ -528,7 +531,8 @@ pub fn vgpu_flags_within(path: &str, name: &str, timeout: Duration) -> Result<Op
     let map = map(&file, libc::PROT_READ).map_err(|e| fail("cannot map", e))?;
     // SAFETY: our own whole-region mapping, not referenced yet.
     unsafe {
-        conf::overlay_confs(map.0.as_ptr(), &file, path, conf::owner_of(&file), libc::PROT_READ, &mut BTreeMap::new())
+        let read = (libc::PROT_READ, libc::PROT_READ);
+        conf::overlay_confs(map.0.as_ptr(), &file, path, conf::owner_of(&file), read, &mut BTreeMap::new())
     };
     // SAFETY: the mapping covers the whole file and lives until the end of this function; Region is atomics
     // and integers, valid for any bits, and is only read: plain reads of what is written under the lock we

@@ -227,3 +227,51 @@ fn a_daemon_is_gone_only_when_it_cleared_its_pid_or_this_namespace_has_no_such_p
     d.pid_ns.store(super::pid_ns::own(), Ordering::Relaxed);
     assert!(!daemon_gone(&d));
 }
+
+#[test]
+fn a_managed_vgpus_name_and_settings_are_in_its_configuration_file_alone() {
+    let path = temp("conf");
+    let daemon = RegionFile::open_as(&path, Access::Daemon).unwrap();
+    let name = encode_name("hidden-one").unwrap();
+    let index = {
+        let locked = daemon.lock().unwrap();
+        let i = locked.claim_slot_with(&name, |i| locked.file().map_conf(i, None)).unwrap().unwrap();
+        let v = &locked.region().vgpus[i];
+        set_limits(v, &limits(3 << 30));
+        v.config.flags.store(flags::MANAGED, Ordering::Release);
+        locked.file().map_live(i, Some(uid())).unwrap();
+        i
+    };
+    // The region file itself: the slot is hidden, its name nowhere.
+    let bytes = std::fs::read(&path).unwrap();
+    assert!(!bytes.windows(name.len()).any(|w| w == name), "the name is in the region file");
+    let conf = super::conf::conf_path(&path, index);
+    assert!(std::fs::read(&conf).unwrap().windows(10).any(|w| w == b"hidden-one"));
+    // A process that may read the configuration file finds the vGPU, with its settings, and joins it.
+    let joined = attach(&path, "hidden-one", None).unwrap();
+    assert_eq!(joined.vgpu_index as usize, index);
+    assert_eq!(joined.vgpu.config.limit[0].load(Ordering::Relaxed), 3 << 30);
+    assert_eq!(vgpu_flags(&path, "hidden-one").unwrap(), Some(flags::MANAGED));
+    // Removed: the file goes, the slot is free in the region again, and a peer opened before sees that.
+    let peer = RegionFile::open(&path).unwrap();
+    assert!(peer.lock().unwrap().find(&name).is_some());
+    {
+        let locked = daemon.lock().unwrap();
+        locked.free_slot(index);
+        locked.file().unmap_live(index).unwrap();
+        locked.file().unmap_conf(index, false).unwrap();
+    }
+    assert!(std::fs::metadata(&conf).is_err(), "its configuration file is removed");
+    peer.refresh_confs();
+    assert_eq!(peer.lock().unwrap().find(&name), None);
+    assert_eq!(peer.region().vgpus[index].state(), state::FREE);
+    // The slot serves an ordinary vGPU of the peers again, writable in the peer's mapping.
+    let locked = peer.lock().unwrap();
+    let plain = locked.claim_slot(&encode_name("plain").unwrap()).unwrap();
+    set_limits(&locked.region().vgpus[plain], &limits(1 << 30));
+    assert_eq!(plain, index, "the first free slot");
+    drop(locked);
+    drop(daemon);
+    std::fs::remove_file(&path).unwrap();
+    let _ = std::fs::remove_file(lock_path(&path));
+}
