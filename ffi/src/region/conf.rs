@@ -85,7 +85,10 @@ pub fn create(path: &str, index: usize, dir: DirKind, from: &VgpuConfig, reader:
             f.write_all_at(&image(from, index), 0).map_err(|e| format!("cannot write it: {e}"))
         })? {
             Some(file) => {
-                set_reader(&file, path, reader)?;
+                if let Err(e) = set_reader(&file, path, reader) {
+                    let _ = std::fs::remove_file(p);
+                    return Err(e);
+                }
                 return Ok(file);
             }
             None if dir == DirKind::Private => {
