@@ -407,12 +407,17 @@ fn a_tenant_can_write_neither_another_vgpus_state_nor_its_own_quota() {
     // It joins its own vGPU, and sees its quota.
     let info = common::finished(as_tenant("mine")).json;
     assert_eq!(u64_at(&info, "total"), 256 * MIB, "{info}");
-    // It cannot join another user's vGPU: that vGPU's file is not its own.
+    // It cannot join another user's vGPU, nor learn that it exists: its name and settings are in a file
+    // it may not read, so to it there is no such vGPU, as for a name nobody created.
     let out = as_tenant("theirs");
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && stderr.contains(&live(1)) && stderr.contains("ermission denied"), "{stderr}");
-    // Files: the region (quotas, shares, priorities, flags of every vGPU) is readable but can be neither
-    // opened nor mapped for writing; its own vGPU's live file is its own; another's cannot even be read.
+    assert!(!out.status.success() && stderr.contains("there is no vGPU \"theirs\""), "{stderr}");
+    let unknown = String::from_utf8_lossy(&as_tenant("nobodys").stderr).replace("nobodys", "theirs");
+    assert_eq!(unknown, stderr, "another user's vGPU and no vGPU at all look the same");
+    // Files: the region (the daemon's record and the devices' scheduling state) is readable but can be neither
+    // opened nor mapped for writing; its own vGPU's live file is its own; another's cannot even be read. Its
+    // own vGPU's settings it may read, not write; another's not even read.
+    let conf = |i| tessera_ffi::region::conf::conf_path(&region, i);
     let seen = try_as_tenant(&[
         (&region, "ro"),
         (&region, "rw"),
@@ -420,8 +425,13 @@ fn a_tenant_can_write_neither_another_vgpus_state_nor_its_own_quota() {
         (&live(0), "rw"),
         (&live(1), "ro"),
         (&live(1), "rw"),
+        (&conf(0), "ro"),
+        (&conf(0), "rw"),
+        (&conf(0), "map-rw"),
+        (&conf(1), "ro"),
     ]);
-    assert_eq!(seen, serde_json::json!(["ok", "EACCES", "EACCES", "ok", "EACCES", "EACCES"]));
+    let expected = ["ok", "EACCES", "EACCES", "ok", "EACCES", "EACCES", "ok", "EACCES", "EACCES", "EACCES"];
+    assert_eq!(seen, serde_json::json!(expected));
     // Neither the other vGPU nor its own quota changed.
     let theirs = m.show("theirs");
     assert_eq!((u64_at(&theirs, "launches"), u64_at(&theirs, "used")), (0, 0), "{theirs}");
