@@ -95,20 +95,21 @@ impl Joins {
     }
 
     /// The table kept in `file`, with the records it holds whose process still runs (with the start time
-    /// recorded). A missing file is an empty table; an unreadable or malformed one too, said in the log:
-    /// the processes it named are judged as any unrecorded slot is.
+    /// recorded), written back at once. A missing file is an empty table; an unreadable or malformed one
+    /// too, said in the log: the processes it named are judged as any unrecorded slot is.
     pub fn load(file: &Path) -> Joins {
         let joins = Joins { table: Mutex::default(), file: Some(file.to_path_buf()) };
         let text = match std::fs::read_to_string(file) {
             Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return joins,
+            // Written at once, so that the state directory holds the same files for the daemon's whole life.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
             Err(e) => {
                 crate::logger::say!("tessera daemon: {}: cannot read: {e}; no joined process kept", file.display());
                 return joins;
             }
         };
         let mut lines = text.lines();
-        if lines.next() != Some(HEADER) {
+        if !text.is_empty() && lines.next() != Some(HEADER) {
             crate::logger::say!(
                 "tessera daemon: {}: not a file of joined processes ({HEADER:?} expected first); ignored",
                 file.display()
