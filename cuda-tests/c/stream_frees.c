@@ -17,9 +17,10 @@
  *       Allocates <bytes> with cuMemAllocAsync, then frees them with cuMemFreeAsync while the stream is
  *       captured into a graph: prints cuMemGetInfo once the capture ended ("captured.free"), once the graph
  *       ran ("launched.free"), and, after destroying the context, in a new one ("recreated.free").
- *   stream_frees kept <bytes> <threshold>
+ *   stream_frees kept <bytes> <threshold> [sync]
  *       Sets the device's default pool's release threshold to <threshold>, allocates <bytes> with
- *       cuMemAllocAsync, frees them with cuMemFreeAsync and synchronizes the stream (the pool keeps up to
+ *       cuMemAllocAsync, frees them with cuMemFreeAsync (cuMemFree with `sync`) and synchronizes the
+ *       stream (the pool keeps up to
  *       <threshold> of them): prints cuMemGetInfo ("kept.free") and "kept". On a line from stdin: trims the
  *       pool to nothing with cuMemPoolTrimTo, prints cuMemGetInfo ("trimmed.free") and "trimmed". On a
  *       second line (or end of input): "done ok".
@@ -159,7 +160,7 @@ static int captured(unsigned long long bytes) {
     return 0;
 }
 
-static int kept(unsigned long long bytes, unsigned long long threshold) {
+static int kept(unsigned long long bytes, unsigned long long threshold, int sync) {
     size_t free_b, total;
     CUmemoryPool pool;
     CU(cuDeviceGetDefaultMemPool(&pool, dev));
@@ -167,7 +168,12 @@ static int kept(unsigned long long bytes, unsigned long long threshold) {
     CU(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep));
     CUdeviceptr p;
     CU(cuMemAllocAsync(&p, bytes, stream));
-    CU(cuMemFreeAsync(p, stream));
+    if (sync) {
+        CU(cuStreamSynchronize(stream));
+        CU(cuMemFree(p));
+    } else {
+        CU(cuMemFreeAsync(p, stream));
+    }
     CU(cuStreamSynchronize(stream));
     CU(cuMemGetInfo(&free_b, &total));
     fact("kept.free", "%zu", free_b);
@@ -323,7 +329,8 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "peer")) return peer(strtoull(argv[2], NULL, 0));
     if (!strcmp(argv[1], "reuse") && argc == 4) return reuse(strtoull(argv[2], NULL, 0), strtoull(argv[3], NULL, 0));
     if (!strcmp(argv[1], "captured")) return captured(strtoull(argv[2], NULL, 0));
-    if (!strcmp(argv[1], "kept") && argc == 4) return kept(strtoull(argv[2], NULL, 0), strtoull(argv[3], NULL, 0));
+    if (!strcmp(argv[1], "kept") && (argc == 4 || (argc == 5 && !strcmp(argv[4], "sync"))))
+        return kept(strtoull(argv[2], NULL, 0), strtoull(argv[3], NULL, 0), argc == 5);
     if (!strcmp(argv[1], "churn")) return churn(strtoull(argv[2], NULL, 0));
     die("unknown mode %s", argv[1]);
 }

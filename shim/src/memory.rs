@@ -19,6 +19,7 @@ use crate::guard::{Res, Status, status};
 use crate::quota::{self, Quota};
 use crate::{contexts, current, driver, pending_free, pool_cache, soft};
 use std::ffi::{c_int, c_uint, c_ulonglong, c_void};
+use std::sync::atomic::{AtomicBool, Ordering};
 use tessera_ffi::cuda::{CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_OUT_OF_MEMORY};
 use tessera_ffi::sys::{
     CUDA_ARRAY_DESCRIPTOR, CUDA_ARRAY3D_DESCRIPTOR, CUarray, CUcontext, CUctxCreateParams, CUdevice, CUdeviceptr,
@@ -80,12 +81,20 @@ fn on_current(
     c.run(q, real, key)
 }
 
-/// A free of `(kind, key)`: the record comes out first, the bytes go back once the driver freed, and
-/// the record is restored if the driver refused.
+/// A free of `(kind, key)`: the record comes out first, the bytes go back once the driver freed (to what
+/// its memory pool keeps charged, for linear memory a pool gave), and the record is restored if the driver
+/// refused.
 fn free_of(kind: Kind, key: u64, real: impl FnOnce() -> Status) -> Res {
     let Some(q) = quota::active()? else { return status(real()) };
     let Some(e) = TABLE.take(kind, key) else { return status(real()) };
+    // Asked before the driver frees it; only in a process that allocated from pools (one load otherwise).
+    let pool = if kind == Kind::Linear && POOLED.load(Ordering::Relaxed) { pool_of(key) } else { 0 };
     match status(real()) {
+        Ok(()) if pool != 0 => {
+            pool_cache::cache(pool, e.device as usize, e.bytes);
+            pool_cache::reconcile_dirty(q);
+            Ok(())
+        }
         Ok(()) => {
             q.release(e.device as usize, e.bytes);
             Ok(())
@@ -213,6 +222,7 @@ pub fn alloc_async<const PER_THREAD: bool>(
         return soft_alloc(s, dptr, size as u64, "cuMemAllocAsync");
     }
     let Some(q) = quota::active()? else { return status(real()) };
+    POOLED.store(true, Ordering::Relaxed);
     // SAFETY: the key is read only after the driver succeeded, having written it.
     let key = || unsafe { written(dptr) };
     on_current(q, "cuMemAllocAsync", Kind::Linear, Some(size as u64), real, key)
@@ -230,6 +240,7 @@ pub fn alloc_from_pool<const PER_THREAD: bool>(
         return soft_alloc(s, dptr, size as u64, "cuMemAllocFromPoolAsync");
     }
     let Some(q) = quota::active()? else { return status(real()) };
+    POOLED.store(true, Ordering::Relaxed);
     // SAFETY: the key is read only after the driver succeeded, having written it.
     let key = || unsafe { written(dptr) };
     on_current(q, "cuMemAllocFromPoolAsync", Kind::Linear, Some(size as u64), real, key)
@@ -255,6 +266,10 @@ pub fn free_async<const PER_THREAD: bool>(dptr: CUdeviceptr, stream: CUstream, r
     pending_free::queue(e.device as usize, e.bytes, e.owner, stream, pool);
     Ok(())
 }
+
+/// Whether this process has allocated from a memory pool (`cuMemAllocAsync`, `cuMemAllocFromPoolAsync`):
+/// only then does a `cuMemFree` ask which pool its memory came from.
+static POOLED: AtomicBool = AtomicBool::new(false);
 
 /// `CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE`.
 const POINTER_MEMPOOL: c_uint = 17;

@@ -4,8 +4,8 @@
 //! (`CU_MEMPOOL_ATTR_RELEASE_THRESHOLD`, 0 by default) or `cuMemPoolTrimTo` asks. Giving the quota back
 //! when the free executes would let the vGPU's real usage overshoot its quota by what its pools keep.
 //!
-//! - A stream-ordered free of a pool's memory, once executed ([`crate::pending_free`]), moves its bytes to
-//!   the pool's cached charge here ([`cache`]) instead of back to the quota. The pool is then reconciled
+//! - A stream-ordered free of a pool's memory, once executed ([`crate::pending_free`]), or a `cuMemFree` of
+//!   it, moves its bytes to the pool's cached charge here ([`cache`]) instead of back to the quota. The pool is then reconciled
 //!   ([`reconcile_dirty`]): trimmed to its release threshold (what the driver would do at the next
 //!   synchronization anyway, done now so that its peers need not wait for one) and its cached charge set
 //!   to what the driver says it keeps beyond its live allocations (`RESERVED_MEM_CURRENT` minus

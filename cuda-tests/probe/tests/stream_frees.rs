@@ -211,6 +211,21 @@ fn what_a_pool_keeps_of_freed_memory_stays_charged_until_it_gives_it_back() {
     assert!(owner.into_child().wait().expect("wait for the owner").success());
 }
 
+/// The same of pool memory freed with `cuMemFree` (which frees at once): the pool keeps it all the same.
+#[test]
+fn what_a_pool_keeps_of_memory_freed_with_cumemfree_stays_charged() {
+    let exe = program();
+    let region = TestRegion::new("stream-frees-kept-sync");
+    let sim = machine("stream-frees-kept-sync", &region, QUOTA);
+    let exe = exe.to_str().expect("UTF-8 path");
+    let args = ["kept", &(3 * GIB).to_string(), &(2 * GIB).to_string(), "sync"];
+    let mut cmd = sim.command_for(exe, &args);
+    cmd.stdin(Stdio::null());
+    let facts = Facts::ok(cmd);
+    assert_eq!(QUOTA - facts.num("kept.free") as u64, CONTEXT + 2 * GIB, "the 2 GiB the pool keeps are counted");
+    assert_eq!(QUOTA - facts.num("trimmed.free") as u64, CONTEXT, "trimmed: only the context is charged");
+}
+
 /// Processes churning at once in the storm.
 const TENANTS: usize = 4;
 /// The storm's quota: four contexts and four processes holding up to four 1-256 MiB blocks each do not fit.
