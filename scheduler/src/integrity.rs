@@ -335,8 +335,8 @@ impl Verifier {
 
     /// Every process slot of `v` (a vGPU of user `owner` whose live file is `live`) judged, reading at most
     /// `budget` bytes of maps (lowered by what was read). A slot `vouched` for (its index and owner word:
-    /// a process that joined through the socket, see [`crate::joins`]) is verified without any read. Reads `/proc`: called with no lock held, so that
-    /// a slow read holds up nobody. A process of another pid namespace is judged by its pid here, as
+    /// a process that joined through the socket, see [`crate::joins`]) is verified without any read. Reads
+    /// `/proc`: called with no lock held, so that a slow read holds up nobody. A process of another pid namespace is judged by its pid here, as
     /// `view` finds it; one `view` cannot find is unverified (and left to the reclaim of dead processes,
     /// which knows whether it can see its namespace).
     pub fn judge_slots(

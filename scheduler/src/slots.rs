@@ -48,6 +48,8 @@ pub fn place(locked: &Locked, spec: &VgpuSpec, force: bool) -> Result<usize, Str
                 }
                 say!("tessera daemon: warning: {e}; its processes cannot allocate until they are under it");
             }
+            // A slot placed by an earlier daemon (or an unmanaged one taken over): its file, its reader.
+            locked.file().map_conf(i, Some(owner(spec)))?;
             i
         }
         None => {
@@ -60,7 +62,6 @@ pub fn place(locked: &Locked, spec: &VgpuSpec, force: bool) -> Result<usize, Str
             })?
         }
     };
-    locked.file().map_conf(index, Some(owner(spec)))?;
     locked.file().map_live(index, Some(owner(spec)))?;
     configure(&locked.region().vgpus[index], spec);
     Ok(index)

@@ -87,12 +87,11 @@ fn on_current(
 fn free_of(kind: Kind, key: u64, real: impl FnOnce() -> Status) -> Res {
     let Some(q) = quota::active()? else { return status(real()) };
     let Some(e) = TABLE.take(kind, key) else { return status(real()) };
-    // Asked before the driver frees it; only in a process that allocated from pools (one load otherwise).
-    let pool = if kind == Kind::Linear && POOLED.load(Ordering::Relaxed) { pool_of(key) } else { 0 };
+    // Asked before the driver frees it.
+    let pool = if kind == Kind::Linear { pool_of(key) } else { 0 };
     match status(real()) {
         Ok(()) if pool != 0 => {
-            pool_cache::cache(pool, e.device as usize, e.bytes);
-            pool_cache::reconcile_dirty(q);
+            pool_cache::freed(q, pool, e.device as usize, e.bytes);
             Ok(())
         }
         Ok(()) => {
@@ -268,14 +267,18 @@ pub fn free_async<const PER_THREAD: bool>(dptr: CUdeviceptr, stream: CUstream, r
 }
 
 /// Whether this process has allocated from a memory pool (`cuMemAllocAsync`, `cuMemAllocFromPoolAsync`):
-/// only then does a `cuMemFree` ask which pool its memory came from.
+/// only then does a free ask which pool its memory came from ([`pool_of`]).
 static POOLED: AtomicBool = AtomicBool::new(false);
 
 /// `CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE`.
 const POINTER_MEMPOOL: c_uint = 17;
 
-/// The memory pool the allocation at `dptr` came from (0: none, or the driver cannot say).
+/// The memory pool the allocation at `dptr` came from (0: none, or the driver cannot say). Asked of the
+/// driver only in a process that allocated from pools (one load otherwise).
 fn pool_of(dptr: CUdeviceptr) -> usize {
+    if !POOLED.load(Ordering::Relaxed) {
+        return 0;
+    }
     let Some(f) = crate::real::cuPointerGetAttribute.get() else { return 0 };
     let mut pool: CUmemoryPool = std::ptr::null_mut();
     // SAFETY: cuPointerGetAttribute's C signature; this attribute writes one pool handle.
@@ -285,8 +288,8 @@ fn pool_of(dptr: CUdeviceptr) -> usize {
     }
 }
 
-/// `cuMemPoolTrimTo`: what the pool keeps charged follows what it keeps.
-pub fn pool_trim(pool: CUmemoryPool, _keep: usize, real: impl FnOnce() -> Status) -> Res {
+/// After the program changed `pool`: what the pool keeps charged follows what it keeps.
+fn pool_changed(pool: CUmemoryPool, real: impl FnOnce() -> Status) -> Res {
     status(real())?;
     if let Ok(Some(q)) = quota::active() {
         pool_cache::changed(q, pool as usize);
@@ -294,9 +297,14 @@ pub fn pool_trim(pool: CUmemoryPool, _keep: usize, real: impl FnOnce() -> Status
     Ok(())
 }
 
+/// `cuMemPoolTrimTo`.
+pub fn pool_trim(pool: CUmemoryPool, _keep: usize, real: impl FnOnce() -> Status) -> Res {
+    pool_changed(pool, real)
+}
+
 /// `cuMemPoolSetAttribute`: a release threshold lowered gives back what the pool keeps beyond it.
 pub fn pool_set_attribute(pool: CUmemoryPool, _attr: c_int, _value: *mut c_void, real: impl FnOnce() -> Status) -> Res {
-    pool_trim(pool, 0, real)
+    pool_changed(pool, real)
 }
 
 /// `cuMemPoolDestroy`: what the pool kept is the device's again.

@@ -95,8 +95,7 @@ fn give_back(p: &Pending) {
     if p.pool == 0 {
         q.release(p.device, p.bytes);
     } else {
-        pool_cache::cache(p.pool, p.device, p.bytes);
-        pool_cache::reconcile_dirty(q);
+        pool_cache::freed(q, p.pool, p.device, p.bytes);
     }
 }
 

@@ -5,8 +5,8 @@
 //! when the free executes would let the vGPU's real usage overshoot its quota by what its pools keep.
 //!
 //! - A stream-ordered free of a pool's memory, once executed ([`crate::pending_free`]), or a `cuMemFree` of
-//!   it, moves its bytes to the pool's cached charge here ([`cache`]) instead of back to the quota. The pool is then reconciled
-//!   ([`reconcile_dirty`]): trimmed to its release threshold (what the driver would do at the next
+//!   it, moves its bytes to the pool's cached charge here ([`freed`]) instead of back to the quota. The
+//!   pool is then reconciled: trimmed to its release threshold (what the driver would do at the next
 //!   synchronization anyway, done now so that its peers need not wait for one) and its cached charge set
 //!   to what the driver says it keeps beyond its live allocations (`RESERVED_MEM_CURRENT` minus
 //!   `USED_MEM_CURRENT`).
@@ -41,8 +41,6 @@ struct Kept {
     device: usize,
     /// Bytes charged for memory the pool keeps beyond its live allocations.
     bytes: u64,
-    /// Cached since it was last reconciled.
-    dirty: bool,
 }
 
 static KEPT: Mutex<Vec<Kept>> = Mutex::new(Vec::new());
@@ -58,22 +56,26 @@ pub fn any() -> bool {
     ANY.load(Ordering::Acquire)
 }
 
-fn publish(kept: &[Kept]) {
-    ANY.store(kept.iter().any(|k| k.bytes > 0), Ordering::Release);
+/// Drops the pools that keep nothing charged any more and publishes whether any still does.
+fn publish(kept: &mut Vec<Kept>) {
+    kept.retain(|k| k.bytes > 0);
+    ANY.store(!kept.is_empty(), Ordering::Release);
 }
 
-/// Keeps `bytes` of device `device`, freed from `pool` and executed, charged as the pool's cache (the
-/// caller reconciles afterwards, [`reconcile_dirty`]).
-pub fn cache(pool: usize, device: usize, bytes: u64) {
+/// Keeps `bytes` of device `device`, freed from `pool` (the free executed), charged as the pool's cache,
+/// then reconciles the pool ([`reconcile`]).
+pub fn freed(q: &Quota, pool: usize, device: usize, bytes: u64) {
     let mut k = kept();
-    match k.iter_mut().find(|k| k.pool == pool) {
-        Some(e) => {
-            e.bytes = e.bytes.saturating_add(bytes);
-            e.dirty = true;
+    let i = match k.iter().position(|k| k.pool == pool) {
+        Some(i) => i,
+        None => {
+            k.push(Kept { pool, device, bytes: 0 });
+            k.len() - 1
         }
-        None => k.push(Kept { pool, device, bytes, dirty: true }),
-    }
-    publish(&k);
+    };
+    k[i].bytes = k[i].bytes.saturating_add(bytes);
+    reconcile(q, &mut k[i], None);
+    publish(&mut k);
 }
 
 /// A pool attribute of 64 bits, if the driver answers.
@@ -114,17 +116,6 @@ fn reconcile(q: &Quota, k: &mut Kept, keep: Option<u64>) {
             trim(k.pool, used);
         }
     }
-    k.dirty = false;
-}
-
-/// Reconciles every pool cached into since it was last reconciled.
-pub fn reconcile_dirty(q: &Quota) {
-    let mut k = kept();
-    for e in k.iter_mut().filter(|e| e.dirty) {
-        reconcile(q, e, None);
-    }
-    k.retain(|e| e.bytes > 0);
-    publish(&k);
 }
 
 /// Before an allocation on device `device` that would not fit the quota: every pool of the device that
@@ -134,8 +125,7 @@ pub fn trim_device(q: &Quota, device: usize) {
     for e in k.iter_mut().filter(|e| e.device == device) {
         reconcile(q, e, Some(0));
     }
-    k.retain(|e| e.bytes > 0);
-    publish(&k);
+    publish(&mut k);
 }
 
 /// After the program changed `pool` (trimmed it, or set its release threshold): its charge follows.
@@ -144,8 +134,7 @@ pub fn changed(q: &Quota, pool: usize) {
     if let Some(e) = k.iter_mut().find(|e| e.pool == pool) {
         reconcile(q, e, None);
     }
-    k.retain(|e| e.bytes > 0);
-    publish(&k);
+    publish(&mut k);
 }
 
 /// After the program destroyed `pool`: what it kept is the device's again.
@@ -155,5 +144,5 @@ pub fn destroyed(q: &Quota, pool: usize) {
         let e = k.swap_remove(i);
         q.release(e.device, e.bytes);
     }
-    publish(&k);
+    publish(&mut k);
 }

@@ -192,8 +192,8 @@ fn map_joined(file: &RegionFile, index: usize, live: &std::fs::File) -> Result<&
     let map = map(&file.file, libc::PROT_READ).map_err(|e| format!("region file {path}: cannot map: {e}"))?;
     let owner = super::conf::owner_of(&file.file);
     let mut confs = std::collections::BTreeMap::new();
-    // SAFETY: a fresh mapping of our own; nothing references it yet.
     let read = (libc::PROT_READ, libc::PROT_READ);
+    // SAFETY: a fresh mapping of our own; nothing references it yet.
     unsafe { super::conf::overlay_confs(map.0.as_ptr(), &file.file, path, owner, read, &mut confs) };
     // SAFETY: as above.
     unsafe { overlay(map.0.as_ptr(), live_offset(index), live, libc::PROT_READ | libc::PROT_WRITE, 0) }

@@ -50,13 +50,16 @@ pub fn hide(region: &File, index: usize) -> std::io::Result<()> {
     region.write_all_at(&image, config_offset(index) as u64)
 }
 
+/// The bytes of configuration `c`, as a file or the region holds them.
+pub fn bytes_of(c: &VgpuConfig) -> &[u8] {
+    // SAFETY: `VgpuConfig` is plain old data (integers and atomics) of fewer than AREA bytes; read as bytes.
+    unsafe { std::slice::from_raw_parts(std::ptr::from_ref(c).cast::<u8>(), std::mem::size_of::<VgpuConfig>()) }
+}
+
 /// The bytes of a configuration file of slot `index` holding `from`: the structure, then zeros, then the
 /// trailer.
 fn image(from: &VgpuConfig, index: usize) -> Vec<u8> {
-    // SAFETY: `VgpuConfig` is plain old data (integers and atomics) of fewer than AREA bytes; read as bytes.
-    let bytes =
-        unsafe { std::slice::from_raw_parts(std::ptr::from_ref(from).cast::<u8>(), std::mem::size_of::<VgpuConfig>()) };
-    let mut image = bytes.to_vec();
+    let mut image = bytes_of(from).to_vec();
     image.resize(AREA, 0);
     image[AREA - CONF_TRAILER_LEN..].copy_from_slice(&image_trailer(index));
     image
@@ -148,9 +151,9 @@ pub(super) unsafe fn overlay_confs(
     let write = prot & libc::PROT_WRITE != 0;
     for index in 0..MAX_VGPUS {
         let at = conf_path(path, index);
-        let now = std::fs::symlink_metadata(&at).ok().map(|m| m.ino());
+        // Only a file mapped already is looked at by name; any other slot only when the region hides it.
         if let Some(&ino) = known.get(&index) {
-            if now == Some(ino) {
+            if std::fs::symlink_metadata(&at).is_ok_and(|m| m.ino() == ino) {
                 continue;
             }
             // Removed or replaced: the region file's own area first, then whatever the slot is now.
@@ -159,9 +162,6 @@ pub(super) unsafe fn overlay_confs(
                 continue;
             }
             known.remove(&index);
-        }
-        if now.is_none() {
-            continue;
         }
         // SAFETY: the area lies in the caller's mapping; only atomics and bytes are read.
         if !is_hidden(unsafe { &(*base).vgpus[index].config }) {

@@ -13,8 +13,8 @@
 //! the error names the file, the processes holding it and what to do.
 
 use super::conf;
+use super::layout::config_offset;
 use super::layout::{AREA, LAYOUT_SIZE, NAME_LEN, Region, VERSION, VgpuSlot, encode_name, live_offset, state};
-use super::layout::{VgpuConfig, config_offset};
 use super::open::open_region;
 use super::open::{Access, check_header, checked_dir, header_matches, live_path, lock_path, open_live, open_lock};
 use crate::flock::FileLock;
@@ -162,11 +162,7 @@ impl RegionFile {
         }
         let fail = |e: std::io::Error| format!("region file {}: {e}", self.path);
         if keep {
-            let c = &self.region().vgpus[index].config;
-            // SAFETY: `VgpuConfig` is plain old data; read as bytes.
-            let bytes = unsafe {
-                std::slice::from_raw_parts(std::ptr::from_ref(c).cast::<u8>(), std::mem::size_of::<VgpuConfig>())
-            };
+            let bytes = conf::bytes_of(&self.region().vgpus[index].config);
             self.file.write_all_at(bytes, config_offset(index) as u64).map_err(fail)?;
         }
         let prot = libc::PROT_READ | libc::PROT_WRITE;
@@ -178,10 +174,9 @@ impl RegionFile {
             c.flags.store(0, Ordering::Release);
             c.state.store(state::FREE, Ordering::Release);
         }
-        match std::fs::remove_file(conf::conf_path(&self.path, index)) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                Err(format!("{}: cannot remove: {e}", conf::conf_path(&self.path, index)))
-            }
+        let path = conf::conf_path(&self.path, index);
+        match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(format!("{path}: cannot remove: {e}")),
             _ => Ok(()),
         }
     }
