@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the end-to-end tests that assert only what any CUDA driver does (cuda-tests/probe/tests/hardware.rs:
+# Runs the end-to-end tests that assert only what any CUDA driver does (cuda-tests/probe/tests/e2e/hardware.rs:
 # the shipped kernels computing their results, spin timing on %globaltimer, memory quotas, a directly
 # linked C program's calls landing in the shim, `tessera run`) against this machine's NVIDIA driver instead
 # of the simulated one, then reports each test's result and a summary. Builds first if needed.
@@ -81,9 +81,9 @@ if ! cargo build --release --workspace >"$log" 2>&1; then
     echo "real-gpu-check: the build failed (full output in $log)" >&2
     exit 1
 fi
-echo "real-gpu-check: running cuda-tests/probe/tests/hardware.rs on the real driver (output in $log)"
+echo "real-gpu-check: running cuda-tests/probe/tests/e2e/hardware.rs on the real driver (output in $log)"
 status=0
-TESSERA_TEST_DRIVER=real cargo test --release -p cuda-tests --test hardware -- --test-threads=1 >>"$log" 2>&1 ||
+TESSERA_TEST_DRIVER=real cargo test --release -p cuda-tests --test e2e hardware:: -- --test-threads=1 >>"$log" 2>&1 ||
     status=$?
 
 passed=0

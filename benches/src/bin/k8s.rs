@@ -5,7 +5,7 @@
 //!
 //! - **API off**: the plugin has no Kubernetes credentials; each vGPU gets k/N of the GPU.
 //! - **API on**: the plugin is given `--kubeconfig` for a fake API server started here (plain HTTP on
-//!   127.0.0.1, `cuda-tests/probe/tests/common/fake_kube.rs`, the tests' own) listing 100 pods on the
+//!   127.0.0.1, `cuda-tests/probe/tests/e2e/common/fake_kube.rs`, the tests' own) listing 100 pods on the
 //!   node: 90 others (running, some with vGPUs, some pending for other resources) and the last 10 of
 //!   the benchmark's own pods, each pending until its `Allocate` and sized by its annotations
 //!   `tessera.io/vgpu-memory` / `-share`. Each `Allocate` lists the node's pods, picks the pod, sizes the
@@ -19,7 +19,7 @@
 //! from the client includes the daemon's `rm` and `create`. Targets, for each configuration: `Allocate`
 //! p99 ≤ 50 ms, and the plugin's peak resident memory (`VmHWM`) ≤ 30 MiB. Exits 1 when one is missed.
 
-#[path = "../../../cuda-tests/probe/tests/common/fake_kube.rs"]
+#[path = "../../../cuda-tests/probe/tests/e2e/common/fake_kube.rs"]
 mod fake_kube;
 
 use fake_kube::{FakeApi, pod};
