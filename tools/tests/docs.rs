@@ -185,7 +185,11 @@ fn doc_commands() -> Vec<DocCommand> {
             }
         }
     }
-    assert!(problems.is_empty(), "documentation blocks break the convention (docs/development.md):\n{}", problems.join("\n"));
+    assert!(
+        problems.is_empty(),
+        "documentation blocks break the convention (docs/development.md):\n{}",
+        problems.join("\n")
+    );
     out
 }
 
@@ -291,7 +295,9 @@ fn tessera_help_says_what_it_is_and_describes_every_subcommand() {
     assert!(help.contains("share one NVIDIA GPU between unmodified CUDA programs"), "{help}");
     let section = help.split("Commands:").nth(1).expect("a Commands: section").split("\n\n").next().unwrap();
     let entries: Vec<&str> = section.lines().filter(|l| !l.trim().is_empty()).collect();
-    for name in ["demo", "daemon", "vgpu", "devices", "mdev", "top", "info", "run", "k8s", "cdi", "simgpu", "completions"] {
+    for name in
+        ["demo", "daemon", "vgpu", "devices", "mdev", "top", "info", "run", "k8s", "cdi", "simgpu", "completions"]
+    {
         let entry = entries.iter().find(|l| l.split_whitespace().next() == Some(name));
         let entry = entry.unwrap_or_else(|| panic!("`tessera --help` does not list {name}:\n{help}"));
         assert!(entry.split_whitespace().count() > 2, "{name} has no description in `tessera --help`: {entry}");
