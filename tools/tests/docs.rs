@@ -25,6 +25,7 @@ const RUN_HERE: &[&str] = &[
     "tessera simgpu env",
     "eval \"$(tessera simgpu env)\"",
     "tessera run --memory 8GiB -- python3 -c 'import ctypes; print(ctypes.CDLL(\"libcuda.so.1\").cuInit(0))'",
+    "./target/release/tessera run --memory 8GiB -- python3 -c 'import ctypes; print(ctypes.CDLL(\"libcuda.so.1\").cuInit(0))'",
     "tessera daemon &",
     "tessera vgpu create team-a --device 0 --memory 8GiB --share 30",
     "tessera vgpu create batch --device 0 --memory 20GiB --share 50 --priority low --tensor-cores off",
