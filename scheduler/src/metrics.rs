@@ -1,4 +1,4 @@
-//! The figures of a `stats` snapshot as Prometheus metrics (the table in README.md, "Prometheus
+//! The figures of a `stats` snapshot as Prometheus metrics (the table in docs/api.md, "Prometheus
 //! metrics"), encoded by the `prometheus-client` crate.
 //!
 //! The crate writes the OpenMetrics text format, which Prometheus asks for first. To clients that do not

@@ -1,7 +1,7 @@
 //! `libaccelerator_tessera.so`: TensorFusion's accelerator provider ABI backed by Tessera, for cluster
 //! hypervisors that `dlopen` one library per vendor. Both ABIs are exported: the current `Accel*` one
 //! (`include/accelerator.h`) and the earlier unprefixed one (`include/accelerator_legacy.h`), the latter a
-//! thin adapter onto the same implementation. What each call does is documented in the README ("For
+//! thin adapter onto the same implementation. What each call does is documented in docs/hypervisors.md ("For
 //! cluster hypervisors").
 //!
 //! - [`abi`]: the C types of both ABIs, checked against `layout.tsv` at build time;

@@ -1,6 +1,6 @@
 //! What a compute capability says about a device beyond the driver's attributes: the number formats it
 //! computes in (BEP-1000's `precision_support`) and its tensor cores per SM. The tables are NVIDIA's
-//! architecture facts, documented in the README (`tessera info --json`); nothing here reads the device.
+//! architecture facts, documented in docs/api.md (`tessera info --json`); nothing here reads the device.
 //!
 //! - `native`: the hardware computes in the format (ALU instructions or tensor-core MMA);
 //! - `emulated`: CUDA handles the format as storage only (`cuda_fp16.h`, `cuda_bf16.h`, `cuda_fp8.h`,
@@ -61,7 +61,7 @@ pub fn cuda_cores_per_sm(cc: Cc) -> Option<u32> {
 }
 
 /// Peak dense FP16 operations per SM per clock of compute capability `cc`, the figure behind
-/// `maxTflops` of the provider library (documented in the README, "For cluster hypervisors"): tensor-core
+/// `maxTflops` of the provider library (documented in docs/hypervisors.md, "For cluster hypervisors"): tensor-core
 /// FP16 with FP32 accumulation where the architecture has tensor cores, the FP16/FP32 ALUs before.
 ///
 /// | compute capability | architecture | ops/SM/clock | check: SMs × boost clock × ops |
