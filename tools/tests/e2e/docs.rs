@@ -52,7 +52,7 @@ const RUN_BY: &[(&str, &str)] = &[
     // CI's entry point runs the whole suite.
     ("./tools/test-all.sh", ".ci/run"),
     // The demo end to end on the simulated GPU (a shorter run of the same command).
-    ("./target/release/tessera demo", "cuda-tests/probe/tests/demo.rs"),
+    ("./target/release/tessera demo", "cuda-tests/probe/tests/e2e/demo.rs"),
 ];
 
 /// Fence tags that would hold shell commands outside the checked `sh` blocks.
@@ -207,14 +207,14 @@ fn every_documented_command_is_run_by_a_test() {
     }
     assert!(
         missing.is_empty(),
-        "commands shown in ```sh blocks that no test runs (add them to RUN_HERE or RUN_BY in tools/tests/docs.rs, \
+        "commands shown in ```sh blocks that no test runs (add them to RUN_HERE or RUN_BY in tools/tests/e2e/docs.rs, \
          or show them in a ```text block marked as not run by the suite):\n{}",
         missing.join("\n")
     );
     // No stale entry: each one is a command the docs show.
     let shown: BTreeSet<&str> = commands.iter().map(|c| c.text.as_str()).collect();
     for entry in RUN_HERE.iter().chain(RUN_BY.iter().map(|(c, _)| c)) {
-        assert!(shown.contains(entry), "tools/tests/docs.rs lists `{entry}`, which no ```sh block shows any more");
+        assert!(shown.contains(entry), "tools/tests/e2e/docs.rs lists `{entry}`, which no ```sh block shows any more");
     }
     for (command, file) in RUN_BY {
         let source = std::fs::read_to_string(root.join(file)).unwrap_or_else(|e| panic!("read {file}: {e}"));
