@@ -99,7 +99,7 @@ fn environment(args: &RunArgs, shim: &Path) -> Result<Vec<(String, String)>, Str
     if !crate::driver::real_driver_present() {
         let folder = crate::lib_dir::simgpu_folder()?;
         let old = std::env::var("LD_LIBRARY_PATH").ok();
-        for (key, value) in simgpu::libdir::environment(&folder, old.as_deref()) {
+        for (key, value) in simgpu_host::libdir::environment(&folder, old.as_deref()) {
             let already = std::env::var(&key).ok();
             match key.as_str() {
                 // The folder first, unless it already is.

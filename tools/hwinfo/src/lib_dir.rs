@@ -11,7 +11,7 @@
 //! hypervisor) is not beside that program: it calls [`anchor_at`] with its own file once, and the
 //! folders are then tried relative to that file instead of the executable.
 
-use simgpu::libdir::{DRIVER_FILE, NVML_FILE};
+use simgpu_host::libdir::{DRIVER_FILE, NVML_FILE};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -53,7 +53,7 @@ pub fn shim() -> Result<PathBuf, String> {
 /// refreshed if needed (an install creates it, so a read-only system install works).
 pub fn simgpu_folder() -> Result<PathBuf, String> {
     let dir = lib_dir()?;
-    simgpu::libdir::prepare(&dir).map_err(|e| format!("cannot create {}/simgpu: {e}", dir.display()))
+    simgpu_host::libdir::prepare(&dir).map_err(|e| format!("cannot create {}/simgpu: {e}", dir.display()))
 }
 
 /// The folders tried for executable `exe`, in order, without an override.
