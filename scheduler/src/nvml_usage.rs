@@ -1,7 +1,7 @@
 //! Each process's device time and memory from NVML, figures tenants cannot write: the driver's per-process
 //! SM utilization (`nvmlDeviceGetProcessUtilization`) and memory (`nvmlDeviceGetComputeRunningProcesses`),
 //! loaded with `libloading` from the library the daemon is given (`Options::nvml`: the one that goes with
-//! its driver; by default the machine's, [`machine_nvml`]).
+//! its driver; by default the machine's, `tessera_host::driver::machine_nvml`).
 //!
 //! Each query asks for the utilization since the previous one (`lastSeenTimeStamp`: that query's time)
 //! and turns a process's percentage into device time over the interval between the two. A process first
@@ -21,13 +21,6 @@ type HandleByIndex = unsafe extern "C" fn(c_uint, *mut NvmlDevice) -> NvmlReturn
 type ProcessUtilization =
     unsafe extern "C" fn(NvmlDevice, *mut NvmlProcessUtilizationSample, *mut c_uint, u64) -> NvmlReturn;
 type RunningProcesses = unsafe extern "C" fn(NvmlDevice, *mut c_uint, *mut NvmlProcessInfoV1) -> NvmlReturn;
-
-/// The machine's NVML: `TESSERA_REAL_LIBNVML` when set, else `libnvidia-ml.so.1` on the loader's path (as
-/// the shim loads it). A daemon on the simulated GPU is given the simulated NVML instead (see `tessera
-/// daemon`).
-pub fn machine_nvml() -> String {
-    std::env::var("TESSERA_REAL_LIBNVML").unwrap_or_else(|_| "libnvidia-ml.so.1".into())
-}
 
 /// Most processes read per query (more are asked for again with a larger buffer, up to this).
 const MAX_SAMPLES: usize = 4096;

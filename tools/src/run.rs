@@ -14,7 +14,7 @@ use tessera_ffi::cublas::TF32_OVERRIDE;
 use tessera_ffi::region::file as region_file;
 use tessera_ffi::region::flags::TENSOR_CORES_OFF;
 use tessera_ffi::units::{VGPU_NAME_FORM, parse_memory_limit, valid_vgpu_name};
-use tessera_scheduler::paths;
+use tessera_host::paths;
 
 /// Arguments of `tessera run`.
 #[derive(Args)]
