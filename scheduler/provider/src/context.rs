@@ -96,7 +96,12 @@ fn open() -> Result<Context, String> {
     let simulated = loaded_file("libsimnvml").is_some();
     crate::log::line(
         "INFO",
-        &format!("{} device(s) through {} ({})", gpus.len(), nvml.name, if simulated { "simulated" } else { "NVIDIA" }),
+        &format!(
+            "{} device(s) through {} ({})",
+            gpus.len(),
+            nvml.name(),
+            if simulated { "simulated" } else { "NVIDIA" }
+        ),
     );
     Ok(Context { nvml, simulated, gpus })
 }

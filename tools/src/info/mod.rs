@@ -82,7 +82,7 @@ fn document(d: &Driver) -> Result<Value, String> {
             "cuda_version": format!("{}.{}", v / 1000, v % 1000 / 10),
             "display_driver_version": nvml.as_ref().and_then(|n| n.driver_version()),
             "nvml_version": nvml.as_ref().and_then(|n| n.version()),
-            "nvml_library": nvml.as_ref().map(|n| n.name.clone()),
+            "nvml_library": nvml.as_ref().map(|n| n.name().to_string()),
             "library_dir": library_dir,
         },
         "devices": devices,
