@@ -1,8 +1,8 @@
 //! Where the daemon's files are, for the daemon and every program that talks to it: the region
 //! (`TESSERA_REGION`), the socket (`TESSERA_SOCKET`) and the state directory (`TESSERA_STATE_DIR`), each
-//! with a per-user default. The region and the socket are by
-//! default in the user's own directory `/dev/shm/tessera-<uid>` (mode 0711, created and checked when a file
-//! is made there, see [`tessera_ffi::region::open`]), which no other user can create files in.
+//! with a per-user default. The region and the socket are by default in the user's own directory
+//! `/dev/shm/tessera-<uid>` (mode 0711, created and checked when a file is made there, see
+//! [`tessera_ffi::region::open`]), which no other user can create files in.
 
 use std::path::PathBuf;
 
