@@ -3,7 +3,7 @@
 //! The shim exports `dlsym` and `dlvsym`, so it cannot reach libc's own through the dynamic linker: any
 //! reference it makes, versioned or not, binds to its own definitions first (an unversioned definition
 //! satisfies a versioned reference). Reading libc's symbol table directly is the one way that cannot
-//! recurse into the shim. The provider library (`libaccelerator_tessera.so`, through `tessera_hwinfo::dl`)
+//! recurse into the shim. The provider library (`libaccelerator_tessera.so`, through `tessera_host::dl`)
 //! uses it too, to look NVML up without the shim's hooks when the shim is preloaded in its process.
 
 use std::ffi::{CStr, c_char, c_int, c_void};

@@ -86,12 +86,6 @@ pub fn code_name(code: u32) -> String {
     }
 }
 
-/// The machine's CUDA driver library: `TESSERA_REAL_LIBCUDA`, else `libcuda.so.1` on the loader's path
-/// (as the shim finds it).
-pub fn machine_driver() -> String {
-    std::env::var("TESSERA_REAL_LIBCUDA").unwrap_or_else(|_| "libcuda.so.1".to_string())
-}
-
 /// The checkpoint calls, by pid.
 pub trait Checkpointer: Send + Sync {
     /// `cuCheckpointProcessLock`, waiting at most `timeout` for the process's work to finish.

@@ -247,11 +247,6 @@ mod tests {
     }
 
     #[test]
-    fn the_wire_default_window_is_the_regions() {
-        assert_eq!(tessera_client::DEFAULT_WINDOW_NS, tessera_ffi::region::DEFAULT_WINDOW_NS);
-    }
-
-    #[test]
     fn shares_of_one_device_sum_to_at_most_100() {
         let c = Config::default().create(spec("a", 0, 30), TWO).unwrap();
         let c = c.create(spec("b", 0, 70), TWO).unwrap();

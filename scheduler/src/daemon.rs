@@ -19,7 +19,7 @@ use crate::nvml_usage::ProcessUsage;
 use crate::sensors::Sensors;
 use crate::server::Server;
 use crate::store::Store;
-use crate::{pacer, paths, watch};
+use crate::{pacer, watch};
 use std::fs::File;
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
@@ -35,6 +35,8 @@ use tessera_ffi::region::pid_ns::{self, ProcView};
 use tessera_ffi::region::reclaim::reclaim_dead;
 use tessera_ffi::region::{file::RegionFile, open::Access};
 use tessera_ffi::secure_fs::{self, DirKind};
+use tessera_host::driver::{machine_driver, machine_nvml};
+use tessera_host::paths;
 
 /// Where the daemon keeps its files, and the machine's device count.
 #[derive(Debug, Clone)]
@@ -67,8 +69,8 @@ impl Options {
             state_dir: paths::state_dir()?,
             devices,
             metrics: None,
-            nvml: crate::nvml_usage::machine_nvml(),
-            driver: crate::checkpoint::machine_driver(),
+            nvml: machine_nvml(),
+            driver: machine_driver(),
         })
     }
 }

@@ -21,8 +21,8 @@
 //! - [`checkpoint`]: the driver's process checkpoint calls; [`snapshots`]: snapshots of vGPUs taken and
 //!   given back with them (`snapshot`, `resume`);
 //! - [`passthrough_ops`]: GPUs for virtual machines (discovery, VFIO, mdevs) with `tessera-passthrough`;
-//! - [`paths`]: where the files are; [`daemon`]: the daemon's life; [`logger`]: its log lines, which never
-//!   hold up a thread; [`audit_log`]: who changed what, and what was refused.
+//! - [`daemon`]: the daemon's life (where its files are is `tessera_host::paths`); [`logger`]: its log
+//!   lines, which never hold up a thread; [`audit_log`]: who changed what, and what was refused.
 
 pub mod accept;
 pub mod alone;
@@ -47,7 +47,6 @@ pub mod monitor;
 pub mod nvml_usage;
 pub mod pacer;
 pub mod passthrough_ops;
-pub mod paths;
 pub mod protocol;
 pub mod recount;
 pub mod refill;

@@ -1,33 +1,24 @@
 //! Each process's device time and memory from NVML, figures tenants cannot write: the driver's per-process
 //! SM utilization (`nvmlDeviceGetProcessUtilization`) and memory (`nvmlDeviceGetComputeRunningProcesses`),
-//! loaded with `libloading` from the library the daemon is given (`Options::nvml`: the one that goes with
-//! its driver; by default the machine's, [`machine_nvml`]).
+//! loaded by `tessera_host::nvml` from the library the daemon is given (`Options::nvml`: the one that goes with
+//! its driver; by default the machine's, `tessera_host::driver::machine_nvml`).
 //!
 //! Each query asks for the utilization since the previous one (`lastSeenTimeStamp`: that query's time)
 //! and turns a process's percentage into device time over the interval between the two. A process first
 //! seen in a query is not counted for it: NVML may then report a percentage over a window of its own (its
 //! lifetime, or the driver's sample period), not over the interval; ignoring it errs toward charging less.
 
-use libloading::Library;
 use std::collections::HashSet;
 use std::ffi::c_uint;
 use tessera_ffi::nvml::{
     NVML_ERROR_INSUFFICIENT_SIZE, NVML_ERROR_NOT_FOUND, NVML_SUCCESS, NvmlDevice, NvmlProcessInfoV1,
     NvmlProcessUtilizationSample, NvmlReturn,
 };
+use tessera_host::nvml::Nvml;
 
-type Init = unsafe extern "C" fn() -> NvmlReturn;
-type HandleByIndex = unsafe extern "C" fn(c_uint, *mut NvmlDevice) -> NvmlReturn;
 type ProcessUtilization =
     unsafe extern "C" fn(NvmlDevice, *mut NvmlProcessUtilizationSample, *mut c_uint, u64) -> NvmlReturn;
 type RunningProcesses = unsafe extern "C" fn(NvmlDevice, *mut c_uint, *mut NvmlProcessInfoV1) -> NvmlReturn;
-
-/// The machine's NVML: `TESSERA_REAL_LIBNVML` when set, else `libnvidia-ml.so.1` on the loader's path (as
-/// the shim loads it). A daemon on the simulated GPU is given the simulated NVML instead (see `tessera
-/// daemon`).
-pub fn machine_nvml() -> String {
-    std::env::var("TESSERA_REAL_LIBNVML").unwrap_or_else(|_| "libnvidia-ml.so.1".into())
-}
 
 /// Most processes read per query (more are asked for again with a larger buffer, up to this).
 const MAX_SAMPLES: usize = 4096;
@@ -43,7 +34,8 @@ struct Device {
 
 /// NVML, loaded, with the devices the daemon audits.
 pub struct ProcessUsage {
-    _lib: Library,
+    /// Kept loaded while the entry points below may be called.
+    _nvml: Nvml,
     utilization: ProcessUtilization,
     running: RunningProcesses,
     devices: Vec<Device>,
@@ -61,37 +53,17 @@ fn now_us() -> u64 {
 impl ProcessUsage {
     /// Loads NVML and opens devices `0..devices`; the error names the library and the call that failed.
     pub fn open(name: &str, devices: u32) -> Result<ProcessUsage, String> {
-        // SAFETY: loading NVML runs its initializers, as every NVML client does.
-        let lib = unsafe { Library::new(name) }.map_err(|e| format!("cannot load {name}: {e}"))?;
-        let sym = |s: &str| format!("{name}: {s} is missing");
-        // SAFETY: each symbol is read with its documented signature in nvml.h.
-        let (init, by_index, utilization, running) = unsafe {
+        let nvml = Nvml::load(name)?;
+        // SAFETY: each type is the entry point's signature in nvml.h; the pointers are called only while
+        // `nvml`, kept in the value, is loaded.
+        let (utilization, running) = unsafe {
             (
-                *lib.get::<Init>(b"nvmlInit_v2").map_err(|_| sym("nvmlInit_v2"))?,
-                *lib.get::<HandleByIndex>(b"nvmlDeviceGetHandleByIndex_v2")
-                    .map_err(|_| sym("nvmlDeviceGetHandleByIndex_v2"))?,
-                *lib.get::<ProcessUtilization>(b"nvmlDeviceGetProcessUtilization")
-                    .map_err(|_| sym("nvmlDeviceGetProcessUtilization"))?,
-                *lib.get::<RunningProcesses>(b"nvmlDeviceGetComputeRunningProcesses")
-                    .map_err(|_| sym("nvmlDeviceGetComputeRunningProcesses"))?,
+                nvml.required::<ProcessUtilization>("nvmlDeviceGetProcessUtilization")?,
+                nvml.required::<RunningProcesses>("nvmlDeviceGetComputeRunningProcesses")?,
             )
         };
-        // SAFETY: no arguments.
-        let rc = unsafe { init() };
-        if rc != NVML_SUCCESS {
-            return Err(format!("{name}: nvmlInit_v2 returned {rc}"));
-        }
-        let mut list = Vec::new();
-        for index in 0..devices {
-            let mut handle: NvmlDevice = std::ptr::null_mut();
-            // SAFETY: a valid out-pointer.
-            let rc = unsafe { by_index(index, &mut handle) };
-            if rc != NVML_SUCCESS {
-                return Err(format!("{name}: nvmlDeviceGetHandleByIndex_v2({index}) returned {rc}"));
-            }
-            list.push(Device { handle, last_us: 0, seen: HashSet::new() });
-        }
-        Ok(ProcessUsage { _lib: lib, utilization, running, devices: list })
+        let list = nvml.handles(devices)?.into_iter().map(|handle| Device { handle, last_us: 0, seen: HashSet::new() });
+        Ok(ProcessUsage { devices: list.collect(), utilization, running, _nvml: nvml })
     }
 
     /// Device memory each process holds on device `device` (pid, bytes), as the driver counts it.

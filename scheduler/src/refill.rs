@@ -28,8 +28,8 @@ use tessera_ffi::region::priority;
 
 /// How recently a launch counts as demand.
 pub const RECENT_LAUNCH_NS: u64 = 2_000_000;
-/// Smallest burst a bucket may hold.
-pub const MIN_BURST_NS: i64 = 2_000_000;
+// The burst rule is shared with the shim, which refills buckets itself without a daemon.
+pub use tessera_policy::{MIN_BURST_NS, burst};
 
 /// What the daemon read of one vGPU's bucket.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -200,11 +200,6 @@ fn fill(grants: &mut [u64], vgpus: &[Vgpu], takers: &[usize], mut amount: u64) -
 /// What a bucket holding `tokens` can still take before `burst`.
 pub fn room(tokens: i64, burst: i64) -> u64 {
     burst.saturating_sub(tokens).max(0) as u64
-}
-
-/// Most tokens a bucket may hold: `max(2 × window, 2 ms)`.
-pub fn burst(window_ns: u64) -> i64 {
-    (window_ns.saturating_mul(2).min(i64::MAX as u64) as i64).max(MIN_BURST_NS)
 }
 
 /// A bucket of `tokens` after a grant of `grant` (negative: tokens taken), held to at most `burst` (it

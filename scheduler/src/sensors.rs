@@ -2,12 +2,11 @@
 //! and its utilization, power draw and temperature (read by the `sensors` thread every [`PERIOD`] and
 //! kept here, so a `stats` request or a scrape only copies the last reading instead of calling NVML).
 //!
-//! NVML is loaded with `libloading` from the library the daemon is given (`Options::nvml`: the one that
-//! goes with its driver), as [`crate::nvml_usage`] loads it. Each query is looked up on its own: a driver without one (or a
-//! device answering it with an error, e.g. `NVML_ERROR_NOT_SUPPORTED` for power on some boards) leaves
-//! that field unknown, and the others are still read.
+//! NVML is loaded by `tessera_host::nvml` from the library the daemon is given (`Options::nvml`: the one
+//! that goes with its driver), as [`crate::nvml_usage`] loads it. Each query is looked up on its own: a
+//! driver without one (or a device answering it with an error, e.g. `NVML_ERROR_NOT_SUPPORTED` for power
+//! on some boards) leaves that field unknown, and the others are still read.
 
-use libloading::Library;
 use std::ffi::{c_char, c_uint};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, PoisonError};
@@ -17,6 +16,7 @@ use tessera_ffi::nvml::{
     NVML_TEMPERATURE_GPU, NvmlDevice, NvmlPciInfo, NvmlReturn, NvmlUtilization,
 };
 use tessera_ffi::region::MAX_DEVICES;
+use tessera_host::nvml::Nvml;
 
 /// Time between two readings: NVML's utilization covers about a second, so reading more often tells
 /// nothing new.
@@ -29,8 +29,6 @@ const TEXT_LEN: usize = if NVML_DEVICE_UUID_V2_BUFFER_SIZE > NVML_DEVICE_NAME_V2
     NVML_DEVICE_NAME_V2_BUFFER_SIZE
 };
 
-type Init = unsafe extern "C" fn() -> NvmlReturn;
-type HandleByIndex = unsafe extern "C" fn(c_uint, *mut NvmlDevice) -> NvmlReturn;
 type Text = unsafe extern "C" fn(NvmlDevice, *mut c_char, c_uint) -> NvmlReturn;
 type Utilization = unsafe extern "C" fn(NvmlDevice, *mut NvmlUtilization) -> NvmlReturn;
 type Power = unsafe extern "C" fn(NvmlDevice, *mut c_uint) -> NvmlReturn;
@@ -83,12 +81,19 @@ fn pci_bus_id(query: Option<PciInfo>, handle: NvmlDevice) -> Option<String> {
 
 /// NVML, loaded, with the queries it has and the devices' handles.
 pub struct Sensors {
-    _lib: Library,
+    /// Kept loaded while the queries may be called.
+    _nvml: Nvml,
+    queries: Queries,
+    handles: Vec<NvmlDevice>,
+}
+
+/// The queries read every [`PERIOD`], each `None` when the library lacks it.
+#[derive(Default)]
+struct Queries {
     mig: Option<MigMode>,
     utilization: Option<Utilization>,
     power: Option<Power>,
     temperature: Option<Temperature>,
-    handles: Vec<NvmlDevice>,
 }
 
 // SAFETY: the handles are NVML's opaque, process-wide device handles, valid on any thread; the value is
@@ -111,63 +116,56 @@ impl Sensors {
     /// Loads NVML, opens devices `0..devices` and reads their names and UUIDs; the error names the
     /// library and the call that failed.
     pub fn open(name: &str, devices: u32) -> Result<Sensors, String> {
-        // SAFETY: loading NVML runs its initializers, as every NVML client does.
-        let lib = unsafe { Library::new(name) }.map_err(|e| format!("cannot load {name}: {e}"))?;
-        let sym = |s: &str| format!("{name}: {s} is missing");
-        // SAFETY: each symbol is read with its documented signature in nvml.h; the optional ones are
-        // `None` when the library lacks them.
-        let (pci_info, mig) = unsafe {
+        let nvml = Nvml::load(name)?;
+        // SAFETY: each type is the entry point's signature in nvml.h; the pointers are called only while
+        // `nvml` is loaded (the queries are kept with it, the others are used here only).
+        let (pci_info, device_name, uuid, queries) = unsafe {
             (
-                lib.get::<PciInfo>(b"nvmlDeviceGetPciInfo_v3").ok().map(|s| *s),
-                lib.get::<MigMode>(b"nvmlDeviceGetMigMode").ok().map(|s| *s),
+                nvml.function::<PciInfo>("nvmlDeviceGetPciInfo_v3"),
+                nvml.function::<Text>("nvmlDeviceGetName"),
+                nvml.function::<Text>("nvmlDeviceGetUUID"),
+                Queries {
+                    mig: nvml.function::<MigMode>("nvmlDeviceGetMigMode"),
+                    utilization: nvml.function::<Utilization>("nvmlDeviceGetUtilizationRates"),
+                    power: nvml.function::<Power>("nvmlDeviceGetPowerUsage"),
+                    temperature: nvml.function::<Temperature>("nvmlDeviceGetTemperature"),
+                },
             )
         };
-        // SAFETY: as above.
-        let (init, by_index, device_name, uuid, utilization, power, temperature) = unsafe {
-            (
-                *lib.get::<Init>(b"nvmlInit_v2").map_err(|_| sym("nvmlInit_v2"))?,
-                *lib.get::<HandleByIndex>(b"nvmlDeviceGetHandleByIndex_v2")
-                    .map_err(|_| sym("nvmlDeviceGetHandleByIndex_v2"))?,
-                lib.get::<Text>(b"nvmlDeviceGetName").ok().map(|s| *s),
-                lib.get::<Text>(b"nvmlDeviceGetUUID").ok().map(|s| *s),
-                lib.get::<Utilization>(b"nvmlDeviceGetUtilizationRates").ok().map(|s| *s),
-                lib.get::<Power>(b"nvmlDeviceGetPowerUsage").ok().map(|s| *s),
-                lib.get::<Temperature>(b"nvmlDeviceGetTemperature").ok().map(|s| *s),
-            )
-        };
-        // SAFETY: no arguments.
-        let rc = unsafe { init() };
-        if rc != NVML_SUCCESS {
-            return Err(format!("{name}: nvmlInit_v2 returned {rc}"));
-        }
-        let mut handles = Vec::new();
-        let mut readings = Vec::new();
-        for index in 0..devices.min(MAX_DEVICES as u32) {
-            let mut handle: NvmlDevice = std::ptr::null_mut();
-            // SAFETY: a valid out-pointer.
-            let rc = unsafe { by_index(index, &mut handle) };
-            if rc != NVML_SUCCESS {
-                return Err(format!("{name}: nvmlDeviceGetHandleByIndex_v2({index}) returned {rc}"));
-            }
-            handles.push(handle);
-            readings.push(Reading {
-                name: text(device_name, handle).unwrap_or_default(),
-                uuid: text(uuid, handle).filter(|u| !u.is_empty()),
-                pci_bus_id: pci_bus_id(pci_info, handle),
-                ..Reading::default()
-            });
-        }
-        let sensors = Sensors { _lib: lib, mig, utilization, power, temperature, handles };
-        for (device, reading) in readings.iter_mut().enumerate() {
-            sensors.read(device, reading);
-        }
+        let handles = nvml.handles(devices.min(MAX_DEVICES as u32))?;
+        let readings = handles
+            .iter()
+            .map(|&handle| {
+                let mut reading = Reading {
+                    name: text(device_name, handle).unwrap_or_default(),
+                    uuid: text(uuid, handle).filter(|u| !u.is_empty()),
+                    pci_bus_id: pci_bus_id(pci_info, handle),
+                    ..Reading::default()
+                };
+                queries.read(handle, &mut reading);
+                reading
+            })
+            .collect();
         *LATEST.lock().unwrap_or_else(PoisonError::into_inner) = readings;
-        Ok(sensors)
+        Ok(Sensors { _nvml: nvml, queries, handles })
     }
 
-    /// Reads device `device`'s utilization, power and temperature into `reading`.
-    fn read(&self, device: usize, reading: &mut Reading) {
-        let handle = self.handles[device];
+    /// Reads every device again every [`PERIOD`] until `stop` is set.
+    pub fn run(self, stop: &AtomicBool) {
+        while !stop.load(Ordering::Acquire) {
+            std::thread::sleep(PERIOD);
+            let mut readings: Vec<Reading> = (0..self.handles.len() as u32).map(latest).collect();
+            for (&handle, reading) in self.handles.iter().zip(readings.iter_mut()) {
+                self.queries.read(handle, reading);
+            }
+            *LATEST.lock().unwrap_or_else(PoisonError::into_inner) = readings;
+        }
+    }
+}
+
+impl Queries {
+    /// Reads the utilization, power, MIG mode and temperature of the device of `handle` into `reading`.
+    fn read(&self, handle: NvmlDevice, reading: &mut Reading) {
         reading.utilization_pct = self.utilization.and_then(|query| {
             let mut u = NvmlUtilization::default();
             // SAFETY: a valid out-pointer for one nvmlUtilization_t; the handle is NVML's.
@@ -190,18 +188,6 @@ impl Sensors {
             (unsafe { query(handle, NVML_TEMPERATURE_GPU, &mut c) } == NVML_SUCCESS).then_some(f64::from(c))
         });
     }
-
-    /// Reads every device again every [`PERIOD`] until `stop` is set.
-    pub fn run(self, stop: &AtomicBool) {
-        while !stop.load(Ordering::Acquire) {
-            std::thread::sleep(PERIOD);
-            let mut readings: Vec<Reading> = (0..self.handles.len() as u32).map(latest).collect();
-            for (device, reading) in readings.iter_mut().enumerate() {
-                self.read(device, reading);
-            }
-            *LATEST.lock().unwrap_or_else(PoisonError::into_inner) = readings;
-        }
-    }
 }
 
 #[cfg(test)]
@@ -210,19 +196,9 @@ mod tests {
 
     #[test]
     fn a_driver_without_the_queries_leaves_the_figures_unknown() {
-        // Any library stands for NVML here: none of the optional queries is looked up in it.
-        // SAFETY: loading the C library, already loaded in this process, runs nothing new.
-        let lib = unsafe { Library::new("libc.so.6") }.expect("libc");
-        let sensors = Sensors {
-            _lib: lib,
-            mig: None,
-            utilization: None,
-            power: None,
-            temperature: None,
-            handles: vec![std::ptr::null_mut()],
-        };
+        // No query is called: the handle is never used.
         let mut reading = Reading { utilization_pct: Some(1.0), power_watts: Some(1.0), ..Reading::default() };
-        sensors.read(0, &mut reading);
+        Queries::default().read(std::ptr::null_mut(), &mut reading);
         assert_eq!(reading, Reading::default());
         assert_eq!(text(None, std::ptr::null_mut()), None);
     }

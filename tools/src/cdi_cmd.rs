@@ -8,7 +8,7 @@ use tessera_deviceplugin::cdi::{VgpuRef, spec, write_atomic};
 use tessera_deviceplugin::config::DEFAULT_DEV_DIR;
 use tessera_deviceplugin::container_edits::{HostFiles, write_preload};
 use tessera_deviceplugin::inventory::{NvmlFacts, refresh};
-use tessera_scheduler::paths;
+use tessera_host::paths;
 
 /// `tessera cdi ...`.
 #[derive(Subcommand)]
@@ -43,7 +43,7 @@ fn generate(args: GenerateArgs) -> Result<(), String> {
     let files = HostFiles {
         region: paths::region()?.into(),
         socket: socket.clone(),
-        shim: tessera_hwinfo::lib_dir::shim()?,
+        shim: tessera_host::lib_dir::shim()?,
         // The file the device plugin mounts too (same contents), so both hand out one file.
         preload: paths::state_dir()?.join("device-plugin").join("ld.so.preload"),
         dev_dir: args.dev_dir,

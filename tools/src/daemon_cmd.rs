@@ -7,8 +7,10 @@ use crate::driver::Driver;
 use clap::Args;
 use clap::builder::OsStringValueParser;
 use std::ffi::OsString;
+use tessera_host::driver::{machine_driver, machine_nvml};
+use tessera_host::paths;
 use tessera_scheduler::daemon::{self, Options};
-use tessera_scheduler::{metrics_server, nvml_usage, paths};
+use tessera_scheduler::metrics_server;
 
 /// The variables the daemon reads besides its options', listed by `tessera daemon --help`.
 const MORE_VARIABLES: &str = "\
@@ -95,7 +97,7 @@ fn options(args: DaemonArgs, devices: Vec<u64>) -> Result<Options, String> {
         Some(m) => Some(metrics_server::parse_address(&given(m, "--metrics", "TESSERA_METRICS")?)?),
         None => None,
     };
-    let (nvml, driver) = (nvml_usage::machine_nvml(), tessera_scheduler::checkpoint::machine_driver());
+    let (nvml, driver) = (machine_nvml(), machine_driver());
     Ok(Options { region, socket, state_dir, devices, metrics, nvml, driver })
 }
 

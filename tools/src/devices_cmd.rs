@@ -5,8 +5,8 @@
 
 use clap::{Args, Subcommand};
 use tessera_client::{BindReport, Client, Gpu, Mdev, MdevType, PciFunction, ReconcileReport};
+use tessera_host::paths;
 use tessera_passthrough::names;
-use tessera_scheduler::paths;
 
 /// `tessera devices`: the listing, or one of its subcommands.
 #[derive(Args)]

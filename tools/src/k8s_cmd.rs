@@ -10,7 +10,7 @@ use tessera_deviceplugin::config::DEFAULT_DEV_DIR;
 use tessera_deviceplugin::config::{Config, DEFAULT_DIR, DEFAULT_REPLICAS, DEFAULT_RESOURCE, DEFAULT_SOCKET_NAME};
 use tessera_deviceplugin::extra_resources::extras;
 use tessera_deviceplugin::inventory::NvmlFacts;
-use tessera_scheduler::paths;
+use tessera_host::paths;
 
 /// `tessera k8s ...`.
 #[derive(Subcommand)]
@@ -82,7 +82,7 @@ fn device_plugin(args: DevicePluginArgs) -> Result<(), String> {
         resource: args.resource,
         replicas: args.replicas,
         region: paths::region()?.into(),
-        shim: tessera_hwinfo::lib_dir::shim()?,
+        shim: tessera_host::lib_dir::shim()?,
         state_dir: paths::state_dir()?.join("device-plugin"),
         daemon_socket: daemon_socket.clone(),
         gc_grace: args.gc_grace,

@@ -17,7 +17,7 @@ mod top;
 mod vgpu_cmd;
 mod vgpu_snapshot;
 
-use tessera_hwinfo::{driver, lib_dir};
+use tessera_host::{driver, lib_dir};
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;

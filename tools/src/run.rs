@@ -14,7 +14,7 @@ use tessera_ffi::cublas::TF32_OVERRIDE;
 use tessera_ffi::region::file as region_file;
 use tessera_ffi::region::flags::TENSOR_CORES_OFF;
 use tessera_ffi::units::{VGPU_NAME_FORM, parse_memory_limit, valid_vgpu_name};
-use tessera_scheduler::paths;
+use tessera_host::paths;
 
 /// Arguments of `tessera run`.
 #[derive(Args)]
@@ -99,7 +99,7 @@ fn environment(args: &RunArgs, shim: &Path) -> Result<Vec<(String, String)>, Str
     if !crate::driver::real_driver_present() {
         let folder = crate::lib_dir::simgpu_folder()?;
         let old = std::env::var("LD_LIBRARY_PATH").ok();
-        for (key, value) in simgpu::libdir::environment(&folder, old.as_deref()) {
+        for (key, value) in simgpu_host::libdir::environment(&folder, old.as_deref()) {
             let already = std::env::var(&key).ok();
             match key.as_str() {
                 // The folder first, unless it already is.

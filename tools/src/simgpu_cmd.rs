@@ -16,7 +16,7 @@ pub enum SimgpuCommand {
 pub fn run(command: SimgpuCommand) -> Result<(), String> {
     let folder = crate::lib_dir::simgpu_folder()?;
     match command {
-        SimgpuCommand::Env => print!("{}", simgpu::libdir::export_lines(&folder)),
+        SimgpuCommand::Env => print!("{}", simgpu_host::libdir::export_lines(&folder)),
         SimgpuCommand::Libdir => println!("{}", folder.display()),
     }
     Ok(())

@@ -1,32 +1,22 @@
 //! Core of the simulated GPU shared by the simulated driver (`libcuda.so.1`) and NVML
-//! (`libnvidia-ml.so.1`): configuration and device profiles, the machine-wide state file, the
-//! execution engine, PTX parsing and the built-in kernels, the folder that makes programs load them, and
-//! the engine time each process obtained ([`meter`]), and an opt-in record of every kernel's engine times
-//! ([`trace`]).
+//! (`libnvidia-ml.so.1`): the execution engine, PTX parsing and the built-in kernels, MIG instances
+//! ([`mig`], [`mig_state`]), the topology NVML reports ([`topology`]), and an opt-in record of every
+//! kernel's engine times ([`trace`]).
 //!
-//! The `engine` feature (on by default) holds what only the simulated libraries and the tests run: the
-//! execution engine, the built-in kernels, the PTX parser and the trace. The `tessera` command builds
-//! without it (`default-features = false`): it only reads the configuration and the state file and
-//! prepares the library folder, and the product binary must not carry the simulator.
+//! What a program outside the simulated libraries needs too (configuration and device profiles, the
+//! machine-wide state file, the engine time each process obtained, the folder that makes programs load
+//! the simulated libraries) is the `simgpu-host` crate, re-exported here under the same names: the
+//! `tessera` command depends on that crate alone, so the product binary does not carry the engine.
 
-pub mod config;
-#[cfg(feature = "engine")]
+pub use simgpu_host::{config, libdir, meter, process, profile, state};
+
 pub mod engine;
-#[cfg(feature = "engine")]
 pub mod futex;
-#[cfg(feature = "engine")]
 pub mod kernels;
-pub mod libdir;
-pub mod meter;
 pub mod mig;
 pub mod mig_state;
-pub mod process;
-pub mod profile;
-#[cfg(feature = "engine")]
 pub mod ptx;
-pub mod state;
 pub mod topology;
-#[cfg(feature = "engine")]
 pub mod trace;
 
 pub use config::{Config, ConfigError, DeviceConfig};

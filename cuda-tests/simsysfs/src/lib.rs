@@ -106,12 +106,12 @@ pub fn on_write(root: &Path, rel: &Path, data: &[u8]) -> Reaction {
     }
 }
 
-/// The built preload library `libsimsysfs.so`, found where `simgpu::libdir::find_build_dir` finds the
+/// The built preload library `libsimsysfs.so`, found where `simgpu_host::libdir::find_build_dir` finds the
 /// simulated driver (beside the test binary or its parent, or `TESSERA_LIB_DIR`). Panics with the build
 /// command when it is missing (never a silent skip).
 pub fn preload_library() -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");
-    let mut candidates: Vec<PathBuf> = simgpu::libdir::find_build_dir(&exe).into_iter().collect();
+    let mut candidates: Vec<PathBuf> = simgpu_host::libdir::find_build_dir(&exe).into_iter().collect();
     // Without the simulated driver built (only `-p simsysfs-preload`), look where cargo puts it anyway.
     candidates.extend(exe.ancestors().skip(1).take(2).map(Path::to_path_buf));
     let found = candidates.iter().map(|d| d.join(PRELOAD_FILE)).find(|l| l.is_file());

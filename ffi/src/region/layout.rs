@@ -90,8 +90,9 @@ pub mod flags {
     pub const ALONE: u32 = 64;
 }
 
-/// Default queued-but-unfinished device work a vGPU may have: 1 ms.
-pub const DEFAULT_WINDOW_NS: u64 = 1_000_000;
+/// Default queued-but-unfinished device work a vGPU may have (1 ms), read for an unset window (0): the
+/// rule the shim and the daemon share, defined in `tessera-policy`.
+pub use tessera_policy::DEFAULT_WINDOW_NS;
 
 /// Bytes of one area of a vGPU slot ([`VgpuConfig`] or [`VgpuLive`]), and the alignment (in the file) of
 /// each: a multiple of every page size Linux uses (4, 16 and 64 KiB), so that an area can be mapped on

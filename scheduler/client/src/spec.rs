@@ -5,8 +5,8 @@
 use serde::{Deserialize, Serialize};
 
 /// The window a vGPU gets when none is given: most queued-but-unfinished device time, in nanoseconds
-/// (the region's default, `tessera_ffi::region::DEFAULT_WINDOW_NS`, which a daemon test checks it equals).
-pub const DEFAULT_WINDOW_NS: u64 = 1_000_000;
+/// (the region's default too: both are `tessera-policy`'s).
+pub use tessera_policy::DEFAULT_WINDOW_NS;
 
 /// Scheduling priority of a vGPU on its device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]

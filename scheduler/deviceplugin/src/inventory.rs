@@ -4,8 +4,8 @@
 //! `<UUID>-<i>` ([`replica_id`]).
 
 use tessera_client::{Client, DeviceStats};
-use tessera_hwinfo::driver::Driver;
-use tessera_hwinfo::nvml::Nvml;
+use tessera_host::driver::Driver;
+use tessera_host::nvml::Nvml;
 
 /// The most characters kubelet accepts in a device ID.
 pub const MAX_ID: usize = 63;

@@ -12,8 +12,8 @@ use crate::guard::Fail;
 use parking_lot::RwLock;
 use std::path::PathBuf;
 use std::sync::Arc;
-use tessera_hwinfo::driver::Origin;
-use tessera_hwinfo::nvml::{Device, Nvml};
+use tessera_host::driver::Origin;
+use tessera_host::nvml::{Device, Nvml};
 
 /// One device as NVML describes it.
 #[derive(Debug, Clone)]
@@ -71,14 +71,14 @@ pub fn close() {
 
 /// The NVML to use; see the module documentation.
 fn open_nvml() -> Result<Nvml, String> {
-    let machine = tessera_scheduler::nvml_usage::machine_nvml();
+    let machine = tessera_host::driver::machine_nvml();
     if let Some(n) = Nvml::open_library(&machine) {
         return Ok(n);
     }
     if let Some(file) = own_file() {
-        tessera_hwinfo::lib_dir::anchor_at(file);
+        tessera_host::lib_dir::anchor_at(file);
     }
-    let folder = tessera_hwinfo::lib_dir::simgpu_folder()
+    let folder = tessera_host::lib_dir::simgpu_folder()
         .map_err(|e| format!("no NVML: {machine} does not load, and the simulated GPU's is not found: {e}"))?;
     let simulated = Origin::Simulated(folder).nvml_library();
     Nvml::open_library(&simulated).ok_or_else(|| format!("no NVML: neither {machine} nor {simulated} initializes"))
@@ -96,7 +96,12 @@ fn open() -> Result<Context, String> {
     let simulated = loaded_file("libsimnvml").is_some();
     crate::log::line(
         "INFO",
-        &format!("{} device(s) through {} ({})", gpus.len(), nvml.name, if simulated { "simulated" } else { "NVIDIA" }),
+        &format!(
+            "{} device(s) through {} ({})",
+            gpus.len(),
+            nvml.name(),
+            if simulated { "simulated" } else { "NVIDIA" }
+        ),
     );
     Ok(Context { nvml, simulated, gpus })
 }

@@ -11,7 +11,7 @@ const TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A client of the daemon, or `None` when its socket path cannot be worked out.
 pub fn client() -> Option<Client> {
-    let socket = tessera_scheduler::paths::socket().ok()?;
+    let socket = tessera_host::paths::socket().ok()?;
     Some(Client::new(socket).with_timeout(TIMEOUT))
 }
 

@@ -1,12 +1,12 @@
 //! What `AccelGetAllDevices` (and the earlier `GetAllDevices`) reports of each device: identity from the
-//! CUDA driver and NVML, `maxTflops` from the per-architecture table (`tessera_hwinfo::precision`),
+//! CUDA driver and NVML, `maxTflops` from the per-architecture table (`tessera_host::precision`),
 //! properties (compute capability, MIG mode and profiles, the Tessera vGPUs on it), and capabilities.
 
 use crate::abi::current::{DeviceProperties, ExtendedDeviceInfo, MAX_DEVICE_PROPERTIES, VirtualizationCapabilities};
 use crate::abi::legacy;
 use crate::context::{Context, Gpu};
 use crate::text::put;
-use tessera_hwinfo::precision;
+use tessera_host::precision;
 
 /// Most workers on one device: a worker is one vGPU, and the region holds this many.
 pub const MAX_WORKERS: u32 = tessera_ffi::region::MAX_VGPUS as u32;

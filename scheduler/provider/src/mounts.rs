@@ -14,8 +14,8 @@ const DRIVER_FILES: [&str; 4] = ["libcuda.so", "libnvidia-ml.so", "libsimcuda", 
 /// The host paths to mount, in a stable order.
 pub fn list(ctx: &Context) -> Vec<PathBuf> {
     let mut paths = Vec::new();
-    if let Ok(dir) = tessera_hwinfo::lib_dir::lib_dir() {
-        let shim = dir.join(tessera_hwinfo::lib_dir::SHIM);
+    if let Ok(dir) = tessera_host::lib_dir::lib_dir() {
+        let shim = dir.join(tessera_host::lib_dir::SHIM);
         if shim.is_file() {
             paths.push(shim);
         }

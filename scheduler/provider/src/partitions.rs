@@ -1,4 +1,4 @@
-//! Partitions are MIG instances, made and removed through NVML (`tessera_hwinfo::mig`). A template is a
+//! Partitions are MIG instances, made and removed through NVML (`tessera_host::mig`). A template is a
 //! MIG GPU instance profile, by name (`1g.10gb`, or `MIG 1g.10gb`) or by NVML profile id (`19`). Assigning
 //! one creates a GPU instance of the profile and a compute instance spanning it, and returns the MIG
 //! device's UUID and the environment a worker needs to use it (`CUDA_VISIBLE_DEVICES=MIG-...`).
@@ -7,8 +7,8 @@ use crate::abi::current::*;
 use crate::context::Context;
 use crate::guard::{Fail, Outcome};
 use crate::text::put;
-use tessera_hwinfo::mig::MigError;
-use tessera_hwinfo::nvml::Device;
+use tessera_host::mig::MigError;
+use tessera_host::nvml::Device;
 
 /// A created partition: the MIG device and the environment that selects it.
 #[derive(Debug, Clone, PartialEq)]

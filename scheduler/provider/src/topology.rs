@@ -6,7 +6,7 @@ use crate::abi::current::*;
 use crate::abi::legacy;
 use crate::context::Context;
 use crate::text::put;
-use tessera_hwinfo::nvml_more::TopologyLevel;
+use tessera_host::nvml_more::TopologyLevel;
 
 /// The ABI's level of NVML's.
 fn level(l: Option<TopologyLevel>) -> TopoLevel {

@@ -7,12 +7,12 @@
 use std::sync::atomic::Ordering;
 use tessera_ffi::region::Sched;
 
-/// Smallest burst: the device time an idle vGPU may bank.
-pub const MIN_BURST_NS: i64 = 2_000_000;
-
-/// The burst of a bucket whose window is `window_ns`: max(2 × window, [`MIN_BURST_NS`]).
+/// The burst of a bucket whose window is `window_ns`: the daemon's rule (`tessera_policy::burst`), so a
+/// bucket refilled here never holds more than the daemon would let it.
+#[inline]
 pub fn burst(window_ns: i64) -> i64 {
-    window_ns.saturating_mul(2).max(MIN_BURST_NS)
+    // `VgpuConfig::window` is never negative (at most `i64::MAX`), so the cast keeps its value.
+    tessera_policy::burst(window_ns as u64)
 }
 
 /// Adds `pct` percent of the time since the last refill to `s.tokens`, never past `burst` (tokens

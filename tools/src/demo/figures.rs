@@ -4,8 +4,8 @@
 //! share it got (on a real GPU, the device time the shim measured stands in for it).
 
 use super::entitlement::{Ledger, Sample, Totals};
-use simgpu::SharedState;
-use simgpu::meter::EngineMeter;
+use simgpu_host::SharedState;
+use simgpu_host::meter::EngineMeter;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 use tessera_ffi::futex;
@@ -101,7 +101,7 @@ impl Reader {
         region: &str,
         names: &[&str],
         device: u32,
-        simulated: Option<(&simgpu::Config, Vec<Vec<u32>>)>,
+        simulated: Option<(&simgpu_host::Config, Vec<Vec<u32>>)>,
     ) -> Result<Reader, String> {
         let region = RegionFile::open(region)?;
         let slots = {

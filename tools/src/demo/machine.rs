@@ -32,7 +32,7 @@ pub struct Machine {
     /// The private directory.
     pub dir: PathBuf,
     /// The simulated GPU's configuration, `None` on a real GPU.
-    pub simgpu: Option<simgpu::Config>,
+    pub simgpu: Option<simgpu_host::Config>,
     exe: PathBuf,
     env: Vec<(String, String)>,
     daemon: Option<(LocalDaemon, PathBuf)>,
@@ -51,11 +51,13 @@ impl Machine {
             let folder = crate::lib_dir::simgpu_folder()?;
             let old = std::env::var("LD_LIBRARY_PATH").ok();
             let state = ("SIMGPU_STATE".to_string(), dir.join("simgpu.state").to_string_lossy().into_owned());
-            env.extend(simgpu::libdir::environment(&folder, old.as_deref()).into_iter().filter(|(k, _)| *k != state.0));
+            env.extend(
+                simgpu_host::libdir::environment(&folder, old.as_deref()).into_iter().filter(|(k, _)| *k != state.0),
+            );
             env.push(state);
             let lookup = env.clone();
             let config =
-                simgpu::Config::from_lookup(move |k| lookup.iter().find(|(e, _)| e == k).map(|(_, v)| v.clone()))
+                simgpu_host::Config::from_lookup(move |k| lookup.iter().find(|(e, _)| e == k).map(|(_, v)| v.clone()))
                     .map_err(|e| e.to_string())?;
             Some(config)
         };

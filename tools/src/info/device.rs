@@ -7,8 +7,8 @@ use crate::driver::Driver;
 use serde_json::{Value, json};
 use std::path::Path;
 use tessera_ffi::sys::CUdevice_attribute as A;
-use tessera_hwinfo::nvml::{Mig, Nvml};
-use tessera_hwinfo::precision::{self, Cc};
+use tessera_host::nvml::{Mig, Nvml};
+use tessera_host::precision::{self, Cc};
 
 /// What the resource slots need to know of a device besides its document entry.
 pub struct Facts {

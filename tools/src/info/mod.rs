@@ -3,7 +3,7 @@
 //! describes.
 //!
 //! - [`device`]: one device's entry; [`slots`]: the resource slots Tessera offers; NVML and the compute
-//!   capability tables are `tessera_hwinfo`'s.
+//!   capability tables are `tessera_host`'s.
 
 mod device;
 mod slots;
@@ -13,7 +13,7 @@ use clap::Args;
 use serde_json::{Value, json};
 use tessera_ffi::sys::CUdevice_attribute as A;
 use tessera_ffi::units::format_size;
-use tessera_hwinfo::nvml;
+use tessera_host::nvml;
 
 /// Version of the document's layout (`schema_version`); bumped on any incompatible change.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -82,7 +82,7 @@ fn document(d: &Driver) -> Result<Value, String> {
             "cuda_version": format!("{}.{}", v / 1000, v % 1000 / 10),
             "display_driver_version": nvml.as_ref().and_then(|n| n.driver_version()),
             "nvml_version": nvml.as_ref().and_then(|n| n.version()),
-            "nvml_library": nvml.as_ref().map(|n| n.name.clone()),
+            "nvml_library": nvml.as_ref().map(|n| n.name().to_string()),
             "library_dir": library_dir,
         },
         "devices": devices,

@@ -111,7 +111,7 @@ mod tests {
 
     #[test]
     fn slots_of_a_mixed_host() {
-        use tessera_hwinfo::nvml::{Mig, MigProfile};
+        use tessera_host::nvml::{Mig, MigProfile};
         let profile = |name: &str, instances| MigProfile {
             name: name.into(),
             id: 19,

@@ -15,7 +15,7 @@ use std::io::IsTerminal;
 use std::time::Duration;
 use tessera_client::Client;
 use tessera_ffi::units::parse_duration_ns;
-use tessera_scheduler::paths;
+use tessera_host::paths;
 
 /// Shortest refresh interval (10 Hz).
 const MIN_INTERVAL_MS: u64 = 100;

@@ -109,7 +109,7 @@ fn simgpu_host_matches_simgpu_bus_ids() {
     let root = fresh_root("layout-simgpu");
     scenarios::simgpu_host(&root, 3).unwrap();
     let lookup = |k: &str| (k == "SIMGPU_DEVICES").then(|| "h100,h100,h100".to_string());
-    let config = simgpu::config::Config::from_lookup(lookup).unwrap();
+    let config = simgpu_host::config::Config::from_lookup(lookup).unwrap();
     for d in &config.devices {
         // NVML prints `00000000:10:00.0`; sysfs names it `0000:10:00.0`.
         let bus_id = d.pci_bus_id().to_lowercase();

@@ -56,7 +56,7 @@ fn failure(what: &str, code: NvmlReturn) -> MigError {
 impl Device<'_> {
     /// The entry point `name` or a `NotSupported` error naming it.
     fn mig_call<F: Copy>(&self, name: &str) -> Result<F, MigError> {
-        self.nvml.symbol(name).ok_or_else(|| MigError::NotSupported(format!("{} has no {name}", self.nvml.name)))
+        self.nvml.symbol(name).ok_or_else(|| MigError::NotSupported(format!("{} has no {name}", self.nvml.name())))
     }
 
     /// Creates a GPU instance of profile `profile_id` (`NVML_GPU_INSTANCE_PROFILE_*`) and one compute

@@ -1,27 +1,12 @@
 //! The folder that makes any program load the simulated GPU: `libcuda.so.1` and `libnvidia-ml.so.1`
-//! (plus the unversioned names linkers look for), pointing at the libraries cargo built.
+//! (plus the unversioned names linkers look for), pointing at the libraries cargo built. Its layout (the
+//! files, the links, [`prepare`]) is the library folder's, `tessera_host::simgpu_dir`, re-exported here;
+//! this module adds what only simulated programs and the tests need: their environment, and the build
+//! folder.
 
 use std::io;
 use std::path::{Path, PathBuf};
-
-/// File cargo builds for the simulated driver.
-pub const DRIVER_FILE: &str = "libsimcuda.so";
-/// File cargo builds for the simulated NVML.
-pub const NVML_FILE: &str = "libsimnvml.so";
-/// File cargo builds for the simulated cuBLAS.
-pub const CUBLAS_FILE: &str = "libsimcublas.so";
-/// Name of the folder created beside them.
-pub const FOLDER: &str = "simgpu";
-
-/// `(link name, target file)` pairs the folder holds.
-const LINKS: [(&str, &str); 6] = [
-    ("libcuda.so.1", DRIVER_FILE),
-    ("libcuda.so", DRIVER_FILE),
-    ("libnvidia-ml.so.1", NVML_FILE),
-    ("libnvidia-ml.so", NVML_FILE),
-    ("libcublas.so.12", CUBLAS_FILE),
-    ("libcublas.so", CUBLAS_FILE),
-];
+pub use tessera_host::simgpu_dir::{CUBLAS_FILE, DRIVER_FILE, FOLDER, NVML_FILE, prepare};
 
 /// Finds the folder holding the built libraries, for the tests and benchmarks: `TESSERA_LIB_DIR` if set,
 /// else beside `exe` or in its parent (test binaries live in `target/<profile>/deps`), else
@@ -48,28 +33,6 @@ pub fn find_build_dir(exe: &Path) -> io::Result<PathBuf> {
             ),
         )
     })
-}
-
-/// Creates (or refreshes) `build_dir/simgpu` and returns its path. Safe to call from many processes at once.
-pub fn prepare(build_dir: &Path) -> io::Result<PathBuf> {
-    let folder = build_dir.join(FOLDER);
-    std::fs::create_dir_all(&folder)?;
-    for (link, target) in LINKS {
-        let path = folder.join(link);
-        let wanted = Path::new("..").join(target);
-        if std::fs::read_link(&path).is_ok_and(|t| t == wanted) {
-            continue;
-        }
-        // Create under a unique name (per process and per call: threads of one process may race here
-        // too), then rename over: concurrent callers never see a missing link.
-        static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let tmp = folder.join(format!(".{link}.{}.{seq}", std::process::id()));
-        let _ = std::fs::remove_file(&tmp);
-        std::os::unix::fs::symlink(&wanted, &tmp)?;
-        std::fs::rename(&tmp, &path)?;
-    }
-    Ok(folder)
 }
 
 /// Environment that makes a program use the simulated GPU: the library folder first on

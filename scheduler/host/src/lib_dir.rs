@@ -11,7 +11,7 @@
 //! hypervisor) is not beside that program: it calls [`anchor_at`] with its own file once, and the
 //! folders are then tried relative to that file instead of the executable.
 
-use simgpu::libdir::{DRIVER_FILE, NVML_FILE};
+use crate::simgpu_dir::{DRIVER_FILE, NVML_FILE};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -49,11 +49,11 @@ pub fn shim() -> Result<PathBuf, String> {
     Ok(lib_dir()?.join(SHIM))
 }
 
-/// The folder of links that makes programs load the simulated GPU (`<lib dir>/simgpu`), created or
-/// refreshed if needed (an install creates it, so a read-only system install works).
+/// The folder of links that makes programs load the simulated GPU (`<lib dir>/simgpu`, see
+/// [`crate::simgpu_dir`]), created or refreshed if needed (an install creates it, so a read-only system install works).
 pub fn simgpu_folder() -> Result<PathBuf, String> {
     let dir = lib_dir()?;
-    simgpu::libdir::prepare(&dir).map_err(|e| format!("cannot create {}/simgpu: {e}", dir.display()))
+    crate::simgpu_dir::prepare(&dir).map_err(|e| format!("cannot create {}/simgpu: {e}", dir.display()))
 }
 
 /// The folders tried for executable `exe`, in order, without an override.

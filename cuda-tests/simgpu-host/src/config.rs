@@ -20,7 +20,7 @@ pub struct DeviceConfig {
     /// Device memory each context costs.
     pub context_memory: u64,
     /// Whether MIG mode is on when the machine starts (`SIMGPU_MIG`); `nvmlDeviceSetMigMode` changes it
-    /// afterwards (see [`crate::mig_state`]).
+    /// afterwards (see `simgpu::mig_state`).
     pub mig_enabled: bool,
 }
 

@@ -1,8 +1,23 @@
-//! Loading a CUDA driver for the CLI's own use: the real `libcuda.so.1` when the machine has one,
-//! otherwise the simulated one in this `tessera`'s library folder ([`crate::lib_dir`]).
+//! The CUDA driver in use and the NVML that goes with it: the machine's ([`machine_driver`],
+//! [`machine_nvml`], as the shim and the daemon find them), else the simulated ones in Tessera's library
+//! folder ([`crate::lib_dir`], [`crate::simgpu_dir`]); and a driver loaded for a program's own use
+//! (`tessera info`, the device plugin).
 
 use libloading::Library;
 use std::ffi::{c_char, c_int, c_uint};
+
+/// The machine's CUDA driver library: `TESSERA_REAL_LIBCUDA`, else `libcuda.so.1` on the loader's path
+/// (as the shim finds it).
+pub fn machine_driver() -> String {
+    std::env::var("TESSERA_REAL_LIBCUDA").unwrap_or_else(|_| "libcuda.so.1".to_string())
+}
+
+/// The machine's NVML: `TESSERA_REAL_LIBNVML` when set, else `libnvidia-ml.so.1` on the loader's path (as
+/// the shim loads it). A daemon on the simulated GPU is given the simulated NVML instead (see `tessera
+/// daemon`).
+pub fn machine_nvml() -> String {
+    std::env::var("TESSERA_REAL_LIBNVML").unwrap_or_else(|_| "libnvidia-ml.so.1".into())
+}
 
 /// Where the driver in use came from.
 pub enum Origin {
@@ -18,7 +33,7 @@ impl Origin {
     pub fn driver_library(&self) -> String {
         match self {
             Origin::Simulated(folder) => folder.join("libcuda.so.1").to_string_lossy().into_owned(),
-            Origin::Real => tessera_scheduler::checkpoint::machine_driver(),
+            Origin::Real => machine_driver(),
         }
     }
 
@@ -27,7 +42,7 @@ impl Origin {
     pub fn nvml_library(&self) -> String {
         match self {
             Origin::Simulated(folder) => folder.join("libnvidia-ml.so.1").to_string_lossy().into_owned(),
-            Origin::Real => tessera_scheduler::nvml_usage::machine_nvml(),
+            Origin::Real => machine_nvml(),
         }
     }
 }

@@ -1,7 +1,8 @@
-//! Where the daemon's files are: the region (`TESSERA_REGION`), the socket (`TESSERA_SOCKET`) and the
-//! state directory (`TESSERA_STATE_DIR`), each with a per-user default. The region and the socket are by
-//! default in the user's own directory `/dev/shm/tessera-<uid>` (mode 0711, created and checked when a file
-//! is made there, see [`tessera_ffi::region::open`]), which no other user can create files in.
+//! Where the daemon's files are, for the daemon and every program that talks to it: the region
+//! (`TESSERA_REGION`), the socket (`TESSERA_SOCKET`) and the state directory (`TESSERA_STATE_DIR`), each
+//! with a per-user default. The region and the socket are by default in the user's own directory
+//! `/dev/shm/tessera-<uid>` (mode 0711, created and checked when a file is made there, see
+//! [`tessera_ffi::region::open`]), which no other user can create files in.
 
 use std::path::PathBuf;
 
@@ -42,5 +43,3 @@ pub fn state_dir() -> Result<PathBuf, String> {
         None => Err("no state directory: set TESSERA_STATE_DIR (or HOME or XDG_STATE_HOME)".into()),
     }
 }
-
-pub use tessera_client::local::private_environment;

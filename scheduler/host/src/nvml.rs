@@ -1,8 +1,14 @@
-//! NVML for `tessera info`: the library that goes with the driver in use (the simulated one beside the
-//! simulated driver, else the machine's `libnvidia-ml.so.1` or `TESSERA_REAL_LIBNVML`:
-//! [`Origin::nvml_library`], as the daemon is given it), loaded with `libloading`, and the few queries the device document needs. Every query is
-//! optional: a missing library, symbol or an error answer is `None`, which the document shows as `null`.
-//! More queries (identity, topology, processes, metrics) are in `nvml_more`, MIG instances in `mig`.
+//! NVML, loaded with `libloading`: the one loader of Tessera's programs ([`Nvml::load`]), used by `tessera
+//! info`, the cluster provider library, the device plugin, and the daemon's sensors and per-process usage
+//! (the shim has its own, inside the process it serves). The library is the one that goes with the driver
+//! in use (the simulated one beside the simulated driver, else the machine's `libnvidia-ml.so.1` or
+//! `TESSERA_REAL_LIBNVML`: [`Origin::nvml_library`], as the daemon is given it). Calls inside NVML and
+//! the lookups of its symbols bypass a shim preloaded in the process (see [`crate::dl`]).
+//!
+//! Here are the few queries the device document of `tessera info` needs; every one is optional: a
+//! missing symbol or an error answer is `None`, which the document shows as `null`. More queries
+//! (identity, topology, processes, metrics) are in `nvml_more`, MIG instances in `mig`. The daemon
+//! resolves the entry points it calls every second once, with [`Nvml::function`] and [`Nvml::required`].
 
 use crate::driver::Origin;
 use libloading::Library;
@@ -45,12 +51,35 @@ pub struct Mig {
 
 /// NVML, loaded and initialized.
 pub struct Nvml {
-    /// Kept open while `Nvml` lives; its symbols are looked up through `handle`.
+    loaded: Loaded,
+}
+
+/// The NVML library, loaded (initialized or not).
+struct Loaded {
+    /// Kept open while `Loaded` lives; its symbols are looked up through `handle`.
     _lib: Library,
     /// The `dlopen` handle of `_lib`.
     handle: usize,
     /// The library's file (for messages).
-    pub name: String,
+    name: String,
+}
+
+impl Loaded {
+    /// The entry point `name`, typed as `F` (see [`Nvml::symbol`]).
+    fn symbol<F: Copy>(&self, name: &str) -> Option<F> {
+        assert_eq!(size_of::<F>(), size_of::<*mut std::ffi::c_void>(), "F is a function pointer type");
+        let name = std::ffi::CString::new(name).ok()?;
+        // SAFETY: the handle of the library `self` keeps open.
+        let address = unsafe { crate::dl::symbol(self.handle as *mut std::ffi::c_void, &name) };
+        // SAFETY: F is the documented signature of `name` in nvml.h (every caller names its type), a
+        // function pointer of the same size as the address.
+        (!address.is_null()).then(|| unsafe { std::mem::transmute_copy::<*mut std::ffi::c_void, F>(&address) })
+    }
+
+    /// [`Loaded::symbol`], or an error naming the library and the entry point.
+    fn required<F: Copy>(&self, symbol: &str) -> Result<F, String> {
+        self.symbol(symbol).ok_or_else(|| format!("{}: {symbol} is missing", self.name))
+    }
 }
 
 /// A device of [`Nvml`].
@@ -69,30 +98,77 @@ impl Nvml {
     /// Loads NVML from `name` (a path, or a file name the loader looks up) and initializes it; `None`
     /// when it does not load or initialize.
     pub fn open_library(name: &str) -> Option<Nvml> {
-        let name = name.to_string();
+        Nvml::load(name).ok()
+    }
+
+    /// Loads NVML from `name` (a path, or a file name the loader looks up) and initializes it (it is shut
+    /// down when dropped); the error names the library and what failed: `cannot load <name>: <why>`,
+    /// `<name>: nvmlInit_v2 is missing`, `<name>: nvmlInit_v2 returned <code>`.
+    pub fn load(name: &str) -> Result<Nvml, String> {
         // Its own symbols first (RTLD_DEEPBIND): calls inside NVML must not go through a shim preloaded in
         // this process (whose NVML hooks answer for a vGPU, and whose first call fixes its configuration).
         let flags = libc::RTLD_NOW | libc::RTLD_DEEPBIND;
         // SAFETY: loading NVML runs its initializers, as every NVML client does.
-        let raw = unsafe { libloading::os::unix::Library::open(Some(&name), flags) }.ok()?.into_raw();
+        let raw = unsafe { libloading::os::unix::Library::open(Some(name), flags) }
+            .map_err(|e| format!("cannot load {name}: {e}"))?
+            .into_raw();
         // SAFETY: the handle `into_raw` just gave back, owned again by the Library.
         let lib: Library = unsafe { libloading::os::unix::Library::from_raw(raw) }.into();
-        let nvml = Nvml { _lib: lib, handle: raw as usize, name };
-        let init: unsafe extern "C" fn() -> NvmlReturn = nvml.symbol("nvmlInit_v2")?;
+        let loaded = Loaded { _lib: lib, handle: raw as usize, name: name.to_string() };
+        let init: unsafe extern "C" fn() -> NvmlReturn = loaded.required("nvmlInit_v2")?;
         // SAFETY: no arguments.
-        (unsafe { init() } == NVML_SUCCESS).then_some(nvml)
+        match unsafe { init() } {
+            NVML_SUCCESS => Ok(Nvml { loaded }),
+            rc => Err(format!("{name}: nvmlInit_v2 returned {rc}")),
+        }
+    }
+
+    /// The library's file as it was given to [`Nvml::load`] (for messages).
+    pub fn name(&self) -> &str {
+        &self.loaded.name
+    }
+
+    /// The entry point `name`, typed as `F`, for a caller that calls it many times (the daemon's sensors);
+    /// `None` when this NVML lacks it. Looked up with libc's own `dlsym` ([`crate::dl`]), never the shim's.
+    ///
+    /// # Safety
+    /// `F` is the function-pointer type of `name` in nvml.h, and the pointer is not called after `self`
+    /// is dropped.
+    pub unsafe fn function<F: Copy>(&self, name: &str) -> Option<F> {
+        self.symbol(name)
+    }
+
+    /// [`Nvml::function`], with an error naming the library and the entry point when it lacks it
+    /// (`<library>: <name> is missing`).
+    ///
+    /// # Safety
+    /// As [`Nvml::function`].
+    pub unsafe fn required<F: Copy>(&self, name: &str) -> Result<F, String> {
+        self.loaded.required(name)
+    }
+
+    /// NVML's handles of devices `0..count` (`nvmlDeviceGetHandleByIndex_v2`); the error names the
+    /// library and the device that failed.
+    pub fn handles(&self, count: u32) -> Result<Vec<NvmlDevice>, String> {
+        let name = self.name();
+        let by_index: unsafe extern "C" fn(c_uint, *mut NvmlDevice) -> NvmlReturn =
+            self.loaded.required("nvmlDeviceGetHandleByIndex_v2")?;
+        (0..count)
+            .map(|index| {
+                let mut handle: NvmlDevice = std::ptr::null_mut();
+                // SAFETY: an index and a valid out-pointer.
+                match unsafe { by_index(index, &mut handle) } {
+                    NVML_SUCCESS => Ok(handle),
+                    rc => Err(format!("{name}: nvmlDeviceGetHandleByIndex_v2({index}) returned {rc}")),
+                }
+            })
+            .collect()
     }
 
     /// The entry point `name`, typed as `F`: the caller names the function-pointer type of `name` in nvml.h.
     /// Looked up with libc's own `dlsym` ([`crate::dl`]), never the shim's.
     pub(crate) fn symbol<F: Copy>(&self, name: &str) -> Option<F> {
-        assert_eq!(size_of::<F>(), size_of::<*mut std::ffi::c_void>(), "F is a function pointer type");
-        let name = std::ffi::CString::new(name).ok()?;
-        // SAFETY: the handle of the library `self` keeps open.
-        let address = unsafe { crate::dl::symbol(self.handle as *mut std::ffi::c_void, &name) };
-        // SAFETY: F is the documented signature of `name` in nvml.h (every caller names its type), a
-        // function pointer of the same size as the address.
-        (!address.is_null()).then(|| unsafe { std::mem::transmute_copy::<*mut std::ffi::c_void, F>(&address) })
+        self.loaded.symbol(name)
     }
 
     /// A string query of the form `f(char *buf, unsigned int length)`.
@@ -244,4 +320,18 @@ impl Device<'_> {
 /// `Some(())` for `NVML_SUCCESS`.
 pub(crate) fn ok(code: NvmlReturn) -> Option<()> {
     (code == NVML_SUCCESS).then_some(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_load_that_fails_names_the_library_and_what_failed() {
+        let e = Nvml::load("/nonexistent/libnvidia-ml.so.1").err().unwrap();
+        assert!(e.starts_with("cannot load /nonexistent/libnvidia-ml.so.1: "), "{e}");
+        // Any library without NVML's entry points: the C library, already loaded in this process.
+        assert_eq!(Nvml::load("libc.so.6").err().unwrap(), "libc.so.6: nvmlInit_v2 is missing");
+        assert!(Nvml::open_library("libc.so.6").is_none());
+    }
 }
