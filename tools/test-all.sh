@@ -27,22 +27,26 @@ trap 'rm -f "$log"' EXIT
 status=0
 cargo test --workspace --release --no-fail-fast 2>&1 | tee "$log" || status=$?
 stage "the simulated-driver suite again, every program under the shim with no TESSERA_ setting (transparency)"
-# The test programs the first pass built, run again as cargo runs them (from their package's folder):
-# asking cargo for `-p cuda-tests` alone would resolve other features and build 50-odd crates again.
+# The end-to-end test program the first pass built, run again as cargo runs it (from its package's folder):
+# asking cargo for `-p cuda-tests` alone would resolve other features and build 50-odd crates again. Only the
+# subjects that start programs on a bare simulated machine (`Sim::new`, the one reader of
+# TESSERA_TEST_UNDER_SHIM) change under it; the others put their programs under the shim already.
 mapfile -t programs < <(cargo test --workspace --release --no-run --message-format=json 2>/dev/null | python3 -c '
 import json, sys
 for line in sys.stdin:
     m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"] \
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "e2e" \
             and m["manifest_path"].endswith("/cuda-tests/probe/Cargo.toml"):
         print(m["executable"])')
-if [ "${#programs[@]}" -eq 0 ]; then
-    echo "error: cargo named no test program of cuda-tests/probe to run again under the shim" | tee -a "$log"
+mapfile -t subjects < <(grep -l 'Sim::new' cuda-tests/probe/tests/e2e/*.rs | xargs -n1 basename | sed 's/\.rs$/::/')
+if [ "${#programs[@]}" -ne 1 ] || [ "${#subjects[@]}" -eq 0 ]; then
+    echo "error: expected one end-to-end program of cuda-tests/probe and subjects using Sim::new," \
+        "found ${#programs[@]} and ${#subjects[@]}" | tee -a "$log"
     status=1
 fi
 for exe in "${programs[@]}"; do
-    echo "     Running $exe (TESSERA_TEST_UNDER_SHIM=1)"
-    (cd cuda-tests/probe && TESSERA_TEST_UNDER_SHIM=1 "$exe") 2>&1 | tee -a "$log" || status=$?
+    echo "     Running $exe ${subjects[*]} (TESSERA_TEST_UNDER_SHIM=1)"
+    (cd cuda-tests/probe && TESSERA_TEST_UNDER_SHIM=1 "$exe" "${subjects[@]}") 2>&1 | tee -a "$log" || status=$?
 done
 # One closing line for the whole suite, summed over every test binary.
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i) ~ /^passed/) p += $(i-1); if ($(i) ~ /^failed/) f += $(i-1) } }

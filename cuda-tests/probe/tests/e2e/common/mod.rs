@@ -86,6 +86,8 @@ pub fn shim_path() -> PathBuf {
 }
 
 /// Set in the test process to run every scenario under the shim with no `TESSERA_` setting (transparency).
+/// Read only by `Sim::new`: `tools/test-all.sh`'s second pass runs the subjects (files) that call `Sim::new`
+/// themselves, so a helper elsewhere that makes a `Sim` for its callers must keep that call in their files.
 pub const UNDER_SHIM: &str = "TESSERA_TEST_UNDER_SHIM";
 
 /// Set to `real` in the test process (as `tools/real-gpu-check.sh` does) to run programs on the machine's
