@@ -1,6 +1,7 @@
-//! The hook table ([`crate::table`]) checked against NVIDIA's `cuda.h`: a signature typed wrong in the
-//! table compiles in Rust (the shim only passes the arguments on) and breaks the call at run time, so
-//! each line's parameters are compared with the header's declaration of the same exported name.
+//! The hook table ([`crate::table`]) checked against NVIDIA's `cuda.h`, and so are the calls the shim
+//! makes for itself (`own_calls!` in [`crate::real`]): a signature typed wrong there compiles in Rust
+//! (the shim only passes the arguments on) and breaks the call at run time, so each line's parameters
+//! are compared with the header's declaration of the same exported name.
 //!
 //! No bindgen: the table's Rust types are translated to their C names and handed to g++, which compares
 //! them with the header's parameter types one by one in `static_assert`s, so a mismatch is a compile
@@ -26,7 +27,7 @@ use tessera_ffi::sys::{
 };
 
 /// One exported name of the table with its parameters as written there (`stringify!`d types).
-struct Signature {
+pub(crate) struct Signature {
     lib: &'static str,
     name: &'static str,
     params: &'static [(&'static str, &'static str)],
@@ -35,14 +36,14 @@ struct Signature {
 /// The table's lines as [`Signature`]s (a `/ per_thread_name` is a name of its own, same parameters).
 macro_rules! signatures {
     ($(
-        $lib:ident fn $name:ident $args:tt $(/ $pt:ident)? => $(@$wrap:ident)? $handler:path;
+        $lib:ident fn $name:ident $args:tt $(/ $pt:ident)? $(=> $(@$wrap:ident)? $handler:path)?;
     )*) => {
         // The types are named only through `stringify!`: referring to each keeps the imports above in
         // step with the table (a type the table uses but this module lacks fails to compile here too).
         #[allow(dead_code)]
         type Used = ($(signatures!(@types $args),)*);
 
-        const SIGNATURES: &[Signature] = &[
+        pub(super) const SIGNATURES: &[Signature] = &[
             $(
                 Signature { lib: stringify!($lib), name: stringify!($name), params: signatures!(@params $args) },
                 $(Signature { lib: stringify!($lib), name: stringify!($pt), params: signatures!(@params $args) },)?
@@ -58,6 +59,15 @@ macro_rules! signatures {
 }
 
 crate::table::intercepted!(signatures);
+
+/// The calls the shim makes for itself, as [`Signature`]s.
+mod own {
+    use super::*;
+    use tessera_ffi::nvml::NvmlProcessInfo;
+    use tessera_ffi::sys::{CUevent, CUmemAccessDesc, CUmemAllocationGranularity_flags, CUuuid};
+
+    crate::real::own_calls!(signatures);
+}
 
 /// Exported names the pinned header (CUDA 12.9) does not declare: CUDA 13's batch copies. Checked
 /// absent from it, so that a newer header brings them into the check.
@@ -145,7 +155,8 @@ template <class R, class... A> struct sig<R(A...)> {
 "#,
     );
     let mut checked = 0;
-    for s in SIGNATURES.iter().filter(|s| s.lib == "Cuda" && !NOT_IN_HEADER.contains(&s.name)) {
+    let all = SIGNATURES.iter().chain(own::SIGNATURES);
+    for s in all.filter(|s| s.lib == "Cuda" && !NOT_IN_HEADER.contains(&s.name)) {
         let name = s.name;
         let declared = DECLARED_AS.iter().find(|(n, _)| *n == name).map_or(name, |(_, d)| d);
         // The header may `#define` the name to another version; the table names the exported symbol.
@@ -196,7 +207,7 @@ fn cuda_include_dir() -> PathBuf {
 #[test]
 fn every_cuda_hook_has_the_signature_of_cuda_h() {
     let (src, checked) = check_source();
-    assert!(checked > 80, "only {checked} CUDA names found in the table");
+    assert!(checked > 100, "only {checked} CUDA names found in the table and the shim's own calls");
     let include = cuda_include_dir();
     let header = std::fs::read_to_string(include.join("cuda.h")).expect("read cuda.h");
     for name in NOT_IN_HEADER {
