@@ -226,7 +226,7 @@ fn every_cuda_hook_has_the_signature_of_cuda_h() {
         .arg(&include)
         .arg(&file)
         .output()
-        .expect("run g++");
+        .unwrap_or_else(|e| panic!("run g++ (needed for this check of the hook table against cuda.h): {e}"));
     let _ = std::fs::remove_dir_all(&dir);
     assert!(
         out.status.success(),
