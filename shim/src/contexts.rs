@@ -148,7 +148,8 @@ fn drain(q: &Quota, ctx: u64) {
 pub fn create(pctx: *mut CUcontext, dev: CUdevice, real: impl FnOnce() -> Status) -> Res {
     let (Some(q), Some(d)) = (quota::active()?, driver::device_index(dev)) else { return status(real()) };
     let mut reg = registry();
-    // SAFETY (both closures): run only after the driver succeeded, so `pctx` holds the new context.
+    // Both closures run only after the driver succeeded.
+    // SAFETY: the driver succeeded, so `pctx` holds the new context.
     let read = || unsafe { *pctx } as u64;
     let destroy = || {
         if let Some(f) = crate::real::cuCtxDestroy_v2.get() {

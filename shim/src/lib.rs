@@ -39,4 +39,6 @@ mod quota;
 mod real;
 mod soft;
 mod table;
+#[cfg(test)]
+mod table_check;
 mod tensor;

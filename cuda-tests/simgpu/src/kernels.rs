@@ -42,11 +42,36 @@ pub enum Call {
     /// Occupy the engine for this long and touch nothing.
     Sleep(u64),
     /// `dst[i] = value` for `n` elements.
-    FillU32 { dst: u64, value: u32, n: u64 },
+    FillU32 {
+        /// Device address of the `u32` array written.
+        dst: u64,
+        /// What every element becomes.
+        value: u32,
+        /// Elements written.
+        n: u64,
+    },
     /// `c[i] = a[i] + b[i]`.
-    VectorAddF32 { a: u64, b: u64, c: u64, n: u64 },
+    VectorAddF32 {
+        /// Device address of the first `f32` input.
+        a: u64,
+        /// Device address of the second `f32` input.
+        b: u64,
+        /// Device address of the `f32` output.
+        c: u64,
+        /// Elements added.
+        n: u64,
+    },
     /// `y[i] = a * x[i] + y[i]`.
-    SaxpyF32 { a: f32, x: u64, y: u64, n: u64 },
+    SaxpyF32 {
+        /// The scale (a value, not an address).
+        a: f32,
+        /// Device address of the `f32` input.
+        x: u64,
+        /// Device address of the `f32` array added to and written.
+        y: u64,
+        /// Elements computed.
+        n: u64,
+    },
 }
 
 fn u64_at(p: &[u8]) -> u64 {

@@ -200,7 +200,7 @@ fn initialization_is_reference_counted() {
     scenario("initialization_is_reference_counted", &[], || {
         let nvml = Nvml::load();
         let mut n = 0;
-        // SAFETY (whole block): every pointer passed is a live local of the type the entry point writes.
+        // SAFETY: (whole block) every pointer passed is a live local of the type the entry point writes.
         unsafe {
             assert_eq!((nvml.count)(&mut n), NVML_ERROR_UNINITIALIZED);
             assert_eq!((nvml.shutdown)(), NVML_ERROR_UNINITIALIZED);
@@ -238,7 +238,7 @@ fn identity_lookups_and_versions() {
         let config = Config::from_env().unwrap();
         let nvml = Nvml::ready();
         let mut n = 0;
-        // SAFETY (whole block): every pointer passed is a live local of the type the entry point writes, and
+        // SAFETY: (whole block) every pointer passed is a live local of the type the entry point writes, and
         // every string buffer is as long as the length passed with it.
         unsafe {
             assert_eq!((nvml.count)(&mut n), NVML_SUCCESS);
@@ -406,7 +406,7 @@ fn memory_and_running_processes_follow_the_state_file() {
 
         let mut holder = start_holder();
         let holder_pid = holder.child.id();
-        // SAFETY (whole block): every pointer passed is a live local of the type the entry point writes; every
+        // SAFETY: (whole block) every pointer passed is a live local of the type the entry point writes; every
         // array is at least as long as the count passed with it.
         unsafe {
             let mut v2 = NvmlMemoryV2 { version: NVML_MEMORY_V2, ..Default::default() };
@@ -469,7 +469,7 @@ fn activity_reflects_recorded_busy_time() {
         let nvml = Nvml::ready();
         let h = nvml.handle(0);
         let me = std::process::id();
-        // SAFETY (whole block): every pointer passed is a live local of the type the entry point writes; every
+        // SAFETY: (whole block) every pointer passed is a live local of the type the entry point writes; every
         // array is at least as long as the count passed with it.
         unsafe {
             let mut u = NvmlUtilization::default();
@@ -527,7 +527,7 @@ fn null_pointers_and_foreign_handles_are_invalid_arguments() {
         let mut local = 0u8;
         let foreign: Device = (&raw mut local).cast();
         let mut n = 0;
-        // SAFETY (whole block): pointers are NULL or live locals of the written type; the library must not
+        // SAFETY: (whole block) pointers are NULL or live locals of the written type; the library must not
         // write through the foreign handle (it is never dereferenced).
         unsafe {
             assert_eq!((nvml.count)(null_mut()), NVML_ERROR_INVALID_ARGUMENT);

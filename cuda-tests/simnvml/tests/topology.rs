@@ -71,10 +71,8 @@ fn four_device_topology() {
         // SAFETY: the simulated NVML; its initializers only set up Rust statics.
         let lib = unsafe { Library::new(library_path()) }.unwrap();
         // SAFETY: nvmlInit_v2 takes nothing.
-        assert_eq!(
-            unsafe { (*lib.get::<unsafe extern "C" fn() -> NvmlReturn>(b"nvmlInit_v2").unwrap())() },
-            NVML_SUCCESS
-        );
+        let init = unsafe { (*lib.get::<unsafe extern "C" fn() -> NvmlReturn>(b"nvmlInit_v2").unwrap())() };
+        assert_eq!(init, NVML_SUCCESS);
         return eight_devices(&lib);
     }
     let state = std::env::temp_dir().join(format!("simnvml-topology-{}.state", std::process::id()));

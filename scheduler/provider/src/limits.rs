@@ -56,9 +56,9 @@ pub fn set(ctx: &Context, target: &Target, device_uuid: &str, limit: Limit) -> O
     } else {
         create(&client, gpu, &name, limit)?;
         if *target == Target::Caller && std::env::var_os("TESSERA_VGPU").is_none() {
+            let (k, v) = (c"TESSERA_VGPU", std::ffi::CString::new(name.clone()).unwrap_or_default());
             // SAFETY: both strings are NUL-terminated; the ABI calls limits once at worker start, before
             // the worker's threads read the environment.
-            let (k, v) = (c"TESSERA_VGPU", std::ffi::CString::new(name.clone()).unwrap_or_default());
             unsafe { libc::setenv(k.as_ptr(), v.as_ptr(), 1) };
         }
     }

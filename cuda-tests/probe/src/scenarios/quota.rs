@@ -254,9 +254,9 @@ pub fn boundary(args: &Args) -> Outcome {
     let (free_before, total) = mem_info()?;
     let size = b.bytes(Request::Exact);
     ensure(free_before >= size, || format!("only {free_before} bytes free; the boundary needs {size}"))?;
-    // SAFETY: a plain allocation, freed below.
     let filler = match free_before - size {
         0 => None,
+        // SAFETY: a plain allocation, freed below.
         n => Some(unsafe { result::malloc_sync(n as usize) }.during("cuMemAlloc (filler)")?),
     };
     let free_with_filler = mem_info()?.0;

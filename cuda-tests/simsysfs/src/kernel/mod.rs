@@ -13,19 +13,41 @@ pub type Errno = i32;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Attribute {
     /// `bus/pci/drivers/<driver>/bind`.
-    Bind { driver: String },
+    Bind {
+        /// The driver's name (`<driver>`).
+        driver: String,
+    },
     /// `bus/pci/drivers/<driver>/unbind`.
-    Unbind { driver: String },
+    Unbind {
+        /// The driver's name (`<driver>`).
+        driver: String,
+    },
     /// `bus/pci/drivers/<driver>/new_id`.
-    NewId { driver: String },
+    NewId {
+        /// The driver's name (`<driver>`).
+        driver: String,
+    },
     /// `bus/pci/drivers_probe`.
     DriversProbe,
     /// `devices/pci0000:00/<address>/driver_override`.
-    DriverOverride { address: String },
+    DriverOverride {
+        /// The PCI device's address (`<address>`).
+        address: String,
+    },
     /// `devices/pci0000:00/<parent>/mdev_supported_types/<type_id>/create`.
-    MdevCreate { parent: String, type_id: String },
+    MdevCreate {
+        /// The PCI address of the parent device (`<parent>`).
+        parent: String,
+        /// The mediated device type (`<type_id>`).
+        type_id: String,
+    },
     /// `devices/pci0000:00/<parent>/<uuid>/remove`.
-    MdevRemove { parent: String, uuid: String },
+    MdevRemove {
+        /// The PCI address of the parent device (`<parent>`).
+        parent: String,
+        /// The mediated device's UUID (`<uuid>`).
+        uuid: String,
+    },
     /// `sriov_numvfs`: writable on Linux, not simulated (answers `EOPNOTSUPP`).
     SriovNumvfs,
     /// An attribute without a store function (`vendor`, `available_instances`, ...). Linux refuses the
