@@ -17,8 +17,8 @@ stage "cargo build --release"
 cargo build --workspace --release
 stage "NVIDIA's cuda.h for the C test programs (pip package, installed once into target/pydeps)"
 ./tools/cuda-headers.sh
-stage "Debian tools the tests run for real: Prometheus and promtool, tmux (installed once)"
-./tools/apt-once.sh prometheus:promtool prometheus:prometheus tmux:tmux
+stage "Debian tools the tests run for real: Prometheus and promtool, tmux, g++ for the hook table check (installed once)"
+./tools/apt-once.sh prometheus:promtool prometheus:prometheus tmux:tmux g++:g++
 stage "cargo test --release --no-run (the test programs)"
 cargo test --workspace --release --no-run
 stage "cargo test --release"
