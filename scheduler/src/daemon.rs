@@ -2,7 +2,7 @@
 //! created as safely as the region, see [`tessera_ffi::region::open`]),
 //! opens the region and its saved configuration, re-attaches to the vGPUs already there, then runs one
 //! refill loop per device, a once-a-second reclaim of dead processes' memory, the once-a-second watch
-//! over what tenants can write (slots and the audit, see [`crate::watch`]), and the socket server.
+//! over what tenants can write (slots and the audit, see [`crate::tenants::checks`]), and the socket server.
 //! SIGTERM, SIGINT and SIGHUP stop it cleanly (after the change being carried out, waiting at most
 //! [`QUIESCE_TIMEOUT`] for it): its socket is removed and the region says no daemon is attached; running
 //! processes keep their last limits either way.
@@ -10,16 +10,17 @@
 //! No half-dead daemon: every thread it starts runs under [`supervise`], and one that panics or ends
 //! while the daemon is not stopping stops the daemon the same way, with status [`DIED`] and a line naming
 //! the thread (a daemon without its signal thread would ignore SIGTERM; without its refill loops, its
-//! vGPUs would wait for tokens that never come). Log lines never panic or block (see [`crate::logger`]).
+//! vGPUs would wait for tokens that never come). Log lines never panic or block (see [`crate::observe::logger`]).
 
-use crate::logger::{self, say};
-use crate::manager::Manager;
-use crate::metrics_server::MetricsServer;
-use crate::nvml_usage::ProcessUsage;
-use crate::sensors::Sensors;
-use crate::server::Server;
-use crate::store::Store;
-use crate::{pacer, watch};
+use crate::api::server::Server;
+use crate::compute::device_loop;
+use crate::observe::logger::{self, say};
+use crate::observe::metrics_server::MetricsServer;
+use crate::observe::sensors::Sensors;
+use crate::tenants::checks;
+use crate::tenants::nvml_usage::ProcessUsage;
+use crate::vgpus::manager::Manager;
+use crate::vgpus::store::Store;
 use std::fs::File;
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
@@ -50,7 +51,7 @@ pub struct Options {
     /// Total memory of each device of the machine, by ordinal (vGPUs may only be placed on these, and hard
     /// quotas must fit in them).
     pub devices: Vec<u64>,
-    /// Where to serve `GET /metrics` (Prometheus), if anywhere (see [`crate::metrics_server`]).
+    /// Where to serve `GET /metrics` (Prometheus), if anywhere (see [`crate::observe::metrics_server`]).
     pub metrics: Option<SocketAddr>,
     /// The NVML library that goes with the driver whose devices these are (for the audit and the
     /// devices' name, utilization, power and temperature).
@@ -194,23 +195,23 @@ pub fn run(options: Options) -> Result<(), String> {
     let signals = stop_signals();
     block_stop_signals();
     let _owner = OwnerLock::take(&options.region)?;
-    crate::server::claim_path(&options.socket)?;
+    crate::api::server::claim_path(&options.socket)?;
     // Before anything is set up: an address in use stops the start with an error naming it.
     let metrics = options.metrics.map(MetricsServer::bind).transpose()?;
     let file: &'static RegionFile = Box::leak(Box::new(RegionFile::open_as(&options.region, Access::Daemon)?));
     let store = Store::open(&options.state_dir)?;
     let state_path = store.path().display().to_string();
-    let checkpoint: Box<dyn crate::checkpoint::Checkpointer> =
-        match crate::checkpoint::DriverCheckpoint::open(&options.driver) {
+    let checkpoint: Box<dyn crate::snapshot::checkpoint::Checkpointer> =
+        match crate::snapshot::checkpoint::DriverCheckpoint::open(&options.driver) {
             Ok(driver) => Box::new(driver),
             Err(e) => {
                 say!("tessera daemon: warning: no snapshots of vGPUs: {e}");
-                Box::new(crate::checkpoint::Unavailable(e))
+                Box::new(crate::snapshot::checkpoint::Unavailable(e))
             }
         };
     let manager = Arc::new(Manager::start(file, store, options.devices.clone())?.with_checkpointer(checkpoint));
     let server = Server::bind(&options.socket)?;
-    crate::passthrough_ops::start(&options.state_dir);
+    crate::passthrough::start(&options.state_dir);
     let region = file.region();
     region.daemon.heartbeat_ns.store(monotonic_ns(), Ordering::Release);
     // Its namespace first: a process that reads the pid reads it with its namespace.
@@ -234,7 +235,7 @@ pub fn run(options: Options) -> Result<(), String> {
     let devices = options.devices.len().min(MAX_DEVICES) as u32;
     for device in 0..devices {
         let name = format!("refill-{device}");
-        supervise(&name, stop, died.clone(), move || pacer::run(file.region(), device, stop))?;
+        supervise(&name, stop, died.clone(), move || device_loop::run(file.region(), device, stop))?;
     }
     supervise("reclaim", stop, died.clone(), move || {
         while !stop.load(Ordering::Acquire) {
@@ -261,7 +262,7 @@ pub fn run(options: Options) -> Result<(), String> {
         metrics.serve(stop, snapshot, |name, body| supervise(name, stop, died.clone(), body))?;
     }
     let watched = Arc::clone(&manager);
-    supervise("watch", stop, died.clone(), move || watch::run(&watched, file.region(), usage, devices, stop))?;
+    supervise("watch", stop, died.clone(), move || checks::run(&watched, file.region(), usage, devices, stop))?;
     let on_signal = Arc::clone(&manager);
     supervise("signals", stop, died, move || {
         let mut signal = 0;

@@ -10,7 +10,7 @@ use std::ffi::OsString;
 use tessera_host::driver::{machine_driver, machine_nvml};
 use tessera_host::paths;
 use tessera_scheduler::daemon::{self, Options};
-use tessera_scheduler::metrics_server;
+use tessera_scheduler::observe::metrics_server;
 
 /// The variables the daemon reads besides its options', listed by `tessera daemon --help`.
 const MORE_VARIABLES: &str = "\
@@ -106,7 +106,7 @@ pub fn run(mut args: DaemonArgs) -> Result<(), String> {
     let audit_log = args.audit_log.take().map(|f| given(f, "--audit-log", "TESSERA_AUDIT_LOG")).transpose()?;
     // The options are checked before the driver is loaded: a bad one is reported as such.
     let options = options(args, Vec::new())?;
-    tessera_scheduler::audit_log::init(audit_log.as_deref().map(std::path::Path::new))?;
+    tessera_scheduler::observe::audit_log::init(audit_log.as_deref().map(std::path::Path::new))?;
     // Before the driver's cuInit, which may start threads that must not take the stop signals.
     daemon::block_stop_signals();
     let (devices, nvml, driver) = devices()?;

@@ -23,7 +23,7 @@
 //! capped vGPU also misses when it got more than its share.
 
 use std::time::{Duration, Instant};
-use tessera_scheduler::refill::{self, Vgpu};
+use tessera_scheduler::compute::refill::{self, Vgpu};
 
 /// How often the demand is sampled.
 pub const SAMPLE: Duration = Duration::from_millis(5);

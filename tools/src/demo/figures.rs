@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 use tessera_ffi::futex;
 use tessera_ffi::region::file::RegionFile;
-use tessera_scheduler::pacer;
+use tessera_scheduler::compute::device_loop;
 
 /// One vGPU's figures at one instant.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -107,7 +107,8 @@ impl Reader {
         let slots = {
             let locked = region.lock()?;
             let find = |name: &&str| {
-                tessera_scheduler::slots::find(&locked, name).ok_or_else(|| format!("vGPU {name} is not in the region"))
+                tessera_scheduler::vgpus::slots::find(&locked, name)
+                    .ok_or_else(|| format!("vGPU {name} is not in the region"))
             };
             names.iter().map(find).collect::<Result<Vec<_>, _>>()?
         };
@@ -163,7 +164,7 @@ impl Reader {
             .map(|&slot| {
                 let v = &region.vgpus[slot];
                 // The demo's loads stay attached from before the first sample to after the last.
-                pacer::view(v, &pacer::observe(v, now, true), now)
+                device_loop::view(v, &device_loop::observe(v, now, true), now)
             })
             .collect();
         let hold = region.devices[self.device].high_until_ns.load(Ordering::Acquire) > now;
