@@ -39,6 +39,14 @@ use tessera_ffi::secure_fs::{self, DirKind};
 use tessera_host::driver::{machine_driver, machine_nvml};
 use tessera_host::paths;
 
+/// Reads the address `tessera daemon --metrics ADDR` serves Prometheus on (`HOST:PORT`), before the daemon
+/// starts, so that a mistyped address is refused at once.
+pub use crate::observe::metrics_server::parse_address as parse_metrics_address;
+
+/// Sends the audit log (`tessera daemon --audit-log FILE`, or the log on stderr without a file) where it
+/// goes, once per process before [`run`]: the log's sink is the process's (see `crate::observe::logger`).
+pub use crate::observe::audit_log::init as init_audit_log;
+
 /// Where the daemon keeps its files, and the machine's device count.
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -153,11 +161,11 @@ fn stop_signals() -> libc::sigset_t {
 }
 
 /// How long a stop waits for the change being carried out before stopping anyway.
-pub const QUIESCE_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const QUIESCE_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a stop waits for the last log lines to be written (stderr may be a pipe nobody reads).
 const LOG_FLUSH_TIMEOUT: Duration = Duration::from_secs(1);
 /// Exit status of a daemon that stopped because one of its threads died.
-pub const DIED: i32 = 70;
+pub(crate) const DIED: i32 = 70;
 
 /// What stopping the daemon takes: its socket is removed, the region says no daemon is attached, the
 /// last lines are written, and the process exits.
@@ -291,7 +299,7 @@ pub fn run(options: Options) -> Result<(), String> {
 
 /// Starts thread `name` running `f`; should `f` panic, or return before `stop` is set, `died` is called
 /// (on that thread) with the thread's name and what happened to it.
-pub fn supervise(
+pub(crate) fn supervise(
     name: &str,
     stop: &'static AtomicBool,
     died: impl FnOnce(&str, &str) + Send + 'static,
@@ -314,7 +322,7 @@ pub fn supervise(
 }
 
 /// The message a panic carried, if it is text.
-pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
     match (payload.downcast_ref::<&str>(), payload.downcast_ref::<String>()) {
         (Some(s), _) => s,
         (_, Some(s)) => s,

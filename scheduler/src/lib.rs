@@ -15,12 +15,21 @@
 //! - [`snapshot`]: the driver's process checkpoints and the snapshots of vGPUs made of them;
 //! - [`passthrough`]: GPUs for virtual machines (discovery, VFIO, mdevs) with `tessera-passthrough`.
 
-pub mod api;
-pub mod compute;
+//!
+//! Public are only [`daemon`] (`daemon::run` and its [`daemon::Options`]), [`config`] (the vGPU specs and
+//! their limits, which the CLI checks before asking) and [`inspect`] (the daemon's own reading of demand and
+//! split of a device, for the CLI's demo and the benches that judge it by its rule). The rest is the
+//! daemon's inside, `pub(crate)`: items in it marked `pub` are visible to the crate, no further.
+
+pub(crate) mod api;
+pub(crate) mod compute;
 pub mod daemon;
-pub mod memory;
-pub mod observe;
-pub mod passthrough;
-pub mod snapshot;
-pub mod tenants;
-pub mod vgpus;
+pub mod inspect;
+pub(crate) mod memory;
+pub(crate) mod observe;
+pub(crate) mod passthrough;
+pub(crate) mod snapshot;
+pub(crate) mod tenants;
+pub(crate) mod vgpus;
+
+pub use vgpus::config;

@@ -8,7 +8,7 @@ use clap::{Args, Subcommand, ValueEnum};
 use tessera_client::{Achieved, Change, Client, Mode, PagerReport, Priority, Request, Stats, VgpuSpec, VgpuStatus};
 use tessera_ffi::units::{format_size, parse_duration_ns, parse_quota, parse_share};
 use tessera_host::paths;
-use tessera_scheduler::vgpus::config::{MAX_WINDOW_NS, MIN_WINDOW_NS};
+use tessera_scheduler::config::{MAX_WINDOW_NS, MIN_WINDOW_NS};
 
 /// Subcommands of `tessera vgpu`.
 #[derive(Subcommand)]

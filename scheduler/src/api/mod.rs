@@ -3,8 +3,8 @@
 //! connection ([`caller`]); [`stats`] answers the `stats` request; [`accept`]: what an accept error means
 //! to both listeners (the socket and the metrics endpoint).
 
-pub mod accept;
-pub mod caller;
-pub mod protocol;
-pub mod server;
-pub mod stats;
+pub(crate) mod accept;
+pub(crate) mod caller;
+pub(crate) mod protocol;
+pub(crate) mod server;
+pub(crate) mod stats;

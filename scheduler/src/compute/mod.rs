@@ -3,9 +3,9 @@
 //! completions worked out by [`ledger`], pure), asks for swap-outs (`crate::memory::swap_out`), marks
 //! vGPUs [`alone`] and grants tokens ([`refill`], pure, kept fair over the long run by [`fairness`], pure).
 
-pub mod alone;
-pub mod charger;
-pub mod device_loop;
-pub mod fairness;
-pub mod ledger;
-pub mod refill;
+pub(crate) mod alone;
+pub(crate) mod charger;
+pub(crate) mod device_loop;
+pub(crate) mod fairness;
+pub(crate) mod ledger;
+pub(crate) mod refill;

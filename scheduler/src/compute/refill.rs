@@ -29,7 +29,7 @@ use tessera_ffi::region::priority;
 /// How recently a launch counts as demand.
 pub const RECENT_LAUNCH_NS: u64 = 2_000_000;
 // The burst rule is shared with the shim, which refills buckets itself without a daemon.
-pub use tessera_policy::{MIN_BURST_NS, burst};
+pub use tessera_policy::burst;
 
 /// What the daemon read of one vGPU's bucket.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -216,6 +216,7 @@ pub fn should_wake(before: i64, after: i64, waiters: u32) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tessera_policy::MIN_BURST_NS;
 
     const MS: u64 = 1_000_000;
 

@@ -115,11 +115,6 @@ impl MetricsServer {
         Ok(MetricsServer { listener, address, limits: Limits::default() })
     }
 
-    /// The same endpoint with budget `limits`.
-    pub fn with_limits(self, limits: Limits) -> MetricsServer {
-        MetricsServer { limits, ..self }
-    }
-
     /// The address it listens on (with the port the system chose, if `:0` was given).
     pub fn address(&self) -> SocketAddr {
         self.address

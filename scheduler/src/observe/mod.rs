@@ -3,9 +3,9 @@
 //! [`metrics_server`] (the same for Prometheus, `tessera daemon --metrics`), [`logger`] (log lines that
 //! never hold up a thread) and [`audit_log`] (who changed what, and what was refused).
 
-pub mod audit_log;
-pub mod history;
-pub mod logger;
-pub mod metrics;
-pub mod metrics_server;
-pub mod sensors;
+pub(crate) mod audit_log;
+pub(crate) mod history;
+pub(crate) mod logger;
+pub(crate) mod metrics;
+pub(crate) mod metrics_server;
+pub(crate) mod sensors;

@@ -2,5 +2,5 @@
 //! giving back a snapshot with them, all or nothing. The `snapshot` and `resume` requests are the
 //! manager's (`crate::vgpus::manager`).
 
-pub mod checkpoint;
-pub mod sequences;
+pub(crate) mod checkpoint;
+pub(crate) mod sequences;

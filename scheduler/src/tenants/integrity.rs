@@ -110,6 +110,7 @@ fn line_maps(line: &[u8], file: FileId) -> bool {
 }
 
 /// Whether `maps` (the text of a `/proc/PID/maps`) has a mapping of file `file`.
+#[cfg(test)] // Only the tests use it.
 pub fn maps_file(maps: &str, file: FileId) -> bool {
     maps.lines().any(|line| line_maps(line.as_bytes(), file))
 }
@@ -376,6 +377,7 @@ impl Verifier {
 /// What the daemon positively knows against `pid` being a process attached to a vGPU of user `owner`
 /// whose live file is `live` (`None` when that file cannot be identified: the mapping is not checked),
 /// reading its whole map if need be. `None`: nothing is known against it, the slot is kept.
+#[cfg(test)] // Only the tests use it.
 pub fn judge(pid: u32, owner: u32, live: Option<FileId>) -> Option<Finding> {
     let mut budget = PROCESS_BUDGET;
     match Verifier::default().judge(pid, owner, live, &mut budget) {
@@ -403,6 +405,7 @@ pub fn free(v: &VgpuSlot, strays: &[Stray]) -> Vec<(u32, Finding)> {
 
 /// Frees every process slot of `v` (a vGPU of user `owner` whose live file is `live`) found false, as a
 /// dead process's slot is freed; returns the pids freed and why.
+#[cfg(test)] // Only the tests use it.
 pub fn free_strays(v: &VgpuSlot, owner: u32, live: Option<FileId>) -> Vec<(u32, Finding)> {
     let mut budget = ROUND_BUDGET;
     let judged = Verifier::default().judge_slots(v, owner, live, &ProcView::new(), &|_, _| false, &mut budget);

@@ -90,6 +90,7 @@ fn ended(pidfd: &OwnedFd) -> bool {
 
 impl Joins {
     /// An empty table kept in memory only.
+    #[cfg(test)] // Only the tests use it.
     pub fn in_memory() -> Joins {
         Joins { table: Mutex::default(), file: None }
     }

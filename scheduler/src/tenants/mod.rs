@@ -3,8 +3,8 @@
 //! against device time granted, measured by the driver: [`nvml_usage`]); [`joins`]: the process slots the
 //! daemon itself vouches for.
 
-pub mod audit;
-pub mod checks;
-pub mod integrity;
-pub mod joins;
-pub mod nvml_usage;
+pub(crate) mod audit;
+pub(crate) mod checks;
+pub(crate) mod integrity;
+pub(crate) mod joins;
+pub(crate) mod nvml_usage;

@@ -3,6 +3,6 @@
 //! carrying out requests.
 
 pub mod config;
-pub mod manager;
-pub mod slots;
-pub mod store;
+pub(crate) mod manager;
+pub(crate) mod slots;
+pub(crate) mod store;

@@ -9,7 +9,7 @@ use tessera_ffi::region::{MAX_DEVICES, MAX_VGPUS};
 
 /// Smallest share a vGPU may have, in percent: the daemon's own rule (shares of it to 100 summing to at
 /// most 100 per device), so a device holds at most `100 / MIN_SHARE_PERCENT` vGPUs by shares alone.
-pub use tessera_scheduler::vgpus::config::MIN_SHARE as MIN_SHARE_PERCENT;
+pub use tessera_scheduler::config::MIN_SHARE as MIN_SHARE_PERCENT;
 
 /// Most fractional vGPUs device `dev` can hold: the region's vGPU slots ([`MAX_VGPUS`], all of which may
 /// sit on one device) or what the smallest share allows, whichever is fewer; `None` for a device the
@@ -90,7 +90,7 @@ pub fn resource_slots(devices: &[Facts]) -> Vec<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tessera_scheduler::vgpus::config::{Config, VgpuSpec};
+    use tessera_scheduler::config::{Config, VgpuSpec};
 
     /// The limit is the daemon's: it accepts that many 1% vGPUs on one device, and refuses one more.
     #[test]

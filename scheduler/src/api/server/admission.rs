@@ -132,6 +132,7 @@ impl Counts {
     }
 
     /// Connections held now: (the daemon's user and root, everyone else, users with one or more).
+    #[cfg(test)] // Only the tests use it.
     pub fn held(&self) -> (usize, usize, usize) {
         (self.privileged, self.others, self.per_user.len())
     }
