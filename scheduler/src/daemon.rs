@@ -208,6 +208,8 @@ pub fn run(options: Options) -> Result<(), String> {
     let metrics = options.metrics.map(MetricsServer::bind).transpose()?;
     let file: &'static RegionFile = Box::leak(Box::new(RegionFile::open_as(&options.region, Access::Daemon)?));
     let store = Store::open(&options.state_dir)?;
+    // What the daemon's threads share (see `crate::state`): built here, handed down to each.
+    let state: Arc<crate::state::State> = Arc::default();
     let state_path = store.path().display().to_string();
     let checkpoint: Box<dyn crate::snapshot::checkpoint::Checkpointer> =
         match crate::snapshot::checkpoint::DriverCheckpoint::open(&options.driver) {
@@ -243,7 +245,8 @@ pub fn run(options: Options) -> Result<(), String> {
     let devices = options.devices.len().min(MAX_DEVICES) as u32;
     for device in 0..devices {
         let name = format!("refill-{device}");
-        supervise(&name, stop, died.clone(), move || device_loop::run(file.region(), device, stop))?;
+        let state = Arc::clone(&state);
+        supervise(&name, stop, died.clone(), move || device_loop::run(file.region(), device, state, stop))?;
     }
     supervise("reclaim", stop, died.clone(), move || {
         while !stop.load(Ordering::Acquire) {
@@ -270,7 +273,7 @@ pub fn run(options: Options) -> Result<(), String> {
         metrics.serve(stop, snapshot, |name, body| supervise(name, stop, died.clone(), body))?;
     }
     let watched = Arc::clone(&manager);
-    supervise("watch", stop, died.clone(), move || checks::run(&watched, file.region(), usage, devices, stop))?;
+    supervise("watch", stop, died.clone(), move || checks::run(&watched, file.region(), usage, devices, &state, stop))?;
     let on_signal = Arc::clone(&manager);
     supervise("signals", stop, died, move || {
         let mut signal = 0;

@@ -29,6 +29,7 @@ pub(crate) mod memory;
 pub(crate) mod observe;
 pub(crate) mod passthrough;
 pub(crate) mod snapshot;
+pub(crate) mod state;
 pub(crate) mod tenants;
 pub(crate) mod vgpus;
 

@@ -22,6 +22,9 @@ use crate::compute::charger::{Charger, member};
 use crate::compute::fairness::{self, Member};
 use crate::compute::refill::{self, Observed, Vgpu};
 use crate::memory::swap_out::SwapOuts;
+use crate::state::State;
+use crate::tenants::audit::Credits;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use tessera_ffi::futex;
 use tessera_ffi::region::pid_ns;
@@ -73,7 +76,7 @@ fn last_launch(s: &Sched, now_ns: u64) -> u64 {
 /// Sets device `dev`'s hold from its `high` vGPUs `highs` at `now_ns`: held while one has work, released
 /// (and the device's waiting launches woken) once none has. Returns when to look again at the latest:
 /// when an idle `high` vGPU's last launch stops counting.
-fn hold(region: &Region, dev: &DeviceSched, members: &[usize], now_ns: u64) -> Option<u64> {
+fn hold(region: &Region, dev: &DeviceSched, members: &[usize], now_ns: u64, credits: &Credits) -> Option<u64> {
     let mut recheck = None;
     let mut active = false;
     for &i in members {
@@ -95,7 +98,7 @@ fn hold(region: &Region, dev: &DeviceSched, members: &[usize], now_ns: u64) -> O
     } else if dev.high_until_ns.load(Ordering::Acquire) > now_ns {
         dev.high_until_ns.store(now_ns, Ordering::Release);
         for &i in members {
-            restart(&region.vgpus[i], i);
+            restart(&region.vgpus[i], i, credits);
             crate::vgpus::slots::notify(&region.vgpus[i].live.sched);
         }
     }
@@ -128,7 +131,7 @@ fn release_dead_windows(v: &VgpuSlot, now_ns: u64, last: &mut u64) -> bool {
 /// estimate from whatever the bucket holds, so a vGPU held to its share by tokens usually entered the hold
 /// in debt; left so, it would wait for refills while the device, just emptied by the `high` vGPU, idles.
 /// What this gives is at most one window's worth per hold; capped vGPUs are left to their share.
-fn restart(v: &VgpuSlot, index: usize) {
+fn restart(v: &VgpuSlot, index: usize, credits: &Credits) {
     let (c, s) = (&v.config, &v.live.sched);
     let f = v.flags();
     if c.priority.load(Ordering::Relaxed) >= priority::HIGH
@@ -139,7 +142,7 @@ fn restart(v: &VgpuSlot, index: usize) {
     }
     let level = c.window().saturating_mul(c.share.load(Ordering::Relaxed).min(100) as i64) / 100;
     let before = s.tokens.fetch_max(level, Ordering::AcqRel);
-    crate::tenants::audit::credit(index, level.saturating_sub(before).max(0));
+    credits.credit(index, level.saturating_sub(before).max(0));
 }
 
 /// The per-device state the loop keeps from tick to tick.
@@ -154,17 +157,21 @@ pub struct Device {
     device_ns: Vec<u64>,
     /// When the loop last looked at whether each slot's processes are alive.
     checked: Vec<u64>,
+    /// The daemon's state, where the loop counts the tokens it grants (for the audit).
+    state: Arc<State>,
 }
 
 impl Device {
-    /// The state of device `device`, continuing where a previous daemon stopped.
-    pub fn new(region: &Region, device: u32) -> Device {
+    /// The state of device `device`, continuing where a previous daemon stopped, in the daemon whose
+    /// state is `state`.
+    pub fn new(region: &Region, device: u32, state: Arc<State>) -> Device {
         Device {
             charger: Charger::new(region, device),
             swap_outs: SwapOuts::new(device),
             lags: vec![0; MAX_VGPUS],
             device_ns: vec![0; MAX_VGPUS],
             checked: vec![0; MAX_VGPUS],
+            state,
         }
     }
 
@@ -224,7 +231,7 @@ pub fn view(v: &VgpuSlot, seen: &Observed, now_ns: u64) -> Vgpu {
 
 /// Adds `grant` (negative: takes) to slot `i`'s bucket, held to its burst; counts what the daemon gave
 /// for the audit and wakes the vGPU's waiting launches when they may go.
-fn grant(v: &VgpuSlot, i: usize, grant: i64) {
+fn grant(v: &VgpuSlot, i: usize, grant: i64, credits: &Credits) {
     let s = &v.live.sched;
     let burst = refill::burst(v.config.window_ns.load(Ordering::Relaxed));
     let before = s
@@ -236,7 +243,7 @@ fn grant(v: &VgpuSlot, i: usize, grant: i64) {
         .unwrap_or_else(|t| t);
     let after = refill::refill(before, grant, burst);
     // What the daemon gave (a bucket a tenant filled beyond the burst is only put back to it).
-    crate::tenants::audit::credit(i, after.saturating_sub(before.min(burst)));
+    credits.credit(i, after.saturating_sub(before.min(burst)));
     if refill::should_wake(before, after, s.waiters.load(Ordering::Acquire)) {
         crate::vgpus::slots::notify(s);
     }
@@ -244,14 +251,21 @@ fn grant(v: &VgpuSlot, i: usize, grant: i64) {
 
 /// Grants device `dev`'s `members` what [`refill::catch_up`] gives them at `now_ns`, when the device is
 /// idle (no member has work queued; `seen`: what was read of them). Returns whether it granted anything.
-fn catch_up(region: &Region, dev: &DeviceSched, members: &[usize], seen: &[Observed], now_ns: u64) -> bool {
+fn catch_up(
+    region: &Region,
+    dev: &DeviceSched,
+    members: &[usize],
+    seen: &[Observed],
+    now_ns: u64,
+    credits: &Credits,
+) -> bool {
     if seen.iter().any(|o| o.inflight_ns > 0) {
         return false;
     }
     let views: Vec<Vgpu> = members.iter().zip(seen).map(|(&i, o)| view(&region.vgpus[i], o, now_ns)).collect();
     let grants = refill::catch_up(&views, dev.high_until_ns.load(Ordering::Acquire) > now_ns);
     for (&i, &g) in members.iter().zip(&grants).filter(|(_, g)| **g > 0) {
-        grant(&region.vgpus[i], i, g.min(i64::MAX as u64) as i64);
+        grant(&region.vgpus[i], i, g.min(i64::MAX as u64) as i64, credits);
     }
     grants.iter().any(|&g| g > 0)
 }
@@ -280,7 +294,7 @@ pub fn tick(region: &Region, device: u32, state: &mut Device, now_ns: u64, dt_ns
     let members = members(region, device);
     let Some(dev) = region.devices.get(device as usize) else { return (false, None) };
     let swapping = state.swap_outs.tick(region, &members, now_ns);
-    let recheck = hold(region, dev, &members, now_ns);
+    let recheck = hold(region, dev, &members, now_ns, &state.state.credits);
     let checked = &mut state.checked;
     let mut seen = Vec::with_capacity(members.len());
     let (views, recent): (Vec<Vgpu>, Vec<bool>) = members
@@ -308,9 +322,9 @@ pub fn tick(region: &Region, device: u32, state: &mut Device, now_ns: u64, dt_ns
     let grants = refill::plan(&views, dt_ns, held);
     let adjust = state.settle(&members, &views, &recent, &refill::takes_part(&views, held));
     for ((&i, g), adjust) in members.iter().zip(grants).zip(adjust) {
-        grant(&region.vgpus[i], i, (g.min(i64::MAX as u64) as i64).saturating_add(adjust));
+        grant(&region.vgpus[i], i, (g.min(i64::MAX as u64) as i64).saturating_add(adjust), &state.state.credits);
     }
-    catch_up(region, dev, &members, &seen, now_ns);
+    catch_up(region, dev, &members, &seen, now_ns, &state.state.credits);
     (swapping || views.iter().any(|v| v.demand), recheck)
 }
 
@@ -355,8 +369,8 @@ impl Pace {
 }
 
 /// Runs device `device`'s loop until `stop` is set (checked at least every [`IDLE_NS`]).
-pub fn run(region: &Region, device: u32, stop: &AtomicBool) {
-    let mut state = Device::new(region, device);
+pub fn run(region: &Region, device: u32, shared: Arc<State>, stop: &AtomicBool) {
+    let mut state = Device::new(region, device, shared);
     let mut last = futex::monotonic_ns();
     let mut pace = Pace { fast: false, deadline: last };
     while !stop.load(Ordering::Acquire) {
@@ -458,7 +472,7 @@ mod tests {
         managed(r, 2, 0, 0);
         r.vgpus[2].config.device.store(1, Ordering::Relaxed);
         let epoch = r.vgpus[0].live.sched.epoch.load(Ordering::Relaxed);
-        let state = &mut Device::new(r, 0);
+        let state = &mut Device::new(r, 0, Arc::default());
         assert!(tick(r, 0, state, 10 * MS, MS).0);
         assert_eq!((tokens(r, 0), tokens(r, 1), tokens(r, 2)), (300_000, 700_000, 0));
         assert_eq!(r.vgpus[0].live.sched.epoch.load(Ordering::Relaxed), epoch + 1, "waiters are woken");
@@ -484,7 +498,7 @@ mod tests {
         managed(r, 0, 30, 1);
         managed(r, 1, 70, 1);
         let sched = |i: usize| &r.vgpus[i].live.sched;
-        let state = &mut Device::new(r, 0);
+        let state = &mut Device::new(r, 0, Arc::default());
         // Both in debt after long kernels, nothing queued: the engine idles until the 30% one has paid
         // 100 µs at 300 µs per ms. The loop, woken by their bells, ticks at once (1 µs after the last
         // tick, which grants next to nothing by itself) and grants those 333 µs now.
@@ -527,7 +541,7 @@ mod tests {
             v.live.procs[3].flags.store(flags::SOFT, Ordering::Relaxed);
         }
         r.vgpus[1].live.procs[3].soft.resident.store(1 << 20, Ordering::Relaxed);
-        let state = &mut Device::new(r, 0);
+        let state = &mut Device::new(r, 0, Arc::default());
         assert!(!tick(r, 0, state, 100 * MS, MS).0, "nobody wants anything: the idle pace");
         r.vgpus[0].live.procs[3].wanted.store(tessera_ffi::region::wanted::pack(0, 4096), Ordering::Relaxed);
         assert!(tick(r, 0, state, 101 * MS, MS).0, "swap-outs are under way: the fast pace");
@@ -541,7 +555,7 @@ mod tests {
         managed(r, 1, 50, 0);
         let h = &r.vgpus[1];
         h.config.priority.store(priority::HIGH, Ordering::Relaxed);
-        let state = &mut Device::new(r, 0);
+        let state = &mut Device::new(r, 0, Arc::default());
         let until = |r: &Region| r.devices[0].high_until_ns.load(Ordering::Relaxed);
         // Launched just now, nothing queued: held, and looked at again when that launch stops counting.
         h.live.sched.last_launch_ns.store(10 * MS, Ordering::Relaxed);
@@ -564,10 +578,10 @@ mod tests {
     #[test]
     fn what_a_tenant_writes_in_its_bucket_is_put_back_and_never_counted_as_granted() {
         let r = region();
-        // Slots of their own: the audit's counts are shared by the tests running at once.
         managed(r, 9, 30, 1);
-        let state = &mut Device::new(r, 0);
-        let credited = crate::tenants::audit::credited;
+        let shared: Arc<State> = Arc::default();
+        let state = &mut Device::new(r, 0, Arc::clone(&shared));
+        let credited = |slot| shared.credits.credited(slot);
         let before = credited(9);
         tick(r, 0, state, 10 * MS, MS);
         assert_eq!((tokens(r, 9), credited(9) - before), (MS as i64, MS as i64), "alone: the whole interval");
@@ -585,8 +599,9 @@ mod tests {
         let r = region();
         managed(r, 14, 30, u32::MAX);
         let s = &r.vgpus[14].live.sched;
-        let state = &mut Device::new(r, 0);
-        let before = crate::tenants::audit::credited(14);
+        let shared: Arc<State> = Arc::default();
+        let state = &mut Device::new(r, 0, Arc::clone(&shared));
+        let before = shared.credits.credited(14);
         for (k, (written, inflight)) in [(i64::MIN, i64::MAX), (i64::MAX, i64::MIN), (-1, 1)].into_iter().enumerate() {
             s.tokens.store(written, Ordering::Relaxed);
             s.inflight_ns.store(inflight, Ordering::Relaxed);
@@ -595,7 +610,7 @@ mod tests {
             tick(r, 0, state, (10 + k as u64) * MS, MS);
             assert!(tokens(r, 14) <= 2 * MS as i64, "held to the burst");
         }
-        assert!(crate::tenants::audit::credited(14) - before <= 3 * MS as i64, "never more than the intervals");
+        assert!(shared.credits.credited(14) - before <= 3 * MS as i64, "never more than the intervals");
     }
 
     #[test]
@@ -604,8 +619,9 @@ mod tests {
         let r = region();
         managed(r, 12, 50, 1);
         managed(r, 13, 50, 1);
-        let state = &mut Device::new(r, 0);
-        let credited = crate::tenants::audit::credited;
+        let shared: Arc<State> = Arc::default();
+        let state = &mut Device::new(r, 0, Arc::clone(&shared));
+        let credited = |slot| shared.credits.credited(slot);
         let before = (credited(12), credited(13));
         for k in 0..40 {
             let now = (10 + k) * MS;
@@ -640,7 +656,7 @@ mod tests {
         let h = &r.vgpus[11];
         h.config.priority.store(priority::HIGH, Ordering::Relaxed);
         h.live.sched.last_launch_ns.store(u64::MAX, Ordering::Relaxed);
-        let state = &mut Device::new(r, 0);
+        let state = &mut Device::new(r, 0, Arc::default());
         assert_eq!(tick(r, 0, state, 10 * MS, MS).1, None, "no recheck, no overflow");
         assert_eq!(r.devices[0].high_until_ns.load(Ordering::Relaxed), 0, "not held");
         assert_eq!(tokens(r, 10), MS as i64, "the other vGPU gets the device");
@@ -660,7 +676,7 @@ mod tests {
         let h = &r.vgpus[3];
         managed(r, 3, 0, 0);
         h.config.priority.store(priority::HIGH, Ordering::Relaxed);
-        let state = &mut Device::new(r, 0);
+        let state = &mut Device::new(r, 0, Arc::default());
         h.live.sched.inflight_ns.store(1, Ordering::Relaxed);
         tick(r, 0, state, 10 * MS, MS);
         // Entered the hold in debt, as a launch leaves a bucket held to its share.
@@ -689,7 +705,7 @@ mod tests {
         v.live.procs[5].inflight_ns.store(600_000, Ordering::Relaxed);
         v.live.sched.inflight_ns.store(1_000_000, Ordering::Relaxed);
         v.live.procs_hwm.store(6, Ordering::Relaxed);
-        let state = &mut Device::new(r, 0);
+        let state = &mut Device::new(r, 0, Arc::default());
         let epoch = v.live.sched.epoch.load(Ordering::Relaxed);
         tick(r, 0, state, 10 * MS, MS);
         assert_eq!(v.live.sched.inflight_ns.load(Ordering::Relaxed), 400_000, "the dead process's part left");

@@ -27,7 +27,9 @@
 //! it. Restarts of a vGPU's processes and idle stretches within the window do not matter: it is judged on
 //! sums over the window.
 
+use crate::state::State;
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use tessera_ffi::region::{MAX_VGPUS, priority};
 
@@ -37,19 +39,28 @@ pub const WINDOW: usize = 10;
 /// driver's percentages are whole numbers, the host's scheduling jitters).
 pub const TOLERANCE_PCT: f64 = 5.0;
 
-/// Tokens the daemon added to each slot's bucket (ns; negative when it took some back), since it started.
-static CREDITS: [AtomicI64; MAX_VGPUS] = [const { AtomicI64::new(0) }; MAX_VGPUS];
+/// Tokens the daemon added to each slot's bucket (ns; negative when it took some back), since it started
+/// (kept in the daemon's [`State`](crate::state::State)).
+pub struct Credits([AtomicI64; MAX_VGPUS]);
 
-/// Counts `ns` of tokens the daemon just added to slot `slot`'s bucket (negative: took back).
-pub fn credit(slot: usize, ns: i64) {
-    if let Some(c) = CREDITS.get(slot) {
-        c.fetch_add(ns, Ordering::Relaxed);
+impl Default for Credits {
+    fn default() -> Credits {
+        Credits([const { AtomicI64::new(0) }; MAX_VGPUS])
     }
 }
 
-/// The tokens counted for slot `slot` so far.
-pub fn credited(slot: usize) -> i64 {
-    CREDITS.get(slot).map_or(0, |c| c.load(Ordering::Relaxed))
+impl Credits {
+    /// Counts `ns` of tokens the daemon just added to slot `slot`'s bucket (negative: took back).
+    pub fn credit(&self, slot: usize, ns: i64) {
+        if let Some(c) = self.0.get(slot) {
+            c.fetch_add(ns, Ordering::Relaxed);
+        }
+    }
+
+    /// The tokens counted for slot `slot` so far.
+    pub fn credited(&self, slot: usize) -> i64 {
+        self.0.get(slot).map_or(0, |c| c.load(Ordering::Relaxed))
+    }
 }
 
 /// One audit interval of one vGPU.
@@ -145,16 +156,18 @@ pub struct Member {
 }
 
 /// The audit's memory of one device's vGPUs.
-#[derive(Default)]
 pub struct Auditor {
     histories: Vec<History>,
     credits: Vec<i64>,
+    /// The daemon's state, whose credits the device loops count.
+    state: Arc<State>,
 }
 
 impl Auditor {
-    /// An auditor for a region of [`MAX_VGPUS`] slots.
-    pub fn new() -> Auditor {
-        Auditor { histories: vec![History::default(); MAX_VGPUS], credits: (0..MAX_VGPUS).map(credited).collect() }
+    /// An auditor for a region of [`MAX_VGPUS`] slots, of the daemon whose state is `state`.
+    pub fn new(state: Arc<State>) -> Auditor {
+        let credits = (0..MAX_VGPUS).map(|s| state.credits.credited(s)).collect();
+        Auditor { histories: vec![History::default(); MAX_VGPUS], credits, state }
     }
 
     /// One round over `members` (the device's managed vGPUs), given every managed vGPU's attached pids
@@ -188,7 +201,7 @@ impl Auditor {
         }
         let mut found = Vec::new();
         for (slot, &took) in took.iter().enumerate() {
-            let now = credited(slot);
+            let now = self.state.credits.credited(slot);
             let granted = now.wrapping_sub(std::mem::replace(&mut self.credits[slot], now));
             let h = &mut self.histories[slot];
             match members.iter().find(|m| m.slot == slot) {
@@ -267,7 +280,8 @@ mod tests {
 
     #[test]
     fn rounds_attribute_processes_and_suspend_only_the_overuser() {
-        let mut a = Auditor::new();
+        let state = Arc::new(State::default());
+        let mut a = Auditor::new(Arc::clone(&state));
         let members = [
             Member { slot: 40, owner: 1000, priority: priority::NORMAL, share: 10, suspended: false },
             Member { slot: 41, owner: 1001, priority: priority::NORMAL, share: 10, suspended: false },
@@ -279,8 +293,8 @@ mod tests {
         let owner = |pid| Some(if pid == 9 || pid == 11 { 1000 } else { 1001 });
         let mut found = Vec::new();
         for _ in 0..WINDOW {
-            credit(40, S as i64 / 5);
-            credit(41, 2 * S as i64 / 5);
+            state.credits.credit(40, S as i64 / 5);
+            state.credits.credit(41, 2 * S as i64 / 5);
             let used = [(7, 4 * S / 10), (8, 4 * S / 10), (9, S / 10), (10, S / 2), (11, S)];
             found = a.round(&members, &[(40, 7), (41, 8), (50, 11)], &used, owner, S);
         }
@@ -288,7 +302,7 @@ mod tests {
         assert_eq!(found[0].0, 40);
         assert_eq!((found[0].1.took_pct.round(), found[0].1.entitled_pct.round()), (50.0, 20.0));
         // Judged again only after a full window of its own; suspended, not judged at all.
-        credit(40, S as i64 / 5);
+        state.credits.credit(40, S as i64 / 5);
         assert!(a.round(&members, &[(40, 7)], &[(7, S)], owner, S).is_empty());
         let suspended = [Member { suspended: true, ..members[0] }];
         for _ in 0..2 * WINDOW {
@@ -311,12 +325,13 @@ mod tests {
                 Member { slot, owner: 1000, priority: priority::NORMAL, share: 50, suspended: false },
                 Member { slot: slot + 1, owner: 1000, priority: priority::NORMAL, share: 50, suspended: false },
             ];
-            let mut a = Auditor::new();
+            let state = Arc::new(State::default());
+            let mut a = Auditor::new(Arc::clone(&state));
             let mut found = Vec::new();
             for second in 0..60u64 {
                 let (took, granted) = cycle[second as usize % 10];
                 let pid = 5000 + second as u32 / 10;
-                credit(slot, (granted * S / 100) as i64);
+                state.credits.credit(slot, (granted * S / 100) as i64);
                 let (used, attached) =
                     if took > 0 { (vec![(pid, took * S / 100)], vec![(slot, pid)]) } else { (vec![], vec![]) };
                 found.extend(a.round(&members, &attached, &used, |_| Some(1000), S));

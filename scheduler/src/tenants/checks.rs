@@ -7,10 +7,12 @@
 use crate::compute::device_loop;
 use crate::memory::recount::Recount;
 use crate::observe::logger::say;
+use crate::state::State;
 use crate::tenants::audit::{Auditor, Member};
 use crate::tenants::integrity;
 use crate::tenants::nvml_usage::ProcessUsage;
 use crate::vgpus::manager::Manager;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tessera_ffi::region::pid_ns::ProcView;
@@ -20,8 +22,16 @@ use tessera_ffi::region::{Region, flags};
 pub const PERIOD: Duration = Duration::from_secs(1);
 
 /// Runs the tenant checks until `stop` is set; without `usage` (NVML could not be loaded) it only frees slots.
-pub fn run(manager: &Manager, region: &Region, mut usage: Option<ProcessUsage>, devices: u32, stop: &AtomicBool) {
-    let mut auditors: Vec<Auditor> = (0..devices).map(|_| Auditor::new()).collect();
+/// The audit reads the tokens the device loops granted from the daemon's `state`.
+pub fn run(
+    manager: &Manager,
+    region: &Region,
+    mut usage: Option<ProcessUsage>,
+    devices: u32,
+    state: &Arc<State>,
+    stop: &AtomicBool,
+) {
+    let mut auditors: Vec<Auditor> = (0..devices).map(|_| Auditor::new(Arc::clone(state))).collect();
     let mut recounts: Vec<Recount> = (0..devices).map(|_| Recount::default()).collect();
     let mut failing = vec![false; devices as usize];
     while !stop.load(Ordering::Acquire) {
