@@ -219,7 +219,9 @@ pub fn run(options: Options) -> Result<(), String> {
                 Box::new(crate::snapshot::checkpoint::Unavailable(e))
             }
         };
-    let manager = Arc::new(Manager::start(file, store, options.devices.clone())?.with_checkpointer(checkpoint));
+    let manager = Arc::new(
+        Manager::start(file, store, options.devices.clone(), Arc::clone(&state))?.with_checkpointer(checkpoint),
+    );
     let server = Server::bind(&options.socket)?;
     crate::passthrough::start(&options.state_dir);
     let region = file.region();
@@ -257,7 +259,7 @@ pub fn run(options: Options) -> Result<(), String> {
     let usage = ProcessUsage::open(&options.nvml, devices)
         .map_err(|e| say!("tessera daemon: warning: no audit of the vGPUs' device time: {e}"))
         .ok();
-    match Sensors::open(&options.nvml, devices) {
+    match Sensors::open(&options.nvml, devices, Arc::clone(&state)) {
         Ok(sensors) => supervise("sensors", stop, died.clone(), move || sensors.run(stop))?,
         Err(e) => say!("tessera daemon: warning: no device name, utilization, power or temperature: {e}"),
     }

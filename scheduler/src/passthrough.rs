@@ -7,7 +7,6 @@
 
 use crate::api::protocol::{Error, ErrorCode, Reply, Request};
 use crate::observe::logger::say;
-use crate::observe::sensors;
 use crate::vgpus::manager::Manager;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock, PoisonError};
@@ -107,7 +106,7 @@ struct Used {
 
 /// Every device of the daemon with its vGPUs, processes and MIG mode.
 fn used_devices(manager: &Manager) -> Vec<Used> {
-    let readings = sensors::all();
+    let readings = manager.state().sensors.all();
     let vgpus = manager.handle(Request::List).vgpus;
     let count = vgpus.iter().map(|v| v.spec.device as usize + 1).max().unwrap_or(0).max(readings.len());
     (0..count as u32)

@@ -3,7 +3,8 @@
 //! rings of achieved device time, and the driver's figures of each device from [`crate::observe::sensors`]' last
 //! reading.
 
-use crate::observe::{history, sensors};
+use crate::observe::history;
+use crate::state::State;
 use crate::vgpus::config::VgpuSpec;
 use std::sync::atomic::Ordering;
 use tessera_client::{DeviceStats, MemoryStats, ProcessStats, Stats, VgpuStats};
@@ -24,13 +25,13 @@ fn command_of(pid: u32) -> String {
 
 /// The figures of the configured vGPUs `specs` (only `only` and its device when given) on a machine whose
 /// devices have `devices` bytes each.
-pub fn stats(region: &Region, specs: &[VgpuSpec], devices: &[u64], only: Option<&VgpuSpec>) -> Stats {
+pub fn stats(region: &Region, state: &State, specs: &[VgpuSpec], devices: &[u64], only: Option<&VgpuSpec>) -> Stats {
     let at_ns = monotonic_ns();
     let ordinals: Vec<u32> = match only {
         Some(spec) => vec![spec.device],
         None => (0..devices.len().min(MAX_DEVICES) as u32).collect(),
     };
-    let readings: Vec<history::Reading> = ordinals.iter().map(|&d| history::read(d)).collect();
+    let readings: Vec<history::Reading> = ordinals.iter().map(|&d| state.history.read(d)).collect();
     let reading = |device: u32| ordinals.iter().position(|&d| d == device).map(|k| &readings[k]);
     // Processes are named by their pids here (a container's pid 1 is not this namespace's).
     let view = ProcView::new();
@@ -94,7 +95,7 @@ pub fn stats(region: &Region, specs: &[VgpuSpec], devices: &[u64], only: Option<
                 .filter_map(|s| slot(region, &s.name))
                 .fold(0u64, |sum, (_, v)| sum.saturating_add(v.used(device as usize)));
             // The driver's figures as the sensors thread last read them (no NVML call here).
-            let nvml = sensors::latest(device);
+            let nvml = state.sensors.get(device);
             DeviceStats {
                 device,
                 name: nvml.name,

@@ -379,7 +379,7 @@ pub fn run(region: &Region, device: u32, shared: Arc<State>, stop: &AtomicBool) 
         let urgent = bells(region, device, true);
         let now = futex::monotonic_ns();
         let (demand, recheck) = tick(region, device, &mut state, now, (now - last).min(MAX_DT_NS));
-        crate::observe::history::record(device, &state.charger, now);
+        state.state.history.record(device, &state.charger, now);
         last = now;
         region.daemon.heartbeat_ns.fetch_max(now, Ordering::AcqRel);
         pace = pace.after_tick(now, demand);

@@ -44,39 +44,51 @@ impl Ring {
     }
 }
 
-static RINGS: [Mutex<Option<Ring>>; MAX_DEVICES] = [const { Mutex::new(None) }; MAX_DEVICES];
-/// When each device's next sample is due: the ticks before it take no lock.
-static DUE: [AtomicU64; MAX_DEVICES] = [const { AtomicU64::new(0) }; MAX_DEVICES];
-
-fn ring(device: usize) -> MutexGuard<'static, Option<Ring>> {
-    RINGS[device].lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+/// Every device's ring, kept in the daemon's [`State`](crate::state::State): each device's loop writes
+/// its own, `stats` reads them.
+pub struct Rings {
+    rings: [Mutex<Option<Ring>>; MAX_DEVICES],
+    /// When each device's next sample is due: the ticks before it take no lock.
+    due: [AtomicU64; MAX_DEVICES],
 }
 
-/// Records device `device`'s sample at `now_ns`, if one is due, from its charger.
-pub fn record(device: u32, charger: &Charger, now_ns: u64) {
-    let d = device as usize;
-    if d >= MAX_DEVICES || now_ns < DUE[d].load(Ordering::Relaxed) {
-        return;
+impl Default for Rings {
+    fn default() -> Rings {
+        Rings { rings: [const { Mutex::new(None) }; MAX_DEVICES], due: [const { AtomicU64::new(0) }; MAX_DEVICES] }
     }
-    DUE[d].store(now_ns + SAMPLE_NS, Ordering::Relaxed);
-    // Membership as the charger saw it at its last charge, so that a sample's members and counts agree.
-    let members = (0..MAX_VGPUS).filter(|&i| charger.is_member(i)).fold(0u64, |m, i| m | 1 << i);
-    put(d, now_ns, members, |slot| charger.charged_ns(slot));
 }
 
-/// Stores a sample in device `d`'s ring.
-fn put(d: usize, at_ns: u64, members: u64, charged: impl Fn(usize) -> u64) {
-    let mut guard = ring(d);
-    let ring = guard.get_or_insert_with(|| Ring { samples: Vec::with_capacity(KEPT), next: 0 });
-    let mut sample = Sample { at_ns, members, charged: [0; MAX_VGPUS] };
-    for (slot, c) in sample.charged.iter_mut().enumerate() {
-        *c = charged(slot);
+impl Rings {
+    fn ring(&self, device: usize) -> MutexGuard<'_, Option<Ring>> {
+        self.rings[device].lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
-    if ring.samples.len() < KEPT {
-        ring.samples.push(sample);
-    } else {
-        ring.samples[ring.next] = sample;
-        ring.next = (ring.next + 1) % KEPT;
+
+    /// Records device `device`'s sample at `now_ns`, if one is due, from its charger.
+    pub fn record(&self, device: u32, charger: &Charger, now_ns: u64) {
+        let d = device as usize;
+        if d >= MAX_DEVICES || now_ns < self.due[d].load(Ordering::Relaxed) {
+            return;
+        }
+        self.due[d].store(now_ns + SAMPLE_NS, Ordering::Relaxed);
+        // Membership as the charger saw it at its last charge, so that a sample's members and counts agree.
+        let members = (0..MAX_VGPUS).filter(|&i| charger.is_member(i)).fold(0u64, |m, i| m | 1 << i);
+        self.put(d, now_ns, members, |slot| charger.charged_ns(slot));
+    }
+
+    /// Stores a sample in device `d`'s ring.
+    fn put(&self, d: usize, at_ns: u64, members: u64, charged: impl Fn(usize) -> u64) {
+        let mut guard = self.ring(d);
+        let ring = guard.get_or_insert_with(|| Ring { samples: Vec::with_capacity(KEPT), next: 0 });
+        let mut sample = Sample { at_ns, members, charged: [0; MAX_VGPUS] };
+        for (slot, c) in sample.charged.iter_mut().enumerate() {
+            *c = charged(slot);
+        }
+        if ring.samples.len() < KEPT {
+            ring.samples.push(sample);
+        } else {
+            ring.samples[ring.next] = sample;
+            ring.next = (ring.next + 1) % KEPT;
+        }
     }
 }
 
@@ -96,42 +108,44 @@ pub struct Reading {
     pub charged_ns: [u64; MAX_VGPUS],
 }
 
-/// What device `device` and its slots achieved over the last [`SHORT_NS`] and [`LONG_NS`] of samples.
-pub fn read(device: u32) -> Reading {
-    let mut reading = Reading {
-        busy: Achieved::default(),
-        slots: [Achieved::default(); MAX_VGPUS],
-        span_1s_ns: 0,
-        span_10s_ns: 0,
-        charged_ns: [0; MAX_VGPUS],
-    };
-    let d = device as usize;
-    if d >= MAX_DEVICES {
-        return reading;
-    }
-    let guard = ring(d);
-    let Some(ring) = guard.as_ref() else { return reading };
-    if let Some(last) = ring.ordered().next_back() {
-        for (slot, charged) in reading.charged_ns.iter_mut().enumerate() {
-            if last.members & 1 << slot != 0 {
-                *charged = last.charged[slot];
+impl Rings {
+    /// What device `device` and its slots achieved over the last [`SHORT_NS`] and [`LONG_NS`] of samples.
+    pub fn read(&self, device: u32) -> Reading {
+        let mut reading = Reading {
+            busy: Achieved::default(),
+            slots: [Achieved::default(); MAX_VGPUS],
+            span_1s_ns: 0,
+            span_10s_ns: 0,
+            charged_ns: [0; MAX_VGPUS],
+        };
+        let d = device as usize;
+        if d >= MAX_DEVICES {
+            return reading;
+        }
+        let guard = self.ring(d);
+        let Some(ring) = guard.as_ref() else { return reading };
+        if let Some(last) = ring.ordered().next_back() {
+            for (slot, charged) in reading.charged_ns.iter_mut().enumerate() {
+                if last.members & 1 << slot != 0 {
+                    *charged = last.charged[slot];
+                }
             }
         }
-    }
-    for (window, long) in [(SHORT_NS, false), (LONG_NS, true)] {
-        let (span, busy, slots) = window_of(ring, window);
-        let set = |a: &mut Achieved, pct: f64| if long { a.last_10s_pct = pct } else { a.last_1s_pct = pct };
-        set(&mut reading.busy, busy);
-        for (a, pct) in reading.slots.iter_mut().zip(slots) {
-            set(a, pct);
+        for (window, long) in [(SHORT_NS, false), (LONG_NS, true)] {
+            let (span, busy, slots) = window_of(ring, window);
+            let set = |a: &mut Achieved, pct: f64| if long { a.last_10s_pct = pct } else { a.last_1s_pct = pct };
+            set(&mut reading.busy, busy);
+            for (a, pct) in reading.slots.iter_mut().zip(slots) {
+                set(a, pct);
+            }
+            if long {
+                reading.span_10s_ns = span;
+            } else {
+                reading.span_1s_ns = span;
+            }
         }
-        if long {
-            reading.span_10s_ns = span;
-        } else {
-            reading.span_1s_ns = span;
-        }
+        reading
     }
-    reading
 }
 
 /// The span covered and the busy and per-slot shares (percent) over the last `window` of `ring`. A slot
@@ -166,21 +180,21 @@ mod tests {
 
     #[test]
     fn shares_over_one_and_ten_seconds_from_a_ring_that_wraps() {
-        // Device 15 is used by this test alone (the rings are the process's).
+        let rings = Rings::default();
         let d = 15;
         // Slot 0 takes half the device for 20 s; slot 1 a quarter, but only in the last 2 s, in a slot
         // whose previous vGPU had run up 5 s (which must not count).
         for k in 0..=200u64 {
             let at = 1_000 * MS + k * SAMPLE_NS;
             let members = if k >= 180 { 0b11 } else { 0b01 };
-            put(d, at, members, |slot| match slot {
+            rings.put(d, at, members, |slot| match slot {
                 0 => k * SAMPLE_NS / 2,
                 1 if k >= 180 => 5_000 * MS + (k - 180) * SAMPLE_NS / 4,
                 1 => 5_000 * MS,
                 _ => 0,
             });
         }
-        let r = read(d as u32);
+        let r = rings.read(d as u32);
         assert_eq!((r.span_1s_ns, r.span_10s_ns), (SHORT_NS, LONG_NS));
         assert!((r.slots[0].last_1s_pct - 50.0).abs() < 1e-9 && (r.slots[0].last_10s_pct - 50.0).abs() < 1e-9);
         assert!((r.slots[1].last_1s_pct - 25.0).abs() < 1e-9, "{:?}", r.slots[1]);
@@ -188,6 +202,6 @@ mod tests {
         assert!((r.busy.last_1s_pct - 75.0).abs() < 1e-9, "{:?}", r.busy);
         assert!((r.busy.last_10s_pct - 55.0).abs() < 1e-9, "{:?}", r.busy);
         assert_eq!(r.charged_ns[..3], [10_000 * MS, 5_500 * MS, 0], "the last sample's counts, members only");
-        assert_eq!(read(14).span_10s_ns, 0, "a device never sampled reads as nothing");
+        assert_eq!(rings.read(14).span_10s_ns, 0, "a device never sampled reads as nothing");
     }
 }

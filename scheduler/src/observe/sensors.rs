@@ -7,9 +7,10 @@
 //! driver without one (or a device answering it with an error, e.g. `NVML_ERROR_NOT_SUPPORTED` for power
 //! on some boards) leaves that field unknown, and the others are still read.
 
+use crate::state::State;
 use std::ffi::{c_char, c_uint};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tessera_ffi::nvml::{
     NVML_DEVICE_MIG_ENABLE, NVML_DEVICE_NAME_V2_BUFFER_SIZE, NVML_DEVICE_UUID_V2_BUFFER_SIZE, NVML_SUCCESS,
@@ -55,19 +56,28 @@ pub struct Reading {
     pub mig: Option<bool>,
 }
 
-/// The last reading of each device, by ordinal (empty until NVML was opened).
-static LATEST: Mutex<Vec<Reading>> = Mutex::new(Vec::new());
+/// The last reading of each device, by ordinal (empty until NVML was opened); kept in the daemon's
+/// [`State`](crate::state::State), written by [`Sensors`] alone.
+#[derive(Default)]
+pub struct Latest(Mutex<Vec<Reading>>);
 
-/// Device `device`'s last reading (all unknown when there is none).
-pub fn latest(device: u32) -> Reading {
-    // A reading is replaced whole, so a poisoned lock still guards a consistent list.
-    let latest = LATEST.lock().unwrap_or_else(PoisonError::into_inner);
-    latest.get(device as usize).cloned().unwrap_or_default()
-}
+impl Latest {
+    /// Device `device`'s last reading (all unknown when there is none).
+    pub fn get(&self, device: u32) -> Reading {
+        // A reading is replaced whole, so a poisoned lock still guards a consistent list.
+        let latest = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        latest.get(device as usize).cloned().unwrap_or_default()
+    }
 
-/// Every device's last reading, by ordinal (empty until NVML was opened).
-pub fn all() -> Vec<Reading> {
-    LATEST.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    /// Every device's last reading, by ordinal (empty until NVML was opened).
+    pub fn all(&self) -> Vec<Reading> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// Replaces every device's reading with `readings`.
+    fn set(&self, readings: Vec<Reading>) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = readings;
+    }
 }
 
 /// The PCI address NVML gives `handle`, in sysfs's form (`None` when the query fails or is missing).
@@ -85,6 +95,8 @@ pub struct Sensors {
     _nvml: Nvml,
     queries: Queries,
     handles: Vec<NvmlDevice>,
+    /// The daemon's state, where the readings are kept.
+    state: Arc<State>,
 }
 
 /// The queries read every [`PERIOD`], each `None` when the library lacks it.
@@ -115,7 +127,7 @@ fn text(query: Option<Text>, handle: NvmlDevice) -> Option<String> {
 impl Sensors {
     /// Loads NVML, opens devices `0..devices` and reads their names and UUIDs; the error names the
     /// library and the call that failed.
-    pub fn open(name: &str, devices: u32) -> Result<Sensors, String> {
+    pub fn open(name: &str, devices: u32, state: Arc<State>) -> Result<Sensors, String> {
         let nvml = Nvml::load(name)?;
         // SAFETY: each type is the entry point's signature in nvml.h; the pointers are called only while
         // `nvml` is loaded (the queries are kept with it, the others are used here only).
@@ -146,19 +158,20 @@ impl Sensors {
                 reading
             })
             .collect();
-        *LATEST.lock().unwrap_or_else(PoisonError::into_inner) = readings;
-        Ok(Sensors { _nvml: nvml, queries, handles })
+        state.sensors.set(readings);
+        Ok(Sensors { _nvml: nvml, queries, handles, state })
     }
 
     /// Reads every device again every [`PERIOD`] until `stop` is set.
     pub fn run(self, stop: &AtomicBool) {
         while !stop.load(Ordering::Acquire) {
             std::thread::sleep(PERIOD);
-            let mut readings: Vec<Reading> = (0..self.handles.len() as u32).map(latest).collect();
+            let mut readings: Vec<Reading> =
+                (0..self.handles.len() as u32).map(|d| self.state.sensors.get(d)).collect();
             for (&handle, reading) in self.handles.iter().zip(readings.iter_mut()) {
                 self.queries.read(handle, reading);
             }
-            *LATEST.lock().unwrap_or_else(PoisonError::into_inner) = readings;
+            self.state.sensors.set(readings);
         }
     }
 }

@@ -16,6 +16,7 @@ use crate::api::protocol::{DEFRAG_TIMEOUT, Error, ErrorCode, PagerReport, Reply,
 use crate::observe::logger::say;
 use crate::snapshot::checkpoint::{Checkpointer, Unavailable};
 use crate::snapshot::sequences::{self, Snapshots};
+use crate::state::State;
 use crate::tenants::audit::Overuse;
 use crate::tenants::integrity::{self, FileId, Judged, Verifier, Vouched};
 use crate::tenants::joins::{Joins, SlotKey};
@@ -73,6 +74,8 @@ pub struct Manager {
     verifier: Verifier,
     /// The process slots whose process joined through the socket (see [`crate::tenants::joins`]).
     joins: Joins,
+    /// What the daemon's threads share (see [`State`]): `stats` reads its history and sensors.
+    state: Arc<State>,
 }
 
 impl Manager {
@@ -80,7 +83,13 @@ impl Manager {
     /// memory each) and makes the region match it: vGPUs already in the region keep their usage and running
     /// processes. A configuration breaking a rule stops the daemon with a message naming the file, which is
     /// left as it is.
-    pub fn start(region: &'static RegionFile, store: Store, devices: Vec<u64>) -> Result<Manager, String> {
+    /// `state` is the daemon's shared state.
+    pub fn start(
+        region: &'static RegionFile,
+        store: Store,
+        devices: Vec<u64>,
+        state: Arc<State>,
+    ) -> Result<Manager, String> {
         let config = store.load()?;
         config.check(&devices).map_err(|e| {
             format!(
@@ -112,6 +121,7 @@ impl Manager {
             snapshots: Mutex::default(),
             verifier: Verifier::default(),
             joins,
+            state,
         })
     }
 
@@ -390,7 +400,13 @@ impl Manager {
                 // Without reclaiming dead processes: polled at 10 Hz, it stays a read.
                 let config = self.current();
                 let only = name.as_ref().map(|n| config.get(n).cloned().code(ErrorCode::NotFound)).transpose()?;
-                let stats = crate::api::stats::stats(self.region.region(), &config.vgpus, &self.devices, only.as_ref());
+                let stats = crate::api::stats::stats(
+                    self.region.region(),
+                    &self.state,
+                    &config.vgpus,
+                    &self.devices,
+                    only.as_ref(),
+                );
                 return Ok(Reply { stats: Some(stats), ..Reply::ok(Vec::new()) });
             }
             Request::List => {
@@ -666,6 +682,11 @@ impl Manager {
     pub fn specs(&self) -> Vec<VgpuSpec> {
         self.current().vgpus.clone()
     }
+
+    /// The daemon's shared state.
+    pub fn state(&self) -> &State {
+        &self.state
+    }
 }
 
 mod snapshot;
@@ -742,7 +763,7 @@ mod tests {
 
         /// A manager on devices of `memory` bytes each.
         fn manager_on(&self, memory: Vec<u64>) -> Result<Manager, String> {
-            Manager::start(self.region, Store::open(&self.dir.join("state")).unwrap(), memory)
+            Manager::start(self.region, Store::open(&self.dir.join("state")).unwrap(), memory, Arc::default())
         }
     }
 
@@ -1028,7 +1049,7 @@ mod tests {
             let _ = gate.0.send(());
             let _ = gate.1.recv();
         }));
-        let m = shared(Manager::start(f.region, store, vec![80 << 30; 2]).unwrap());
+        let m = shared(Manager::start(f.region, store, vec![80 << 30; 2], Arc::default()).unwrap());
         let (done_tx, done) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let _ = done_tx.send(m.handle(create("a", 10)));

@@ -24,7 +24,9 @@ impl Fixture {
     }
 
     fn manager(&self, driver: &Arc<FakeDriver>) -> Manager {
-        let m = Manager::start(self.region, Store::open(&self.dir.join("state")).unwrap(), vec![8 * GIB]).unwrap();
+        let m =
+            Manager::start(self.region, Store::open(&self.dir.join("state")).unwrap(), vec![8 * GIB], Arc::default())
+                .unwrap();
         m.with_checkpointer(Box::new(Arc::clone(driver)))
     }
 
