@@ -223,7 +223,7 @@ pub fn run(options: Options) -> Result<(), String> {
         Manager::start(file, store, options.devices.clone(), Arc::clone(&state))?.with_checkpointer(checkpoint),
     );
     let server = Server::bind(&options.socket)?;
-    crate::passthrough::start(&options.state_dir);
+    crate::passthrough::start(&state.passthrough, &options.state_dir);
     let region = file.region();
     region.daemon.heartbeat_ns.store(monotonic_ns(), Ordering::Release);
     // Its namespace first: a process that reads the pid reads it with its namespace.

@@ -17,17 +17,20 @@ use tessera_passthrough::state::State;
 use tessera_passthrough::sysfs::Sysfs;
 use tessera_passthrough::{mdev, reconcile, vfio};
 
-/// The daemon's state directory, where the passthrough records live (set at start).
-static STATE_DIR: OnceLock<PathBuf> = OnceLock::new();
+/// What the passthrough requests keep, in the daemon's [`State`](crate::state::State).
+#[derive(Default)]
+pub struct Passthrough {
+    /// The daemon's state directory, where the passthrough records live (set at start).
+    state_dir: OnceLock<PathBuf>,
+    /// Held while a request reads or writes sysfs: a bind and an mdev creation never interleave.
+    one_at_a_time: Mutex<()>,
+}
 
-/// Held while a request reads or writes sysfs: a bind and an mdev creation never interleave.
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-/// Called at the daemon's start: remembers the state directory and reconciles (an interrupted bind is
-/// undone, orphan mdevs removed), saying what it did; a failure is said, never fatal.
-pub fn start(state_dir: &Path) {
-    let _ = STATE_DIR.set(state_dir.to_path_buf());
-    match open().and_then(|(sys, state)| reconcile::reconcile(&sys, &state)) {
+/// Called at the daemon's start: remembers the state directory in `ops` and reconciles (an interrupted
+/// bind is undone, orphan mdevs removed), saying what it did; a failure is said, never fatal.
+pub fn start(ops: &Passthrough, state_dir: &Path) {
+    let _ = ops.state_dir.set(state_dir.to_path_buf());
+    match open(ops).and_then(|(sys, state)| reconcile::reconcile(&sys, &state)) {
         Ok(report) if report.is_empty() => {}
         Ok(report) => say!(
             "tessera daemon: reconcile: rolled back {:?}, removed orphan mdevs {:?}, dropped records of vanished \
@@ -46,9 +49,10 @@ pub fn start(state_dir: &Path) {
 }
 
 /// The sysfs tree and the state files.
-fn open() -> Result<(Sysfs, State), Error> {
+fn open(ops: &Passthrough) -> Result<(Sysfs, State), Error> {
     let sys = Sysfs::from_env()?;
-    let dir = STATE_DIR
+    let dir = ops
+        .state_dir
         .get()
         .ok_or_else(|| Error::new(ErrorCode::Unavailable, "this daemon was started without a state directory"))?;
     Ok((sys, State::open(dir)?))
@@ -59,8 +63,9 @@ pub fn carry_out(manager: &Manager, request: &Request) -> Option<Result<Reply, E
     let ok = || Reply::ok(Vec::new());
     // Each request runs on the sysfs tree and state files, one at a time.
     let run = |op: &dyn Fn(&Sysfs, &State) -> Result<Reply, Error>| {
-        Some(open().and_then(|(sys, state)| {
-            let _one = ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner);
+        let ops = &manager.state().passthrough;
+        Some(open(ops).and_then(|(sys, state)| {
+            let _one = ops.one_at_a_time.lock().unwrap_or_else(PoisonError::into_inner);
             op(&sys, &state)
         }))
     };

@@ -47,15 +47,19 @@ pub const HIGH_IDLE_NS: u64 = 300_000;
 /// launches are alive (see [`release_dead_windows`]).
 pub const LIVENESS_CHECK_NS: u64 = 5_000_000;
 
-/// Bumped whenever a vGPU is configured or removed. Every loop listens to it, so that a vGPU created
-/// (or moved to the device) while the loop sleeps at the idle pace, whose bell that sleep does not
-/// listen to, has its first waiting launch heard at once rather than at the next idle tick.
-static ROSTER: AtomicU32 = AtomicU32::new(0);
+/// A word bumped whenever a vGPU is configured or removed, kept in the daemon's
+/// [`State`](crate::state::State). Every loop listens to it, so that a vGPU created (or moved to the
+/// device) while the loop sleeps at the idle pace, whose bell that sleep does not listen to, has its
+/// first waiting launch heard at once rather than at the next idle tick.
+#[derive(Default)]
+pub struct Roster(AtomicU32);
 
-/// Tells the refill loops that vGPUs were configured or removed (see [`ROSTER`]).
-pub fn roster_changed() {
-    ROSTER.fetch_add(1, Ordering::SeqCst);
-    futex::wake_all(&ROSTER);
+impl Roster {
+    /// Tells the device loops that vGPUs were configured or removed.
+    pub fn changed(&self) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        futex::wake_all(&self.0);
+    }
 }
 
 /// The managed vGPU slots of device `device`.
@@ -328,10 +332,10 @@ pub fn tick(region: &Region, device: u32, state: &mut Device, now_ns: u64, dt_ns
     (swapping || views.iter().any(|v| v.demand), recheck)
 }
 
-/// The words to listen to on device `device` and the values they hold now: [`ROSTER`], then every managed
+/// The words to listen to on device `device` and the values they hold now: `roster`'s, then every managed
 /// vGPU's bell, or only the `high` ones' when `only_high`.
-fn bells(region: &Region, device: u32, only_high: bool) -> Vec<(&AtomicU32, u32)> {
-    let roster = (&ROSTER, ROSTER.load(Ordering::SeqCst));
+fn bells<'a>(region: &'a Region, device: u32, only_high: bool, roster: &'a Roster) -> Vec<(&'a AtomicU32, u32)> {
+    let roster = (&roster.0, roster.0.load(Ordering::SeqCst));
     let members = members(region, device)
         .into_iter()
         .map(|i| &region.vgpus[i])
@@ -370,13 +374,13 @@ impl Pace {
 
 /// Runs device `device`'s loop until `stop` is set (checked at least every [`IDLE_NS`]).
 pub fn run(region: &Region, device: u32, shared: Arc<State>, stop: &AtomicBool) {
-    let mut state = Device::new(region, device, shared);
+    let mut state = Device::new(region, device, Arc::clone(&shared));
     let mut last = futex::monotonic_ns();
     let mut pace = Pace { fast: false, deadline: last };
     while !stop.load(Ordering::Acquire) {
         // Read before the tick: a bell rung after it changes the value, so the wait returns at once.
-        let mut listening = bells(region, device, false);
-        let urgent = bells(region, device, true);
+        let mut listening = bells(region, device, false, &shared.roster);
+        let urgent = bells(region, device, true, &shared.roster);
         let now = futex::monotonic_ns();
         let (demand, recheck) = tick(region, device, &mut state, now, (now - last).min(MAX_DT_NS));
         state.state.history.record(device, &state.charger, now);
@@ -394,7 +398,7 @@ pub fn run(region: &Region, device: u32, shared: Arc<State>, stop: &AtomicBool) 
             }
             // Another vGPU's bell: worth a tick only when the device idles for want of tokens. Read
             // before the look, so that a bell rung after it ends the next wait.
-            listening = bells(region, device, false);
+            listening = bells(region, device, false, &shared.roster);
             if starved(region, device, futex::monotonic_ns()) {
                 break;
             }
@@ -453,14 +457,16 @@ mod tests {
     #[test]
     fn a_vgpu_configured_wakes_the_loops_whatever_they_listen_to() {
         let r = region();
-        let listening = bells(r, 0, true);
+        // The waiting thread outlives this function's borrows: its state lives as long as the region.
+        let shared: &'static State = Box::leak(Box::default());
+        let listening = bells(r, 0, true, &shared.roster);
         let (done, woken) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             futex::wait_any_until(&listening, futex::monotonic_ns() + 60_000_000_000);
             let _ = done.send(());
         });
         std::thread::sleep(std::time::Duration::from_millis(20));
-        roster_changed();
+        shared.roster.changed();
         assert!(woken.recv_timeout(std::time::Duration::from_secs(10)).is_ok(), "the loop slept on");
     }
 

@@ -103,7 +103,7 @@ impl Manager {
             let locked = region.lock_within(START_LOCK_TIMEOUT)?;
             slots::release_unknown(&locked, &config.vgpus);
             for spec in &config.vgpus {
-                slots::place(&locked, spec, true)?;
+                slots::place(&locked, spec, true, &state.roster)?;
             }
         }
         let published = Mutex::new(Arc::new(config.clone()));
@@ -454,8 +454,8 @@ impl Manager {
                     next,
                     &name,
                     Lock::File,
-                    |l| slots::place(l, &spec, false).map(drop).code(ErrorCode::Unavailable),
-                    |l| slots::remove(l, &spec.name, &[]),
+                    |l| slots::place(l, &spec, false, &self.state.roster).map(drop).code(ErrorCode::Unavailable),
+                    |l| slots::remove(l, &spec.name, &[], &self.state.roster),
                 )?
             }
             Request::Set { name, change } => {
@@ -494,9 +494,9 @@ impl Manager {
                             ignored = integrity::unverified(&judged);
                         }
                         let skip: Vec<(usize, u64)> = ignored.iter().map(|&(i, word, _)| (i, word)).collect();
-                        slots::remove(l, &name, &skip).code(ErrorCode::InUse)
+                        slots::remove(l, &name, &skip, &self.state.roster).code(ErrorCode::InUse)
                     },
-                    |l| slots::place(l, &old, true).map(drop),
+                    |l| slots::place(l, &old, true, &self.state.roster).map(drop),
                 )?;
                 for (_, word, why) in ignored {
                     say!(
@@ -628,13 +628,13 @@ impl Manager {
             |l| {
                 let index = slot(l).code(ErrorCode::Internal)?;
                 if memory {
-                    slots::set_memory(l, index, &new).code(ErrorCode::InUse)
+                    slots::set_memory(l, index, &new, &self.state.roster).code(ErrorCode::InUse)
                 } else {
-                    slots::configure(&l.region().vgpus[index], &new);
+                    slots::configure(&l.region().vgpus[index], &new, &self.state.roster);
                     Ok(())
                 }
             },
-            |l| slot(l).map(|index| slots::configure(&l.region().vgpus[index], &old)),
+            |l| slot(l).map(|index| slots::configure(&l.region().vgpus[index], &old, &self.state.roster)),
         )
     }
 

@@ -5,6 +5,7 @@
 //! function here runs under the region's lock ([`Locked`]).
 
 use crate::api::protocol::VgpuStatus;
+use crate::compute::device_loop::Roster;
 use crate::observe::logger::say;
 use crate::vgpus::config::{VgpuSpec, bytes, priority_value, region_flags};
 use std::sync::atomic::Ordering;
@@ -37,7 +38,7 @@ fn check_fits(v: &VgpuSlot, spec: &VgpuSpec, memory: u64) -> Result<(), String> 
 /// restarted daemon re-attaches to running processes); an unmanaged vGPU of that name, created by
 /// processes before the daemon knew it, is taken over when its usage fits the quota, or always when
 /// `force` (at start-up, where the configuration wins and a warning is printed).
-pub fn place(locked: &Locked, spec: &VgpuSpec, force: bool) -> Result<usize, String> {
+pub fn place(locked: &Locked, spec: &VgpuSpec, force: bool, roster: &Roster) -> Result<usize, String> {
     let encoded = encode_name(&spec.name).ok_or_else(|| format!("{:?} is not a vGPU name", spec.name))?;
     let index = match locked.find(&encoded) {
         Some(i) => {
@@ -63,7 +64,7 @@ pub fn place(locked: &Locked, spec: &VgpuSpec, force: bool) -> Result<usize, Str
         }
     };
     locked.file().map_live(index, Some(owner(spec)))?;
-    configure(&locked.region().vgpus[index], spec);
+    configure(&locked.region().vgpus[index], spec, roster);
     Ok(index)
 }
 
@@ -74,16 +75,16 @@ pub fn owner(spec: &VgpuSpec) -> u32 {
 }
 
 /// Changes the memory quota of `spec`'s slot to `spec.memory`, unless the vGPU uses more than that now.
-pub fn set_memory(locked: &Locked, index: usize, spec: &VgpuSpec) -> Result<(), String> {
+pub fn set_memory(locked: &Locked, index: usize, spec: &VgpuSpec, roster: &Roster) -> Result<(), String> {
     let v = &locked.region().vgpus[index];
     check_fits(v, spec, spec.memory)?;
-    configure(v, spec);
+    configure(v, spec, roster);
     Ok(())
 }
 
 /// Writes `spec` into slot `v`: the quota on its device (no limit elsewhere) and the compute share, then
-/// tells waiting launches that the state changed.
-pub fn configure(v: &VgpuSlot, spec: &VgpuSpec) {
+/// tells waiting launches, and the device loops (`roster`), that the state changed.
+pub fn configure(v: &VgpuSlot, spec: &VgpuSpec, roster: &Roster) {
     let mut limits = [UNLIMITED; MAX_DEVICES];
     limits[spec.device as usize] = spec.memory;
     set_limits(v, &limits);
@@ -96,7 +97,7 @@ pub fn configure(v: &VgpuSlot, spec: &VgpuSpec) {
     let audit = if spec.suspended { c.flags.load(Ordering::Acquire) & flags::AUDIT } else { 0 };
     c.flags.store(region_flags(spec) | audit, Ordering::Release);
     notify(&v.live.sched);
-    crate::compute::device_loop::roster_changed();
+    roster.changed();
 }
 
 /// Tells the vGPU's waiting launches that its state changed (they re-read it): [`Sched::wake_waiters`].
@@ -107,7 +108,7 @@ pub fn notify(s: &Sched) {
 /// Frees the slot of vGPU `name` unless processes are attached to it, other than those of the process
 /// slots `ignored` (slot index and owner word: slots whose process the daemon could not verify, see
 /// [`crate::tenants::integrity`]) that still name the same process.
-pub fn remove(locked: &Locked, name: &str, ignored: &[(usize, u64)]) -> Result<(), String> {
+pub fn remove(locked: &Locked, name: &str, ignored: &[(usize, u64)], roster: &Roster) -> Result<(), String> {
     let Some(index) = find(locked, name) else { return Ok(()) };
     // Tenants of other users join under its live file's shared lock, not the region's: none joins meanwhile.
     let _joining = locked.file().lock_live(index, LIVE_LOCK_TIMEOUT)?;
@@ -128,7 +129,7 @@ pub fn remove(locked: &Locked, name: &str, ignored: &[(usize, u64)]) -> Result<(
     }
     locked.free_slot(index);
     notify(&locked.region().vgpus[index].live.sched);
-    crate::compute::device_loop::roster_changed();
+    roster.changed();
     locked.file().unmap_live(index)?;
     locked.file().unmap_conf(index, false)
 }
