@@ -14,6 +14,8 @@
 //! - [`observe`]: history, the driver's sensors, Prometheus metrics, the log and the audit log;
 //! - [`snapshot`]: the driver's process checkpoints and the snapshots of vGPUs made of them;
 //! - [`passthrough`]: GPUs for virtual machines (discovery, VFIO, mdevs) with `tessera-passthrough`.
+//! - [`state`]: what the daemon's threads share, built once by [`daemon::run`] and handed down (tests build
+//!   their own); [`inspect`]: the daemon's reading and arithmetic, for the CLI's demo and the benches.
 
 //!
 //! Public are only [`daemon`] (`daemon::run` and its [`daemon::Options`]), [`config`] (the vGPU specs and

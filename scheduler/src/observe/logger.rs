@@ -5,6 +5,13 @@
 //! they are dropped and counted, and the next line written says how many. Write errors are ignored.
 //!
 //! Each destination has its queue and thread: a stderr nobody reads does not stop the audit file.
+//!
+//! Why this state is the process's, unlike the rest of the daemon's (`crate::state::State`): stderr is
+//! the process's, and so is the `tracing` subscriber the audit log installs (once per process, see
+//! `crate::observe::audit_log::init`), which writes through [`to_file`]; `say!` is called from every
+//! thread and from code that has no daemon state at hand (start-up, before the state exists, and the
+//! panic and signal paths). So the sinks ([`PENDING`], `FILE`, `STDERR`) are set once per process, and a
+//! test that writes lines writes them to the test process's stderr, as any other output.
 
 use std::io::Write;
 use std::sync::OnceLock;
