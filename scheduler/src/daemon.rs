@@ -2,7 +2,7 @@
 //! created as safely as the region, see [`tessera_ffi::region::open`]),
 //! opens the region and its saved configuration, re-attaches to the vGPUs already there, then runs one
 //! refill loop per device, a once-a-second reclaim of dead processes' memory, the once-a-second watch
-//! over what tenants can write (slots and the audit, see [`crate::watch`]), and the socket server.
+//! over what tenants can write (slots and the audit, see [`crate::tenants::checks`]), and the socket server.
 //! SIGTERM, SIGINT and SIGHUP stop it cleanly (after the change being carried out, waiting at most
 //! [`QUIESCE_TIMEOUT`] for it): its socket is removed and the region says no daemon is attached; running
 //! processes keep their last limits either way.
@@ -10,16 +10,17 @@
 //! No half-dead daemon: every thread it starts runs under [`supervise`], and one that panics or ends
 //! while the daemon is not stopping stops the daemon the same way, with status [`DIED`] and a line naming
 //! the thread (a daemon without its signal thread would ignore SIGTERM; without its refill loops, its
-//! vGPUs would wait for tokens that never come). Log lines never panic or block (see [`crate::logger`]).
+//! vGPUs would wait for tokens that never come). Log lines never panic or block (see [`crate::observe::logger`]).
 
-use crate::logger::{self, say};
-use crate::manager::Manager;
-use crate::metrics_server::MetricsServer;
-use crate::nvml_usage::ProcessUsage;
-use crate::sensors::Sensors;
-use crate::server::Server;
-use crate::store::Store;
-use crate::{pacer, watch};
+use crate::api::server::Server;
+use crate::compute::device_loop;
+use crate::observe::logger::{self, say};
+use crate::observe::metrics_server::MetricsServer;
+use crate::observe::sensors::Sensors;
+use crate::tenants::checks;
+use crate::tenants::nvml_usage::ProcessUsage;
+use crate::vgpus::manager::Manager;
+use crate::vgpus::store::Store;
 use std::fs::File;
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
@@ -38,6 +39,14 @@ use tessera_ffi::secure_fs::{self, DirKind};
 use tessera_host::driver::{machine_driver, machine_nvml};
 use tessera_host::paths;
 
+/// Reads the address `tessera daemon --metrics ADDR` serves Prometheus on (`HOST:PORT`), before the daemon
+/// starts, so that a mistyped address is refused at once.
+pub use crate::observe::metrics_server::parse_address as parse_metrics_address;
+
+/// Sends the audit log (`tessera daemon --audit-log FILE`, or the log on stderr without a file) where it
+/// goes, once per process before [`run`]: the log's sink is the process's (see `crate::observe::logger`).
+pub use crate::observe::audit_log::init as init_audit_log;
+
 /// Where the daemon keeps its files, and the machine's device count.
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -50,7 +59,7 @@ pub struct Options {
     /// Total memory of each device of the machine, by ordinal (vGPUs may only be placed on these, and hard
     /// quotas must fit in them).
     pub devices: Vec<u64>,
-    /// Where to serve `GET /metrics` (Prometheus), if anywhere (see [`crate::metrics_server`]).
+    /// Where to serve `GET /metrics` (Prometheus), if anywhere (see [`crate::observe::metrics_server`]).
     pub metrics: Option<SocketAddr>,
     /// The NVML library that goes with the driver whose devices these are (for the audit and the
     /// devices' name, utilization, power and temperature).
@@ -152,11 +161,11 @@ fn stop_signals() -> libc::sigset_t {
 }
 
 /// How long a stop waits for the change being carried out before stopping anyway.
-pub const QUIESCE_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const QUIESCE_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a stop waits for the last log lines to be written (stderr may be a pipe nobody reads).
 const LOG_FLUSH_TIMEOUT: Duration = Duration::from_secs(1);
 /// Exit status of a daemon that stopped because one of its threads died.
-pub const DIED: i32 = 70;
+pub(crate) const DIED: i32 = 70;
 
 /// What stopping the daemon takes: its socket is removed, the region says no daemon is attached, the
 /// last lines are written, and the process exits.
@@ -194,23 +203,27 @@ pub fn run(options: Options) -> Result<(), String> {
     let signals = stop_signals();
     block_stop_signals();
     let _owner = OwnerLock::take(&options.region)?;
-    crate::server::claim_path(&options.socket)?;
+    crate::api::server::claim_path(&options.socket)?;
     // Before anything is set up: an address in use stops the start with an error naming it.
     let metrics = options.metrics.map(MetricsServer::bind).transpose()?;
     let file: &'static RegionFile = Box::leak(Box::new(RegionFile::open_as(&options.region, Access::Daemon)?));
     let store = Store::open(&options.state_dir)?;
+    // What the daemon's threads share (see `crate::state`): built here, handed down to each.
+    let state: Arc<crate::state::State> = Arc::default();
     let state_path = store.path().display().to_string();
-    let checkpoint: Box<dyn crate::checkpoint::Checkpointer> =
-        match crate::checkpoint::DriverCheckpoint::open(&options.driver) {
+    let checkpoint: Box<dyn crate::snapshot::checkpoint::Checkpointer> =
+        match crate::snapshot::checkpoint::DriverCheckpoint::open(&options.driver) {
             Ok(driver) => Box::new(driver),
             Err(e) => {
                 say!("tessera daemon: warning: no snapshots of vGPUs: {e}");
-                Box::new(crate::checkpoint::Unavailable(e))
+                Box::new(crate::snapshot::checkpoint::Unavailable(e))
             }
         };
-    let manager = Arc::new(Manager::start(file, store, options.devices.clone())?.with_checkpointer(checkpoint));
+    let manager = Arc::new(
+        Manager::start(file, store, options.devices.clone(), Arc::clone(&state))?.with_checkpointer(checkpoint),
+    );
     let server = Server::bind(&options.socket)?;
-    crate::passthrough_ops::start(&options.state_dir);
+    crate::passthrough::start(&state.passthrough, &options.state_dir);
     let region = file.region();
     region.daemon.heartbeat_ns.store(monotonic_ns(), Ordering::Release);
     // Its namespace first: a process that reads the pid reads it with its namespace.
@@ -234,7 +247,8 @@ pub fn run(options: Options) -> Result<(), String> {
     let devices = options.devices.len().min(MAX_DEVICES) as u32;
     for device in 0..devices {
         let name = format!("refill-{device}");
-        supervise(&name, stop, died.clone(), move || pacer::run(file.region(), device, stop))?;
+        let state = Arc::clone(&state);
+        supervise(&name, stop, died.clone(), move || device_loop::run(file.region(), device, state, stop))?;
     }
     supervise("reclaim", stop, died.clone(), move || {
         while !stop.load(Ordering::Acquire) {
@@ -245,7 +259,7 @@ pub fn run(options: Options) -> Result<(), String> {
     let usage = ProcessUsage::open(&options.nvml, devices)
         .map_err(|e| say!("tessera daemon: warning: no audit of the vGPUs' device time: {e}"))
         .ok();
-    match Sensors::open(&options.nvml, devices) {
+    match Sensors::open(&options.nvml, devices, Arc::clone(&state)) {
         Ok(sensors) => supervise("sensors", stop, died.clone(), move || sensors.run(stop))?,
         Err(e) => say!("tessera daemon: warning: no device name, utilization, power or temperature: {e}"),
     }
@@ -261,7 +275,7 @@ pub fn run(options: Options) -> Result<(), String> {
         metrics.serve(stop, snapshot, |name, body| supervise(name, stop, died.clone(), body))?;
     }
     let watched = Arc::clone(&manager);
-    supervise("watch", stop, died.clone(), move || watch::run(&watched, file.region(), usage, devices, stop))?;
+    supervise("watch", stop, died.clone(), move || checks::run(&watched, file.region(), usage, devices, &state, stop))?;
     let on_signal = Arc::clone(&manager);
     supervise("signals", stop, died, move || {
         let mut signal = 0;
@@ -290,7 +304,7 @@ pub fn run(options: Options) -> Result<(), String> {
 
 /// Starts thread `name` running `f`; should `f` panic, or return before `stop` is set, `died` is called
 /// (on that thread) with the thread's name and what happened to it.
-pub fn supervise(
+pub(crate) fn supervise(
     name: &str,
     stop: &'static AtomicBool,
     died: impl FnOnce(&str, &str) + Send + 'static,
@@ -313,7 +327,7 @@ pub fn supervise(
 }
 
 /// The message a panic carried, if it is text.
-pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
     match (payload.downcast_ref::<&str>(), payload.downcast_ref::<String>()) {
         (Some(s), _) => s,
         (_, Some(s)) => s,

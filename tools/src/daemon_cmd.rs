@@ -10,7 +10,6 @@ use std::ffi::OsString;
 use tessera_host::driver::{machine_driver, machine_nvml};
 use tessera_host::paths;
 use tessera_scheduler::daemon::{self, Options};
-use tessera_scheduler::metrics_server;
 
 /// The variables the daemon reads besides its options', listed by `tessera daemon --help`.
 const MORE_VARIABLES: &str = "\
@@ -94,7 +93,7 @@ fn options(args: DaemonArgs, devices: Vec<u64>) -> Result<Options, String> {
         None => paths::state_dir()?,
     };
     let metrics = match args.metrics {
-        Some(m) => Some(metrics_server::parse_address(&given(m, "--metrics", "TESSERA_METRICS")?)?),
+        Some(m) => Some(daemon::parse_metrics_address(&given(m, "--metrics", "TESSERA_METRICS")?)?),
         None => None,
     };
     let (nvml, driver) = (machine_nvml(), machine_driver());
@@ -106,7 +105,7 @@ pub fn run(mut args: DaemonArgs) -> Result<(), String> {
     let audit_log = args.audit_log.take().map(|f| given(f, "--audit-log", "TESSERA_AUDIT_LOG")).transpose()?;
     // The options are checked before the driver is loaded: a bad one is reported as such.
     let options = options(args, Vec::new())?;
-    tessera_scheduler::audit_log::init(audit_log.as_deref().map(std::path::Path::new))?;
+    daemon::init_audit_log(audit_log.as_deref().map(std::path::Path::new))?;
     // Before the driver's cuInit, which may start threads that must not take the stop signals.
     daemon::block_stop_signals();
     let (devices, nvml, driver) = devices()?;

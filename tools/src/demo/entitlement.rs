@@ -1,7 +1,7 @@
 //! What each vGPU of the demo was entitled to, and whether it got it.
 //!
-//! The policy is the daemon's own: at every moment the device is split by [`refill::plan`], the function
-//! the daemon's pacer grants tokens with, given which vGPUs have demand at that moment. So a vGPU without
+//! The policy is the daemon's own: at every moment the device is split by [`inspect::plan`], the function
+//! the daemon's device loop grants tokens with, given which vGPUs have demand at that moment. So a vGPU without
 //! demand is entitled to nothing; each one with demand to its share; the rest (idle vGPUs' shares, the
 //! share nobody holds) goes to the uncapped ones with demand in proportion to their shares, the highest
 //! priority first; a capped vGPU never to more than its share, and while a capped vGPU is idle nobody
@@ -23,7 +23,7 @@
 //! capped vGPU also misses when it got more than its share.
 
 use std::time::{Duration, Instant};
-use tessera_scheduler::refill::{self, Vgpu};
+use tessera_scheduler::inspect::{self, Vgpu};
 
 /// How often the demand is sampled.
 pub const SAMPLE: Duration = Duration::from_millis(5);
@@ -47,7 +47,7 @@ pub struct Sample {
 pub fn split(sample: &Sample) -> Vec<f64> {
     const DT: u64 = 1_000_000_000;
     let ideal: Vec<Vgpu> = sample.vgpus.iter().map(|v| Vgpu { room: u64::MAX, ..*v }).collect();
-    refill::plan(&ideal, DT, sample.hold).into_iter().map(|ns| ns as f64 / DT as f64).collect()
+    inspect::plan(&ideal, DT, sample.hold).into_iter().map(|ns| ns as f64 / DT as f64).collect()
 }
 
 /// Running totals of the samples: time sampled, and per vGPU the time it had demand and the device

@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 use tessera_ffi::futex;
 use tessera_ffi::region::file::RegionFile;
-use tessera_scheduler::pacer;
+use tessera_scheduler::inspect;
 
 /// One vGPU's figures at one instant.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -107,7 +107,8 @@ impl Reader {
         let slots = {
             let locked = region.lock()?;
             let find = |name: &&str| {
-                tessera_scheduler::slots::find(&locked, name).ok_or_else(|| format!("vGPU {name} is not in the region"))
+                tessera_scheduler::inspect::find(&locked, name)
+                    .ok_or_else(|| format!("vGPU {name} is not in the region"))
             };
             names.iter().map(find).collect::<Result<Vec<_>, _>>()?
         };
@@ -152,7 +153,7 @@ impl Reader {
         Snapshot { at: Instant::now(), vgpus, engine_busy_ns, totals: self.ledger.totals() }
     }
 
-    /// Samples every vGPU's demand as the daemon's pacer reads it (its settings, launches waiting, work
+    /// Samples every vGPU's demand as the daemon's device loop reads it (its settings, launches waiting, work
     /// queued, the last launch; the device's `high` hold) and adds it to the entitlement ledger.
     pub fn sample(&mut self) {
         let region = self.region.region();
@@ -163,7 +164,7 @@ impl Reader {
             .map(|&slot| {
                 let v = &region.vgpus[slot];
                 // The demo's loads stay attached from before the first sample to after the last.
-                pacer::view(v, &pacer::observe(v, now, true), now)
+                inspect::demand(v, now)
             })
             .collect();
         let hold = region.devices[self.device].high_until_ns.load(Ordering::Acquire) > now;

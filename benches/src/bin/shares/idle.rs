@@ -50,7 +50,7 @@ pub fn start(region: &Path, names: &[&str]) -> Sampler {
     let file = RegionFile::open(&region.to_string_lossy()).expect("open the region");
     let slots: Vec<usize> = {
         let locked = file.lock().expect("lock the region");
-        names.iter().map(|n| tessera_scheduler::slots::find(&locked, n).expect("vGPU in the region")).collect()
+        names.iter().map(|n| tessera_scheduler::inspect::find(&locked, n).expect("vGPU in the region")).collect()
     };
     for &s in &slots {
         file.map_live(s, None).expect("map the vGPU's live area");

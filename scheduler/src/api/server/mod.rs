@@ -1,0 +1,197 @@
+//! The daemon's unix socket: created mode 0600, so only its owner may manage vGPUs (a connection from
+//! another user is refused as well, by its credentials), in a directory checked as the region's is (see
+//! [`tessera_ffi::region::open`]); a socket left by a dead daemon is replaced, one a live daemon listens on
+//! is an error naming its pid (from the kernel's credentials of the connection). A socket of another user
+//! is never connected to or removed, unless it is in the daemon's private directory, where it can only be
+//! a leftover: it is an error naming its owner. Each connection sends JSON request lines and gets
+//! one JSON reply line for each (see [`crate::api::protocol`] and `docs/protocol.md`).
+//!
+//! It holds against a hostile local user: one event loop serves every connection (no thread each), under
+//! deadlines a trickle of bytes cannot stretch ([`conversation`]); each user's connections are capped,
+//! with room kept for the daemon's user and root ([`admission`]); requests run on a bounded pool of
+//! threads; [`policy`] says who may ask what.
+
+pub mod admission;
+pub mod conversation;
+pub mod policy;
+mod shedder;
+
+use crate::api::accept::Failure;
+use crate::api::caller::Caller;
+use crate::api::protocol::ErrorCode;
+use crate::vgpus::manager::Manager;
+use admission::{Admission, Caps};
+use conversation::{DEADLINES, Handler};
+use policy::Policy;
+use shedder::Shedder;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use tessera_ffi::region::open::checked_dir;
+use tessera_ffi::secure_fs::{self, DirKind};
+
+/// Threads of the event loop (reading and writing every connection; the work per byte is small).
+const IO_THREADS: usize = 2;
+/// The most threads carrying out requests at once (they may wait on locks and fsyncs; more wait in
+/// line, while the event loop goes on reading and answering refusals).
+const REQUEST_THREADS: usize = 16;
+
+/// The credentials of the process at the other end of `stream`, as the kernel recorded them.
+pub fn peer(stream: &impl AsRawFd) -> Option<Caller> {
+    let mut cred = libc::ucred { pid: 0, uid: 0, gid: 0 };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: SO_PEERCRED writes one ucred into our buffer, whose size we pass; the descriptor is open.
+    let rc = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    (rc == 0).then_some(Caller { pid: cred.pid as u32, uid: cred.uid, gid: cred.gid })
+}
+
+/// Checks that nothing serves at `path` (removing a dead daemon's socket), in a directory fit for it: a
+/// live daemon there is an error, as is another user's socket outside the daemon's private directory.
+pub fn claim_path(path: &Path) -> Result<(), String> {
+    let dir = checked_dir(path).map_err(|e| format!("socket {}: {e} (or set TESSERA_SOCKET)", path.display()))?;
+    if let DirKind::Foreign(owner) = dir {
+        return Err(format!(
+            "socket {}: its directory belongs to {}; set TESSERA_SOCKET to a path in a directory of your own",
+            path.display(),
+            secure_fs::describe_user(owner)
+        ));
+    }
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(format!("socket {}: {e}", path.display())),
+    };
+    if !meta.file_type().is_socket() {
+        return Err(format!("{} exists and is not a socket; remove it or set TESSERA_SOCKET", path.display()));
+    }
+    if meta.uid() != secure_fs::euid() {
+        if dir == DirKind::Private {
+            return std::fs::remove_file(path)
+                .map_err(|e| format!("cannot remove the leftover socket {}: {e}", path.display()));
+        }
+        return Err(format!(
+            "socket {} belongs to {}, not to the daemon's user: another user may have created it to pose as the \
+             daemon; remove it (as root) or set TESSERA_SOCKET to a path in a directory of your own",
+            path.display(),
+            secure_fs::describe_user(meta.uid())
+        ));
+    }
+    match UnixStream::connect(path) {
+        Ok(s) => {
+            let pid = peer(&s).map_or_else(|| "unknown".to_string(), |c| c.pid.to_string());
+            Err(format!("daemon already running (pid {pid}), listening on {}", path.display()))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => std::fs::remove_file(path)
+            .map_err(|e| format!("cannot remove the stale socket {} of a dead daemon: {e}", path.display())),
+        Err(e) => Err(format!("socket {}: {e}", path.display())),
+    }
+}
+
+/// The listening socket; removed when dropped.
+pub struct Server {
+    listener: UnixListener,
+    path: PathBuf,
+}
+
+impl Server {
+    /// Listens on `path` (see [`claim_path`]), mode 0600.
+    pub fn bind(path: &Path) -> Result<Server, String> {
+        claim_path(path)?;
+        // Created without group and other permissions from the start: no window for another user to connect.
+        // SAFETY: umask has no memory-safety preconditions; it swaps the process's file-creation mask, which
+        // is restored at once (the daemon binds before it starts its threads).
+        let old = unsafe { libc::umask(0o177) };
+        let bound = UnixListener::bind(path);
+        // SAFETY: as above, restoring the mask.
+        unsafe { libc::umask(old) };
+        let listener = bound.map_err(|e| format!("cannot listen on {}: {e} (set TESSERA_SOCKET)", path.display()))?;
+        let server = Server { listener, path: path.to_path_buf() };
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+            .map_err(|e| format!("cannot restrict {} to its owner: {e}", path.display()))?;
+        Ok(server)
+    }
+
+    /// The socket's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Serves connections for ever (see the module's documentation). Running out of descriptors or
+    /// memory refuses the connection at hand (see `shedder`) and goes on serving the others.
+    pub fn serve(&self, manager: Arc<Manager>) -> Result<(), String> {
+        let handler: Handler = Arc::new(move |request, caller| manager.handle_from(request, caller));
+        self.serve_with(handler, Policy::of_this_process(), Caps::of_this_process())
+    }
+
+    /// [`Server::serve`] with the request handler, rules and caps given.
+    pub fn serve_with(&self, handler: Handler, policy: Policy, caps: Caps) -> Result<(), String> {
+        let failed = |e: std::io::Error| format!("cannot serve {}: {e}", self.path.display());
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(IO_THREADS)
+            .max_blocking_threads(REQUEST_THREADS)
+            .thread_name("socket")
+            .enable_io()
+            .enable_time()
+            .build()
+            .map_err(failed)?;
+        // A second descriptor of the same socket, for the runtime to own (this one is removed on drop).
+        let listener = self.listener.try_clone().and_then(|l| l.set_nonblocking(true).map(|()| l)).map_err(failed)?;
+        let served = runtime.block_on(async {
+            let listener = tokio::net::UnixListener::from_std(listener).map_err(failed)?;
+            let admission = Admission::new(caps, policy);
+            let mut shedder = Shedder::new();
+            loop {
+                let stream = match listener.accept().await {
+                    Ok((s, _)) => s,
+                    Err(e) => match Failure::of(&e) {
+                        Failure::Shortage => {
+                            shedder.shed(&listener, &e).await;
+                            continue;
+                        }
+                        // The client went away before it was accepted, or a signal: nothing to do.
+                        Failure::Passing => continue,
+                        Failure::Broken => return Err(format!("accepting on {}: {e}", self.path.display())),
+                    },
+                };
+                let Some(caller) = peer(&stream) else {
+                    shedder.refused("its credentials could not be read");
+                    let e = "permission denied: the daemon cannot read the connection's credentials".to_string();
+                    shedder::refuse(stream, ErrorCode::PermissionDenied, e);
+                    continue;
+                };
+                match admission.admit(caller.uid) {
+                    Ok(ticket) => {
+                        let handler = Arc::clone(&handler);
+                        tokio::spawn(async move {
+                            conversation::converse(stream, caller, policy, handler, DEADLINES).await;
+                            drop(ticket);
+                        });
+                    }
+                    Err(refusal) => {
+                        shedder.refused(&refusal.to_string());
+                        shedder::refuse(stream, ErrorCode::Unavailable, refusal.to_string());
+                    }
+                }
+            }
+        });
+        // Not waiting for requests still being carried out: the daemon stops on this error.
+        runtime.shutdown_background();
+        served
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}

@@ -1,0 +1,29 @@
+//! What programs outside the daemon (the CLI's demo, the benches) need of its reading of the region and of
+//! its arithmetic, so as to judge the daemon by its own rule: where a vGPU is, what the daemon's device loop
+//! sees of a vGPU at a moment, and how it splits a device among vGPUs for an interval. Each is the daemon's
+//! own function, not a copy.
+
+use crate::compute::{device_loop, refill};
+use tessera_ffi::region::VgpuSlot;
+use tessera_ffi::region::file::Locked;
+
+/// One vGPU as the daemon's token algorithm sees it (see [`plan`]).
+pub use crate::compute::refill::Vgpu;
+
+/// The slot of the vGPU named `name` in the region (read under its lock), if it is there.
+pub fn find(locked: &Locked, name: &str) -> Option<usize> {
+    crate::vgpus::slots::find(locked, name)
+}
+
+/// vGPU `v` at `now_ns` (`tessera_ffi::futex::monotonic_ns`) as the device loop reads it before it grants
+/// tokens (settings, launches waiting, work queued, the last launch), its processes taken as attached (a
+/// caller samples only while its processes run).
+pub fn demand(v: &VgpuSlot, now_ns: u64) -> Vgpu {
+    device_loop::view(v, &device_loop::observe(v, now_ns, true), now_ns)
+}
+
+/// Nanoseconds of device time the daemon grants each of `vgpus` (same order) for an interval of `dt_ns`;
+/// `high_hold` is true while the device's `high_until_ns` lies ahead.
+pub fn plan(vgpus: &[Vgpu], dt_ns: u64, high_hold: bool) -> Vec<u64> {
+    refill::plan(vgpus, dt_ns, high_hold)
+}
