@@ -48,11 +48,22 @@ impl Caps {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Refusal {
     /// Its user holds [`Caps::per_user`] connections already.
-    User { uid: u32, cap: usize },
+    User {
+        /// The user refused.
+        uid: u32,
+        /// Connections one user may hold.
+        cap: usize,
+    },
     /// Users other than the daemon's and root hold [`Caps::others`] connections already.
-    Others { cap: usize },
+    Others {
+        /// Connections those users may hold together.
+        cap: usize,
+    },
     /// The daemon's user and root hold [`Caps::privileged`] connections already.
-    Privileged { cap: usize },
+    Privileged {
+        /// Connections the daemon's user and root may hold together.
+        cap: usize,
+    },
 }
 
 impl std::fmt::Display for Refusal {
