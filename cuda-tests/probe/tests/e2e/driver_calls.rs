@@ -75,8 +75,10 @@ fn allocations_under_a_quota_ask_the_driver_nothing_per_pair() {
     // Soft mode serves the pairs from its own pool: the driver sees none of them, nor any query.
     let soft = Sim::new("alloc-calls-soft").with_shim().with("TESSERA_MODE", "soft");
     let ops = run(&soft, &program);
+    // Per pair would be 200 calls or more; on a loaded host one occasional check of 2 calls was seen to land
+    // inside the 1 MiB operation (once, in a full suite run beside other tests), so both allow those 2.
     assert!(op_calls(&ops, "alloc_256").0 <= 2, "soft mode, 200 pairs of 256 B: {ops:?}");
-    assert_eq!(op_calls(&ops, "alloc_1m").0, 0, "soft mode, 200 pairs of 1 MiB: {ops:?}");
+    assert!(op_calls(&ops, "alloc_1m").0 <= 2, "soft mode, 200 pairs of 1 MiB: {ops:?}");
 }
 
 /// A program whose second thread makes 7 driver calls while the main thread makes 3 (cuInit and two
