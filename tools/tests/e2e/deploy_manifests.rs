@@ -12,6 +12,7 @@
 //! Needs the release build of the workspace (`cargo build --release --workspace`): `tessera` finds its
 //! libraries beside itself in the build tree.
 
+use crate::common::repo;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
@@ -21,11 +22,6 @@ use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-/// The clone's root.
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tools/ has a parent").to_path_buf()
-}
 
 /// `deploy/kubernetes`.
 fn manifests_dir() -> PathBuf {

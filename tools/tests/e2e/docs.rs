@@ -8,6 +8,7 @@
 //! Needs the release build of the workspace (the simulated driver beside `tessera`), as `tools/test-all.sh`
 //! makes first.
 
+use crate::common::repo;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -57,11 +58,6 @@ const RUN_BY: &[(&str, &str)] = &[
 
 /// Fence tags that would hold shell commands outside the checked `sh` blocks.
 const REFUSED_TAGS: &[&str] = &["bash", "shell", "console", "shell-session", "zsh", "shellsession"];
-
-/// The clone's root.
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tools/ has a parent").to_path_buf()
-}
 
 /// README.md and every Markdown file under docs/, relative to the clone, sorted.
 fn doc_files() -> Vec<PathBuf> {

@@ -6,13 +6,9 @@
 //! Needs the release build of the workspace (`cargo build --release --workspace`, as `tools/test-all.sh`
 //! does first): the script is run with `--no-build`, so the test never rebuilds the tree.
 
+use crate::common::repo;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-
-/// The clone's root.
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tools/ has a parent").to_path_buf()
-}
 
 /// A fresh temporary directory for one test, removed when dropped.
 struct Scratch(PathBuf);

@@ -2,6 +2,7 @@
 //! manifests, `tools/install.sh`, the rule that the installed product carries no simulator, and targets
 //! built without a test harness.
 
+mod common;
 mod deploy_manifests;
 mod docs;
 mod install;

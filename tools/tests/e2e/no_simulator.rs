@@ -56,12 +56,7 @@ fn the_provider_and_the_device_plugin_link_neither_the_daemon_nor_the_simulator(
 #[test]
 fn only_the_tessera_command_and_the_benchmarks_depend_on_the_daemon_crate() {
     // What each member's manifest says (tests may use the daemon's crate: dev-dependencies are not counted).
-    let out = Command::new(env!("CARGO"))
-        .args(["metadata", "--offline", "--no-deps", "--format-version", "1", "--manifest-path", MANIFEST])
-        .output()
-        .expect("run cargo metadata");
-    assert!(out.status.success(), "cargo metadata failed: {}", String::from_utf8_lossy(&out.stderr));
-    let metadata: serde_json::Value = serde_json::from_slice(&out.stdout).expect("cargo metadata's JSON");
+    let metadata = crate::common::metadata();
     let packages = metadata["packages"].as_array().expect("packages");
     assert!(packages.len() > 10, "the workspace's members: {packages:?}");
     let mut dependents: Vec<&str> = packages

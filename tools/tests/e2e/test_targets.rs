@@ -1,22 +1,7 @@
 //! Targets built without a test harness (`test = false` in their `Cargo.toml`, to keep the suite's build
 //! short) hold no unit test: a `#[test]` added there would never run, so this test fails naming it.
 
-use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::Command;
-
-/// The workspace's packages as `cargo metadata` describes them (no network, no dependencies).
-fn metadata() -> Value {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let out = Command::new(&cargo)
-        .args(["metadata", "--offline", "--no-deps", "--format-version", "1"])
-        .current_dir(&root)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {cargo} metadata: {e}"));
-    assert!(out.status.success(), "cargo metadata failed: {}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).expect("cargo metadata prints JSON")
-}
 
 /// The Rust files a target compiles: a binary's file (and its folder of modules, if any); a library's
 /// folder, less `src/bin`.
@@ -39,7 +24,7 @@ fn sources(kind: &str, src: &Path) -> Vec<PathBuf> {
 
 #[test]
 fn targets_without_a_test_harness_hold_no_unit_test() {
-    let meta = metadata();
+    let meta = crate::common::metadata();
     let mut checked = 0;
     let mut found = Vec::new();
     for package in meta["packages"].as_array().expect("packages") {
