@@ -13,7 +13,7 @@ use common::Rng;
 use common::tessera::Machine;
 use common::{GIB, Guarded, MIB, Sim, at, finish, first_line, u64_at};
 use std::collections::HashSet;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -111,7 +111,8 @@ impl Tenants {
 /// Runs a storm: `TENANTS` processes from `spawn`, one SIGKILLed every 1-8 ms and replaced, `KILLS`
 /// times; returns the processes still churning. A watcher samples the vGPU's usage and what the driver gave its live
 /// processes all along, each sample while no process is being killed (a sample never mixes a process's
-/// memory, as the driver still shows it, with the room its death gave the others), and fails the test if
+/// memory, as the driver still shows it, with the room its death gave the others) and with every process
+/// stopped ([`common::while_stopped`]: one instant's state), and fails the test if
 /// either passed the quota.
 fn storm(sim: &Sim, view: &View, spawn: impl Fn(&[&str]) -> Guarded) -> Tenants {
     let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64 | 1;
@@ -127,8 +128,10 @@ fn storm(sim: &Sim, view: &View, spawn: impl Fn(&[&str]) -> Guarded) -> Tenants 
                 {
                     let tenants = tenants.lock().unwrap();
                     let live: HashSet<u32> = tenants.0.iter().map(|t| t.id()).collect();
-                    let used = view.vgpu().used(0);
-                    let real = really_allocated(&state, &live);
+                    let children: Vec<&Child> = tenants.0.iter().map(|t| &**t).collect();
+                    let (used, real) = common::while_stopped(&children, || {
+                        (view.vgpu().used(0), really_allocated(&state, &live))
+                    });
                     worst =
                         Worst { used: worst.used.max(used), real: worst.real.max(real), samples: worst.samples + 1 };
                 }

@@ -285,6 +285,34 @@ impl Drop for Guarded {
     }
 }
 
+/// Runs `sample` while every process in `children` is stopped (SIGSTOP, and each one's whole thread group
+/// seen stopped), then lets them go on (SIGCONT): what `sample` reads of several processes is then one
+/// instant's state. Reading processes that run on one after the other can see one process before it freed
+/// some memory and another after it allocated that same memory, a total that never existed.
+/// A child that ended meanwhile is left unreaped (`WNOWAIT`), for its owner to find.
+pub fn while_stopped<T>(children: &[&Child], sample: impl FnOnce() -> T) -> T {
+    for c in children {
+        // SAFETY: a plain signal to a child of this test that its owner has not reaped (it holds the Child).
+        unsafe { libc::kill(c.id() as libc::pid_t, libc::SIGSTOP) };
+    }
+    for c in children {
+        // SAFETY: `info` is a valid siginfo_t to write; WNOWAIT leaves the child's state to be waited for.
+        unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            let flags = libc::WSTOPPED | libc::WEXITED | libc::WNOWAIT;
+            while libc::waitid(libc::P_PID, c.id(), &mut info, flags) != 0
+                && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted
+            {}
+        }
+    }
+    let value = sample();
+    for c in children {
+        // SAFETY: as above.
+        unsafe { libc::kill(c.id() as libc::pid_t, libc::SIGCONT) };
+    }
+    value
+}
+
 /// Closes a spawned probe's stdin (it frees what it holds and exits) and checks that it succeeded.
 pub fn finish(child: impl Into<Child>) {
     let mut child = child.into();
