@@ -129,9 +129,8 @@ fn storm(sim: &Sim, view: &View, spawn: impl Fn(&[&str]) -> Guarded) -> Tenants 
                     let tenants = tenants.lock().unwrap();
                     let live: HashSet<u32> = tenants.0.iter().map(|t| t.id()).collect();
                     let children: Vec<&Child> = tenants.0.iter().map(|t| &**t).collect();
-                    let (used, real) = common::while_stopped(&children, || {
-                        (view.vgpu().used(0), really_allocated(&state, &live))
-                    });
+                    let (used, real) =
+                        common::while_stopped(&children, || (view.vgpu().used(0), really_allocated(&state, &live)));
                     worst =
                         Worst { used: worst.used.max(used), real: worst.real.max(real), samples: worst.samples + 1 };
                 }
