@@ -1,7 +1,7 @@
 //! The few cuBLAS values the tensor-core policy needs (`cublas_api.h`, cuBLAS 12), as plain integers,
 //! and the variable NVIDIA's libraries read to turn TF32 off.
 //!
-//! A vGPU with tensor cores off ([`crate::region::flags::TENSOR_CORES_OFF`]) has its processes run with
+//! A vGPU with tensor cores off (`tessera_region::flags::TENSOR_CORES_OFF`) has its processes run with
 //! [`TF32_OVERRIDE`] set, and every math mode they give `cublasSetMathMode` passed through [`pedantic`].
 
 /// `cublasStatus_t` as the C ABI carries it.

@@ -151,9 +151,15 @@ fn parse_ordinal(text: &str) -> Option<u32> {
     (!text.is_empty() && text.bytes().all(|b| b.is_ascii_digit())).then(|| text.parse().ok()).flatten()
 }
 
-/// The largest memory quota accepted: one byte below [`crate::region::UNLIMITED`], the region's marker
-/// for "no limit", which a quota must never become.
-pub const MAX_QUOTA: u64 = crate::region::UNLIMITED - 1;
+/// The largest memory quota accepted: one byte below the region's marker for "no limit"
+/// (`tessera_region::UNLIMITED`, `u64::MAX`), which a quota must never become. This crate cannot name
+/// the region's crate (that one builds on this one), so the region's layout checks at compile time that
+/// the two agree.
+pub const MAX_QUOTA: u64 = u64::MAX - 1;
+
+/// The devices a per-device quota can name: ordinals below this, the region's device slots
+/// (`tessera_region::MAX_DEVICES`, which the region's layout checks at compile time to be this).
+pub const MAX_DEVICES: usize = 16;
 
 /// Parses one memory quota (`--memory` of `tessera vgpu create/set`, and each value of
 /// [`parse_memory_limit`]): a size from 1 byte to [`MAX_QUOTA`]. Zero allows nothing and the largest
@@ -176,7 +182,7 @@ pub fn parse_memory_limit(text: &str) -> Result<PerDevice<u64>, String> {
     let limit = parse_per_device(text, parse_quota).map_err(|e| {
         format!("{e}; accepted: a size for every device (8GiB, 512MiB, 1.5GB, bytes) or per device (0=8GiB,1=4GiB)")
     })?;
-    let max = crate::region::MAX_DEVICES as u32;
+    let max = MAX_DEVICES as u32;
     match &limit {
         PerDevice::Each(list) if list.iter().any(|(d, _)| *d >= max) => {
             Err(format!("device ordinals go up to {}", max - 1))
@@ -329,7 +335,7 @@ mod property_tests {
                 };
                 prop_assert!(!values.is_empty());
                 for (dev, n) in values {
-                    prop_assert!((dev as usize) < crate::region::MAX_DEVICES, "{text:?}");
+                    prop_assert!((dev as usize) < MAX_DEVICES, "{text:?}");
                     prop_assert!((1..=MAX_QUOTA).contains(&n), "{text:?} gave {n}");
                 }
                 prop_assert!(!text.contains(['+', '-']), "{text:?} has a sign");

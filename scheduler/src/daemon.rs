@@ -1,5 +1,5 @@
 //! The daemon's life: it takes ownership of the region (one daemon per region, by a lock file beside it,
-//! created as safely as the region, see [`tessera_ffi::region::open`]),
+//! created as safely as the region, see [`tessera_region::open`]),
 //! opens the region and its saved configuration, re-attaches to the vGPUs already there, then runs one
 //! refill loop per device, a once-a-second reclaim of dead processes' memory, the once-a-second watch
 //! over what tenants can write (slots and the audit, see [`crate::tenants::checks`]), and the socket server.
@@ -29,15 +29,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tessera_client::Request;
-use tessera_ffi::futex::monotonic_ns;
-use tessera_ffi::region::MAX_DEVICES;
-use tessera_ffi::region::open::checked_dir;
-use tessera_ffi::region::pid_ns::{self, ProcView};
-use tessera_ffi::region::reclaim::reclaim_dead;
-use tessera_ffi::region::{file::RegionFile, open::Access};
-use tessera_ffi::secure_fs::{self, DirKind};
 use tessera_host::driver::{machine_driver, machine_nvml};
 use tessera_host::paths;
+use tessera_region::MAX_DEVICES;
+use tessera_region::futex::monotonic_ns;
+use tessera_region::open::checked_dir;
+use tessera_region::pid_ns::{self, ProcView};
+use tessera_region::reclaim::reclaim_dead;
+use tessera_region::secure_fs::{self, DirKind};
+use tessera_region::{file::RegionFile, open::Access};
 
 /// Reads the address `tessera daemon --metrics ADDR` serves Prometheus on (`HOST:PORT`), before the daemon
 /// starts, so that a mistyped address is refused at once.

@@ -4,8 +4,8 @@
 //! own function, not a copy.
 
 use crate::compute::{device_loop, refill};
-use tessera_ffi::region::VgpuSlot;
-use tessera_ffi::region::file::Locked;
+use tessera_region::VgpuSlot;
+use tessera_region::file::Locked;
 
 /// One vGPU as the daemon's token algorithm sees it (see [`plan`]).
 pub use crate::compute::refill::Vgpu;
@@ -15,7 +15,7 @@ pub fn find(locked: &Locked, name: &str) -> Option<usize> {
     crate::vgpus::slots::find(locked, name)
 }
 
-/// vGPU `v` at `now_ns` (`tessera_ffi::futex::monotonic_ns`) as the device loop reads it before it grants
+/// vGPU `v` at `now_ns` (`tessera_region::futex::monotonic_ns`) as the device loop reads it before it grants
 /// tokens (settings, launches waiting, work queued, the last launch), its processes taken as attached (a
 /// caller samples only while its processes run).
 pub fn demand(v: &VgpuSlot, now_ns: u64) -> Vgpu {

@@ -112,7 +112,7 @@ impl Config {
         let region = match get("TESSERA_REGION")? {
             Some(r) if r.trim().is_empty() => return Err(err("TESSERA_REGION")("is empty; give a file path".into())),
             Some(r) => r,
-            None => tessera_ffi::region::open::default_path(),
+            None => tessera_region::open::default_path(),
         };
         let socket = match get("TESSERA_SOCKET")? {
             Some(s) if s.trim().is_empty() => return Err(err("TESSERA_SOCKET")("is empty; give a socket path".into())),

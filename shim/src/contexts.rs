@@ -25,9 +25,9 @@ use crate::nvml_real::Session;
 use crate::quota::{self, FirstContext, Quota};
 use crate::{driver, log};
 use std::sync::{Mutex, MutexGuard};
-use tessera_ffi::region::MAX_DEVICES;
 use tessera_ffi::sys::{CUcontext, CUdevice};
 use tessera_ffi::units::format_size;
+use tessera_region::MAX_DEVICES;
 
 /// Contexts this process holds, and what each device's contexts cost.
 struct Registry {

@@ -12,8 +12,8 @@ use crate::real::{
     cuDeviceGetUuid_v2 as DEVICE_UUID_V2, cuDevicePrimaryCtxGetState as PRIMARY_STATE,
 };
 use std::ffi::{c_int, c_uint};
-use tessera_ffi::region::MAX_DEVICES;
 use tessera_ffi::sys::{CUcontext, CUdevice, CUuuid};
+use tessera_region::MAX_DEVICES;
 
 /// Runs `f` with context `ctx` pushed current on the calling thread, then pops it (the thread's own
 /// current context is back); the push's error if `ctx` cannot be pushed, not-supported if the driver

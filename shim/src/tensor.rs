@@ -16,7 +16,7 @@ use crate::log;
 use crate::real::Lib;
 use std::ffi::{OsStr, c_void};
 use tessera_ffi::cublas::{CUBLAS_STATUS_NOT_INITIALIZED, TF32_OVERRIDE, pedantic};
-use tessera_ffi::region::flags::TENSOR_CORES_OFF;
+use tessera_region::flags::TENSOR_CORES_OFF;
 
 /// True when the process's vGPU has tensor cores off now. Joins the vGPU if nothing has yet (cuBLAS
 /// initializes the driver first, so normally `cuInit` did); a configuration or region that is unusable
@@ -75,7 +75,7 @@ fn vgpu_with_tensor_cores_off(
         // No region yet: `cuInit` refuses the GPU.
         return Ok(None);
     }
-    match tessera_ffi::region::file::vgpu_flags(&config.region, &vgpu) {
+    match tessera_region::file::vgpu_flags(&config.region, &vgpu) {
         Ok(flags) => Ok(flags.filter(|f| f & TENSOR_CORES_OFF != 0).map(|_| vgpu)),
         Err(e) => Err((vgpu, e)),
     }

@@ -11,10 +11,10 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use tessera_ffi::cublas::TF32_OVERRIDE;
-use tessera_ffi::region::file as region_file;
-use tessera_ffi::region::flags::TENSOR_CORES_OFF;
 use tessera_ffi::units::{VGPU_NAME_FORM, parse_memory_limit, valid_vgpu_name};
 use tessera_host::paths;
+use tessera_region::file as region_file;
+use tessera_region::flags::TENSOR_CORES_OFF;
 
 /// Arguments of `tessera run`.
 #[derive(Args)]

@@ -77,8 +77,8 @@ use std::path::PathBuf;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 use tessera_benches::{CpuTimes, HostTimer, Machine, Series, nearest_rank, sample, shares_between, verdict, write_csv};
-use tessera_ffi::region::DEFAULT_WINDOW_NS;
 use tessera_ffi::units::parse_duration_ns;
+use tessera_region::DEFAULT_WINDOW_NS;
 
 /// Kernel length of the saturating loads.
 const KERNEL: &str = "500us";

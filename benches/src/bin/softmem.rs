@@ -46,8 +46,8 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use tessera_benches::{CpuTimes, HostTimer, Lateness, Machine, nearest_rank, verdict};
-use tessera_ffi::region::{PagerRequest, VgpuSlot, encode_name, seq_reached};
-use tessera_ffi::region::{file::RegionFile, open::Access};
+use tessera_region::{PagerRequest, VgpuSlot, encode_name, seq_reached};
+use tessera_region::{file::RegionFile, open::Access};
 
 const GIB: f64 = (1u64 << 30) as f64;
 const MIB: u64 = 1 << 20;

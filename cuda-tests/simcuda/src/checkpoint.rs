@@ -15,8 +15,8 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tessera_ffi::checkpoint::*;
 use tessera_ffi::cuda::*;
-use tessera_ffi::futex;
-use tessera_ffi::region::pid_ns::ProcView;
+use tessera_region::futex;
+use tessera_region::pid_ns::ProcView;
 
 /// Why a pid has no usable entry: no such process (`CUDA_ERROR_OPERATING_SYSTEM`, as the real driver
 /// answers) or a process without CUDA, or a zombie (`CUDA_ERROR_NOT_INITIALIZED`).

@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use tessera_ffi::checkpoint::*;
 use tessera_ffi::cuda::*;
-use tessera_ffi::futex;
+use tessera_region::futex;
 
 /// Request operations (the low 8 bits of the request word).
 pub(crate) const OP_LOCK: u32 = 1;

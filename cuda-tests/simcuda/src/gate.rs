@@ -13,7 +13,7 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
-use tessera_ffi::futex;
+use tessera_region::futex;
 
 /// 1 while the gate is closed; the futex word blocked threads sleep on.
 static CLOSED: AtomicU32 = AtomicU32::new(0);

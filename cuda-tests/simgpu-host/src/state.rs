@@ -10,8 +10,8 @@ use crate::process;
 use std::fs::OpenOptions;
 use std::os::unix::fs::OpenOptionsExt;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use tessera_ffi::flock::FileLock;
-use tessera_ffi::region::pid_ns::{self, Foreign, ProcView};
+use tessera_region::flock::FileLock;
+use tessera_region::pid_ns::{self, Foreign, ProcView};
 
 const MAGIC: u64 = u64::from_le_bytes(*b"SIMGPUST");
 const VERSION: u32 = 3;

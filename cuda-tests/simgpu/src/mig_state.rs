@@ -22,7 +22,7 @@ use parking_lot::Mutex;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::OpenOptionsExt;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use tessera_ffi::flock::FileLock;
+use tessera_region::flock::FileLock;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"SIMGPUMG");
 const VERSION: u32 = 2;

@@ -12,7 +12,7 @@ use simgpu::SharedState;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::{Mutex, PoisonError};
-use tessera_ffi::region::pid_ns::ProcView;
+use tessera_region::pid_ns::ProcView;
 
 /// Readings remembered per device and process.
 pub const KEPT: usize = 64;

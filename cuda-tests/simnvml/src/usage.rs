@@ -3,7 +3,7 @@
 use simgpu::SharedState;
 use std::sync::atomic::Ordering;
 use tessera_ffi::nvml::{INSTANCE_ID_NONE, NvmlProcessInfoV1, NvmlProcessInfoV2};
-use tessera_ffi::region::pid_ns::ProcView;
+use tessera_region::pid_ns::ProcView;
 
 /// One process's use of one device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

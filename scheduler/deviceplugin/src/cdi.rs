@@ -9,7 +9,7 @@ use crate::container_edits::{ContainerEdits, HostFiles, for_container};
 use crate::inventory::Gpu;
 use serde::Serialize;
 use std::path::Path;
-use tessera_ffi::secure_fs::replace_atomically;
+use tessera_region::secure_fs::replace_atomically;
 
 /// The CDI version the specs declare. Only features of 0.3.0 are used (env, mounts, device nodes with a
 /// host path); 0.8.0 is the current version runtimes of the last years read.

@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use tessera_ffi::secure_fs::replace_atomically;
+use tessera_region::secure_fs::replace_atomically;
 
 /// One container of one pod (the pod by UID: a pod made again under the same name is another pod).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -2,7 +2,7 @@
 //! (`TESSERA_REGION`), the socket (`TESSERA_SOCKET`) and the state directory (`TESSERA_STATE_DIR`), each
 //! with a per-user default. The region and the socket are by default in the user's own directory
 //! `/dev/shm/tessera-<uid>` (mode 0711, created and checked when a file is made there, see
-//! [`tessera_ffi::region::open`]), which no other user can create files in.
+//! [`tessera_region::open`]), which no other user can create files in.
 
 use std::path::PathBuf;
 
@@ -18,7 +18,7 @@ fn var(name: &str) -> Result<Option<String>, String> {
 
 /// The region file: `TESSERA_REGION`, else `/dev/shm/tessera-<uid>/tessera.region`.
 pub fn region() -> Result<String, String> {
-    Ok(var("TESSERA_REGION")?.unwrap_or_else(tessera_ffi::region::open::default_path))
+    Ok(var("TESSERA_REGION")?.unwrap_or_else(tessera_region::open::default_path))
 }
 
 /// The daemon's socket: `TESSERA_SOCKET`, else `/dev/shm/tessera-<uid>/tessera.sock`, beside the default
@@ -26,7 +26,7 @@ pub fn region() -> Result<String, String> {
 pub fn socket() -> Result<PathBuf, String> {
     Ok(var("TESSERA_SOCKET")?
         .map(PathBuf::from)
-        .unwrap_or_else(|| tessera_ffi::region::open::default_dir().join("tessera.sock")))
+        .unwrap_or_else(|| tessera_region::open::default_dir().join("tessera.sock")))
 }
 
 /// The state directory: `TESSERA_STATE_DIR`, else `$XDG_STATE_HOME/tessera`, else

@@ -2,14 +2,14 @@
 //! `reconcile` can tell its orphans from other software's mdevs), and `vfio-journal.json`, the bindings of
 //! an IOMMU group before a bind or unbind, written before its first sysfs write and removed once it is
 //! done or undone (one left behind means the writer died midway: `reconcile` undoes it). Files are
-//! created `O_EXCL` without following links and replaced atomically (`tessera_ffi::secure_fs`, as the
+//! created `O_EXCL` without following links and replaced atomically (`tessera_region::secure_fs`, as the
 //! vGPU configuration is); one that cannot be read is an error naming it.
 
 use crate::{Error, ErrorCode};
 use serde::{Deserialize, Serialize};
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use tessera_ffi::secure_fs;
+use tessera_region::secure_fs;
 
 /// The file of mdevs Tessera created.
 pub const MDEVS: &str = "mdevs.json";

@@ -168,7 +168,7 @@ fn preflight<'a>(paths: impl Iterator<Item = &'a PathBuf>) -> Result<(), Error> 
                     "needs root: {} is not writable by uid {} (run the Tessera daemon as root to move devices); \
                      nothing done",
                     path.display(),
-                    tessera_ffi::secure_fs::euid()
+                    tessera_region::secure_fs::euid()
                 ),
             ));
         }

@@ -9,7 +9,7 @@ use crate::text::put;
 use tessera_host::precision;
 
 /// Most workers on one device: a worker is one vGPU, and the region holds this many.
-pub const MAX_WORKERS: u32 = tessera_ffi::region::MAX_VGPUS as u32;
+pub const MAX_WORKERS: u32 = tessera_region::MAX_VGPUS as u32;
 
 /// Everything reported of one device, before it is written into either ABI's struct.
 #[derive(Debug, Clone)]

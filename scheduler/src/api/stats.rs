@@ -8,9 +8,9 @@ use crate::state::State;
 use crate::vgpus::config::VgpuSpec;
 use std::sync::atomic::Ordering;
 use tessera_client::{DeviceStats, MemoryStats, ProcessStats, Stats, VgpuStats};
-use tessera_ffi::futex::monotonic_ns;
-use tessera_ffi::region::pid_ns::ProcView;
-use tessera_ffi::region::{MAX_DEVICES, Region, VgpuSlot, encode_name, state};
+use tessera_region::futex::monotonic_ns;
+use tessera_region::pid_ns::ProcView;
+use tessera_region::{MAX_DEVICES, Region, VgpuSlot, encode_name, state};
 
 /// The slot of vGPU `name` in `region`, if it has one.
 fn slot<'a>(region: &'a Region, name: &str) -> Option<(usize, &'a VgpuSlot)> {

@@ -13,7 +13,7 @@
 use crate::compute::fairness;
 use crate::compute::refill::Observed;
 use std::sync::atomic::Ordering;
-use tessera_ffi::region::{Region, flags};
+use tessera_region::{Region, flags};
 
 /// Sets [`flags::ALONE`] on each of `members` (slot indices of one device's managed vGPUs, seen at `now_ns`
 /// as `seen`) that is the only active one, and clears it on the others.

@@ -1,6 +1,6 @@
 //! Charging one device's vGPUs for the kernels that finished: the daemon reads the timeline of each of
 //! the device's managed vGPUs (where their shims publish every finished kernel, see
-//! `tessera_ffi::timeline`), has the device's [`Ledger`] work out each kernel's device time from the order
+//! `tessera_region::timeline`), has the device's [`Ledger`] work out each kernel's device time from the order
 //! of completions of them all, and applies the result to the vGPUs' records in one atomic addition each:
 //! `device_ns` grows by the device time, `tokens` by the estimate the launch took less the device time (for
 //! launches that took tokens). Each vGPU's `charged_ns` follows the device time of its launches of each
@@ -11,8 +11,8 @@
 
 use crate::compute::ledger::{self, Change, Ledger};
 use std::sync::atomic::Ordering;
-use tessera_ffi::region::{MAX_VGPUS, Region, VgpuSlot, flags, state};
-use tessera_ffi::timeline::{Reader, Record};
+use tessera_region::timeline::{Reader, Record};
+use tessera_region::{MAX_VGPUS, Region, VgpuSlot, flags, state};
 
 /// Weight of a new charge in a vGPU's `charged_ns`: 1/`EWMA_DIVISOR`.
 pub const EWMA_DIVISOR: i64 = 8;

@@ -26,10 +26,10 @@ use crate::state::State;
 use crate::tenants::audit::Credits;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use tessera_ffi::futex;
-use tessera_ffi::region::pid_ns;
-use tessera_ffi::region::reclaim::{self, reclaim_vgpu};
-use tessera_ffi::region::{DeviceSched, MAX_VGPUS, ProcSlot, Region, Sched, VgpuSlot, flags, priority};
+use tessera_region::futex;
+use tessera_region::pid_ns;
+use tessera_region::reclaim::{self, reclaim_vgpu};
+use tessera_region::{DeviceSched, MAX_VGPUS, ProcSlot, Region, Sched, VgpuSlot, flags, priority};
 
 /// Tick period while a vGPU on the device has demand.
 pub const TICK_NS: u64 = 1_000_000;
@@ -421,7 +421,7 @@ mod tests {
     /// waiting.
     fn managed(r: &Region, i: usize, share: u32, waiters: u32) {
         let v = &r.vgpus[i];
-        v.config.state.store(tessera_ffi::region::state::READY, Ordering::Relaxed);
+        v.config.state.store(tessera_region::state::READY, Ordering::Relaxed);
         v.config.flags.store(flags::MANAGED, Ordering::Relaxed);
         v.config.share.store(share, Ordering::Relaxed);
         v.config.priority.store(priority::NORMAL, Ordering::Relaxed);
@@ -432,7 +432,7 @@ mod tests {
 
     /// Attaches process `pid` (alive or not) in process slot `slot` of `v`.
     fn attach(v: &VgpuSlot, slot: usize, pid: u32) {
-        let start = tessera_ffi::region::reclaim::start_time(pid).unwrap_or(1);
+        let start = tessera_region::reclaim::start_time(pid).unwrap_or(1);
         v.live.procs[slot].start_time.store(start, Ordering::Relaxed);
         v.live.procs[slot].set_owner(0, pid);
     }
@@ -549,7 +549,7 @@ mod tests {
         r.vgpus[1].live.procs[3].soft.resident.store(1 << 20, Ordering::Relaxed);
         let state = &mut Device::new(r, 0, Arc::default());
         assert!(!tick(r, 0, state, 100 * MS, MS).0, "nobody wants anything: the idle pace");
-        r.vgpus[0].live.procs[3].wanted.store(tessera_ffi::region::wanted::pack(0, 4096), Ordering::Relaxed);
+        r.vgpus[0].live.procs[3].wanted.store(tessera_region::wanted::pack(0, 4096), Ordering::Relaxed);
         assert!(tick(r, 0, state, 101 * MS, MS).0, "swap-outs are under way: the fast pace");
         assert_eq!(r.vgpus[1].live.pager.evict_seq.load(Ordering::Relaxed), 1, "the idle vGPU is asked");
     }
@@ -621,7 +621,7 @@ mod tests {
 
     #[test]
     fn a_tenant_rewinding_its_device_time_is_owed_nothing() {
-        use tessera_ffi::timeline::Record;
+        use tessera_region::timeline::Record;
         let r = region();
         managed(r, 12, 50, 1);
         managed(r, 13, 50, 1);

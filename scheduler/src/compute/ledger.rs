@@ -46,7 +46,7 @@
 //! one is charged to it.
 
 use std::collections::VecDeque;
-use tessera_ffi::timeline::{Record, exclusive};
+use tessera_region::timeline::{Record, exclusive};
 
 /// How long (by end time) the ledger remembers charged kernels, to place late records among them.
 pub const HORIZON_NS: u64 = 1_000_000_000;

@@ -24,7 +24,7 @@
 //! priorities nothing (when the hold ends, the device loop lets those that wait go at once: see
 //! `device_loop::restart`).
 
-use tessera_ffi::region::priority;
+use tessera_region::priority;
 
 /// How recently a launch counts as demand.
 pub const RECENT_LAUNCH_NS: u64 = 2_000_000;

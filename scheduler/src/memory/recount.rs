@@ -10,9 +10,9 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use tessera_ffi::region::Region;
-use tessera_ffi::region::pid_ns::ProcView;
-use tessera_ffi::region::reclaim::sub;
+use tessera_region::Region;
+use tessera_region::pid_ns::ProcView;
+use tessera_region::reclaim::sub;
 
 /// Shortfall below which a count is believed.
 pub const TOLERANCE: u64 = 64 << 20;
@@ -169,7 +169,7 @@ impl Recount {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tessera_ffi::region::flags;
+    use tessera_region::flags;
 
     const MIB: u64 = 1 << 20;
 
@@ -185,7 +185,7 @@ mod tests {
         let (p, q) = (&v.live.procs[0], &v.live.procs[1]);
         p.set_owner(0, 100);
         q.set_owner(0, 101);
-        let counted = |p: &tessera_ffi::region::ProcSlot| p.used[1].load(Ordering::Relaxed);
+        let counted = |p: &tessera_region::ProcSlot| p.used[1].load(Ordering::Relaxed);
         // Both honest: 300 MiB held, counted 300 (and 301 counted for a reservation in progress).
         p.used[1].store(300 * MIB, Ordering::Relaxed);
         q.used[1].store(301 * MIB, Ordering::Relaxed);
@@ -227,7 +227,7 @@ mod tests {
         p.used[0].store(512 * MIB, Ordering::Relaxed);
         q.used[0].store(300 * MIB, Ordering::Relaxed);
         v.live.procs_hwm.store(2, Ordering::Relaxed);
-        let word = |p: &tessera_ffi::region::ProcSlot| p.owner.load(Ordering::Relaxed);
+        let word = |p: &tessera_region::ProcSlot| p.owner.load(Ordering::Relaxed);
         // Both unverified; the driver lists pid 100 (its memory held), not pid 1.
         let doubted = [(3, 0, word(p)), (3, 1, word(q))];
         let held = [(100, 300 * MIB)];

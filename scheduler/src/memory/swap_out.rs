@@ -23,7 +23,7 @@
 //! processes killed while they waited left behind.
 
 use std::sync::atomic::Ordering;
-use tessera_ffi::region::{MAX_VGPUS, PagerRequest, Region, VgpuSlot, flags};
+use tessera_region::{MAX_VGPUS, PagerRequest, Region, VgpuSlot, flags};
 
 /// How long a soft vGPU with nothing queued must have gone without a launch to count as idle, and be
 /// asked to swap out. Far longer than the gaps between the launches of a program at work (the device loop takes
@@ -62,7 +62,7 @@ pub struct Seen {
     pub processes: bool,
     /// Suspended.
     pub suspended: bool,
-    /// Its priority (`tessera_ffi::region::priority`).
+    /// Its priority (`tessera_region::priority`).
     pub priority: u32,
     /// Launches waiting for tokens.
     pub waiters: u32,
@@ -288,7 +288,7 @@ pub fn settle(charged: &mut [(u32, u64)], now: &[(u32, u64)]) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tessera_ffi::region::{priority, state, wanted};
+    use tessera_region::{priority, state, wanted};
 
     const MS: u64 = 1_000_000;
     const NOW: u64 = 10_000 * MS;

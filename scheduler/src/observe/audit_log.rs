@@ -61,10 +61,10 @@ pub fn open(path: &Path) -> Result<std::fs::File, String> {
     if !meta.file_type().is_file() {
         return Err(fail("is not a regular file".into()));
     }
-    if meta.uid() != tessera_ffi::secure_fs::euid() {
+    if meta.uid() != tessera_region::secure_fs::euid() {
         return Err(fail(format!(
             "belongs to {}, not to the daemon's user; give a file of the daemon's user",
-            tessera_ffi::secure_fs::describe_user(meta.uid())
+            tessera_region::secure_fs::describe_user(meta.uid())
         )));
     }
     if meta.mode() & 0o077 != 0 {

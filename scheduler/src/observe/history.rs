@@ -9,7 +9,7 @@ use crate::compute::charger::Charger;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use tessera_client::Achieved;
-use tessera_ffi::region::{MAX_DEVICES, MAX_VGPUS};
+use tessera_region::{MAX_DEVICES, MAX_VGPUS};
 
 /// Least time between two samples.
 pub const SAMPLE_NS: u64 = 100_000_000;

@@ -16,8 +16,8 @@ use tessera_ffi::nvml::{
     NVML_DEVICE_MIG_ENABLE, NVML_DEVICE_NAME_V2_BUFFER_SIZE, NVML_DEVICE_UUID_V2_BUFFER_SIZE, NVML_SUCCESS,
     NVML_TEMPERATURE_GPU, NvmlDevice, NvmlPciInfo, NvmlReturn, NvmlUtilization,
 };
-use tessera_ffi::region::MAX_DEVICES;
 use tessera_host::nvml::Nvml;
+use tessera_region::MAX_DEVICES;
 
 /// Time between two readings: NVML's utilization covers about a second, so reading more often tells
 /// nothing new.

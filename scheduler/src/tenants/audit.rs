@@ -31,7 +31,7 @@ use crate::state::State;
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
-use tessera_ffi::region::{MAX_VGPUS, priority};
+use tessera_region::{MAX_VGPUS, priority};
 
 /// Seconds a vGPU is judged over.
 pub const WINDOW: usize = 10;

@@ -15,8 +15,8 @@ use crate::vgpus::manager::Manager;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
-use tessera_ffi::region::pid_ns::ProcView;
-use tessera_ffi::region::{Region, flags};
+use tessera_region::pid_ns::ProcView;
+use tessera_region::{Region, flags};
 
 /// Time between two rounds.
 pub const PERIOD: Duration = Duration::from_secs(1);

@@ -3,7 +3,7 @@
 //! the vGPU's live file (every process that joins a managed vGPU does, before it publishes its pid). A
 //! slot the daemon positively knows to be false — the process is gone, belongs to another user (pid 1 of
 //! root planted in a user's vGPU), or does not map the file — is freed as a dead process's would be (see
-//! [`tessera_ffi::region::reclaim::clear`]): its bytes go back and it no longer blocks `tessera vgpu rm`.
+//! [`tessera_region::reclaim::clear`]): its bytes go back and it no longer blocks `tessera vgpu rm`.
 //!
 //! Nothing is freed on doubt: an error reading `/proc` other than "no such process" keeps the slot
 //! (liveness is never inferred from a failure to look). But only a **verified** process (seen mapping the
@@ -23,9 +23,9 @@ use std::os::unix::fs::MetadataExt;
 use std::sync::Mutex;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
-use tessera_ffi::region::pid_ns::ProcView;
-use tessera_ffi::region::reclaim::{clear, no_such_process, own_claim, start_time};
-use tessera_ffi::region::{VgpuSlot, owner};
+use tessera_region::pid_ns::ProcView;
+use tessera_region::reclaim::{clear, no_such_process, own_claim, start_time};
+use tessera_region::{VgpuSlot, owner};
 
 /// Bytes of one process's `/proc/PID/maps` read at most: 65,530 mappings (the kernel's default
 /// `vm.max_map_count`) of ordinary libraries and files fit (about 80 bytes each); a map larger than that

@@ -22,7 +22,7 @@ use std::collections::HashMap;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
-use tessera_ffi::region::reclaim::start_time;
+use tessera_region::reclaim::start_time;
 
 /// The first line of the file.
 const HEADER: &str = "tessera-joins 1";
@@ -33,7 +33,7 @@ pub type SlotKey = (usize, usize);
 /// One process the daemon recorded as the owner of a process slot.
 #[derive(Debug)]
 struct Joined {
-    /// The slot's owner word when the process joined ([`tessera_ffi::region::owner`]).
+    /// The slot's owner word when the process joined ([`tessera_region::owner`]).
     word: u64,
     /// Its pid, in the daemon's namespace.
     pid: u32,
@@ -204,14 +204,14 @@ impl Joins {
         for (&(vgpu, slot), j) in table.iter() {
             text.push_str(&format!("{vgpu} {slot} {} {} {}\n", j.word, j.pid, j.start));
         }
-        if let Err(e) = tessera_ffi::secure_fs::replace_unsynced(file, 0o600, text.as_bytes()) {
+        if let Err(e) = tessera_region::secure_fs::replace_unsynced(file, 0o600, text.as_bytes()) {
             crate::observe::logger::say!("tessera daemon: warning: {e}; joined processes are kept in memory only");
         }
     }
 }
 
 /// Most records kept: one per process slot of the region.
-const MAX_RECORDS: usize = tessera_ffi::region::MAX_VGPUS * tessera_ffi::region::PROCS_PER_VGPU;
+const MAX_RECORDS: usize = tessera_region::MAX_VGPUS * tessera_region::PROCS_PER_VGPU;
 
 #[cfg(test)]
 mod tests {

@@ -5,8 +5,8 @@
 //! region and the state file took it.
 
 use serde::{Deserialize, Serialize};
-use tessera_ffi::region::{self, MAX_DEVICES, MAX_VGPUS};
 use tessera_ffi::units::{MAX_QUOTA, VGPU_NAME_FORM, format_size, valid_vgpu_name};
+use tessera_region::{MAX_DEVICES, MAX_VGPUS, flags, priority};
 
 /// The machine's devices as the rules need them: each device's total memory in bytes, by ordinal (the
 /// driver's `cuDeviceTotalMem`).
@@ -27,29 +27,29 @@ pub const CONTEXT_FOOTPRINT: u64 = 64 << 20;
 
 pub use tessera_client::spec::{Change, Mode, Priority, VgpuSpec};
 
-/// The region's [`region::priority`] value of `priority`.
+/// The region's [`tessera_region::priority`] value of `priority`.
 pub fn priority_value(priority: Priority) -> u32 {
     match priority {
-        Priority::Low => region::priority::LOW,
-        Priority::Normal => region::priority::NORMAL,
-        Priority::High => region::priority::HIGH,
+        Priority::Low => priority::LOW,
+        Priority::Normal => priority::NORMAL,
+        Priority::High => priority::HIGH,
     }
 }
 
-/// The region's [`region::flags`] for `spec` (always [`region::flags::MANAGED`]).
+/// The region's [`flags`] for `spec` (always [`flags::MANAGED`]).
 pub fn region_flags(spec: &VgpuSpec) -> u32 {
-    let mut f = region::flags::MANAGED;
+    let mut f = flags::MANAGED;
     if spec.cap {
-        f |= region::flags::CAP;
+        f |= flags::CAP;
     }
     if !spec.tensor_cores {
-        f |= region::flags::TENSOR_CORES_OFF;
+        f |= flags::TENSOR_CORES_OFF;
     }
     if spec.suspended {
-        f |= region::flags::SUSPENDED;
+        f |= flags::SUSPENDED;
     }
     if spec.mode == Mode::Soft {
-        f |= region::flags::SOFT;
+        f |= flags::SOFT;
     }
     f
 }
@@ -307,13 +307,10 @@ mod tests {
             (2 << 30, Priority::High, false, true, 30)
         );
         let f = region_flags(a);
-        assert_eq!(
-            f,
-            region::flags::MANAGED | region::flags::CAP | region::flags::TENSOR_CORES_OFF | region::flags::SUSPENDED
-        );
+        assert_eq!(f, flags::MANAGED | flags::CAP | flags::TENSOR_CORES_OFF | flags::SUSPENDED);
         let soft = c.set("a", &Change { mode: Some(Mode::Soft), ..Change::default() }, ONE).unwrap();
         assert_eq!(soft.get("a").unwrap().mode, Mode::Soft);
-        assert_eq!(region_flags(soft.get("a").unwrap()) & region::flags::SOFT, region::flags::SOFT);
+        assert_eq!(region_flags(soft.get("a").unwrap()) & flags::SOFT, flags::SOFT);
         let text = serde_json::to_string(&soft).unwrap();
         assert!(text.contains(r#""mode":"soft""#), "{text}");
         assert_eq!(serde_json::from_str::<Config>(&text).unwrap(), soft);

@@ -27,11 +27,11 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
-use tessera_ffi::region::owner;
-use tessera_ffi::region::pid_ns::ProcView;
-use tessera_ffi::region::reclaim::{owner_alive, reclaim_dead};
-use tessera_ffi::region::{PagerRequest, VgpuSlot, flags};
-use tessera_ffi::region::{file::Locked, file::RegionFile, open::live_path};
+use tessera_region::owner;
+use tessera_region::pid_ns::ProcView;
+use tessera_region::reclaim::{owner_alive, reclaim_dead};
+use tessera_region::{PagerRequest, VgpuSlot, flags};
+use tessera_region::{file::Locked, file::RegionFile, open::live_path};
 
 /// How often a `defrag` request looks whether the processes are done: they defragment in milliseconds to
 /// seconds, and each look is a few atomic loads.
@@ -741,7 +741,7 @@ mod tests {
     use super::*;
     use crate::vgpus::config::{Change, Mode, Priority};
     use std::sync::atomic::Ordering;
-    use tessera_ffi::region::{UNLIMITED, flags};
+    use tessera_region::{UNLIMITED, flags};
 
     struct Fixture {
         dir: std::path::PathBuf,
@@ -960,7 +960,7 @@ mod tests {
         // Nobody attached: nothing to do.
         let resp = m.handle(defrag("s"));
         assert!(resp.ok && resp.pager.as_ref().is_some_and(|r| r.processes.is_empty()), "{resp:?}");
-        let me = tessera_ffi::region::attach::attach(f.region.path(), "s", None).unwrap();
+        let me = tessera_region::attach::attach(f.region.path(), "s", None).unwrap();
         assert!(me.me.is_soft());
         let stats = &me.me.soft;
         stats.resident.store(600, Ordering::Release);
@@ -976,7 +976,7 @@ mod tests {
         let seen = pager.seq.load(Ordering::Acquire);
         let worker = std::thread::spawn(move || {
             while pager.seq.load(Ordering::Acquire) == seen {
-                tessera_ffi::futex::wait(&pager.seq, seen, Duration::from_secs(5));
+                tessera_region::futex::wait(&pager.seq, seen, Duration::from_secs(5));
             }
             std::thread::sleep(Duration::from_millis(30));
             stats.pooled.store(100, Ordering::Release);
@@ -1075,15 +1075,15 @@ mod tests {
         ok(m, create("a", 10));
         // The region file itself locked, as anyone who may read it could: it holds nothing up.
         let region = std::fs::File::open(f.region.path()).unwrap();
-        let on_region = tessera_ffi::flock::FileLock::new(&region).unwrap();
+        let on_region = tessera_region::flock::FileLock::new(&region).unwrap();
         ok(m, create("c", 10));
         ok(m, Request::Rm { name: "c".into() });
         drop(on_region);
         // The owner's lock file, locked as a joining tenant of the owner locks it, and kept locked as a
         // stopped one would (no other user can open it).
-        let lock = tessera_ffi::region::open::lock_path(f.region.path());
+        let lock = tessera_region::open::lock_path(f.region.path());
         let other = std::fs::File::open(&lock).unwrap();
-        let held = tessera_ffi::flock::FileLock::shared(&other).unwrap();
+        let held = tessera_region::flock::FileLock::shared(&other).unwrap();
         let change = Change { share: Some(20), ..Change::default() };
         for r in [
             Request::List,
@@ -1147,7 +1147,7 @@ mod tests {
         let f = Fixture::new("rm");
         let m = f.manager();
         ok(&m, create("a", 10));
-        let attached = tessera_ffi::region::attach::attach(f.region.path(), "a", None).unwrap();
+        let attached = tessera_region::attach::attach(f.region.path(), "a", None).unwrap();
         assert_eq!(
             attached.vgpu.config.limit[0].load(Ordering::Relaxed),
             1 << 30,

@@ -9,10 +9,10 @@ use crate::compute::device_loop::Roster;
 use crate::observe::logger::say;
 use crate::vgpus::config::{VgpuSpec, bytes, priority_value, region_flags};
 use std::sync::atomic::Ordering;
-use tessera_ffi::region::file::{LIVE_LOCK_TIMEOUT, Locked};
-use tessera_ffi::region::pid_ns::ProcView;
-use tessera_ffi::region::settings::{is_managed, set_limits};
-use tessera_ffi::region::{MAX_DEVICES, Sched, UNLIMITED, VgpuSlot, encode_name, flags};
+use tessera_region::file::{LIVE_LOCK_TIMEOUT, Locked};
+use tessera_region::pid_ns::ProcView;
+use tessera_region::settings::{is_managed, set_limits};
+use tessera_region::{MAX_DEVICES, Sched, UNLIMITED, VgpuSlot, encode_name, flags};
 
 /// The slot of vGPU `name`, if the region has one.
 pub fn find(locked: &Locked, name: &str) -> Option<usize> {

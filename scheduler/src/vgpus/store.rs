@@ -83,7 +83,8 @@ impl Store {
             hook();
         }
         let fail = |e: String| format!("state file {e}");
-        tessera_ffi::secure_fs::replace_atomically(&self.path, 0o600, format!("{text}\n").as_bytes()).map_err(fail)?;
+        tessera_region::secure_fs::replace_atomically(&self.path, 0o600, format!("{text}\n").as_bytes())
+            .map_err(fail)?;
         Ok(())
     }
 }

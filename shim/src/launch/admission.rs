@@ -1,5 +1,5 @@
 //! The admission test every launch passes on its vGPU's slot (settings in its
-//! [`VgpuConfig`](tessera_ffi::region::VgpuConfig), the bucket in its [`Sched`]): a handful of atomic loads
+//! [`VgpuConfig`](tessera_region::VgpuConfig), the bucket in its [`Sched`]): a handful of atomic loads
 //! and read-modify-writes, no lock, system call or allocation (but one wake-up of the daemon when a managed
 //! `high` vGPU starts having work, and a look whether the daemon still exists when a suspended vGPU's
 //! daemon has long been silent).
@@ -16,8 +16,8 @@
 
 use super::{outage, standalone};
 use std::sync::atomic::{AtomicI64, Ordering};
-use tessera_ffi::futex;
-use tessera_ffi::region::{Daemon, DeviceSched, Sched, VgpuSlot, flags, priority};
+use tessera_region::futex;
+use tessera_region::{Daemon, DeviceSched, Sched, VgpuSlot, flags, priority};
 
 /// How long a `high` vGPU holds lower priorities on its device after it last launched or had work
 /// finish with more still queued. Work delayed behind lower-priority work already queued keeps it held;
@@ -52,7 +52,7 @@ pub struct Admission {
 
 /// Monotonic nanoseconds (`CLOCK_MONOTONIC`, read through the vDSO: no system call), the clock of every
 /// timestamp in the region.
-pub use tessera_ffi::futex::monotonic_ns as now_ns;
+pub use tessera_region::futex::monotonic_ns as now_ns;
 
 /// What a launch is admitted on: its vGPU's slot, the records of its device and of the daemon (in the
 /// shared region, when there is one), its standalone share, and this process's part of the vGPU's window
@@ -184,7 +184,7 @@ pub fn drop_stale_window(v: &VgpuSlot, now: u64, progress: &mut (u64, u64)) {
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
-    use tessera_ffi::region::DEFAULT_WINDOW_NS;
+    use tessera_region::DEFAULT_WINDOW_NS;
 
     /// A zeroed record (all-zero is a valid value of every region structure), leaked.
     pub fn zeroed<T>() -> &'static T {

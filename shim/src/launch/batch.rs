@@ -524,7 +524,7 @@ pub fn reap(gate: &Gate) {
 mod tests {
     use super::*;
     use crate::launch::admission::tests::zeroed;
-    use tessera_ffi::region::VgpuSlot;
+    use tessera_region::VgpuSlot;
 
     #[test]
     fn the_reaper_takes_back_the_window_of_a_thread_that_left_its_batch() {

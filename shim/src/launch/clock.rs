@@ -19,8 +19,8 @@ use super::events;
 use crate::real::cuStreamCreate as STREAM_CREATE;
 use std::ffi::c_uint;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use tessera_ffi::futex::monotonic_ns;
 use tessera_ffi::sys::CUstream;
+use tessera_region::futex::monotonic_ns;
 
 /// How often the reference is recorded again.
 pub const REBASE_NS: u64 = 2_000_000_000;

@@ -36,7 +36,7 @@ use crossbeam::queue::ArrayQueue;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering, fence};
 use std::sync::{Once, OnceLock};
 use std::time::Duration;
-use tessera_ffi::futex;
+use tessera_region::futex;
 
 /// Measurements queued at most: every event of every pool can be in the queue at once.
 const CAPACITY: usize = events::EVENTS * events::MAX_POOLS;

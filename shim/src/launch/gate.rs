@@ -14,9 +14,9 @@ use super::admission::{
 use super::outage;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::Duration;
-use tessera_ffi::futex;
-use tessera_ffi::region::{DeviceSched, ProcSlot, Region, Sched, VgpuSlot, flags, priority};
-use tessera_ffi::timeline::Record;
+use tessera_region::futex;
+use tessera_region::timeline::Record;
+use tessera_region::{DeviceSched, ProcSlot, Region, Sched, VgpuSlot, flags, priority};
 
 /// Longest single sleep of a waiting launch: whoever grants tokens or changes the state wakes it at
 /// once; this only bounds the wait should a waker die between its update and its wake.
@@ -484,7 +484,7 @@ mod tests {
             launches: 1,
             bound_ns: 200_000,
         };
-        assert_eq!(v.live.timeline.read(0), tessera_ffi::timeline::Slot::Ready(record));
+        assert_eq!(v.live.timeline.read(0), tessera_region::timeline::Slot::Ready(record));
         assert_eq!(s.tokens.load(Ordering::Relaxed), 1_000_000 - INITIAL_ESTIMATE_NS, "until the daemon charges");
         assert_eq!((s.inflight_ns.load(Ordering::Relaxed), s.device_ns.load(Ordering::Relaxed)), (0, 0));
         // Launches take what the daemon charges as their estimate, once it has charged one.

@@ -39,8 +39,8 @@ use std::ffi::{c_uint, c_void};
 use std::sync::OnceLock;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
-use tessera_ffi::region::{VgpuSlot, flags};
 use tessera_ffi::sys::{CUfunction, CUgraphExec, CUlaunchConfig, CUstream};
+use tessera_region::{VgpuSlot, flags};
 
 /// `CU_STREAM_PER_THREAD`: what a NULL stream means to a `_ptsz` entry point, made explicit for the
 /// calls the shim makes on the stream (which go through the legacy-default-stream entry points).

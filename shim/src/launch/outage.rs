@@ -32,8 +32,8 @@
 
 use super::standalone;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
-use tessera_ffi::region::attach::daemon_gone;
-use tessera_ffi::region::{Daemon, Sched};
+use tessera_region::attach::daemon_gone;
+use tessera_region::{Daemon, Sched};
 
 /// How long the daemon's heartbeat may be silent before its vGPUs refill themselves. The daemon beats
 /// after every tick of its refill loops, at least every 100 ms (`pacer::IDLE_NS`); host stalls of tens of

@@ -5,7 +5,7 @@
 //! again and sleeps until then.
 
 use std::sync::atomic::Ordering;
-use tessera_ffi::region::Sched;
+use tessera_region::Sched;
 
 /// The burst of a bucket whose window is `window_ns`: the daemon's rule (`tessera_policy::burst`), so a
 /// bucket refilled here never holds more than the daemon would let it.

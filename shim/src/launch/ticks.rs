@@ -11,7 +11,7 @@
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
-use tessera_ffi::futex::monotonic_ns;
+use tessera_region::futex::monotonic_ns;
 
 /// Least time between the two reads the tick rate is taken from.
 pub const CALIBRATION_NS: u64 = 2_000_000;

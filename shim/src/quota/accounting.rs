@@ -3,8 +3,8 @@
 //! `limit`, and only then moved to the process's `used`; subtraction never wraps below zero.
 
 use std::sync::atomic::Ordering;
-use tessera_ffi::region::reclaim::sub;
-use tessera_ffi::region::{ProcSlot, VgpuSlot};
+use tessera_region::reclaim::sub;
+use tessera_region::{ProcSlot, VgpuSlot};
 
 /// A reservation the quota cannot hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,7 +75,7 @@ pub fn release(me: &ProcSlot, dev: usize, bytes: u64) {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use tessera_ffi::region::{PROCS_PER_VGPU, UNLIMITED};
+    use tessera_region::{PROCS_PER_VGPU, UNLIMITED};
 
     /// A zeroed slot of any region type, leaked (all-zero is a valid value of every region structure).
     pub fn zeroed<T>() -> &'static T {

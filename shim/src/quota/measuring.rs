@@ -6,9 +6,9 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
-use tessera_ffi::futex;
-use tessera_ffi::region::reclaim;
-use tessera_ffi::region::{VgpuSlot, context_cost};
+use tessera_region::futex;
+use tessera_region::reclaim;
+use tessera_region::{VgpuSlot, context_cost};
 
 /// Longest a process waits for another to measure (creating a context takes well under a second; a
 /// measurer stopped in a debugger should not hang every other process of its vGPU).

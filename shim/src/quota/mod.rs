@@ -22,9 +22,9 @@ use crate::log;
 use region::{Attached, Limits};
 use std::sync::OnceLock;
 use tessera_ffi::cuda::{CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_OUT_OF_MEMORY};
-use tessera_ffi::region::reclaim;
-use tessera_ffi::region::{MAX_DEVICES, UNLIMITED};
 use tessera_ffi::units::format_size;
+use tessera_region::reclaim;
+use tessera_region::{MAX_DEVICES, UNLIMITED};
 
 /// The quota this process allocates against.
 pub struct Quota {
@@ -67,7 +67,7 @@ fn set_up() -> Result<Option<Quota>, String> {
     };
     if let (Some(name), Some(slot)) = (&config.vgpu, slots.me_index)
         && slots.region.is_some()
-        && tessera_ffi::region::settings::is_managed(slots.vgpu)
+        && tessera_region::settings::is_managed(slots.vgpu)
         && let Err(e) = join::tell_daemon(&config.socket, name, slot)
     {
         log::warn(format_args!(
@@ -83,12 +83,12 @@ fn set_up() -> Result<Option<Quota>, String> {
 impl Quota {
     /// The vGPU's slot and, for a vGPU of the shared region, the region (what [`crate::launch`] gates
     /// launches on).
-    pub fn slot(&self) -> (&'static tessera_ffi::region::VgpuSlot, Option<&'static tessera_ffi::region::Region>) {
+    pub fn slot(&self) -> (&'static tessera_region::VgpuSlot, Option<&'static tessera_region::Region>) {
         (self.slots.vgpu, self.slots.region)
     }
 
     /// This process's slot (where soft mode publishes what it holds).
-    pub fn me(&self) -> &'static tessera_ffi::region::ProcSlot {
+    pub fn me(&self) -> &'static tessera_region::ProcSlot {
         self.slots.me
     }
 
@@ -105,7 +105,7 @@ impl Quota {
     /// Reclaims dead processes' bytes now; returns how many processes were found dead.
     fn reclaim_now(&self) -> usize {
         if self.slots.region.is_some() {
-            reclaim::reclaim_vgpu(self.slots.vgpu, self.slots.me_index, &tessera_ffi::region::pid_ns::Unseen)
+            reclaim::reclaim_vgpu(self.slots.vgpu, self.slots.me_index, &tessera_region::pid_ns::Unseen)
         } else {
             0
         }

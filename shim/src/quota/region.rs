@@ -1,12 +1,12 @@
 //! The slots a process accounts in: a vGPU's in the shared region file, joined by name through the one
-//! implementation the daemon uses too ([`tessera_ffi::region::attach`]), or the private quota of a process
+//! implementation the daemon uses too ([`tessera_region::attach`]), or the private quota of a process
 //! started without `TESSERA_VGPU`, which goes through the same accounting on slots of its own.
 
-pub use tessera_ffi::region::attach::{Attached, attach_with_share};
-pub use tessera_ffi::region::settings::{Limits, describe};
+pub use tessera_region::attach::{Attached, attach_with_share};
+pub use tessera_region::settings::{Limits, describe};
 
 use std::sync::atomic::Ordering;
-use tessera_ffi::region::{VgpuSlot, state};
+use tessera_region::{VgpuSlot, state};
 
 /// A quota of this process's own, never shared: a slot in private memory, whose first process slot is
 /// this process's.

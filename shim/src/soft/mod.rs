@@ -32,7 +32,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 use tessera_ffi::cuda::{CUDA_ERROR_INVALID_CONTEXT, CUDA_ERROR_INVALID_VALUE, CUDA_ERROR_OUT_OF_MEMORY};
-use tessera_ffi::region::{MAX_DEVICES, ProcSlot, VgpuSlot, flags, wanted};
+use tessera_region::{MAX_DEVICES, ProcSlot, VgpuSlot, flags, wanted};
 
 /// Address space reserved per device (virtual only: it costs no device memory).
 const SPACE_BYTES: u64 = 256 << 30;

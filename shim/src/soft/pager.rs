@@ -5,8 +5,8 @@
 
 use super::Soft;
 use std::sync::atomic::Ordering;
-use tessera_ffi::futex;
-use tessera_ffi::region::PagerRequest;
+use tessera_region::PagerRequest;
+use tessera_region::futex;
 
 /// How often the pager looks around without being asked.
 const PERIOD_NS: u64 = 100_000_000;

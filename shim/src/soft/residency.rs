@@ -8,7 +8,7 @@
 
 use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
 use std::time::Duration;
-use tessera_ffi::futex;
+use tessera_region::futex;
 
 /// Every live page is on the device.
 pub const RESIDENT: u32 = 0;

@@ -144,7 +144,7 @@ impl Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tessera_ffi::region::priority;
+    use tessera_region::priority;
 
     fn vgpu(share: u32, prio: u32, cap: bool, demand: bool) -> Vgpu {
         Vgpu { share, priority: prio, cap, suspended: false, demand, busy: demand, room: 0, waiting: false, tokens: 0 }

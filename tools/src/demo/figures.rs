@@ -8,8 +8,8 @@ use simgpu_host::SharedState;
 use simgpu_host::meter::EngineMeter;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
-use tessera_ffi::futex;
-use tessera_ffi::region::file::RegionFile;
+use tessera_region::file::RegionFile;
+use tessera_region::futex;
 use tessera_scheduler::inspect;
 
 /// One vGPU's figures at one instant.

@@ -5,7 +5,7 @@
 
 use super::device::Facts;
 use serde_json::{Value, json};
-use tessera_ffi::region::{MAX_DEVICES, MAX_VGPUS};
+use tessera_region::{MAX_DEVICES, MAX_VGPUS};
 
 /// Smallest share a vGPU may have, in percent: the daemon's own rule (shares of it to 100 summing to at
 /// most 100 per device), so a device holds at most `100 / MIN_SHARE_PERCENT` vGPUs by shares alone.

@@ -22,8 +22,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
-use tessera_ffi::futex::monotonic_ns;
-use tessera_ffi::region::file::RegionFile;
+use tessera_region::file::RegionFile;
+use tessera_region::futex::monotonic_ns;
 
 /// Whether the experiment is on.
 pub fn enabled() -> bool {

@@ -218,7 +218,7 @@ pub fn mixed_lengths(seconds: f64) {
             alone(&m, &client, case, seconds.min(6.0));
         }
         let sampler = diagnosed.then(|| idle::start(&m.dir.join("tessera.region"), &["a30", "b70"]));
-        let start = tessera_ffi::futex::monotonic_ns();
+        let start = tessera_region::futex::monotonic_ns();
         let children = [launch("a30", case.a, &traces[0]), launch("b70", case.b, &traces[1])];
         let series = measure(&m, children, seconds);
         report_split(&series, &["a30", "b70"], &[30.0, 70.0]);

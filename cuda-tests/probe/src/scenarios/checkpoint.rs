@@ -26,7 +26,7 @@ fn fill(k: usize, len: usize) -> Vec<u8> {
 
 /// CLOCK_MONOTONIC now (the same clock in every process), for ordering events between processes.
 fn now_ns() -> u64 {
-    tessera_ffi::futex::monotonic_ns()
+    tessera_region::futex::monotonic_ns()
 }
 
 /// Device memory of every kind, each buffer with its own pattern: cuMemAlloc (`--mib` MiB, an odd size

@@ -13,7 +13,7 @@ use common::{GIB, Guarded, MIB, OUT_OF_MEMORY, at, finish, first_line, go, u64_a
 use serde_json::Value;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
-use tessera_ffi::region::{LAYOUT_SIZE, MAGIC, VERSION};
+use tessera_region::{LAYOUT_SIZE, MAGIC, VERSION};
 
 /// What a context costs on the `small` profile.
 const CONTEXT: u64 = 128 * MIB;
@@ -180,10 +180,7 @@ fn the_socket_and_files_belong_to_the_owner_only() {
     // Other users may read the region only while a vGPU is theirs (an ACL names them), and join only a
     // vGPU made for them: with none, nobody but the owner reads it.
     assert_eq!(mode(&m.region()), 0o600);
-    assert_eq!(
-        mode(std::path::Path::new(&tessera_ffi::region::open::live_path(m.region().to_str().unwrap(), 0))),
-        0o600
-    );
+    assert_eq!(mode(std::path::Path::new(&tessera_region::open::live_path(m.region().to_str().unwrap(), 0))), 0o600);
     assert_eq!(mode(&m.file("state")), 0o700);
     assert_eq!(mode(&m.file("state/vgpus.json")), 0o600);
     let saved: Value = serde_json::from_slice(&std::fs::read(m.file("state/vgpus.json")).unwrap()).unwrap();
@@ -388,7 +385,7 @@ fn a_tenant_can_write_neither_another_vgpus_state_nor_its_own_quota() {
     m.ok(&["vgpu", "create", "mine", "--device", "0", "--memory", "256MiB", "--share", "40", "--user", "nobody"]);
     m.ok(&["vgpu", "create", "theirs", "--device", "0", "--memory", "1GiB", "--share", "40"]);
     let region = m.region().to_str().unwrap().to_string();
-    let live = |i| tessera_ffi::region::open::live_path(&region, i);
+    let live = |i| tessera_region::open::live_path(&region, i);
     assert!(m.ok(&["vgpu", "show", "mine"]).contains(&format!("uid {TENANT_UID}")));
     // The simulated GPU's own state must be the tenant's to write (a real driver needs no such file).
     let gpu = m.dir.join("tenant-gpu");
@@ -413,7 +410,7 @@ fn a_tenant_can_write_neither_another_vgpus_state_nor_its_own_quota() {
     // Files: the region (the daemon's record and the devices' scheduling state) is readable but can be neither
     // opened nor mapped for writing; its own vGPU's live file is its own; another's cannot even be read. Its
     // own vGPU's settings it may read, not write; another's not even read.
-    let conf = |i| tessera_ffi::region::conf::conf_path(&region, i);
+    let conf = |i| tessera_region::conf::conf_path(&region, i);
     let seen = try_as_tenant(&[
         (&region, "ro"),
         (&region, "rw"),

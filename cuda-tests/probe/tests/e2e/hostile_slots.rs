@@ -18,7 +18,7 @@ use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use tessera_ffi::region::{PROCS_PER_VGPU, VgpuLive};
+use tessera_region::{PROCS_PER_VGPU, VgpuLive};
 
 /// Memory mappings the hostile tenant makes (the kernel's default limit is 65,530 per process).
 const MAPPINGS: usize = 60_000;

@@ -13,8 +13,8 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use tessera_ffi::region::conf::conf_path;
-use tessera_ffi::region::open::{live_path, lock_path};
+use tessera_region::conf::conf_path;
+use tessera_region::open::{live_path, lock_path};
 
 /// The attacker, a user with a vGPU of its own.
 const ATTACKER: &str = "tessera-test-b";

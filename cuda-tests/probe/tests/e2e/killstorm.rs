@@ -17,9 +17,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-use tessera_ffi::region::reclaim;
-use tessera_ffi::region::{VgpuSlot, encode_name};
-use tessera_ffi::region::{file::RegionFile, open::Access};
+use tessera_region::reclaim;
+use tessera_region::{VgpuSlot, encode_name};
+use tessera_region::{file::RegionFile, open::Access};
 
 /// The vGPU's quota.
 const QUOTA: u64 = 4 * GIB;

@@ -15,9 +15,9 @@ use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use tessera_ffi::region::file::LOCK_TIMEOUT;
-use tessera_ffi::region::open::live_path;
-use tessera_ffi::region::{AREA, VgpuLive};
+use tessera_region::file::LOCK_TIMEOUT;
+use tessera_region::open::live_path;
+use tessera_region::{AREA, VgpuLive};
 
 /// How long a request may take here: it answers in milliseconds, or (before the fixes) never.
 const ANSWER: Duration = Duration::from_secs(10);

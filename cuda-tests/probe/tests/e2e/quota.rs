@@ -7,7 +7,7 @@ use crate::common;
 use common::{GIB, Guarded, INVALID_VALUE, MIB, OUT_OF_MEMORY, Sim, at, finish, first_line, go, u64_at};
 use std::mem::{offset_of, size_of};
 use std::path::PathBuf;
-use tessera_ffi::region::{MAX_VGPUS, NAME_LEN, ProcSlot, Region, VgpuSlot};
+use tessera_region::{MAX_VGPUS, NAME_LEN, ProcSlot, Region, VgpuSlot};
 
 /// What a context costs on the `small` profile.
 const CONTEXT: u64 = 128 * MIB;

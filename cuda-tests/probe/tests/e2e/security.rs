@@ -13,8 +13,8 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-use tessera_ffi::region::open::live_path;
-use tessera_ffi::region::{AREA, LAYOUT_SIZE, LIVE_MAGIC};
+use tessera_region::open::live_path;
+use tessera_region::{AREA, LAYOUT_SIZE, LIVE_MAGIC};
 
 /// The attacker: a user of its own, so that nothing else on the machine runs as it.
 const ATTACKER: &str = "tessera-test-b";
@@ -213,7 +213,7 @@ fn zeroed_and_linked_regions_are_refused_by_name() {
     assert!(std::fs::read(&region).unwrap().iter().all(|&b| b == 0), "left as it was");
     // A symbolic link to a region, or a directory that is one, is never followed.
     std::fs::remove_file(&region).unwrap();
-    tessera_ffi::region::file::RegionFile::open(m.file("real.region").to_str().unwrap()).unwrap();
+    tessera_region::file::RegionFile::open(m.file("real.region").to_str().unwrap()).unwrap();
     std::os::unix::fs::symlink(m.file("real.region"), &region).unwrap();
     let e = refused(&mut m.command(&["daemon"]));
     assert!(e.contains(region.to_str().unwrap()) && e.contains("symbolic link"), "{e}");

@@ -14,7 +14,7 @@ use serde_json::Value;
 use std::process::{Child, Stdio};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
-use tessera_ffi::region::{Sched, flags, priority};
+use tessera_region::{Sched, flags, priority};
 
 /// Monotonic nanoseconds, the clock of the region's timestamps.
 fn now_ns() -> u64 {

@@ -10,8 +10,8 @@ use common::tessera::Machine;
 use memmap2::Mmap;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
-use tessera_ffi::region::open::live_path;
-use tessera_ffi::region::{AREA, ProcSlot, VgpuLive};
+use tessera_region::open::live_path;
+use tessera_region::{AREA, ProcSlot, VgpuLive};
 
 /// Maps `path` read-only, checking it holds at least `size` bytes.
 fn map(path: &str, size: usize) -> Mmap {

@@ -1,6 +1,6 @@
 //! The daemon's unix socket: created mode 0600, so only its owner may manage vGPUs (a connection from
 //! another user is refused as well, by its credentials), in a directory checked as the region's is (see
-//! [`tessera_ffi::region::open`]); a socket left by a dead daemon is replaced, one a live daemon listens on
+//! [`tessera_region::open`]); a socket left by a dead daemon is replaced, one a live daemon listens on
 //! is an error naming its pid (from the kernel's credentials of the connection). A socket of another user
 //! is never connected to or removed, unless it is in the daemon's private directory, where it can only be
 //! a leftover: it is an error naming its owner. Each connection sends JSON request lines and gets
@@ -29,8 +29,8 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use tessera_ffi::region::open::checked_dir;
-use tessera_ffi::secure_fs::{self, DirKind};
+use tessera_region::open::checked_dir;
+use tessera_region::secure_fs::{self, DirKind};
 
 /// Threads of the event loop (reading and writing every connection; the work per byte is small).
 const IO_THREADS: usize = 2;

@@ -15,8 +15,8 @@
 use super::*;
 use crate::snapshot::checkpoint::ProcessState;
 use crate::snapshot::sequences::{Held, Snapshot};
-use tessera_ffi::region::pid_ns::ProcView;
-use tessera_ffi::region::reclaim::is_alive;
+use tessera_region::pid_ns::ProcView;
+use tessera_region::reclaim::is_alive;
 
 impl Manager {
     /// Gives the manager the driver's checkpoint calls, and takes up the snapshots a previous daemon left:

@@ -85,7 +85,7 @@ struct Large {
     pages: usize,
 }
 
-/// Byte counts of a space (see `tessera_ffi::region::SoftStats`).
+/// Byte counts of a space (see `tessera_region::SoftStats`).
 #[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
 pub struct Totals {
     /// Device memory holding live pages.

@@ -9,11 +9,11 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
-use tessera_ffi::region::conf::conf_path;
-use tessera_ffi::region::open::live_path;
-use tessera_ffi::region::reclaim::start_time;
-use tessera_ffi::region::{AREA, LAYOUT_SIZE, MAGIC, MAX_VGPUS, Region, Sched, VgpuConfig, VgpuLive, VgpuSlot};
-use tessera_ffi::region::{encode_name, state};
+use tessera_region::conf::conf_path;
+use tessera_region::open::live_path;
+use tessera_region::reclaim::start_time;
+use tessera_region::{AREA, LAYOUT_SIZE, MAGIC, MAX_VGPUS, Region, Sched, VgpuConfig, VgpuLive, VgpuSlot};
+use tessera_region::{encode_name, state};
 
 /// A region file private to one test (removed when dropped), mapped once a process has created it.
 pub struct TestRegion {

@@ -4,7 +4,7 @@
 use super::*;
 use crate::snapshot::sequences::tests::FakeDriver;
 use std::process::{Child, Command};
-use tessera_ffi::region::reclaim::start_time;
+use tessera_region::reclaim::start_time;
 
 const GIB: u64 = 1 << 30;
 

@@ -269,7 +269,7 @@ pub fn reclaim_dead(region: &Region, foreign: &dyn Foreign) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::region::pid_ns::Unseen;
+    use crate::pid_ns::Unseen;
 
     /// A zeroed region structure, leaked (all-zero is a valid value of every region structure).
     fn zeroed<T>() -> &'static T {
@@ -364,7 +364,7 @@ mod tests {
             let p = &v.live.procs[slot];
             p.start_time.store(start, Ordering::Relaxed);
             p.used[3].store(bytes, Ordering::Relaxed);
-            p.flags.store(crate::region::flags::SOFT, Ordering::Relaxed);
+            p.flags.store(crate::flags::SOFT, Ordering::Relaxed);
             p.soft.resident.store(bytes, Ordering::Relaxed);
             p.soft.swap_out_ns.store(7, Ordering::Relaxed);
             p.soft.evicted_seq.store(3, Ordering::Relaxed);

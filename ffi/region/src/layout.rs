@@ -1,6 +1,6 @@
 //! The region's binary layout (version [`VERSION`]): `#[repr(C)]` atomics shared by processes that may run
 //! different Tessera versions, and the lock-free operations on them. The protocol is described in
-//! [`crate::region`].
+//! [`crate`].
 
 pub use crate::timeline::Timeline;
 use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering};
@@ -18,6 +18,11 @@ pub const MAX_VGPUS: usize = 64;
 pub const NAME_LEN: usize = 64;
 /// A limit meaning "no quota on this device".
 pub const UNLIMITED: u64 = u64::MAX;
+
+// The quota parser of `tessera_ffi::units` keeps its own copies of these two (that crate cannot name this
+// one): a quota stays below the no-limit marker and names only the region's devices.
+const _: () = assert!(tessera_ffi::units::MAX_QUOTA == UNLIMITED - 1);
+const _: () = assert!(tessera_ffi::units::MAX_DEVICES == MAX_DEVICES);
 
 /// The bit of a slot's owner word ([`owner`]; and of [`VgpuLive::measuring`]) that marks it claimed
 /// (being filled or cleared) by the process the other bits name (see [`super::reclaim::claim_tag`]). Linux
@@ -759,7 +764,7 @@ mod tests {
         let dead = &v.live.procs[1];
         dead.set_owner(0, CLAIMING | 11);
         assert_eq!(v.wanted(1), 300, "a slot being cleared wants nothing");
-        crate::region::reclaim::clear(dead, v);
+        crate::reclaim::clear(dead, v);
         assert_eq!((dead.wanted.load(Ordering::Relaxed), v.wanted(1)), (0, 300));
         assert_eq!(wanted::unpack(wanted::pack(15, u64::MAX)), Some((15, (1 << 56) - 1)));
         assert_eq!((wanted::unpack(0), wanted::unpack(wanted::pack(3, 0))), (None, Some((3, 1))));

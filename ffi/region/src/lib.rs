@@ -1,6 +1,9 @@
-//! The shared-memory region through which processes of one vGPU share its quota (and, with the
-//! scheduler, its compute share). A binary protocol between processes that may run different Tessera
-//! versions: the header's magic, version and layout size are checked on every open.
+//! The region protocol: the shared-memory region through which processes of one vGPU share its quota
+//! (and, with the scheduler, its compute share). A binary protocol between processes that may run
+//! different Tessera versions, the shim in every CUDA program and the daemon alike: the header's magic,
+//! version and layout size are checked on every open. The plain C ABI types both sides also exchange
+//! with the driver and with programs are `tessera_ffi`'s; this crate is the protocol between Tessera's
+//! own processes.
 //!
 //! Layout version 11: a header, the daemon's record and one scheduling record per device, then
 //! [`MAX_VGPUS`] vGPU slots, each two [`AREA`]s: its [`VgpuConfig`] (name, quota, share, priority, flags)
@@ -77,23 +80,31 @@
 //!   not running (suspended, idle, or waiting for tokens) to swap out, and charges the requester the
 //!   swap-out time they spend for it (`sched.tokens` and [`Pager::swap_charged_ns`]).
 //!
-//! Modules: [`layout`] is the binary layout (re-exported here: `region::VgpuSlot` and so on); the rest is
-//! handling of files and processes: [`open`] (where the files are and how they are created and opened so
-//! that no other user can plant one), [`file`] (the opened, mapped file and its lock), [`conf`] (managed
-//! vGPUs' configuration files), [`claim`] (claiming
-//! vGPU and process slots under it), [`attach`] (a process joining a vGPU by name), [`settings`] (a slot's
-//! limits and resets) and [`reclaim`] (giving back what dead processes held).
+//! Modules: [`layout`] is the binary layout (re-exported here: `tessera_region::VgpuSlot` and so on); the
+//! rest is handling of files and processes: [`open`] (where the files are and how they are created and
+//! opened so that no other user can plant one), [`file`] (the opened, mapped file and its lock), [`conf`]
+//! (managed vGPUs' configuration files), [`claim`] (claiming vGPU and process slots under it), [`attach`]
+//! (a process joining a vGPU by name), [`settings`] (a slot's limits and resets), [`reclaim`] (giving back
+//! what dead processes held) and [`pid_ns`] (judging processes of other pid namespaces). Beside them, the
+//! mechanisms the region is built on: [`timeline`] (the per-vGPU ring of finished kernels the daemon
+//! charges device time from), [`futex`] (waiting on the region's futex words), [`flock`] (locking its
+//! files, bounded where others can open them) and [`secure_fs`] (creating and opening the files shared
+//! between users so that no other user can plant one).
 
 pub mod attach;
 pub mod claim;
 pub mod conf;
 pub mod file;
+pub mod flock;
+pub mod futex;
 pub mod layout;
 pub mod open;
 pub mod pid_ns;
 pub mod reclaim;
+pub mod secure_fs;
 pub mod settings;
 #[cfg(test)]
 mod tests;
+pub mod timeline;
 
 pub use layout::*;

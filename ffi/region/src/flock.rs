@@ -1,6 +1,6 @@
 //! Exclusive `flock` on a shared file while it is created, checked or joined. The simulated GPU's state
 //! is set up under it, so a second process never sees a half-initialized header (Tessera's region is
-//! created complete instead, see [`crate::region::open`], and checked and joined under it); afterwards
+//! created complete instead, see [`crate::open`], and checked and joined under it); afterwards
 //! every access is atomic and needs no lock.
 //!
 //! Any process that can open a file can `flock` it, and keeps the lock while it is stopped: a file others

@@ -186,16 +186,16 @@ fn a_joining_process_takes_the_mode_of_the_moment_and_the_current_requests() {
     let v = &file.region().vgpus[index];
     let hard = attach(&path, "svc", Some(&limits(1 << 30))).unwrap();
     v.config.flags.store(flags::SOFT, Ordering::Release);
-    v.live.pager.request(crate::region::PagerRequest::Evict);
-    v.live.pager.request(crate::region::PagerRequest::Defrag);
-    v.live.pager.request(crate::region::PagerRequest::Defrag);
+    v.live.pager.request(crate::PagerRequest::Evict);
+    v.live.pager.request(crate::PagerRequest::Defrag);
+    v.live.pager.request(crate::PagerRequest::Defrag);
     let soft = attach(&path, "svc", None).unwrap();
     assert!(!hard.me.is_soft() && soft.me.is_soft(), "the mode is read once, when joining");
     assert_eq!(
         (soft.me.soft.evicted_seq.load(Ordering::Relaxed), soft.me.soft.defragged_seq.load(Ordering::Relaxed)),
         (1, 2)
     );
-    assert_eq!(v.lagging(crate::region::PagerRequest::Defrag, 2).next(), None);
+    assert_eq!(v.lagging(crate::PagerRequest::Defrag, 2).next(), None);
     std::fs::remove_file(&path).unwrap();
 }
 

@@ -2,8 +2,8 @@
 //! and compute-share state started over, and whether the daemon manages it.
 
 use super::layout::{DEFAULT_WINDOW_NS, MAX_DEVICES, UNLIMITED, VgpuSlot, flags, priority};
-use crate::units::format_size;
 use std::sync::atomic::Ordering;
+use tessera_ffi::units::format_size;
 
 /// Per-device limits, [`UNLIMITED`] where none is set.
 pub type Limits = [u64; MAX_DEVICES];
