@@ -12,10 +12,12 @@
 //!   no other user can plant one.
 //! - [`nvml`]: the NVML C types the simulated NVML and the shim exchange with programs.
 //! - [`units`]: the textual forms of sizes and durations accepted in every environment variable.
+//! - [`daemon_protocol`]: the version of the daemon's socket protocol (client crate and shim alike).
 
 pub mod checkpoint;
 pub mod cublas;
 pub mod cuda;
+pub mod daemon_protocol;
 pub mod elf;
 pub mod flock;
 pub mod futex;
