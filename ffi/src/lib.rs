@@ -9,10 +9,12 @@
 //! - [`elf`]: reading a loaded object's dynamic symbol table (the shim's way to libc's own `dlsym`).
 //! - [`nvml`]: the NVML C types the simulated NVML and the shim exchange with programs.
 //! - [`units`]: the textual forms of sizes and durations accepted in every environment variable.
+//! - [`daemon_protocol`]: the version of the daemon's socket protocol (client crate and shim alike).
 
 pub mod checkpoint;
 pub mod cublas;
 pub mod cuda;
+pub mod daemon_protocol;
 pub mod elf;
 pub mod nvml;
 pub mod proc_address;

@@ -19,7 +19,7 @@ pub enum ErrorCode {
     NotFound,
     /// A vGPU of that name exists already.
     AlreadyExists,
-    /// The request breaks a rule (a share out of range, shares summing over 100%, a quota over the device).
+    /// The request breaks a rule (a bad name, a share out of range, a quota over its device).
     Invalid,
     /// The vGPU is in use: processes are attached, or use more memory than the new quota.
     InUse,
@@ -27,8 +27,9 @@ pub enum ErrorCode {
     Unavailable,
     /// The processes a request waits for did not finish in time, or the daemon did not answer in time.
     Timeout,
-    /// The device lacks the memory the request needs now (a `resume` whose memory others took); nothing
-    /// was changed, and the request may be tried again once memory is freed.
+    /// The device has no share or memory left for the request (a create or change whose shares would sum
+    /// over 100% or whose hard quotas would exceed the device; a `resume` whose memory others took); nothing
+    /// was changed, and the request may be tried again once another vGPU gives some back.
     ResourceExhausted,
     /// The daemon failed on its side (its state file or region could not be written); nothing was changed.
     Internal,

@@ -11,7 +11,7 @@ use std::time::Duration;
 /// The protocol version this crate speaks. A request of another version (or of none, from a client older
 /// than versions) is refused with [`ErrorCode::UnsupportedVersion`]; only [`Request::Version`] is answered
 /// whatever version it carries, so that any client can learn which one the daemon speaks.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = tessera_ffi::daemon_protocol::VERSION;
 
 /// Longest request line the daemon reads.
 pub const MAX_LINE: usize = 64 * 1024;
@@ -231,7 +231,7 @@ impl Request {
         }
     }
 
-    /// The request as one line (without the newline): `{"version":1,"op":...}`.
+    /// The request as one line (without the newline): `{"version":2,"op":...}`.
     pub fn to_line(&self) -> Result<String, serde_json::Error> {
         #[derive(Serialize)]
         struct Line<'a> {
@@ -451,12 +451,12 @@ mod tests {
     fn requests_are_one_json_line_with_the_version() {
         let r = Request::Set { name: "a".into(), change: Change { share: Some(40), ..Change::default() } };
         let line = r.to_line().unwrap();
-        assert_eq!(line, r#"{"version":1,"op":"set","name":"a","change":{"share":40}}"#);
+        assert_eq!(line, r#"{"version":2,"op":"set","name":"a","change":{"share":40}}"#);
         assert_eq!(serde_json::from_str::<Request>(&line).unwrap(), r, "the version is read beside the request");
-        assert_eq!(serde_json::from_str::<Request>(r#"{"version":1,"op":"list"}"#).unwrap(), Request::List);
+        assert_eq!(serde_json::from_str::<Request>(r#"{"version":2,"op":"list"}"#).unwrap(), Request::List);
         assert!(serde_json::from_str::<Request>(r#"{"op":"explode"}"#).is_err());
         assert_eq!(Request::SwapOut { name: "a".into() }.op(), "swapout");
-        assert_eq!(Request::Stats { name: None }.to_line().unwrap(), r#"{"version":1,"op":"stats"}"#);
+        assert_eq!(Request::Stats { name: None }.to_line().unwrap(), r#"{"version":2,"op":"stats"}"#);
         assert_eq!(Request::Defrag { name: "a".into() }.answer_within(Duration::ZERO), DEFRAG_TIMEOUT);
         assert_eq!(Request::List.answer_within(Duration::from_secs(1)), Duration::from_secs(1));
     }
@@ -477,7 +477,7 @@ mod tests {
         let status = VgpuStatus::of(VgpuSpec::new("a", 0, 1, 30));
         let text = serde_json::to_string(&Reply::ok(vec![status.clone()])).unwrap();
         assert!(text.contains(r#""name":"a""#) && text.contains(r#""share":30"#), "flattened: {text}");
-        assert!(text.starts_with(r#"{"version":1,"ok":true,"#), "{text}");
+        assert!(text.starts_with(r#"{"version":2,"ok":true,"#), "{text}");
         assert_eq!(serde_json::from_str::<Reply>(&text).unwrap().vgpus, [status]);
         assert!(!text.contains("pager") && !text.contains("stats"), "only their requests report them: {text}");
         let old = r#"{"ok":false,"error":"no vGPU named \"x\"","vgpus":[],"pid":7}"#;

@@ -143,6 +143,7 @@ fn daemon_error(what: &str, e: tessera_client::Error) -> Status {
     let message = format!("{what}: {e}");
     match e.code {
         ErrorCode::InUse | ErrorCode::Invalid | ErrorCode::AlreadyExists => Status::failed_precondition(message),
+        ErrorCode::ResourceExhausted => Status::resource_exhausted(message),
         ErrorCode::Unavailable | ErrorCode::Timeout => Status::unavailable(message),
         _ => Status::internal(message),
     }

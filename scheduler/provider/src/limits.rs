@@ -118,7 +118,7 @@ fn create(client: &Client, gpu: &Gpu, name: &str, limit: Limit) -> Outcome {
 /// The ABI's code for the daemon refusing a change of `name`.
 fn refused(name: &str, e: tessera_client::Error) -> Fail {
     let code = match e.code {
-        ErrorCode::Invalid if e.message.contains("sum") => ACCEL_ERROR_RESOURCE_EXHAUSTED,
+        ErrorCode::ResourceExhausted => ACCEL_ERROR_RESOURCE_EXHAUSTED,
         ErrorCode::Invalid => ACCEL_ERROR_INVALID_PARAM,
         ErrorCode::NotFound => ACCEL_ERROR_NOT_FOUND,
         _ => ACCEL_ERROR_OPERATION_FAILED,

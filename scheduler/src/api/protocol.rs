@@ -46,11 +46,12 @@ mod tests {
 
     #[test]
     fn a_request_of_another_version_or_none_gets_the_version_error() {
-        assert_eq!(parse(r#"{"version":1,"op":"list"}"#), Ok(Request::List));
+        assert_eq!(parse(r#"{"version":2,"op":"list"}"#), Ok(Request::List));
         for (line, says) in [
             (r#"{"op":"list"}"#, "carries no protocol version"),
-            (r#"{"version":2,"op":"list"}"#, "protocol version 2, this daemon speaks version 1"),
-            (r#"{"version":0,"op":"explode","name":7}"#, "protocol version 0, this daemon speaks version 1"),
+            (r#"{"version":1,"op":"list"}"#, "protocol version 1, this daemon speaks version 2"),
+            (r#"{"version":3,"op":"list"}"#, "protocol version 3, this daemon speaks version 2"),
+            (r#"{"version":0,"op":"explode","name":7}"#, "protocol version 0, this daemon speaks version 2"),
         ] {
             let e = parse(line).unwrap_err();
             assert_eq!(e.code, ErrorCode::UnsupportedVersion, "{line}");
@@ -58,7 +59,7 @@ mod tests {
         }
         assert_eq!(parse(r#"{"op":"version"}"#), Ok(Request::Version), "answered whatever the version");
         assert_eq!(parse(r#"{"version":9,"op":"version"}"#), Ok(Request::Version));
-        for line in ["nonsense", "[1]", r#"{"version":"1","op":"list"}"#, r#"{"version":1,"op":"explode"}"#] {
+        for line in ["nonsense", "[1]", r#"{"version":"2","op":"list"}"#, r#"{"version":2,"op":"explode"}"#] {
             assert_eq!(parse(line).unwrap_err().code, ErrorCode::BadRequest, "{line}");
         }
     }

@@ -208,7 +208,7 @@ impl Manager {
     /// pid namespace, the list of processes), and takes no lock but the table's.
     fn join(&self, name: &str, slot: u32, caller: &Caller) -> Result<Reply, Error> {
         let config = self.current();
-        let spec = config.get(name).code(ErrorCode::NotFound)?;
+        let spec = config.get(name)?;
         let user = slots::owner(spec);
         if caller.uid != user && caller.uid != 0 {
             return Err(Error::new(
@@ -399,7 +399,7 @@ impl Manager {
             Request::Stats { name } => {
                 // Without reclaiming dead processes: polled at 10 Hz, it stays a read.
                 let config = self.current();
-                let only = name.as_ref().map(|n| config.get(n).cloned().code(ErrorCode::NotFound)).transpose()?;
+                let only = name.as_ref().map(|n| config.get(n).cloned().map_err(Error::from)).transpose()?;
                 let stats = crate::api::stats::stats(
                     self.region.region(),
                     &self.state,
@@ -417,7 +417,7 @@ impl Manager {
             }
             Request::Show { name } => {
                 let config = self.current();
-                let spec = config.get(name).code(ErrorCode::NotFound)?;
+                let spec = config.get(name)?;
                 reclaim_dead(self.region.region(), &ProcView::new());
                 return Ok(Reply::ok(vec![slots::status(&self.region.guard(), spec)]));
             }
@@ -446,8 +446,7 @@ impl Manager {
         let vgpus = match request {
             Request::Create { spec } => {
                 may_give_to(&spec)?;
-                let code = if config.get(&spec.name).is_ok() { ErrorCode::AlreadyExists } else { ErrorCode::Invalid };
-                let next = config.create(spec.clone(), devices).code(code)?;
+                let next = config.create(spec.clone(), devices)?;
                 let name = spec.name.clone();
                 self.commit(
                     &mut config,
@@ -459,18 +458,18 @@ impl Manager {
                 )?
             }
             Request::Set { name, change } => {
-                config.get(&name).code(ErrorCode::NotFound)?;
-                let next = config.set(&name, &change, devices).code(ErrorCode::Invalid)?;
+                config.get(&name)?;
+                let next = config.set(&name, &change, devices)?;
                 self.reconfigure(&mut config, next, &name, change.memory.is_some())?
             }
             Request::Suspend { name } => {
-                config.get(&name).code(ErrorCode::NotFound)?;
-                let next = config.suspend(&name, true, devices).code(ErrorCode::Invalid)?;
+                config.get(&name)?;
+                let next = config.suspend(&name, true, devices)?;
                 self.reconfigure(&mut config, next, &name, false)?
             }
             Request::Rm { name } => {
-                let old = config.get(&name).code(ErrorCode::NotFound)?.clone();
-                let next = config.remove(&name).code(ErrorCode::Invalid)?;
+                let old = config.get(&name)?.clone();
+                let next = config.remove(&name)?;
                 // Judged before the region file is locked (reading `/proc`, within a budget: the request
                 // answers promptly whatever tenants map); false slots freed under it if still so. Only
                 // verified processes block it: a slot whose process cannot be verified is ignored.
@@ -539,7 +538,7 @@ impl Manager {
         };
         let (index, asked, target, mut report) = {
             let config = self.current();
-            let spec = config.get(name).code(ErrorCode::NotFound)?;
+            let spec = config.get(name)?;
             if spec.mode == Mode::Hard {
                 return Err(Error::new(
                     ErrorCode::Invalid,
@@ -615,8 +614,8 @@ impl Manager {
         name: &str,
         memory: bool,
     ) -> Result<Vec<VgpuStatus>, Error> {
-        let old = config.get(name).code(ErrorCode::NotFound)?.clone();
-        let new = next.get(name).code(ErrorCode::NotFound)?.clone();
+        let old = config.get(name)?.clone();
+        let new = next.get(name)?.clone();
         let slot = |l: &Locked| {
             slots::find(l, name).ok_or_else(|| format!("vGPU {name:?} has no slot in region file {}", l.path()))
         };

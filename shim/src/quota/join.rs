@@ -13,6 +13,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
+use tessera_ffi::daemon_protocol::VERSION;
 
 /// Longest the request, and then its answer, may take.
 pub const TIMEOUT: Duration = Duration::from_secs(1);
@@ -20,7 +21,7 @@ pub const TIMEOUT: Duration = Duration::from_secs(1);
 /// The request line for process slot `slot` of vGPU `name` (a name checked by the configuration: letters,
 /// digits and `._-` only, nothing JSON must escape).
 fn request(name: &str, slot: usize) -> String {
-    format!("{{\"version\":1,\"op\":\"join\",\"name\":\"{name}\",\"slot\":{slot}}}\n")
+    format!("{{\"version\":{VERSION},\"op\":\"join\",\"name\":\"{name}\",\"slot\":{slot}}}\n")
 }
 
 /// Connects to the unix socket at `path` without waiting for room in its backlog.
@@ -86,7 +87,7 @@ mod tests {
 
     #[test]
     fn the_request_is_one_line_of_the_protocol() {
-        assert_eq!(request("team-a", 7), "{\"version\":1,\"op\":\"join\",\"name\":\"team-a\",\"slot\":7}\n");
+        assert_eq!(request("team-a", 7), "{\"version\":2,\"op\":\"join\",\"name\":\"team-a\",\"slot\":7}\n");
     }
 
     #[test]
@@ -95,7 +96,7 @@ mod tests {
         let listener = UnixListener::bind(&path).unwrap();
         let server = std::thread::spawn(move || {
             for answer in
-                ["{\"version\":1,\"ok\":true,\"vgpus\":[]}\n", "{\"version\":1,\"ok\":false,\"error\":\"no\"}\n"]
+                ["{\"version\":2,\"ok\":true,\"vgpus\":[]}\n", "{\"version\":2,\"ok\":false,\"error\":\"no\"}\n"]
             {
                 let (mut s, _) = listener.accept().unwrap();
                 let mut line = String::new();

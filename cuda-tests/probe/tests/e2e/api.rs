@@ -9,7 +9,7 @@ use common::tessera::Machine;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
-use tessera_client::{ErrorCode, Stats, VgpuSpec, VgpuStats};
+use tessera_client::{Change, ErrorCode, Stats, VgpuSpec, VgpuStats};
 
 /// Sends `line` on a raw connection and returns the reply line as JSON.
 fn raw(m: &Machine, line: &str) -> serde_json::Value {
@@ -27,29 +27,36 @@ fn another_version_gets_the_version_error_and_refusals_carry_codes() {
     m.start();
     for (line, says) in [
         (r#"{"op":"list"}"#, "carries no protocol version"),
-        (r#"{"version":2,"op":"create","spec":{"name":"x"}}"#, "protocol version 2, this daemon speaks version 1"),
+        (r#"{"version":3,"op":"create","spec":{"name":"x"}}"#, "protocol version 3, this daemon speaks version 2"),
+        // Version 1's clients (before refusals for want of room had their own code) are refused clearly.
+        (r#"{"version":1,"op":"list"}"#, "protocol version 1, this daemon speaks version 2"),
     ] {
         let reply = raw(&m, line);
         assert_eq!(
             (&reply["ok"], &reply["code"], &reply["version"]),
-            (&false.into(), &"unsupported_version".into(), &1.into()),
+            (&false.into(), &"unsupported_version".into(), &2.into()),
             "{line}: {reply}"
         );
         let error = reply["error"].as_str().expect("the message is a plain string, as older clients read it");
         assert!(error.contains(says), "{line}: {error}");
     }
     assert_eq!(raw(&m, r#"{"op":"version"}"#)["ok"], true, "version is answered whatever the client's");
-    assert_eq!(raw(&m, r#"{"version":1,"op":"explode"}"#)["code"], "bad_request");
+    assert_eq!(raw(&m, r#"{"version":2,"op":"explode"}"#)["code"], "bad_request");
     assert!(m.client().list().unwrap().is_empty(), "nothing was created");
 
     let client = m.client();
-    assert_eq!(client.version().unwrap(), (1, env!("CARGO_PKG_VERSION").to_string()));
+    assert_eq!(client.version().unwrap(), (2, env!("CARGO_PKG_VERSION").to_string()));
     client.create(VgpuSpec::new("a", 0, 1 << 30, 30)).unwrap();
     fn code<T>(r: Result<T, tessera_client::Error>) -> ErrorCode {
         r.map(drop).unwrap_err().code
     }
     assert_eq!(code(client.create(VgpuSpec::new("a", 0, 1 << 30, 10))), ErrorCode::AlreadyExists);
-    assert_eq!(code(client.create(VgpuSpec::new("b", 0, 1 << 30, 80))), ErrorCode::Invalid, "30% + 80%");
+    let full = "30% + 80%: the device has no share left";
+    assert_eq!(code(client.create(VgpuSpec::new("b", 0, 1 << 30, 80))), ErrorCode::ResourceExhausted, "{full}");
+    client.create(VgpuSpec::new("b", 0, 1 << 30, 70)).unwrap();
+    let grown = Change { share: Some(31), ..Change::default() };
+    assert_eq!(code(client.set("a", grown)), ErrorCode::ResourceExhausted, "31% + 70%");
+    assert_eq!(code(client.create(VgpuSpec::new("d", 0, 1 << 30, 101))), ErrorCode::Invalid, "over 100% alone");
     assert_eq!(code(client.create(VgpuSpec::new("c", 7, 1 << 30, 10))), ErrorCode::Invalid, "no device 7");
     assert_eq!(code(client.show("zz")), ErrorCode::NotFound);
     assert_eq!(code(client.stats(Some("zz"))), ErrorCode::NotFound);

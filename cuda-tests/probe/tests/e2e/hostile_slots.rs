@@ -246,7 +246,7 @@ import json, socket, sys
 for slot in range(4):
     s = socket.socket(socket.AF_UNIX)
     s.connect(sys.argv[1])
-    s.sendall(json.dumps({"version": 1, "op": "join", "name": "j", "slot": slot}).encode() + b"\n")
+    s.sendall(json.dumps({"version": 2, "op": "join", "name": "j", "slot": slot}).encode() + b"\n")
     print(s.makefile().readline().strip(), flush=True)
 "#;
     let mut forger = Command::new("python3");

@@ -78,12 +78,12 @@ fn the_owner_is_served_while_another_user_floods_and_trickles_the_socket() {
     let stream = UnixStream::connect(m.socket()).unwrap();
     stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let mut replies = BufReader::new(&stream);
-    (&stream).write_all(b"{\"version\":1,\"op\":\"list\",\"x\":\"\xff\"}\n").unwrap();
+    (&stream).write_all(b"{\"version\":2,\"op\":\"list\",\"x\":\"\xff\"}\n").unwrap();
     let reply = read_reply(&mut replies).expect("a reply to the request that is not UTF-8");
     let error = reply["error"].as_str().unwrap_or_default();
     assert_eq!(reply["code"], "bad_request", "{reply}");
     assert!(error.contains("not valid UTF-8") && error.contains("0xff"), "{reply}");
-    (&stream).write_all(b"{\"version\":1,\"op\":\"list\"}\n").unwrap();
+    (&stream).write_all(b"{\"version\":2,\"op\":\"list\"}\n").unwrap();
     assert_eq!(read_reply(&mut replies).expect("the connection goes on")["ok"], true);
 
     drop(attacker.stdin.take());

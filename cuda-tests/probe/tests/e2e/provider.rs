@@ -2,7 +2,7 @@
 //! compiled against its own headers on a simulated machine with several devices: every function of both
 //! ABIs with its success and INVALID_PARAM cases, loading it as a hypervisor does (dlopen and dlsym of the
 //! required names), calls from 8 threads at once, and a hard memory limit a worker sets for itself that
-//! the shim then enforces.
+//! the shim then enforces; a limit the device has no room for.
 
 use crate::common;
 
@@ -121,6 +121,30 @@ fn eight_threads_call_it_at_once() {
     let f = Facts::ok(m.sim.command_for(&exe, &["10"]));
     assert_eq!(f.get("failures"), "0");
     assert!(f.get("calls").parse::<u32>().unwrap() >= 8 * 10 * 7);
+}
+
+/// A limit the device has no room for is `ACCEL_ERROR_RESOURCE_EXHAUSTED` (4), told by the daemon's error
+/// code (`resource_exhausted`), not by its message; a bad value stays `INVALID_PARAM` and one that fits
+/// succeeds.
+#[test]
+fn a_limit_the_device_has_no_room_for_is_resource_exhausted() {
+    let mut m = Machine::new("provider-full", DEVICES);
+    m.start();
+    m.ok(&["vgpu", "create", "others", "--device", "0", "--memory", "1GiB", "--share", "80"]);
+    m.ok(&["vgpu", "create", "worker", "--device", "0", "--memory", "1GiB", "--share", "10"]);
+    let exe = program("provider_full.c").build();
+    let run = |share: &str, fits: &str| {
+        let mut cmd = m.sim.command_for(&exe, &[share, fits]);
+        cmd.env("TESSERA_VGPU", "worker");
+        Facts::ok(cmd)
+    };
+    let f = run("30", "20");
+    assert_eq!(f.get("share"), "4", "shares 80 + 30 > 100: ACCEL_ERROR_RESOURCE_EXHAUSTED\n{}", f.stderr);
+    assert_eq!(f.get("memory"), "4", "1 GiB + the whole device: ACCEL_ERROR_RESOURCE_EXHAUSTED\n{}", f.stderr);
+    assert_eq!(f.get("fits"), "0", "80 + 20 fits\n{}", f.stderr);
+    assert_eq!(m.client().show("worker").expect("show").spec.share, 20);
+    let f = run("101", "20");
+    assert_eq!(f.get("share"), "1", "a share over 100% is ACCEL_ERROR_INVALID_PARAM\n{}", f.stderr);
 }
 
 #[test]

@@ -29,25 +29,25 @@ fn against(tag: &str, reply: &'static str) -> (Result<Vec<tessera_client::VgpuSt
 
 #[test]
 fn a_reply_of_another_version_or_none_is_a_clear_error() {
-    let (got, line) = against("v2", r#"{"version":2,"ok":true,"vgpus":[],"pid":7}"#);
-    assert_eq!(line, "{\"version\":1,\"op\":\"list\"}\n", "the client sends its version");
+    let (got, line) = against("v1", r#"{"version":1,"ok":true,"vgpus":[],"pid":7}"#);
+    assert_eq!(line, "{\"version\":2,\"op\":\"list\"}\n", "the client sends its version");
     let e = got.unwrap_err();
     assert_eq!(e.code, ErrorCode::UnsupportedVersion);
-    assert!(e.message.contains("protocol version 2, this client version 1"), "{e}");
+    assert!(e.message.contains("protocol version 1, this client version 2"), "{e}");
     let e = against("none", r#"{"ok":true,"vgpus":[],"pid":7}"#).0.unwrap_err();
     assert_eq!(e.code, ErrorCode::UnsupportedVersion);
-    assert!(e.message.contains("older than protocol versions, this client speaks version 1"), "{e}");
+    assert!(e.message.contains("older than protocol versions, this client speaks version 2"), "{e}");
     let e = against("garbage", "hello").0.unwrap_err();
     assert_eq!(e.code, ErrorCode::BadReply);
 }
 
 #[test]
 fn a_refusal_keeps_the_daemons_code_and_message() {
-    let e = against("refused", r#"{"version":1,"ok":false,"code":"in_use","error":"busy","pid":7}"#).0.unwrap_err();
+    let e = against("refused", r#"{"version":2,"ok":false,"code":"in_use","error":"busy","pid":7}"#).0.unwrap_err();
     assert_eq!((e.code, e.message.as_str()), (ErrorCode::InUse, "busy"));
-    let e = against("newer", r#"{"version":1,"ok":false,"code":"on_fire","error":"hot","pid":7}"#).0.unwrap_err();
+    let e = against("newer", r#"{"version":2,"ok":false,"code":"on_fire","error":"hot","pid":7}"#).0.unwrap_err();
     assert_eq!(e.code, ErrorCode::Unknown, "a code from a newer daemon still reads");
-    let ok = against("ok", r#"{"version":1,"ok":true,"vgpus":[],"pid":7,"added_later":{"x":1}}"#).0;
+    let ok = against("ok", r#"{"version":2,"ok":true,"vgpus":[],"pid":7,"added_later":{"x":1}}"#).0;
     assert_eq!(ok, Ok(vec![]), "fields this client does not know are ignored");
 }
 

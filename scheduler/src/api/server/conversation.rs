@@ -172,7 +172,7 @@ mod tests {
     use tokio::time::Instant;
 
     const OWNER: u32 = 1000;
-    const LIST: &[u8] = b"{\"version\":1,\"op\":\"list\"}\n";
+    const LIST: &[u8] = b"{\"version\":2,\"op\":\"list\"}\n";
 
     fn caller(uid: u32) -> Caller {
         Caller { pid: 42, uid, gid: uid }
@@ -241,7 +241,7 @@ mod tests {
     #[tokio::test]
     async fn a_line_that_is_not_utf8_gets_an_error_naming_it_and_the_connection_goes_on() {
         let mut client = BufReader::new(start(OWNER, ok_handler()));
-        client.write_all(b"{\"version\":1,\"op\":\"list\",\"x\":\"\xff\"}\n").await.unwrap();
+        client.write_all(b"{\"version\":2,\"op\":\"list\",\"x\":\"\xff\"}\n").await.unwrap();
         let r = reply(&mut client).await.expect("an answer, not a closed connection");
         assert_eq!(r["code"], "bad_request", "{r}");
         let error = r["error"].as_str().unwrap();
@@ -288,7 +288,7 @@ mod tests {
             }
         });
         let mut client = BufReader::new(start(0, Arc::clone(&handler)));
-        client.write_all(b"{\"version\":1,\"op\":\"version\"}\n").await.unwrap();
+        client.write_all(b"{\"version\":2,\"op\":\"version\"}\n").await.unwrap();
         assert_eq!(reply(&mut client).await, None, "the panicking request's connection is closed");
         let mut other = BufReader::new(start(0, handler));
         other.write_all(LIST).await.unwrap();

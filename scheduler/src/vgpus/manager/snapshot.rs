@@ -120,7 +120,7 @@ impl Manager {
     /// Suspends vGPU `name` or lets it go, as `suspend` and `resume` always have.
     fn set_suspended(&self, name: &str, suspended: bool) -> Result<(), Error> {
         let mut config = self.config();
-        let next = config.suspend(name, suspended, &self.devices).code(ErrorCode::Invalid)?;
+        let next = config.suspend(name, suspended, &self.devices)?;
         self.reconfigure(&mut config, next, name, false).map(drop)
     }
 
@@ -133,7 +133,7 @@ impl Manager {
     /// `snapshot`: the whole vGPU (`pids` empty) or those of its processes.
     pub(super) fn snapshot(&self, name: &str, pids: &[u32]) -> Result<Reply, Error> {
         let _one_at_a_time = self.snapshot_op.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let spec = self.current().get(name).code(ErrorCode::NotFound)?.clone();
+        let spec = self.current().get(name)?.clone();
         reclaim_dead(self.region.region(), &ProcView::new());
         let mut snapshot = self.live_snapshot(name);
         let attached = self.attached(&spec)?;
@@ -218,7 +218,7 @@ impl Manager {
     /// those of its checkpointed processes.
     pub(super) fn resume(&self, name: &str, pids: &[u32]) -> Result<Reply, Error> {
         let _one_at_a_time = self.snapshot_op.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let spec = self.current().get(name).code(ErrorCode::NotFound)?.clone();
+        let spec = self.current().get(name)?.clone();
         reclaim_dead(self.region.region(), &ProcView::new());
         let mut snapshot = self.live_snapshot(name);
         let targets: Vec<Held> = if pids.is_empty() {
