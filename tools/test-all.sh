@@ -30,7 +30,8 @@ stage "the simulated-driver suite again, every program under the shim with no TE
 # The end-to-end test program the first pass built, run again as cargo runs it (from its package's folder):
 # asking cargo for `-p cuda-tests` alone would resolve other features and build 50-odd crates again. Only the
 # subjects that start programs on a bare simulated machine (`Sim::new`, the one reader of
-# TESSERA_TEST_UNDER_SHIM) change under it; the others put their programs under the shim already.
+# TESSERA_TEST_UNDER_SHIM) change under it; the others put their programs under the shim already
+# (`Sim::shimmed`, a daemon's `Machine`), and running them twice would only cost time.
 mapfile -t programs < <(cargo test --workspace --release --no-run --message-format=json 2>/dev/null | python3 -c '
 import json, sys
 for line in sys.stdin:

@@ -12,10 +12,7 @@ const MIB: i64 = 1 << 20;
 #[test]
 fn allocations_follow_every_change_of_the_current_context() {
     let program = CBuild::program("context_switch.c").link_driver().build();
-    let sim = Sim::new("context-switch")
-        .with_shim()
-        .with("SIMGPU_DEVICES", "small,small")
-        .with("TESSERA_MEMORY_LIMIT", "1GiB");
+    let sim = Sim::shimmed("context-switch").with("SIMGPU_DEVICES", "small,small").with("TESSERA_MEMORY_LIMIT", "1GiB");
     let facts = Facts::ok(sim.command_for(&program, &[]));
     // Device 0: 2 + 8 + 16 MiB (after a pop, a set and another thread's own change); device 1: 1 + 4 MiB
     // (the created context, a push) and the other thread's 32 MiB.

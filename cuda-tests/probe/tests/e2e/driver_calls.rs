@@ -48,7 +48,7 @@ fn a_program_under_the_shim_sees_the_shims_calls_counted_beside_its_own() {
     let program = client();
     // Whatever the shim calls for itself (with a memory quota, it may ask about each allocation) lands on
     // the program's thread or another thread: never fewer calls than the program's own.
-    let sim = Sim::new("driver-calls-shim").with_shim().with("TESSERA_MEMORY_LIMIT", "8GiB");
+    let sim = Sim::shimmed("driver-calls-shim").with("TESSERA_MEMORY_LIMIT", "8GiB");
     for op in run(&sim, &program) {
         assert!(n(&op, "thread_calls") >= n(&op, "own_calls"), "{op}");
         assert!(n(&op, "process_calls") >= n(&op, "thread_calls"), "{op}");
@@ -67,13 +67,13 @@ fn allocations_under_a_quota_ask_the_driver_nothing_per_pair() {
     // ask once for the thread (when the operation is the first to allocate), never per pair. Before the
     // cache it asked twice per cuMemAlloc (cuCtxGetCurrent and cuCtxGetDevice): 400 calls for 200 pairs.
     let program = client();
-    let hard = Sim::new("alloc-calls-hard").with_shim().with("TESSERA_MEMORY_LIMIT", "8GiB");
+    let hard = Sim::shimmed("alloc-calls-hard").with("TESSERA_MEMORY_LIMIT", "8GiB");
     let ops = run(&hard, &program);
     let ((first, own_first), (second, own_second)) = (op_calls(&ops, "alloc_256"), op_calls(&ops, "alloc_1m"));
     assert!(first <= own_first + 2, "hard quota, 200 pairs of 256 B: {ops:?}");
     assert_eq!(second, own_second, "hard quota, 200 pairs of 1 MiB, nothing changed since: {ops:?}");
     // Soft mode serves the pairs from its own pool: the driver sees none of them, nor any query.
-    let soft = Sim::new("alloc-calls-soft").with_shim().with("TESSERA_MODE", "soft");
+    let soft = Sim::shimmed("alloc-calls-soft").with("TESSERA_MODE", "soft");
     let ops = run(&soft, &program);
     // Per pair would be 200 calls or more; on a loaded host one occasional check of 2 calls was seen to land
     // inside the 1 MiB operation (once, in a full suite run beside other tests), so both allow those 2.

@@ -37,7 +37,7 @@ impl Drop for PrivateRegion {
 
 /// The machine under the shim with a 1 GiB quota on device 0 and no vGPU.
 fn one_gib_quota(tag: &str, region: &PrivateRegion) -> Sim {
-    Sim::new(tag).with_shim().with("TESSERA_MEMORY_LIMIT", "1GiB").with("TESSERA_REGION", region.path())
+    Sim::shimmed(tag).with("TESSERA_MEMORY_LIMIT", "1GiB").with("TESSERA_REGION", region.path())
 }
 
 #[test]

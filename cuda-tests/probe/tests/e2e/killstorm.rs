@@ -183,8 +183,7 @@ const CHURN: [&[&str]; 2] =
 #[test]
 fn a_kill_storm_on_a_managed_vgpu_leaks_nothing_and_never_overshoots() {
     let mut m = Machine::new("killstorm", "small");
-    let sim = std::mem::replace(&mut m.sim, Sim::new("placeholder"));
-    m.sim = sim.with("SIMGPU_MEMORY", "16GiB").with("SIMGPU_CONTEXT_MEMORY", CONTEXT);
+    m.configure(|sim| sim.with("SIMGPU_MEMORY", "16GiB").with("SIMGPU_CONTEXT_MEMORY", CONTEXT));
     m.start();
     m.ok(&["vgpu", "create", "storm", "--device", "0", "--memory", "4GiB", "--share", "50"]);
     let region = m.region().to_string_lossy().into_owned();
@@ -207,8 +206,7 @@ fn a_kill_storm_on_a_managed_vgpu_leaks_nothing_and_never_overshoots() {
 #[test]
 fn a_kill_storm_on_a_vgpu_without_daemon_leaks_nothing_and_never_overshoots() {
     let region = common::region::TestRegion::new("killstorm");
-    let sim = Sim::new("killstorm")
-        .with_shim()
+    let sim = Sim::shimmed("killstorm")
         .with("SIMGPU_DEVICES", "small")
         .with("SIMGPU_MEMORY", "16GiB")
         .with("SIMGPU_CONTEXT_MEMORY", CONTEXT)
@@ -236,8 +234,7 @@ fn a_kill_storm_on_a_vgpu_without_daemon_leaks_nothing_and_never_overshoots() {
 #[test]
 fn a_process_at_its_descriptor_limit_never_takes_live_peers_for_dead() {
     let region = common::region::TestRegion::new("emfile");
-    let sim = Sim::new("emfile")
-        .with_shim()
+    let sim = Sim::shimmed("emfile")
         .with("SIMGPU_DEVICES", "small")
         .with("TESSERA_REGION", region.path())
         .with("TESSERA_VGPU", "fds")

@@ -14,7 +14,7 @@ use std::os::unix::ffi::OsStrExt;
 #[test]
 fn a_limit_that_is_not_utf8_fails_cu_init_naming_the_variable() {
     let region = TestRegion::new("utf8");
-    let sim = Sim::new("utf8").with_shim().with("TESSERA_REGION", region.path());
+    let sim = Sim::shimmed("utf8").with("TESSERA_REGION", region.path());
     for (var, value) in [
         ("TESSERA_MEMORY_LIMIT", &b"4GiB\xff"[..]),
         ("TESSERA_VGPU", b"team\xff"),
@@ -33,7 +33,7 @@ fn a_limit_that_is_not_utf8_fails_cu_init_naming_the_variable() {
 #[test]
 fn a_vgpu_no_daemon_manages_is_refused_to_a_process_without_a_limit() {
     let region = TestRegion::new("typo");
-    let sim = Sim::new("typo").with_shim().with("TESSERA_REGION", region.path()).with("TESSERA_VGPU", "typo");
+    let sim = Sim::shimmed("typo").with("TESSERA_REGION", region.path()).with("TESSERA_VGPU", "typo");
     let run = sim.run(&["mem-info"]);
     assert!(!run.success, "ran without limits: {}", run.json);
     assert_eq!(u64_at(&run.json, "cuda_error"), INVALID_VALUE, "{}", run.stderr);
@@ -44,8 +44,7 @@ fn a_vgpu_no_daemon_manages_is_refused_to_a_process_without_a_limit() {
     }
     // Either limit lets a process set the vGPU up, as before.
     sim.with("TESSERA_COMPUTE_SHARE", "50").ok(&["mem-info"]);
-    let limited = Sim::new("typo-quota")
-        .with_shim()
+    let limited = Sim::shimmed("typo-quota")
         .with("TESSERA_REGION", region.path())
         .with("TESSERA_VGPU", "quota")
         .with("TESSERA_MEMORY_LIMIT", "1GiB")
@@ -63,8 +62,7 @@ fn out_of_range_values_are_refused_by_the_variables_and_the_cli_alike() {
         ("TESSERA_COMPUTE_SHARE", "+30"),
         ("TESSERA_COMPUTE_SHARE", "0"),
     ] {
-        let run =
-            Sim::new("range").with_shim().with("TESSERA_REGION", region.path()).with(var, value).run(&["mem-info"]);
+        let run = Sim::shimmed("range").with("TESSERA_REGION", region.path()).with(var, value).run(&["mem-info"]);
         assert!(!run.success, "{var}={value} ran: {}", run.json);
         assert_eq!(u64_at(&run.json, "cuda_error"), INVALID_VALUE, "{var}={value}: {}", run.stderr);
         assert!(run.stderr.contains(var), "{var}={value}: {}", run.stderr);

@@ -21,13 +21,12 @@ const NOBODY: u32 = 65534;
 fn machine(tag: &str, devices: &str, tree: &SimSysfs) -> Machine {
     let mut m = Machine::new(&format!("pt-{tag}"), devices);
     let root = tree.root.to_string_lossy().into_owned();
-    let placeholder = common::Sim::new("pt-placeholder");
-    let sim = std::mem::replace(&mut m.sim, placeholder)
-        .with("LD_PRELOAD", &simsysfs::preload_library().to_string_lossy())
-        .with("SIMSYSFS_ROOT", &root)
-        .with("TESSERA_SYSFS_ROOT", &root)
-        .with("TESSERA_PCI_IDS", &simsysfs::pci_ids_fixture().to_string_lossy());
-    m.sim = sim;
+    m.configure(|sim| {
+        sim.with("LD_PRELOAD", &simsysfs::preload_library().to_string_lossy())
+            .with("SIMSYSFS_ROOT", &root)
+            .with("TESSERA_SYSFS_ROOT", &root)
+            .with("TESSERA_PCI_IDS", &simsysfs::pci_ids_fixture().to_string_lossy())
+    });
     m
 }
 
@@ -304,7 +303,7 @@ fn a_gpu_in_mig_mode_is_shown_as_mig() {
     let dir = Scratch::new("mig");
     let tree = scenarios::simgpu_host(&dir.0, 2).unwrap();
     let mut m = machine("mig", "h100,small", &tree);
-    m.sim = std::mem::replace(&mut m.sim, common::Sim::new("pt-mig-placeholder")).with("SIMGPU_MIG", "0");
+    m.configure(|sim| sim.with("SIMGPU_MIG", "0"));
     m.start();
     // The daemon reads the MIG mode with the devices' other figures once its sensors are open.
     let deadline = Instant::now() + Duration::from_secs(30);

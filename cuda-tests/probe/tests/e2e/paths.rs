@@ -23,7 +23,7 @@ const QUOTA: u64 = GIB;
 
 /// A machine whose programs run under the shim with a quota and the shim's trace log.
 fn under_shim(tag: &str) -> Sim {
-    Sim::new(tag).with_shim().with("TESSERA_MEMORY_LIMIT", &QUOTA.to_string()).with("TESSERA_LOG", "trace")
+    Sim::shimmed(tag).with("TESSERA_MEMORY_LIMIT", &QUOTA.to_string()).with("TESSERA_LOG", "trace")
 }
 
 /// `object:symbol` for `name` where it must resolve: the shim's export when the shim hooks it, else the
@@ -322,8 +322,7 @@ fn the_real_libraries_come_from_tessera_real_variables_and_never_the_shim() {
     let exe = CBuild::program("dl_paths.c").build();
 
     // Default: libcuda.so.1 and libnvidia-ml.so.1 as the loader finds them.
-    let facts =
-        Facts::ok(Sim::new("real-default").with_shim().with("TESSERA_LOG", "info").command_for(&exe, &dl_paths_args()));
+    let facts = Facts::ok(Sim::shimmed("real-default").with("TESSERA_LOG", "info").command_for(&exe, &dl_paths_args()));
     for (requested, file) in [("libcuda.so.1", "libcuda.so.1"), ("libnvidia-ml.so.1", "libnvidia-ml.so.1")] {
         let line = format!("real library for {requested:?}: {}/{file}", common::library_folder().display());
         assert!(facts.stderr.contains(&line), "expected {line:?} in:\n{}", facts.stderr);
@@ -332,8 +331,7 @@ fn the_real_libraries_come_from_tessera_real_variables_and_never_the_shim() {
     // TESSERA_REAL_*: libraries the loader cannot find by name, opened by the program by the same path.
     let (cuda, nvml) = library_copies();
     let (cuda, nvml) = (cuda.to_str().unwrap(), nvml.to_str().unwrap());
-    let sim = Sim::new("real-variables")
-        .with_shim()
+    let sim = Sim::shimmed("real-variables")
         .with("TESSERA_LOG", "info")
         .with("TESSERA_REAL_LIBCUDA", cuda)
         .with("TESSERA_REAL_LIBNVML", nvml)
@@ -358,12 +356,12 @@ fn the_real_libraries_come_from_tessera_real_variables_and_never_the_shim() {
     // Pointed at the shim itself, the shim refuses it, says so, and the calls fail instead of recursing.
     let shim = shim_path();
     let shim = shim.to_str().unwrap();
-    let sim = Sim::new("real-is-shim").with_shim().with("TESSERA_REAL_LIBNVML", shim);
+    let sim = Sim::shimmed("real-is-shim").with("TESSERA_REAL_LIBNVML", shim);
     let facts = Facts::ok(sim.command_for(&exe, &["libnvidia-ml.so.1", "nvmlDeviceGetMemoryInfo"]));
     assert!(facts.stderr.contains("is not the real library"), "{}", facts.stderr);
     let call = facts.get("call.nvmlDeviceGetMemoryInfo.default");
     assert!(!call.starts_with("0 "), "through the shim with no real NVML: {call}");
-    let sim = Sim::new("real-is-shim").with_shim().with("TESSERA_REAL_LIBCUDA", shim);
+    let sim = Sim::shimmed("real-is-shim").with("TESSERA_REAL_LIBCUDA", shim);
     let run = Facts::run(sim.command_for(direct_program(false), &[]));
     // Its first intercepted call (cuGetProcAddress, then cuInit) fails: the program stops there.
     assert!(!run.success && run.opt("error").is_some(), "{}", run.stdout);

@@ -166,9 +166,7 @@ fn a_worker_s_own_memory_limit_is_enforced_by_the_shim() {
 #[test]
 fn snapshot_and_resume_of_a_worker_and_of_a_device() {
     let mut m = Machine::new("provider-snapshot", "small");
-    m.sim = std::mem::replace(&mut m.sim, common::Sim::new("unused"))
-        .with("SIMGPU_MEMORY", "1GiB")
-        .with("SIMGPU_CONTEXT_MEMORY", "32MiB");
+    m.configure(|sim| sim.with("SIMGPU_MEMORY", "1GiB").with("SIMGPU_CONTEXT_MEMORY", "32MiB"));
     m.start();
     m.ok(&["vgpu", "create", "snap", "--device", "0", "--memory", "512MiB", "--share", "40"]);
     let trigger = m.file("go");
@@ -208,7 +206,7 @@ fn snapshot_and_resume_of_a_worker_and_of_a_device() {
 #[test]
 fn a_partition_is_a_mig_instance_on_the_device_with_mig_mode_on() {
     let mut m = Machine::new("provider-mig", DEVICES);
-    m.sim = std::mem::replace(&mut m.sim, common::Sim::new("unused")).with("SIMGPU_MIG", "1");
+    m.configure(|sim| sim.with("SIMGPU_MIG", "1"));
     m.start();
     let exe = program("provider_abi.c").build();
     let f = Facts::ok(m.sim.command_for(&exe, &["1g.5gb"]));

@@ -55,8 +55,7 @@ impl Drop for RegionFile {
 
 /// The `small` machine under the shim with `TESSERA_MEMORY_LIMIT=limit` and the test's region file.
 fn quota_sim(tag: &str, limit: &str, region: &RegionFile) -> Sim {
-    Sim::new(tag)
-        .with_shim()
+    Sim::shimmed(tag)
         .with("SIMGPU_DEVICES", "small")
         .with("TESSERA_MEMORY_LIMIT", limit)
         .with("TESSERA_REGION", region.path())
@@ -158,8 +157,7 @@ fn per_device_and_oversized_limits() {
 fn without_settings_the_shim_changes_nothing_and_needs_no_region() {
     let region = RegionFile::new("transparent");
     let plain = Sim::new("plain").without_shim().with("SIMGPU_DEVICES", "small").ok(&["mem-info"]);
-    let shimmed = Sim::new("shimmed")
-        .with_shim()
+    let shimmed = Sim::shimmed("shimmed")
         .with("SIMGPU_DEVICES", "small")
         .with("TESSERA_REGION", region.path())
         .ok(&["mem-info", "--alloc", "0"]);
@@ -325,8 +323,7 @@ fn a_conflicting_limit_is_refused_and_no_limit_adopts_the_vgpus() {
     assert!(!run.success);
     assert_eq!(u64_at(&run.json, "cuda_error"), INVALID_VALUE);
     assert!(run.stderr.contains("conflicts") && run.stderr.contains(region.path()), "{}", run.stderr);
-    let adopted = Sim::new("conflict-adopt")
-        .with_shim()
+    let adopted = Sim::shimmed("conflict-adopt")
         .with("SIMGPU_DEVICES", "small")
         .with("TESSERA_REGION", region.path())
         .with("TESSERA_VGPU", "team")

@@ -118,7 +118,7 @@ fn a_vgpu_file_planted_for_another_tenant_is_refused_and_cannot_reach_it() {
     let attacker = common::user(ATTACKER);
     let mut m = Machine::new("sec-live", "small");
     let region = shared_dir(&m).join("tessera.region");
-    m.sim = std::mem::replace(&mut m.sim, common::Sim::new("unused")).with("TESSERA_REGION", region.to_str().unwrap());
+    m.configure(|sim| sim.with("TESSERA_REGION", region.to_str().unwrap()));
     m.start();
     let live = PathBuf::from(live_path(region.to_str().unwrap(), 0));
     let mut planter = plant(attacker, &live, "", false);

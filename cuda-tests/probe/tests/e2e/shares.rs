@@ -53,7 +53,7 @@ fn launched(s: &Sched, n: u64) {
 fn a_standalone_share_of_30_percent_gets_30_percent_of_the_engine() {
     let _turn = common::timing_turn();
     // Alone on the engine: what it gets is what its share allows, undisturbed by queueing behind others.
-    let sim = Sim::new("share-30").with_shim().with("TESSERA_COMPUTE_SHARE", "30");
+    let sim = Sim::shimmed("share-30").with("TESSERA_COMPUTE_SHARE", "30");
     let r = sim.ok(&["saturate", "--ns", "2ms", "--seconds", "3"]);
     let share = engine_share(&r);
     eprintln!("TESSERA_COMPUTE_SHARE=30 alone: {:.1}% of the engine ({r})", share * 100.0);
@@ -63,14 +63,14 @@ fn a_standalone_share_of_30_percent_gets_30_percent_of_the_engine() {
     // Without the variable the same run takes far more of the engine: the limit is the share's doing. (It
     // saturates the engine on a quiet host; a bound near that would measure the host, not the share: a
     // 96 ms stall in its one second once left it 86%.)
-    let free = Sim::new("share-none").with_shim().ok(&["saturate", "--ns", "2ms", "--seconds", "1"]);
+    let free = Sim::shimmed("share-none").ok(&["saturate", "--ns", "2ms", "--seconds", "1"]);
     assert!(engine_share(&free) > 0.6, "an unlimited process got {:.1}%: {free}", engine_share(&free) * 100.0);
 }
 
 #[test]
 fn two_standalone_shares_stay_within_their_limits() {
     let _turn = common::timing_turn();
-    let sim = Sim::new("share-30-60").with_shim();
+    let sim = Sim::shimmed("share-30-60");
     let args = ["saturate", "--ns", "2ms", "--seconds", "3"];
     let ca = spawn(&sim, &args, &[("TESSERA_COMPUTE_SHARE", "30")]);
     let cb = spawn(&sim, &args, &[("TESSERA_COMPUTE_SHARE", "60")]);
@@ -88,7 +88,7 @@ fn two_standalone_shares_stay_within_their_limits() {
 
 #[test]
 fn a_malformed_share_fails_cuinit_naming_the_variable() {
-    let run = Sim::new("share-bad").with_shim().with("TESSERA_COMPUTE_SHARE", "150").run(&["attributes"]);
+    let run = Sim::shimmed("share-bad").with("TESSERA_COMPUTE_SHARE", "150").run(&["attributes"]);
     assert!(!run.success, "{}", run.json);
     assert_eq!(u64_at(&run.json, "cuda_error"), INVALID_VALUE, "{}", run.json);
     assert!(run.stderr.contains("TESSERA_COMPUTE_SHARE"), "{}", run.stderr);
@@ -99,8 +99,7 @@ fn a_suspended_vgpu_blocks_in_its_next_launch_and_resume_continues_it() {
     let _turn = common::timing_turn();
     let region = TestRegion::new("suspend");
     // A vGPU no daemon manages is set up only by a process with a limit of its own: a quota it never nears.
-    let sim = Sim::new("suspend")
-        .with_shim()
+    let sim = Sim::shimmed("suspend")
         .with("TESSERA_VGPU", "susp")
         .with("TESSERA_REGION", region.path())
         .with("TESSERA_MEMORY_LIMIT", "64GiB");
@@ -135,8 +134,7 @@ fn a_high_vgpu_holds_lower_priorities_until_it_goes_idle() {
     let _turn = common::timing_turn();
     let region = TestRegion::new("priority");
     // vGPUs no daemon manages are set up only by processes with a limit of their own: a quota never neared.
-    let sim =
-        Sim::new("priority").with_shim().with("TESSERA_REGION", region.path()).with("TESSERA_MEMORY_LIMIT", "64GiB");
+    let sim = Sim::shimmed("priority").with("TESSERA_REGION", region.path()).with("TESSERA_MEMORY_LIMIT", "64GiB");
     let low = spawn(&sim, &["saturate", "--ns", "500us", "--seconds", "3"], &[("TESSERA_VGPU", "low")]);
     let l = &region.vgpu("low").live.sched;
     launched(l, 20);
@@ -175,8 +173,7 @@ fn a_launch_waiting_for_tokens_wakes_when_they_are_granted() {
     let _turn = common::timing_turn();
     let region = TestRegion::new("grant");
     // A vGPU no daemon manages is set up only by a process with a limit of its own: a quota it never nears.
-    let sim = Sim::new("grant")
-        .with_shim()
+    let sim = Sim::shimmed("grant")
         .with("TESSERA_VGPU", "granted")
         .with("TESSERA_REGION", region.path())
         .with("TESSERA_MEMORY_LIMIT", "64GiB");
@@ -215,8 +212,7 @@ fn a_launch_waiting_for_tokens_wakes_when_they_are_granted() {
 fn c_programs_launching_on_the_legacy_and_per_thread_default_streams_are_gated_and_measured() {
     for per_thread in [false, true] {
         let region = TestRegion::new(&format!("c-{per_thread}"));
-        let sim = Sim::new("c-gated")
-            .with_shim()
+        let sim = Sim::shimmed("c-gated")
             .with("TESSERA_VGPU", "c")
             .with("TESSERA_REGION", region.path())
             .with("TESSERA_COMPUTE_SHARE", "50");

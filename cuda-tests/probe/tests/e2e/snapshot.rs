@@ -105,9 +105,7 @@ impl Tenant {
 /// A machine with one 1 GiB device (32 MiB contexts) and a running daemon.
 fn machine(tag: &str) -> Machine {
     let mut m = Machine::new(tag, "small");
-    m.sim = std::mem::replace(&mut m.sim, common::Sim::new("unused"))
-        .with("SIMGPU_MEMORY", "1GiB")
-        .with("SIMGPU_CONTEXT_MEMORY", "32MiB");
+    m.configure(|sim| sim.with("SIMGPU_MEMORY", "1GiB").with("SIMGPU_CONTEXT_MEMORY", "32MiB"));
     m.start();
     m
 }

@@ -142,8 +142,7 @@ fn trigger(file: &Path) {
 fn machine(tag: &str, env: &[(&str, &str)]) -> Machine {
     let mut m = Machine::new(tag, "small");
     if !env.is_empty() {
-        let sim = std::mem::replace(&mut m.sim, Sim::new("unused"));
-        m.sim = env.iter().fold(sim, |s, (k, v)| s.with(k, v));
+        m.configure(|sim| env.iter().fold(sim, |s, (k, v)| s.with(k, v)));
     }
     m.start();
     m

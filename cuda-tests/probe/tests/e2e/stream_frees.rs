@@ -35,8 +35,7 @@ fn program() -> PathBuf {
 
 /// The `small` machine under the shim, with one vGPU (`quota`) shared through the test's region file.
 fn machine(tag: &str, region: &TestRegion, quota: u64) -> Sim {
-    Sim::new(tag)
-        .with_shim()
+    Sim::shimmed(tag)
         .with("SIMGPU_DEVICES", "small")
         .with("SIMGPU_MEMORY", "16GiB")
         .with("SIMGPU_CONTEXT_MEMORY", &format!("{}MiB", CONTEXT / MIB))

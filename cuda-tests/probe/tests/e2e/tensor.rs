@@ -162,10 +162,10 @@ fn without_a_vgpu_modes_pass_unchanged_and_cublas_is_loaded_only_when_used() {
     let (plain, received) = run_plain(Sim::new("cublas-plain").without_shim(), "plain");
     check(&plain, &received, "unset", MODES, "libsimcublas.so:cublasSetMathMode");
     // Under the shim with no TESSERA_ setting, the hook passes everything through.
-    let (shim, received) = run_plain(Sim::new("cublas-shim").with_shim(), "shim");
+    let (shim, received) = run_plain(Sim::shimmed("cublas-shim"), "shim");
     check(&shim, &received, "unset", MODES, "libtessera.so:cublasSetMathMode");
     // A quota of the process's own (no vGPU) has tensor cores.
-    let sim = Sim::new("cublas-quota").with_shim().with("TESSERA_MEMORY_LIMIT", "1GiB");
+    let sim = Sim::shimmed("cublas-quota").with("TESSERA_MEMORY_LIMIT", "1GiB");
     let (quota, received) = run_plain(sim, "quota");
     check(&quota, &received, "unset", MODES, "libtessera.so:cublasSetMathMode");
 }

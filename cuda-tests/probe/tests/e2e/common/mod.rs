@@ -87,7 +87,9 @@ pub fn shim_path() -> PathBuf {
 
 /// Set in the test process to run every scenario under the shim with no `TESSERA_` setting (transparency).
 /// Read only by `Sim::new`: `tools/test-all.sh`'s second pass runs the subjects (files) that call `Sim::new`
-/// themselves, so a helper elsewhere that makes a `Sim` for its callers must keep that call in their files.
+/// themselves, so a helper elsewhere that makes a bare `Sim` for its callers must keep that call in their
+/// files. A machine whose programs run under the shim in both passes is made with [`Sim::shimmed`] (and a
+/// daemon's machine is changed with `Machine::configure`), so that its file is not run twice for nothing.
 pub const UNDER_SHIM: &str = "TESSERA_TEST_UNDER_SHIM";
 
 /// Set to `real` in the test process (as `tools/real-gpu-check.sh` does) to run programs on the machine's
@@ -122,6 +124,12 @@ impl Sim {
         env.push(("SIMGPU_STATE".into(), state.to_string_lossy().into_owned()));
         let sim = Sim { env, state };
         if std::env::var_os(UNDER_SHIM).is_some() { sim.with_shim() } else { sim }
+    }
+
+    /// A machine whose programs run under the shim (`LD_PRELOAD=libtessera.so`) in every pass of the suite:
+    /// the transparency pass changes nothing for it (see [`UNDER_SHIM`]).
+    pub fn shimmed(tag: &str) -> Sim {
+        Sim::new(tag).with_shim()
     }
 
     /// Runs programs under the shim (`LD_PRELOAD=libtessera.so`).

@@ -46,6 +46,12 @@ impl Machine {
         Machine { sim, dir, daemon: None }
     }
 
+    /// Changes the machine's environment (before [`Machine::start`], for the daemon to see it too).
+    pub fn configure(&mut self, change: impl FnOnce(Sim) -> Sim) {
+        let sim = std::mem::replace(&mut self.sim, Sim::new("placeholder"));
+        self.sim = change(sim);
+    }
+
     /// A file of the machine's directory.
     pub fn file(&self, name: &str) -> PathBuf {
         self.dir.join(name)
