@@ -73,9 +73,9 @@ impl Options {
     /// The paths from `TESSERA_REGION`, `TESSERA_SOCKET` and `TESSERA_STATE_DIR` (or their defaults).
     pub fn from_env(devices: Vec<u64>) -> Result<Options, String> {
         Ok(Options {
-            region: paths::region()?,
-            socket: paths::socket()?,
-            state_dir: paths::state_dir()?,
+            region: paths::region().map_err(|e| e.to_string())?,
+            socket: paths::socket().map_err(|e| e.to_string())?,
+            state_dir: paths::state_dir().map_err(|e| e.to_string())?,
             devices,
             metrics: None,
             nvml: machine_nvml(),

@@ -39,13 +39,13 @@ pub fn run(command: CdiCommand) -> Result<(), String> {
 
 /// Reads the GPUs and vGPUs from the daemon and prints or writes their spec.
 fn generate(args: GenerateArgs) -> Result<(), String> {
-    let socket = paths::socket()?;
+    let socket = paths::socket().map_err(|e| e.to_string())?;
     let files = HostFiles {
-        region: paths::region()?.into(),
+        region: paths::region().map_err(|e| e.to_string())?.into(),
         socket: socket.clone(),
-        shim: tessera_host::lib_dir::shim()?,
+        shim: tessera_host::lib_dir::shim().map_err(|e| e.to_string())?,
         // The file the device plugin mounts too (same contents), so both hand out one file.
-        preload: paths::state_dir()?.join("device-plugin").join("ld.so.preload"),
+        preload: paths::state_dir().map_err(|e| e.to_string())?.join("device-plugin").join("ld.so.preload"),
         dev_dir: args.dev_dir,
     };
     files.check()?;

@@ -55,9 +55,9 @@ pub struct DaemonArgs {
 /// goes with that driver (the simulated one on the simulated GPU), and the driver library itself (for its
 /// process checkpoint calls). The driver stays loaded for the daemon's life.
 fn devices() -> Result<(Vec<u64>, String, String), String> {
-    let driver = Driver::load()?;
-    driver.init()?;
-    let n = driver.device_count()?;
+    let driver = Driver::load().map_err(|e| e.to_string())?;
+    driver.init().map_err(|e| e.to_string())?;
+    let n = driver.device_count().map_err(|e| e.to_string())?;
     let memory: Result<Vec<u64>, String> =
         (0..n).map(|d| driver.total_memory(d).map_err(|e| format!("device {d}: {e}"))).collect();
     let nvml = driver.origin.nvml_library();
@@ -82,15 +82,15 @@ fn given(value: OsString, option: &str, var: &str) -> Result<String, String> {
 fn options(args: DaemonArgs, devices: Vec<u64>) -> Result<Options, String> {
     let region = match args.region {
         Some(r) => given(r, "--region", "TESSERA_REGION")?,
-        None => paths::region()?,
+        None => paths::region().map_err(|e| e.to_string())?,
     };
     let socket = match args.socket {
         Some(s) => given(s, "--socket", "TESSERA_SOCKET")?.into(),
-        None => paths::socket()?,
+        None => paths::socket().map_err(|e| e.to_string())?,
     };
     let state_dir = match args.state_dir {
         Some(d) => given(d, "--state-dir", "TESSERA_STATE_DIR")?.into(),
-        None => paths::state_dir()?,
+        None => paths::state_dir().map_err(|e| e.to_string())?,
     };
     let metrics = match args.metrics {
         Some(m) => Some(daemon::parse_metrics_address(&given(m, "--metrics", "TESSERA_METRICS")?)?),

@@ -105,9 +105,11 @@ fn introduction(machine: &Machine, seconds: u64) -> Result<String, String> {
     let gpu = match &machine.simgpu {
         Some(config) => format!("a simulated {} (simgpu: no NVIDIA driver found)", config.devices[0].profile.name),
         None => {
-            let driver = crate::driver::Driver::load()?;
-            driver.init()?;
-            format!("GPU {DEVICE}, {}", driver.name(DEVICE as i32)?)
+            let name = crate::driver::Driver::load().and_then(|driver| {
+                driver.init()?;
+                driver.name(DEVICE as i32)
+            });
+            format!("GPU {DEVICE}, {}", name.map_err(|e| e.to_string())?)
         }
     };
     let mut out = format!("Tessera demo: three vGPUs share {gpu} for {seconds} s.\n");

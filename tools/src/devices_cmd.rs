@@ -88,7 +88,7 @@ fn json<T: serde::Serialize>(value: &T) -> Result<String, String> {
 
 /// Runs `tessera devices ...`.
 pub fn run_devices(args: DevicesArgs) -> Result<(), String> {
-    let client = Client::new(paths::socket()?);
+    let client = Client::new(paths::socket().map_err(|e| e.to_string())?);
     let out = match args.command {
         None if args.json => json(&client.devices()?)?,
         None => table(&client.devices()?),
@@ -102,7 +102,7 @@ pub fn run_devices(args: DevicesArgs) -> Result<(), String> {
 
 /// Runs `tessera mdev ...`.
 pub fn run_mdev(command: MdevCommand) -> Result<(), String> {
-    let client = Client::new(paths::socket()?);
+    let client = Client::new(paths::socket().map_err(|e| e.to_string())?);
     let out = match command {
         MdevCommand::Types { json: true } => json(&client.mdev_types()?)?,
         MdevCommand::Types { json: false } => types_table(&client.mdev_types()?),

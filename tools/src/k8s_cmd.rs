@@ -75,15 +75,15 @@ pub fn run(command: K8sCommand) -> Result<(), String> {
 
 /// Runs the device plugin until a signal.
 fn device_plugin(args: DevicePluginArgs) -> Result<(), String> {
-    let daemon_socket = paths::socket()?;
+    let daemon_socket = paths::socket().map_err(|e| e.to_string())?;
     let config = Config {
         dir: args.dir,
         socket_name: args.socket_name,
         resource: args.resource,
         replicas: args.replicas,
-        region: paths::region()?.into(),
-        shim: tessera_host::lib_dir::shim()?,
-        state_dir: paths::state_dir()?.join("device-plugin"),
+        region: paths::region().map_err(|e| e.to_string())?.into(),
+        shim: tessera_host::lib_dir::shim().map_err(|e| e.to_string())?,
+        state_dir: paths::state_dir().map_err(|e| e.to_string())?.join("device-plugin"),
         daemon_socket: daemon_socket.clone(),
         gc_grace: args.gc_grace,
         dev_dir: args.dev_dir,

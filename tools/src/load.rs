@@ -6,6 +6,7 @@
 
 mod gpu;
 
+use crate::driver::DriverError;
 use crate::signals;
 use clap::Args;
 use gpu::Gpu;
@@ -66,6 +67,11 @@ fn spike_due(elapsed: Duration) -> bool {
 /// Runs the load.
 pub fn run(args: LoadArgs) -> Result<(), String> {
     signals::install()?;
+    drive(&args).map_err(|e| e.to_string())
+}
+
+/// The load itself, once the signals are handled.
+fn drive(args: &LoadArgs) -> Result<(), DriverError> {
     let mut gpu = Gpu::open(args.device, args.depth as usize)?;
     let mut held = gpu.allocate(args.memory)?;
     let mut spike = Vec::new();

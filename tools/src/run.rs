@@ -47,7 +47,7 @@ pub fn vgpu_value(text: &str) -> Result<String, String> {
 
 /// The shim of this `tessera` (see [`crate::lib_dir`]), checked to be preloadable.
 fn shim_library() -> Result<PathBuf, String> {
-    let path = crate::lib_dir::shim()?;
+    let path = crate::lib_dir::shim().map_err(|e| e.to_string())?;
     let text = path.to_str().ok_or_else(|| format!("{} is not valid UTF-8", path.display()))?;
     if text.contains([' ', ':']) {
         return Err(format!("{text} cannot be preloaded: LD_PRELOAD splits paths at spaces and colons"));
@@ -97,7 +97,7 @@ fn environment(args: &RunArgs, shim: &Path) -> Result<Vec<(String, String)>, Str
         env.push((var.into(), value.into()));
     }
     if !crate::driver::real_driver_present() {
-        let folder = crate::lib_dir::simgpu_folder()?;
+        let folder = crate::lib_dir::simgpu_folder().map_err(|e| e.to_string())?;
         let old = std::env::var("LD_LIBRARY_PATH").ok();
         for (key, value) in simgpu_host::libdir::environment(&folder, old.as_deref()) {
             let already = std::env::var(&key).ok();

@@ -14,7 +14,7 @@ pub enum SimgpuCommand {
 
 /// Runs one `tessera simgpu` subcommand.
 pub fn run(command: SimgpuCommand) -> Result<(), String> {
-    let folder = crate::lib_dir::simgpu_folder()?;
+    let folder = crate::lib_dir::simgpu_folder().map_err(|e| e.to_string())?;
     match command {
         SimgpuCommand::Env => print!("{}", simgpu_host::libdir::export_lines(&folder)),
         SimgpuCommand::Libdir => println!("{}", folder.display()),

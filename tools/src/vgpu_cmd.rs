@@ -449,7 +449,7 @@ fn defragged(name: &str, r: &PagerReport) -> String {
 
 /// Runs one `tessera vgpu` subcommand.
 pub fn run(command: VgpuCommand) -> Result<(), String> {
-    let client = Client::new(paths::socket()?);
+    let client = Client::new(paths::socket().map_err(|e| e.to_string())?);
     // What a resume brings back, said after it (a vGPU that does not exist fails the resume itself).
     let before = match &command {
         VgpuCommand::Resume { name, .. } => client.show(name).ok(),

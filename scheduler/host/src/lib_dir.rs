@@ -35,25 +35,79 @@ pub fn anchor_at(file: PathBuf) {
     let _ = ANCHOR.set(file);
 }
 
+/// Why the library folder is not found.
+#[derive(Debug, thiserror::Error)]
+pub enum LibDirError {
+    /// The running executable's path is unknown (`/proc/self/exe`), so there is nothing to look beside.
+    #[error("cannot locate the tessera executable: {0}")]
+    NoExecutable(#[source] std::io::Error),
+    /// `TESSERA_LIB_DIR` is set but empty.
+    #[error("TESSERA_LIB_DIR is empty; give the folder holding libtessera.so or unset it")]
+    OverrideEmpty,
+    /// The folder `TESSERA_LIB_DIR` names lacks some of the libraries.
+    #[error(
+        "TESSERA_LIB_DIR={} lacks {}; point it at the folder holding {} (an install's lib/tessera, or \
+         target/release after `cargo build --release`), or unset it",
+        .dir.display(),
+        .lacking.join(", "),
+        REQUIRED.join(", ")
+    )]
+    OverrideIncomplete {
+        /// The folder `TESSERA_LIB_DIR` names.
+        dir: PathBuf,
+        /// The files it lacks.
+        lacking: Vec<&'static str>,
+    },
+    /// No folder tried holds all the libraries (without `TESSERA_LIB_DIR`).
+    #[error(
+        "{} not found together in any of {}; install Tessera with tools/install.sh, build it with `cargo \
+         build --release --workspace`, or set TESSERA_LIB_DIR",
+        REQUIRED.join(", "),
+        .tried.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ")
+    )]
+    NotFound {
+        /// The folders looked in, in order.
+        tried: Vec<PathBuf>,
+    },
+    /// The folder found has no absolute path (`canonicalize` failed).
+    #[error("{}: {source}", .dir.display())]
+    Unresolved {
+        /// The folder found.
+        dir: PathBuf,
+        /// Why its absolute path is unknown.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The simulated GPU's folder of links (`<lib dir>/simgpu`) cannot be created or refreshed.
+    #[error("cannot create {}/simgpu: {source}", .dir.display())]
+    SimgpuFolder {
+        /// The library folder.
+        dir: PathBuf,
+        /// Why the folder or a link in it cannot be made.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
 /// The library folder of this `tessera`, as an absolute path; see the module documentation.
-pub fn lib_dir() -> Result<PathBuf, String> {
+pub fn lib_dir() -> Result<PathBuf, LibDirError> {
     let exe = match ANCHOR.get() {
         Some(file) => file.clone(),
-        None => std::env::current_exe().map_err(|e| format!("cannot locate the tessera executable: {e}"))?,
+        None => std::env::current_exe().map_err(LibDirError::NoExecutable)?,
     };
     find(&exe, std::env::var_os("TESSERA_LIB_DIR"))
 }
 
 /// `libtessera.so` in [`lib_dir`].
-pub fn shim() -> Result<PathBuf, String> {
+pub fn shim() -> Result<PathBuf, LibDirError> {
     Ok(lib_dir()?.join(SHIM))
 }
 
 /// The folder of links that makes programs load the simulated GPU (`<lib dir>/simgpu`, see
 /// [`crate::simgpu_dir`]), created or refreshed if needed (an install creates it, so a read-only system install works).
-pub fn simgpu_folder() -> Result<PathBuf, String> {
+pub fn simgpu_folder() -> Result<PathBuf, LibDirError> {
     let dir = lib_dir()?;
-    crate::simgpu_dir::prepare(&dir).map_err(|e| format!("cannot create {}/simgpu: {e}", dir.display()))
+    crate::simgpu_dir::prepare(&dir).map_err(|source| LibDirError::SimgpuFolder { dir, source })
 }
 
 /// The folders tried for executable `exe`, in order, without an override.
@@ -70,33 +124,23 @@ fn missing(dir: &Path) -> Vec<&'static str> {
 }
 
 /// The library folder for executable `exe`, with `override_dir` the value of `TESSERA_LIB_DIR`.
-fn find(exe: &Path, override_dir: Option<OsString>) -> Result<PathBuf, String> {
-    let absolute = |dir: &Path| dir.canonicalize().map_err(|e| format!("{}: {e}", dir.display()));
+fn find(exe: &Path, override_dir: Option<OsString>) -> Result<PathBuf, LibDirError> {
+    let absolute =
+        |dir: &Path| dir.canonicalize().map_err(|source| LibDirError::Unresolved { dir: dir.to_path_buf(), source });
     if let Some(dir) = override_dir {
         if dir.is_empty() {
-            return Err("TESSERA_LIB_DIR is empty; give the folder holding libtessera.so or unset it".into());
+            return Err(LibDirError::OverrideEmpty);
         }
         let dir = PathBuf::from(dir);
         return match missing(&dir) {
             lacking if lacking.is_empty() => absolute(&dir),
-            lacking => Err(format!(
-                "TESSERA_LIB_DIR={} lacks {}; point it at the folder holding {} (an install's lib/tessera, or \
-                 target/release after `cargo build --release`), or unset it",
-                dir.display(),
-                lacking.join(", "),
-                REQUIRED.join(", ")
-            )),
+            lacking => Err(LibDirError::OverrideIncomplete { dir, lacking }),
         };
     }
     let tried = candidates(exe);
     match tried.iter().find(|d| missing(d).is_empty()) {
         Some(dir) => absolute(dir),
-        None => Err(format!(
-            "{} not found together in any of {}; install Tessera with tools/install.sh, build it with `cargo \
-             build --release --workspace`, or set TESSERA_LIB_DIR",
-            REQUIRED.join(", "),
-            tried.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", ")
-        )),
+        None => Err(LibDirError::NotFound { tried }),
     }
 }
 
@@ -148,8 +192,22 @@ mod tests {
         let found = find(&exe, Some(root.join("elsewhere").into())).unwrap();
         assert_eq!(found, root.join("elsewhere").canonicalize().unwrap());
         let e = find(&exe, Some(root.join("bin").into())).unwrap_err();
-        assert!(e.contains("TESSERA_LIB_DIR=") && e.contains("libtessera.so"), "{e}");
-        assert!(find(&exe, Some("".into())).unwrap_err().contains("empty"));
+        assert!(
+            matches!(&e, LibDirError::OverrideIncomplete { dir, lacking } if *dir == root.join("bin") && *lacking == REQUIRED),
+            "{e:?}"
+        );
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "TESSERA_LIB_DIR={} lacks libtessera.so, libsimcuda.so, libsimnvml.so; point it at the folder holding \
+                 libtessera.so, libsimcuda.so, libsimnvml.so (an install's lib/tessera, or target/release after \
+                 `cargo build --release`), or unset it",
+                root.join("bin").display()
+            )
+        );
+        let e = find(&exe, Some("".into())).unwrap_err();
+        assert!(matches!(e, LibDirError::OverrideEmpty), "{e:?}");
+        assert_eq!(e.to_string(), "TESSERA_LIB_DIR is empty; give the folder holding libtessera.so or unset it");
         std::fs::remove_dir_all(root).unwrap();
     }
 
@@ -158,10 +216,32 @@ mod tests {
         let root = scratch("missing");
         std::fs::write(root.join(SHIM), b"").unwrap(); // the shim alone is not enough
         let e = find(&root.join("bin/tessera"), None).unwrap_err();
-        for tried in candidates(&root.join("bin/tessera")) {
-            assert!(e.contains(&tried.display().to_string()), "{e}");
+        let LibDirError::NotFound { tried } = &e else { panic!("{e:?}") };
+        assert_eq!(*tried, candidates(&root.join("bin/tessera")));
+        let text = e.to_string();
+        for tried in tried {
+            assert!(text.contains(&tried.display().to_string()), "{text}");
         }
-        assert!(e.contains("install.sh") && e.contains("TESSERA_LIB_DIR"), "{e}");
+        assert!(
+            text.starts_with("libtessera.so, libsimcuda.so, libsimnvml.so not found together in any of "),
+            "{text}"
+        );
+        assert!(text.contains("install.sh") && text.contains("TESSERA_LIB_DIR"), "{text}");
         std::fs::remove_dir_all(root).unwrap();
+    }
+
+    #[test]
+    fn a_folder_that_does_not_resolve_and_a_simgpu_folder_that_cannot_be_made_name_their_path() {
+        let e = LibDirError::Unresolved {
+            dir: "/nonexistent/lib".into(),
+            source: std::io::Error::from(std::io::ErrorKind::NotFound),
+        };
+        assert!(e.to_string().starts_with("/nonexistent/lib: "), "{e}");
+        assert!(std::error::Error::source(&e).is_some());
+        let e = LibDirError::SimgpuFolder {
+            dir: "/usr/lib/tessera".into(),
+            source: std::io::Error::from(std::io::ErrorKind::PermissionDenied),
+        };
+        assert!(e.to_string().starts_with("cannot create /usr/lib/tessera/simgpu: "), "{e}");
     }
 }

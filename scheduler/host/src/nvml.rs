@@ -49,6 +49,49 @@ pub struct Mig {
     pub profiles: Vec<MigProfile>,
 }
 
+/// Why NVML cannot be loaded or a call of it failed; each names the library as it was given to
+/// [`Nvml::load`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NvmlError {
+    /// The library does not load: the loader finds no such file (no NVML on this machine), or it is not
+    /// a library the loader can load.
+    #[error("cannot load {library}: {reason}")]
+    NotFound {
+        /// The library, as given to [`Nvml::load`].
+        library: String,
+        /// The loader's message (`dlerror`).
+        reason: String,
+    },
+    /// The library lacks an entry point (`nvmlInit_v2` when it is not NVML at all).
+    #[error("{library}: {symbol} is missing")]
+    MissingSymbol {
+        /// The library.
+        library: String,
+        /// The entry point it lacks.
+        symbol: String,
+    },
+    /// `nvmlInit_v2` answered an error.
+    #[error("{library}: nvmlInit_v2 returned {code}")]
+    InitFailed {
+        /// The library.
+        library: String,
+        /// The `nvmlReturn_t` it answered.
+        code: NvmlReturn,
+    },
+    /// A call about device `device` (its index) answered an error.
+    #[error("{library}: {call}({device}) returned {code}")]
+    CallFailed {
+        /// The library.
+        library: String,
+        /// The entry point called, e.g. `nvmlDeviceGetHandleByIndex_v2`.
+        call: &'static str,
+        /// The device's index.
+        device: u32,
+        /// The `nvmlReturn_t` it answered.
+        code: NvmlReturn,
+    },
+}
+
 /// NVML, loaded and initialized.
 pub struct Nvml {
     loaded: Loaded,
@@ -77,8 +120,9 @@ impl Loaded {
     }
 
     /// [`Loaded::symbol`], or an error naming the library and the entry point.
-    fn required<F: Copy>(&self, symbol: &str) -> Result<F, String> {
-        self.symbol(symbol).ok_or_else(|| format!("{}: {symbol} is missing", self.name))
+    fn required<F: Copy>(&self, symbol: &str) -> Result<F, NvmlError> {
+        self.symbol(symbol)
+            .ok_or_else(|| NvmlError::MissingSymbol { library: self.name.clone(), symbol: symbol.to_string() })
     }
 }
 
@@ -102,15 +146,16 @@ impl Nvml {
     }
 
     /// Loads NVML from `name` (a path, or a file name the loader looks up) and initializes it (it is shut
-    /// down when dropped); the error names the library and what failed: `cannot load <name>: <why>`,
-    /// `<name>: nvmlInit_v2 is missing`, `<name>: nvmlInit_v2 returned <code>`.
-    pub fn load(name: &str) -> Result<Nvml, String> {
+    /// down when dropped); the error names the library and what failed: `cannot load <name>: <why>`
+    /// ([`NvmlError::NotFound`]), `<name>: nvmlInit_v2 is missing` ([`NvmlError::MissingSymbol`]),
+    /// `<name>: nvmlInit_v2 returned <code>` ([`NvmlError::InitFailed`]).
+    pub fn load(name: &str) -> Result<Nvml, NvmlError> {
         // Its own symbols first (RTLD_DEEPBIND): calls inside NVML must not go through a shim preloaded in
         // this process (whose NVML hooks answer for a vGPU, and whose first call fixes its configuration).
         let flags = libc::RTLD_NOW | libc::RTLD_DEEPBIND;
         // SAFETY: loading NVML runs its initializers, as every NVML client does.
         let raw = unsafe { libloading::os::unix::Library::open(Some(name), flags) }
-            .map_err(|e| format!("cannot load {name}: {e}"))?
+            .map_err(|e| NvmlError::NotFound { library: name.to_string(), reason: e.to_string() })?
             .into_raw();
         // SAFETY: the handle `into_raw` just gave back, owned again by the Library.
         let lib: Library = unsafe { libloading::os::unix::Library::from_raw(raw) }.into();
@@ -119,7 +164,7 @@ impl Nvml {
         // SAFETY: no arguments.
         match unsafe { init() } {
             NVML_SUCCESS => Ok(Nvml { loaded }),
-            rc => Err(format!("{name}: nvmlInit_v2 returned {rc}")),
+            code => Err(NvmlError::InitFailed { library: name.to_string(), code }),
         }
     }
 
@@ -139,27 +184,28 @@ impl Nvml {
     }
 
     /// [`Nvml::function`], with an error naming the library and the entry point when it lacks it
-    /// (`<library>: <name> is missing`).
+    /// (`<library>: <name> is missing`, [`NvmlError::MissingSymbol`]).
     ///
     /// # Safety
     /// As [`Nvml::function`].
-    pub unsafe fn required<F: Copy>(&self, name: &str) -> Result<F, String> {
+    pub unsafe fn required<F: Copy>(&self, name: &str) -> Result<F, NvmlError> {
         self.loaded.required(name)
     }
 
     /// NVML's handles of devices `0..count` (`nvmlDeviceGetHandleByIndex_v2`); the error names the
-    /// library and the device that failed.
-    pub fn handles(&self, count: u32) -> Result<Vec<NvmlDevice>, String> {
-        let name = self.name();
-        let by_index: unsafe extern "C" fn(c_uint, *mut NvmlDevice) -> NvmlReturn =
-            self.loaded.required("nvmlDeviceGetHandleByIndex_v2")?;
+    /// library and the device that failed ([`NvmlError::CallFailed`]).
+    pub fn handles(&self, count: u32) -> Result<Vec<NvmlDevice>, NvmlError> {
+        const CALL: &str = "nvmlDeviceGetHandleByIndex_v2";
+        let by_index: unsafe extern "C" fn(c_uint, *mut NvmlDevice) -> NvmlReturn = self.loaded.required(CALL)?;
         (0..count)
             .map(|index| {
                 let mut handle: NvmlDevice = std::ptr::null_mut();
                 // SAFETY: an index and a valid out-pointer.
                 match unsafe { by_index(index, &mut handle) } {
                     NVML_SUCCESS => Ok(handle),
-                    rc => Err(format!("{name}: nvmlDeviceGetHandleByIndex_v2({index}) returned {rc}")),
+                    code => {
+                        Err(NvmlError::CallFailed { library: self.name().to_string(), call: CALL, device: index, code })
+                    }
                 }
             })
             .collect()
@@ -329,9 +375,34 @@ mod tests {
     #[test]
     fn a_load_that_fails_names_the_library_and_what_failed() {
         let e = Nvml::load("/nonexistent/libnvidia-ml.so.1").err().unwrap();
-        assert!(e.starts_with("cannot load /nonexistent/libnvidia-ml.so.1: "), "{e}");
+        assert!(e.to_string().starts_with("cannot load /nonexistent/libnvidia-ml.so.1: "), "{e}");
         // Any library without NVML's entry points: the C library, already loaded in this process.
-        assert_eq!(Nvml::load("libc.so.6").err().unwrap(), "libc.so.6: nvmlInit_v2 is missing");
+        assert_eq!(Nvml::load("libc.so.6").err().unwrap().to_string(), "libc.so.6: nvmlInit_v2 is missing");
         assert!(Nvml::open_library("libc.so.6").is_none());
+    }
+
+    #[test]
+    fn callers_can_match_what_failed() {
+        // NVML absent: not found, with the library and the loader's reason.
+        match Nvml::load("/nonexistent/libnvidia-ml.so.1").err().unwrap() {
+            NvmlError::NotFound { library, reason } => {
+                assert_eq!(library, "/nonexistent/libnvidia-ml.so.1");
+                assert!(reason.contains("No such file"), "{reason}");
+            }
+            e => panic!("{e:?}"),
+        }
+        assert_eq!(
+            Nvml::load("libc.so.6").err().unwrap(),
+            NvmlError::MissingSymbol { library: "libc.so.6".into(), symbol: "nvmlInit_v2".into() }
+        );
+        let init = NvmlError::InitFailed { library: "libnvidia-ml.so.1".into(), code: 9 };
+        assert_eq!(init.to_string(), "libnvidia-ml.so.1: nvmlInit_v2 returned 9");
+        let call = NvmlError::CallFailed {
+            library: "libnvidia-ml.so.1".into(),
+            call: "nvmlDeviceGetHandleByIndex_v2",
+            device: 2,
+            code: 15,
+        };
+        assert_eq!(call.to_string(), "libnvidia-ml.so.1: nvmlDeviceGetHandleByIndex_v2(2) returned 15");
     }
 }

@@ -16,7 +16,7 @@ use tessera_ffi::nvml::{
     NVML_DEVICE_MIG_ENABLE, NVML_DEVICE_NAME_V2_BUFFER_SIZE, NVML_DEVICE_UUID_V2_BUFFER_SIZE, NVML_SUCCESS,
     NVML_TEMPERATURE_GPU, NvmlDevice, NvmlPciInfo, NvmlReturn, NvmlUtilization,
 };
-use tessera_host::nvml::Nvml;
+use tessera_host::nvml::{Nvml, NvmlError};
 use tessera_region::MAX_DEVICES;
 
 /// Time between two readings: NVML's utilization covers about a second, so reading more often tells
@@ -127,7 +127,7 @@ fn text(query: Option<Text>, handle: NvmlDevice) -> Option<String> {
 impl Sensors {
     /// Loads NVML, opens devices `0..devices` and reads their names and UUIDs; the error names the
     /// library and the call that failed.
-    pub fn open(name: &str, devices: u32, state: Arc<State>) -> Result<Sensors, String> {
+    pub fn open(name: &str, devices: u32, state: Arc<State>) -> Result<Sensors, NvmlError> {
         let nvml = Nvml::load(name)?;
         // SAFETY: each type is the entry point's signature in nvml.h; the pointers are called only while
         // `nvml` is loaded (the queries are kept with it, the others are used here only).

@@ -14,7 +14,7 @@ use tessera_ffi::nvml::{
     NVML_ERROR_INSUFFICIENT_SIZE, NVML_ERROR_NOT_FOUND, NVML_SUCCESS, NvmlDevice, NvmlProcessInfoV1,
     NvmlProcessUtilizationSample, NvmlReturn,
 };
-use tessera_host::nvml::Nvml;
+use tessera_host::nvml::{Nvml, NvmlError};
 
 type ProcessUtilization =
     unsafe extern "C" fn(NvmlDevice, *mut NvmlProcessUtilizationSample, *mut c_uint, u64) -> NvmlReturn;
@@ -52,7 +52,7 @@ fn now_us() -> u64 {
 
 impl ProcessUsage {
     /// Loads NVML and opens devices `0..devices`; the error names the library and the call that failed.
-    pub fn open(name: &str, devices: u32) -> Result<ProcessUsage, String> {
+    pub fn open(name: &str, devices: u32) -> Result<ProcessUsage, NvmlError> {
         let nvml = Nvml::load(name)?;
         // SAFETY: each type is the entry point's signature in nvml.h; the pointers are called only while
         // `nvml`, kept in the value, is loaded.

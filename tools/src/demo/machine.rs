@@ -48,7 +48,7 @@ impl Machine {
         let simgpu = if crate::driver::real_driver_present() {
             None
         } else {
-            let folder = crate::lib_dir::simgpu_folder()?;
+            let folder = crate::lib_dir::simgpu_folder().map_err(|e| e.to_string())?;
             let old = std::env::var("LD_LIBRARY_PATH").ok();
             let state = ("SIMGPU_STATE".to_string(), dir.join("simgpu.state").to_string_lossy().into_owned());
             env.extend(

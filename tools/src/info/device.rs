@@ -3,7 +3,7 @@
 //! the CUDA driver API or NVML (or derived from what they tell, as documented); what neither tells is `null`.
 
 use super::slots;
-use crate::driver::Driver;
+use crate::driver::{Driver, DriverError};
 use serde_json::{Value, json};
 use std::path::Path;
 use tessera_ffi::sys::CUdevice_attribute as A;
@@ -21,7 +21,7 @@ pub struct Facts {
 }
 
 /// The entry of device `dev` and its facts.
-pub fn describe(d: &Driver, nvml: Option<&Nvml>, dev: i32) -> Result<(Value, Facts), String> {
+pub fn describe(d: &Driver, nvml: Option<&Nvml>, dev: i32) -> Result<(Value, Facts), DriverError> {
     let attr = |a: A| d.attribute(dev, a as i32);
     let cc: Cc = (
         attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,

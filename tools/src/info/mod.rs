@@ -8,7 +8,7 @@
 mod device;
 mod slots;
 
-use crate::driver::{Driver, Origin};
+use crate::driver::{Driver, DriverError, Origin};
 use clap::Args;
 use serde_json::{Value, json};
 use tessera_ffi::sys::CUdevice_attribute as A;
@@ -29,13 +29,18 @@ pub struct InfoArgs {
 
 /// Prints the driver and its devices, as text or as the JSON document.
 pub fn run(args: InfoArgs) -> Result<(), String> {
-    let d = Driver::load()?;
-    d.init()?;
+    let d = Driver::load().map_err(|e| e.to_string())?;
+    d.init().map_err(|e| e.to_string())?;
     if args.json {
         let doc = document(&d)?;
         println!("{}", serde_json::to_string_pretty(&doc).map_err(|e| format!("cannot print the document: {e}"))?);
         return Ok(());
     }
+    print(&d).map_err(|e| e.to_string())
+}
+
+/// Prints the driver and its devices as text, through the initialized driver `d`.
+fn print(d: &Driver) -> Result<(), DriverError> {
     let v = d.version()?;
     match &d.origin {
         Origin::Real => println!("driver: NVIDIA CUDA driver, CUDA {}.{}", v / 1000, v % 1000 / 10),
@@ -63,14 +68,14 @@ pub fn run(args: InfoArgs) -> Result<(), String> {
 /// The host's document, read through the initialized driver `d` and the NVML that goes with it.
 fn document(d: &Driver) -> Result<Value, String> {
     let nvml = nvml::Nvml::open(&d.origin);
-    let v = d.version()?;
+    let v = d.version().map_err(|e| e.to_string())?;
     let (kind, library_dir) = match &d.origin {
         Origin::Real => ("real", None),
         Origin::Simulated(folder) => ("simulated", Some(folder.to_string_lossy().into_owned())),
     };
     let mut devices = Vec::new();
     let mut facts = Vec::new();
-    for dev in 0..d.device_count()? {
+    for dev in 0..d.device_count().map_err(|e| e.to_string())? {
         let (entry, f) = device::describe(d, nvml.as_ref(), dev).map_err(|e| format!("device {dev}: {e}"))?;
         devices.push(entry);
         facts.push(f);

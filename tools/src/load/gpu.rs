@@ -2,7 +2,7 @@
 //! preloaded, sees every call): the device's primary context, a module with a `spin` kernel, one stream,
 //! device memory, and `spin` launches kept at most a few deep with events.
 
-use crate::driver::{Driver, check};
+use crate::driver::{Driver, DriverError, check};
 use std::ffi::{CString, c_int, c_uint, c_void};
 use tessera_ffi::cuda::CUDA_ERROR_OUT_OF_MEMORY;
 use tessera_ffi::sys::{CUcontext, CUdevice, CUdeviceptr, CUevent, CUfunction, CUmodule, CUstream};
@@ -61,7 +61,7 @@ pub struct Gpu {
 
 impl Gpu {
     /// Initializes the driver and sets device `ordinal` up for spins, with at most `depth` (>= 1) queued.
-    pub fn open(ordinal: c_int, depth: usize) -> Result<Gpu, String> {
+    pub fn open(ordinal: c_int, depth: usize) -> Result<Gpu, DriverError> {
         let driver = Driver::for_program()?;
         driver.init()?;
         let api = Api {
@@ -97,7 +97,7 @@ impl Gpu {
     }
 
     /// Makes the context current, loads the module and creates the stream and events.
-    fn prepare(&mut self, depth: usize) -> Result<(), String> {
+    fn prepare(&mut self, depth: usize) -> Result<(), DriverError> {
         let d = &self.driver;
         let set_current: unsafe extern "C" fn(CUcontext) -> Res = d.call("cuCtxSetCurrent")?;
         // SAFETY: a context retained in `open`.
@@ -124,7 +124,7 @@ impl Gpu {
     }
 
     /// Queues `spin(ns)`, first waiting for the launch `depth` launches ago to finish.
-    pub fn spin(&mut self, ns: u64) -> Result<(), String> {
+    pub fn spin(&mut self, ns: u64) -> Result<(), DriverError> {
         let slot = self.launched % self.events.len();
         if self.launched >= self.events.len() {
             // SAFETY: an event created in `prepare`, recorded after an earlier launch.
@@ -145,14 +145,14 @@ impl Gpu {
     }
 
     /// Waits until everything queued has run.
-    pub fn finish(&self) -> Result<(), String> {
+    pub fn finish(&self) -> Result<(), DriverError> {
         // SAFETY: the stream was created in `prepare`.
         check("cuStreamSynchronize", unsafe { (self.api.stream_sync)(self.stream) })
     }
 
     /// Takes up to `bytes` of device memory in blocks, stopping quietly when the quota or the device is
     /// full; returns the blocks.
-    pub fn allocate(&self, bytes: u64) -> Result<Vec<CUdeviceptr>, String> {
+    pub fn allocate(&self, bytes: u64) -> Result<Vec<CUdeviceptr>, DriverError> {
         let mut blocks = Vec::new();
         let mut left = bytes;
         while left > 0 {
@@ -170,7 +170,7 @@ impl Gpu {
     }
 
     /// Frees blocks [`Gpu::allocate`] returned.
-    pub fn free(&self, blocks: &mut Vec<CUdeviceptr>) -> Result<(), String> {
+    pub fn free(&self, blocks: &mut Vec<CUdeviceptr>) -> Result<(), DriverError> {
         for ptr in blocks.drain(..) {
             // SAFETY: a live allocation of this context, freed once (drained from the list).
             check("cuMemFree", unsafe { (self.api.free)(ptr) })?;

@@ -108,7 +108,7 @@ impl App {
 
 /// Runs `tessera top`.
 pub fn run(args: TopArgs) -> Result<(), String> {
-    let client = Client::new(paths::socket()?).with_timeout(POLL_TIMEOUT);
+    let client = Client::new(paths::socket().map_err(|e| e.to_string())?).with_timeout(POLL_TIMEOUT);
     // The first poll decides: no daemon is an error before the screen is touched.
     let stats = client.stats(None).map_err(|e| e.message)?;
     if args.json {
