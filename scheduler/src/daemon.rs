@@ -206,7 +206,8 @@ pub fn run(options: Options) -> Result<(), String> {
     crate::api::server::claim_path(&options.socket)?;
     // Before anything is set up: an address in use stops the start with an error naming it.
     let metrics = options.metrics.map(MetricsServer::bind).transpose()?;
-    let file: &'static RegionFile = Box::leak(Box::new(RegionFile::open_as(&options.region, Access::Daemon)?));
+    let file = RegionFile::open_as(&options.region, Access::Daemon).map_err(|e| e.to_string())?;
+    let file: &'static RegionFile = Box::leak(Box::new(file));
     let store = Store::open(&options.state_dir)?;
     // What the daemon's threads share (see `crate::state`): built here, handed down to each.
     let state: Arc<crate::state::State> = Arc::default();

@@ -77,7 +77,7 @@ fn vgpu_with_tensor_cores_off(
     }
     match tessera_region::file::vgpu_flags(&config.region, &vgpu) {
         Ok(flags) => Ok(flags.filter(|f| f & TENSOR_CORES_OFF != 0).map(|_| vgpu)),
-        Err(e) => Err((vgpu, e)),
+        Err(e) => Err((vgpu, e.to_string())),
     }
 }
 

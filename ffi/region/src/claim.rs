@@ -9,6 +9,23 @@ use super::reclaim;
 use super::settings::{is_managed, reset_sched, reset_usage, set_limits};
 use std::sync::atomic::Ordering;
 
+/// Why a process could not claim a process slot of its vGPU.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ClaimError {
+    /// This process's start time or claiming tag could not be read from `/proc`.
+    #[error("cannot read /proc/{pid}/stat (is /proc mounted?)")]
+    ProcUnreadable {
+        /// This process's pid.
+        pid: u32,
+    },
+    /// Every process slot of the vGPU is taken by a live process.
+    #[error("all {PROCS_PER_VGPU} process slots of vGPU {name:?} are in use")]
+    NoProcessSlot {
+        /// The vGPU's name.
+        name: String,
+    },
+}
+
 impl Locked<'_> {
     /// The configured vGPU slot named `name`.
     pub fn find(&self, name: &[u8; NAME_LEN]) -> Option<usize> {
@@ -31,18 +48,18 @@ impl Locked<'_> {
     /// named, its usage and compute-share state start over, and it is marked ready with no limit; the
     /// caller configures it before releasing the lock. `None` when every slot is taken.
     pub fn claim_slot(&self, name: &[u8; NAME_LEN]) -> Option<usize> {
-        self.claim_slot_with(name, |_| Ok(())).ok().flatten()
+        self.claim_slot_with(name, |_| Ok::<(), std::convert::Infallible>(())).ok().flatten()
     }
 
     /// [`Locked::claim_slot`], calling `prepare` with the slot's index once it is out of sight of other
     /// processes and before it is named (the daemon gives it a configuration file of its own there, see
     /// [`super::conf`], so that the name is never written where other users may read it). `Err`: what
     /// `prepare` returned; the slot is left free.
-    pub fn claim_slot_with(
+    pub fn claim_slot_with<E>(
         &self,
         name: &[u8; NAME_LEN],
-        prepare: impl FnOnce(usize) -> Result<(), String>,
-    ) -> Result<Option<usize>, String> {
+        prepare: impl FnOnce(usize) -> Result<(), E>,
+    ) -> Result<Option<usize>, E> {
         // Other processes read names under the file lock: a guard of this process's threads is not enough.
         assert!(self.exclusive(), "a slot is named only under the region file's lock");
         let region = self.region();
@@ -83,9 +100,9 @@ impl Locked<'_> {
 /// pid namespace), fill, publish the pid (killed halfway, it leaves its tag, which the next scanner finds dead and clears). The
 /// slot records the vGPU's memory mode now ([`flags::SOFT`]), which the process keeps for its life, and
 /// starts at the vGPU's current pager requests (a new process has nothing to swap out or defragment).
-pub(super) fn claim_process(vgpu: &VgpuSlot, name: &str) -> Result<usize, String> {
+pub(super) fn claim_process(vgpu: &VgpuSlot, name: &str) -> Result<usize, ClaimError> {
     let pid = std::process::id();
-    let unreadable = || format!("cannot read /proc/{pid}/stat (is /proc mounted?)");
+    let unreadable = || ClaimError::ProcUnreadable { pid };
     let start = reclaim::start_time(pid).ok_or_else(unreadable)?;
     let tag = reclaim::own_claim().ok_or_else(unreadable)?;
     let pager = &vgpu.live.pager;
@@ -107,5 +124,5 @@ pub(super) fn claim_process(vgpu: &VgpuSlot, name: &str) -> Result<usize, String
             return Ok(i);
         }
     }
-    Err(format!("all {PROCS_PER_VGPU} process slots of vGPU {name:?} are in use"))
+    Err(ClaimError::NoProcessSlot { name: name.to_string() })
 }

@@ -18,7 +18,8 @@
 use super::file::overlay;
 use super::layout::{AREA, CONF_MAGIC, CONF_TRAILER_LEN, HIDDEN_NAME, MAX_VGPUS, Region, VERSION, VgpuConfig};
 use super::layout::{config_offset, flags, state};
-use crate::secure_fs::{DirKind, create_complete, euid, file_problem, open_nofollow, set_readers};
+use crate::secure_fs::set_readers;
+use crate::secure_fs::{CreateError, DirKind, SecureFsError, create_complete, euid, file_problem, open_nofollow};
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::mem::offset_of;
@@ -65,28 +66,85 @@ fn image(from: &VgpuConfig, index: usize) -> Vec<u8> {
     image
 }
 
+/// Why a managed vGPU's configuration file could not be made or shared ([`create`], [`set_reader`]).
+#[derive(Debug, thiserror::Error)]
+pub enum ConfError {
+    /// The file's file system keeps no POSIX ACLs, so the file cannot be made readable by one more user.
+    #[error(
+        "{path}: its file system keeps no POSIX ACLs, so it cannot be made readable by uid {uid} alone; keep the \
+         region on a file system that has them (tmpfs, as /dev/shm, does)"
+    )]
+    NoAcl {
+        /// The configuration file.
+        path: String,
+        /// The user who was to read it (0 for none).
+        uid: u32,
+    },
+    /// Setting the file's readers failed otherwise.
+    #[error("{path}: cannot let uid {uid} read it: {source}")]
+    Reader {
+        /// The configuration file.
+        path: String,
+        /// The user who was to read it (0 for none).
+        uid: u32,
+        /// What setting its ACL said.
+        source: std::io::Error,
+    },
+    /// Creating the file failed ([`crate::secure_fs::create_complete`]).
+    #[error(transparent)]
+    Create(#[from] SecureFsError),
+    /// The new file's content could not be written.
+    #[error("cannot write it: {source}")]
+    Write {
+        /// What writing it said.
+        source: std::io::Error,
+    },
+    /// A file left at its path in the daemon's private directory could not be removed.
+    #[error("{path}: cannot remove a leftover: {source}")]
+    RemoveLeftover {
+        /// The configuration file.
+        path: String,
+        /// What removing it said.
+        source: std::io::Error,
+    },
+    /// A file is at its path already, in a directory other users may write: it is not replaced.
+    #[error("{path} exists already, in a directory other users may write; remove it (as root) and retry")]
+    Exists {
+        /// The configuration file.
+        path: String,
+    },
+    /// Other processes kept creating a file at its path first.
+    #[error("{path} kept being created by another process; retry")]
+    KeptCreated {
+        /// The configuration file.
+        path: String,
+    },
+}
+
 /// Lets `reader` (besides the file's owner) read the configuration file `file` at `path`, and nobody else.
-pub fn set_reader(file: &File, path: &str, reader: Option<u32>) -> Result<(), String> {
+pub fn set_reader(file: &File, path: &str, reader: Option<u32>) -> Result<(), ConfError> {
     let readers: Vec<u32> = reader.into_iter().collect();
-    set_readers(file, &readers).map_err(|e| match e.kind() {
-        std::io::ErrorKind::Unsupported => format!(
-            "{path}: its file system keeps no POSIX ACLs, so it cannot be made readable by uid {} alone; keep the \
-             region on a file system that has them (tmpfs, as /dev/shm, does)",
-            reader.unwrap_or_default()
-        ),
-        _ => format!("{path}: cannot let uid {} read it: {e}", reader.unwrap_or_default()),
+    let (path, uid) = (path.to_string(), reader.unwrap_or_default());
+    set_readers(file, &readers).map_err(|source| match source.kind() {
+        std::io::ErrorKind::Unsupported => ConfError::NoAcl { path, uid },
+        _ => ConfError::Reader { path, uid, source },
     })
 }
 
 /// Creates the configuration file of slot `index` (at `path`, in a directory of kind `dir`) holding `from`,
 /// owned by this user and readable by `reader` too; read and written. A file left at `path` (a daemon
 /// stopped between creating one and removing it) is replaced in the daemon's private directory.
-pub fn create(path: &str, index: usize, dir: DirKind, from: &VgpuConfig, reader: Option<u32>) -> Result<File, String> {
+pub fn create(
+    path: &str,
+    index: usize,
+    dir: DirKind,
+    from: &VgpuConfig,
+    reader: Option<u32>,
+) -> Result<File, ConfError> {
     let p = Path::new(path);
     for _ in 0..3 {
-        match create_complete(p, 0o600, |f| {
-            f.write_all_at(&image(from, index), 0).map_err(|e| format!("cannot write it: {e}"))
-        })? {
+        let fill = |f: &File| f.write_all_at(&image(from, index), 0).map_err(|source| ConfError::Write { source });
+        match create_complete(p, 0o600, fill).map_err(CreateError::into_inner)? {
             Some(file) => {
                 if let Err(e) = set_reader(&file, path, reader) {
                     let _ = std::fs::remove_file(p);
@@ -95,16 +153,13 @@ pub fn create(path: &str, index: usize, dir: DirKind, from: &VgpuConfig, reader:
                 return Ok(file);
             }
             None if dir == DirKind::Private => {
-                std::fs::remove_file(p).map_err(|e| format!("{path}: cannot remove a leftover: {e}"))?;
+                std::fs::remove_file(p)
+                    .map_err(|source| ConfError::RemoveLeftover { path: path.to_string(), source })?;
             }
-            None => {
-                return Err(format!(
-                    "{path} exists already, in a directory other users may write; remove it (as root) and retry"
-                ));
-            }
+            None => return Err(ConfError::Exists { path: path.to_string() }),
         }
     }
-    Err(format!("{path} kept being created by another process; retry"))
+    Err(ConfError::KeptCreated { path: path.to_string() })
 }
 
 /// Opens slot `index`'s configuration file at `path` if this process may read it (and write it, with

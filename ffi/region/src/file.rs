@@ -13,12 +13,14 @@
 //! the error names the file, the processes holding it and what to do.
 
 use super::conf;
+use super::conf::ConfError;
 use super::layout::config_offset;
 use super::layout::{AREA, LAYOUT_SIZE, NAME_LEN, Region, VERSION, VgpuSlot, encode_name, live_offset, state};
+use super::open::OpenError;
 use super::open::open_region;
 use super::open::{Access, check_header, checked_dir, header_matches, live_path, lock_path, open_live, open_lock};
 use crate::flock::FileLock;
-use crate::secure_fs::DirKind;
+use crate::secure_fs::{DirKind, SecureFsError};
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::os::fd::AsRawFd;
@@ -37,6 +39,133 @@ pub const LOCK_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long the daemon waits for a vGPU's live file's lock before removing the vGPU: its tenants hold
 /// the shared lock for milliseconds while they join.
 pub const LIVE_LOCK_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Why a region file could not be opened, mapped, locked or changed ([`RegionFile`], [`vgpu_flags`]). Each
+/// names the file and what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum RegionError {
+    /// The region's directory is not fit for it ([`crate::secure_fs::check_dir`]).
+    #[error("region file {path}: {source}")]
+    Dir {
+        /// The region file.
+        path: String,
+        /// What is wrong with its directory.
+        source: SecureFsError,
+    },
+    /// The region file, or its lock file, could not be opened or created, or is not fit to use
+    /// ([`super::open`]: missing, planted, not a region of this version...).
+    #[error(transparent)]
+    Open(#[from] OpenError),
+    /// A system call on the region file failed (`op` says which: "cannot stat", "cannot map"...).
+    #[error("region file {path}: {op}: {source}")]
+    Io {
+        /// The region file.
+        path: String,
+        /// What was being done, for the message.
+        op: &'static str,
+        /// What the system said.
+        source: std::io::Error,
+    },
+    /// The region file's own area could not be written or mapped back over a slot.
+    #[error("region file {path}: {source}")]
+    Restore {
+        /// The region file.
+        path: String,
+        /// What the system said.
+        source: std::io::Error,
+    },
+    /// The region file has another size than a region of this version and layout has.
+    #[error(
+        "region file {path} has {len} bytes, a version-{VERSION} Tessera region has {LAYOUT_SIZE}: it is \
+         truncated, foreign or from another Tessera version; remove it (no Tessera program may be running) or set \
+         TESSERA_REGION"
+    )]
+    WrongSize {
+        /// The region file.
+        path: String,
+        /// Its size in bytes.
+        len: u64,
+    },
+    /// Read without joining ([`vgpu_flags`]): the region file has another size than a region of this
+    /// version has.
+    #[error("region file {path} has {len} bytes, a version-{VERSION} Tessera region has {LAYOUT_SIZE}")]
+    PeekSize {
+        /// The region file.
+        path: String,
+        /// Its size in bytes.
+        len: u64,
+    },
+    /// Read without joining ([`vgpu_flags`]): the region file's header is not a region's of this version.
+    #[error("region file {path} is not a version-{VERSION} Tessera region")]
+    PeekHeader {
+        /// The region file.
+        path: String,
+    },
+    /// A system call on a slot's live or configuration file failed ("cannot open", "cannot lock",
+    /// "cannot map", "cannot remove").
+    #[error("{path}: {op}: {source}")]
+    FileIo {
+        /// The live or configuration file.
+        path: String,
+        /// What was being done, for the message.
+        op: &'static str,
+        /// What the system said.
+        source: std::io::Error,
+    },
+    /// A slot's configuration file could not be looked at.
+    #[error("{path}: {source}")]
+    Stat {
+        /// The configuration file.
+        path: String,
+        /// What `fstat` said.
+        source: std::io::Error,
+    },
+    /// A slot's configuration file could not be made or shared ([`super::conf`]).
+    #[error(transparent)]
+    Conf(#[from] ConfError),
+    /// The region's lock file could not be locked.
+    #[error("lock file {path}: cannot lock: {source}")]
+    Lock {
+        /// The lock file.
+        path: String,
+        /// What `flock` said.
+        source: std::io::Error,
+    },
+    /// Others held a file's lock for longer than the wait allowed: its holder is stopped, or holds it on
+    /// purpose.
+    #[error(
+        "{path} has been locked for more than {} ms by {holders}; Tessera's processes hold that lock for \
+         milliseconds, so its holder is stopped or holds it on purpose: resume it (kill -CONT PID) or end it, \
+         then try again",
+        .timeout.as_millis()
+    )]
+    Held {
+        /// The file whose lock was held.
+        path: String,
+        /// How long this process waited.
+        timeout: Duration,
+        /// The pids holding it, from `/proc/locks` (none when they were not found).
+        pids: Vec<u32>,
+        /// Who holds it, for people ([`describe_holders`]).
+        holders: String,
+    },
+    /// The users who may read the daemon's region file could not be set.
+    #[error("region file {path}: cannot let uids {uids:?} read it: {source}")]
+    Readers {
+        /// The region file.
+        path: String,
+        /// The users.
+        uids: Vec<u32>,
+        /// What setting its ACL said.
+        source: std::io::Error,
+    },
+    /// The name is not one a vGPU may have.
+    #[error("{name:?} is not a vGPU name")]
+    BadName {
+        /// The name.
+        name: String,
+    },
+}
 
 /// The shared mapping of a whole region file; unmapped when dropped (with whatever was mapped over it).
 pub(super) struct Mapping(pub(super) NonNull<Region>);
@@ -76,7 +205,7 @@ pub struct RegionFile {
 
 impl RegionFile {
     /// Opens the region at `path` for a user's processes that share it as peers ([`Access::Peer`]).
-    pub fn open(path: &str) -> Result<RegionFile, String> {
+    pub fn open(path: &str) -> Result<RegionFile, RegionError> {
         RegionFile::open_as(path, Access::Peer)
     }
 
@@ -84,17 +213,14 @@ impl RegionFile {
     /// created), in a directory checked for it ([`super::open`]); an existing file must be a
     /// version-[`VERSION`] region of this layout, owned as `access` requires. Errors name the file and what
     /// to do. No lock is taken: a region appears complete, and its header never changes.
-    pub fn open_as(path: &str, access: Access) -> Result<RegionFile, String> {
-        let fail = |what: &str, e: std::io::Error| format!("region file {path}: {what}: {e}");
-        let dir = checked_dir(std::path::Path::new(path)).map_err(|e| format!("region file {path}: {e}"))?;
+    pub fn open_as(path: &str, access: Access) -> Result<RegionFile, RegionError> {
+        let fail = |op: &'static str, source: std::io::Error| RegionError::Io { path: path.to_string(), op, source };
+        let dir = checked_dir(std::path::Path::new(path))
+            .map_err(|source| RegionError::Dir { path: path.to_string(), source })?;
         let (file, writable) = open_region(path, access, dir)?;
         let len = file.metadata().map_err(|e| fail("cannot stat", e))?.len();
         if len != LAYOUT_SIZE as u64 {
-            return Err(format!(
-                "region file {path} has {len} bytes, a version-{VERSION} Tessera region has {LAYOUT_SIZE}: it is \
-                 truncated, foreign or from another Tessera version; remove it (no Tessera program may be running) \
-                 or set TESSERA_REGION"
-            ));
+            return Err(RegionError::WrongSize { path: path.to_string(), len });
         }
         let prot = if writable { libc::PROT_READ | libc::PROT_WRITE } else { libc::PROT_READ };
         let map = map(&file, prot).map_err(|e| fail("cannot map", e))?;
@@ -134,33 +260,39 @@ impl RegionFile {
     /// The daemon's: gives slot `index` a configuration file of its own, readable by `reader` too (see
     /// [`super::conf`]): created from what the slot's area shows now, mapped over it, and the slot hidden
     /// in the region file. A slot that has its file already only has its reader set again.
-    pub fn map_conf(&self, index: usize, reader: Option<u32>) -> Result<(), String> {
+    pub fn map_conf(&self, index: usize, reader: Option<u32>) -> Result<(), RegionError> {
         let path = conf::conf_path(&self.path, index);
         let reader = reader.filter(|&uid| uid != crate::secure_fs::euid());
         let mut known = self.confs.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let fail = |op: &'static str, source: std::io::Error| RegionError::FileIo { path: path.clone(), op, source };
         if known.contains_key(&index) {
             let file = crate::secure_fs::open_nofollow(std::path::Path::new(&path), true)
-                .map_err(|e| format!("{path}: cannot open: {e}"))?;
-            return conf::set_reader(&file, &path, reader);
+                .map_err(|e| fail("cannot open", e))?;
+            return Ok(conf::set_reader(&file, &path, reader)?);
         }
         let file = conf::create(&path, index, self.dir, &self.region().vgpus[index].config, reader)?;
-        let inode = std::os::unix::fs::MetadataExt::ino(&file.metadata().map_err(|e| format!("{path}: {e}"))?);
+        let meta = file.metadata().map_err(|source| RegionError::Stat { path: path.clone(), source })?;
+        let inode = std::os::unix::fs::MetadataExt::ino(&meta);
         // SAFETY: the area lies inside our mapping, which we own; the file has AREA bytes.
         unsafe { overlay(self.map.0.as_ptr(), config_offset(index), &file, libc::PROT_READ | libc::PROT_WRITE, 0) }
-            .map_err(|e| format!("{path}: cannot map: {e}"))?;
+            .map_err(|e| fail("cannot map", e))?;
         known.insert(index, inode);
-        conf::hide(&self.file, index).map_err(|e| format!("region file {}: cannot write: {e}", self.path))
+        conf::hide(&self.file, index).map_err(|source| RegionError::Io {
+            path: self.path.clone(),
+            op: "cannot write",
+            source,
+        })
     }
 
     /// The daemon's: maps the region file's own area back over slot `index`'s configuration and removes
     /// the slot's configuration file. With `keep`, the configuration is copied into the region file first
     /// (the slot becomes an ordinary vGPU, seen by every process); otherwise the slot is left free.
-    pub fn unmap_conf(&self, index: usize, keep: bool) -> Result<(), String> {
+    pub fn unmap_conf(&self, index: usize, keep: bool) -> Result<(), RegionError> {
         let mut known = self.confs.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         if known.remove(&index).is_none() {
             return Ok(());
         }
-        let fail = |e: std::io::Error| format!("region file {}: {e}", self.path);
+        let fail = |source: std::io::Error| RegionError::Restore { path: self.path.clone(), source };
         if keep {
             let bytes = conf::bytes_of(&self.region().vgpus[index].config);
             self.file.write_all_at(bytes, config_offset(index) as u64).map_err(fail)?;
@@ -176,7 +308,9 @@ impl RegionFile {
         }
         let path = conf::conf_path(&self.path, index);
         match std::fs::remove_file(&path) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(format!("{path}: cannot remove: {e}")),
+            Err(source) if source.kind() != std::io::ErrorKind::NotFound => {
+                Err(RegionError::FileIo { path, op: "cannot remove", source })
+            }
             _ => Ok(()),
         }
     }
@@ -194,7 +328,7 @@ impl RegionFile {
 
     /// Takes the owner's lock ([`lock_path`]; and excludes this process's other threads) to claim or
     /// configure slots. Waits at most [`LOCK_TIMEOUT`], as [`RegionFile::lock_within`] does.
-    pub fn lock(&self) -> Result<Locked<'_>, String> {
+    pub fn lock(&self) -> Result<Locked<'_>, RegionError> {
         self.lock_within(LOCK_TIMEOUT)
     }
 
@@ -203,12 +337,12 @@ impl RegionFile {
     /// is stopped). A region this user may not write has no lock of its: the result excludes this process's
     /// other threads only ([`Locked::exclusive`] is false), and names read through it are only read as
     /// [`find_settled`] does.
-    pub fn lock_within(&self, timeout: Duration) -> Result<Locked<'_>, String> {
+    pub fn lock_within(&self, timeout: Duration) -> Result<Locked<'_>, RegionError> {
         if !self.writable {
             return Ok(self.guard());
         }
         let claims = self.claims()?;
-        let fail = |e: std::io::Error| format!("lock file {}: cannot lock: {e}", lock_path(&self.path));
+        let fail = |source: std::io::Error| RegionError::Lock { path: lock_path(&self.path), source };
         // The thread lock only while trying: this process's other threads are not held up by the wait.
         let attempt = || {
             let threads = self.threads.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -225,7 +359,7 @@ impl RegionFile {
     }
 
     /// The [`lock_path`] file, opened (or created) once.
-    fn claims(&self) -> Result<&File, String> {
+    fn claims(&self) -> Result<&File, RegionError> {
         if let Some(f) = self.claims.get() {
             return Ok(f);
         }
@@ -238,15 +372,16 @@ impl RegionFile {
     /// process is joining the vGPU (a joining tenant of another user checks and claims under the shared
     /// lock of that file, which it and the daemon alone can open). For the daemon, before it checks that
     /// nobody is attached and frees the slot. `Ok(None)` when the vGPU has no live file.
-    pub fn lock_live(&self, index: usize, timeout: Duration) -> Result<Option<LiveLock>, String> {
+    pub fn lock_live(&self, index: usize, timeout: Duration) -> Result<Option<LiveLock>, RegionError> {
         let path = live_path(&self.path, index);
+        let fail = |op: &'static str, source: std::io::Error| RegionError::FileIo { path: path.clone(), op, source };
         let file = match crate::secure_fs::open_nofollow(std::path::Path::new(&path), false) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(format!("{path}: cannot open: {e}")),
+            Err(e) => return Err(fail("cannot open", e)),
         };
         // Released by `LiveLock`'s drop, explicitly (see there).
-        let locked = FileLock::within(&file, timeout).map_err(|e| format!("{path}: cannot lock: {e}"))?;
+        let locked = FileLock::within(&file, timeout).map_err(|e| fail("cannot lock", e))?;
         match locked.map(std::mem::forget) {
             Some(()) => Ok(Some(LiveLock(file))),
             None => Err(held_too_long(&path, &file, timeout)),
@@ -269,12 +404,12 @@ impl RegionFile {
     ///
     /// For the daemon's region, the vGPU's user may then read the region file (its tenants map it), as long
     /// as the live file stays mapped ([`RegionFile::unmap_live`]).
-    pub fn map_live(&self, index: usize, owner: Option<u32>) -> Result<(), String> {
+    pub fn map_live(&self, index: usize, owner: Option<u32>) -> Result<(), RegionError> {
         let from = owner.map(|uid| (uid, &self.region().vgpus[index].live));
         let live = open_live(&live_path(&self.path, index), index, self.dir, from)?;
         // SAFETY: the area lies inside our mapping, which we own; the live file has AREA bytes.
         unsafe { overlay(self.map.0.as_ptr(), live_offset(index), &live, libc::PROT_READ | libc::PROT_WRITE, 0) }
-            .map_err(|e| format!("{}: cannot map: {e}", live_path(&self.path, index)))?;
+            .map_err(|source| RegionError::FileIo { path: live_path(&self.path, index), op: "cannot map", source })?;
         match owner {
             Some(uid) => self.set_reader(index, Some(uid)),
             None => Ok(()),
@@ -285,7 +420,7 @@ impl RegionFile {
     /// region, lets exactly the recorded users read the file ([`crate::secure_fs::set_readers`]). Where the
     /// file system keeps no ACLs, the file is made readable by all (mode 0644): its tenants must read it,
     /// and it holds no managed vGPU's name or settings ([`super::conf`], whose files are never so).
-    fn set_reader(&self, index: usize, reader: Option<u32>) -> Result<(), String> {
+    fn set_reader(&self, index: usize, reader: Option<u32>) -> Result<(), RegionError> {
         if self.access != Access::Daemon {
             return Ok(());
         }
@@ -299,25 +434,27 @@ impl RegionFile {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::Unsupported => {
                 use std::os::unix::fs::PermissionsExt;
-                self.file
-                    .set_permissions(std::fs::Permissions::from_mode(0o644))
-                    .map_err(|e| format!("region file {}: cannot chmod: {e}", self.path))
+                self.file.set_permissions(std::fs::Permissions::from_mode(0o644)).map_err(|source| RegionError::Io {
+                    path: self.path.clone(),
+                    op: "cannot chmod",
+                    source,
+                })
             }
-            Err(e) => Err(format!("region file {}: cannot let uids {uids:?} read it: {e}", self.path)),
+            Err(source) => Err(RegionError::Readers { path: self.path.clone(), uids, source }),
         }
     }
 
     /// Maps the region file's own live area of slot `index` back in place of its live file and removes
     /// that file (the vGPU is gone).
-    pub fn unmap_live(&self, index: usize) -> Result<(), String> {
+    pub fn unmap_live(&self, index: usize) -> Result<(), RegionError> {
         let prot = if self.writable { libc::PROT_READ | libc::PROT_WRITE } else { libc::PROT_READ };
         // SAFETY: as in `map_live`; the region file has LAYOUT_SIZE bytes.
         unsafe { overlay(self.map.0.as_ptr(), live_offset(index), &self.file, prot, live_offset(index)) }
-            .map_err(|e| format!("region file {}: cannot map: {e}", self.path))?;
+            .map_err(|source| RegionError::Io { path: self.path.clone(), op: "cannot map", source })?;
         self.set_reader(index, None)?;
         match std::fs::remove_file(live_path(&self.path, index)) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                Err(format!("{}: cannot remove: {e}", live_path(&self.path, index)))
+            Err(source) if source.kind() != std::io::ErrorKind::NotFound => {
+                Err(RegionError::FileIo { path: live_path(&self.path, index), op: "cannot remove", source })
             }
             _ => Ok(()),
         }
@@ -427,8 +564,13 @@ impl Locked<'_> {
 
 /// `file`'s shared lock, if it can be had within `timeout`; otherwise an error naming the file at `path`
 /// and who holds it.
-fn lock_file<'f>(file: &'f File, path: &str, timeout: Duration) -> Result<FileLock<'f>, String> {
-    match FileLock::shared_within(file, timeout).map_err(|e| format!("{path}: cannot lock: {e}"))? {
+fn lock_file<'f>(file: &'f File, path: &str, timeout: Duration) -> Result<FileLock<'f>, RegionError> {
+    let locked = FileLock::shared_within(file, timeout).map_err(|source| RegionError::FileIo {
+        path: path.to_string(),
+        op: "cannot lock",
+        source,
+    })?;
+    match locked {
         Some(lock) => Ok(lock),
         None => Err(held_too_long(path, file, timeout)),
     }
@@ -436,21 +578,40 @@ fn lock_file<'f>(file: &'f File, path: &str, timeout: Duration) -> Result<FileLo
 
 /// The error for a file whose lock others held longer than `timeout`: the file, the holders and what to
 /// do.
-fn held_too_long(path: &str, file: &File, timeout: Duration) -> String {
-    format!(
-        "{path} has been locked for more than {} ms by {}; Tessera's processes hold that lock for \
-         milliseconds, so its holder is stopped or holds it on purpose: resume it (kill -CONT PID) or end it, \
-         then try again",
-        timeout.as_millis(),
-        describe_holders(file)
-    )
+fn held_too_long(path: &str, file: &File, timeout: Duration) -> RegionError {
+    let (pids, holders) = holders_of(file);
+    RegionError::Held { path: path.to_string(), timeout, pids, holders }
+}
+
+/// The pids holding a `flock` on `file` ([`holder_pids`]; none when it cannot be looked at) and who they
+/// are, for people ([`describe_holders`]), from one reading of `/proc/locks`.
+pub(super) fn holders_of(file: &File) -> (Vec<u32>, String) {
+    let pids = holder_pids(file);
+    let described = describe_pids(pids.as_deref());
+    (pids.unwrap_or_default(), described)
 }
 
 /// Who holds a `flock` on `file`, from `/proc/locks` (the kernel's record): each
 /// holder's pid, command and, when it is not running, its state, e.g. `pid 42 (simgpu-probe, stopped)`.
 pub fn describe_holders(file: &File) -> String {
+    describe_pids(holder_pids(file).as_deref())
+}
+
+/// [`describe_holders`] for the holders [`holder_pids`] found (`None`: the file could not be looked at).
+fn describe_pids(holders: Option<&[u32]>) -> String {
+    let Some(holders) = holders else { return "another process".into() };
+    if holders.is_empty() {
+        return "another process (not found in /proc/locks)".into();
+    }
+    let described: Vec<String> = holders.iter().map(|&pid| describe_process(pid)).collect();
+    described.join(", ")
+}
+
+/// The pids holding a `flock` (shared or exclusive) on `file`, from `/proc/locks`, sorted, each once;
+/// `None` when `file` cannot be looked at.
+pub fn holder_pids(file: &File) -> Option<Vec<u32>> {
     use std::os::unix::fs::MetadataExt;
-    let Ok(meta) = file.metadata() else { return "another process".into() };
+    let meta = file.metadata().ok()?;
     let (major, minor, inode) = (libc::major(meta.dev()), libc::minor(meta.dev()), meta.ino());
     let locks = std::fs::read_to_string("/proc/locks").unwrap_or_default();
     let mut holders: Vec<u32> = locks
@@ -470,11 +631,7 @@ pub fn describe_holders(file: &File) -> String {
         .collect();
     holders.sort_unstable();
     holders.dedup();
-    if holders.is_empty() {
-        return "another process (not found in /proc/locks)".into();
-    }
-    let described: Vec<String> = holders.iter().map(|&pid| describe_process(pid)).collect();
-    described.join(", ")
+    Some(holders)
 }
 
 /// `pid N (COMMAND)`, with its state when it is not running or sleeping (`stopped`, `in uninterruptible
@@ -499,14 +656,14 @@ fn describe_process(pid: u32) -> String {
 /// are written under the exclusive one). `Ok(None)` when there is no such vGPU; an error names the file.
 /// For deciding what a vGPU allows before a program's CUDA libraries start (the tensor-core policy). Waits
 /// at most [`LOCK_TIMEOUT`] for the lock.
-pub fn vgpu_flags(path: &str, name: &str) -> Result<Option<u32>, String> {
+pub fn vgpu_flags(path: &str, name: &str) -> Result<Option<u32>, RegionError> {
     vgpu_flags_within(path, name, LOCK_TIMEOUT)
 }
 
 /// [`vgpu_flags`], waiting at most `timeout` for the file's lock.
-pub fn vgpu_flags_within(path: &str, name: &str, timeout: Duration) -> Result<Option<u32>, String> {
-    let encoded = encode_name(name).ok_or_else(|| format!("{name:?} is not a vGPU name"))?;
-    let fail = |what: &str, e: std::io::Error| format!("region file {path}: {what}: {e}");
+pub fn vgpu_flags_within(path: &str, name: &str, timeout: Duration) -> Result<Option<u32>, RegionError> {
+    let encoded = encode_name(name).ok_or_else(|| RegionError::BadName { name: name.to_string() })?;
+    let fail = |op: &'static str, source: std::io::Error| RegionError::Io { path: path.to_string(), op, source };
     let file =
         crate::secure_fs::open_nofollow(std::path::Path::new(path), false).map_err(|e| fail("cannot open", e))?;
     let meta = file.metadata().map_err(|e| fail("cannot stat", e))?;
@@ -519,9 +676,7 @@ pub fn vgpu_flags_within(path: &str, name: &str, timeout: Duration) -> Result<Op
     let _lock = claims.as_ref().map(|(at, f)| lock_file(f, at, timeout)).transpose()?;
     let len = file.metadata().map_err(|e| fail("cannot stat", e))?.len();
     if len != LAYOUT_SIZE as u64 {
-        return Err(format!(
-            "region file {path} has {len} bytes, a version-{VERSION} Tessera region has {LAYOUT_SIZE}"
-        ));
+        return Err(RegionError::PeekSize { path: path.to_string(), len });
     }
     let map = map(&file, libc::PROT_READ).map_err(|e| fail("cannot map", e))?;
     // SAFETY: our own whole-region mapping, not referenced yet.
@@ -534,7 +689,7 @@ pub fn vgpu_flags_within(path: &str, name: &str, timeout: Duration) -> Result<Op
     // hold, and atomic loads of at most 8 bytes, which read-only memory allows.
     let region = unsafe { map.0.as_ref() };
     if !header_matches(&region.header) {
-        return Err(format!("region file {path} is not a version-{VERSION} Tessera region"));
+        return Err(RegionError::PeekHeader { path: path.to_string() });
     }
     Ok(find_settled(region, &encoded).map(|i| VgpuSlot::flags(&region.vgpus[i])))
 }
@@ -544,8 +699,11 @@ mod tests {
     use super::*;
 
     /// Whether `e` says the file at `path` was held too long by this process (another open file of it).
-    fn names_the_holder(e: &str, path: &str) -> bool {
-        e.contains(&format!("{path} has been locked for more than 200 ms by pid {}", std::process::id()))
+    fn names_the_holder(e: &RegionError, path: &str) -> bool {
+        let me = std::process::id();
+        let held = matches!(e, RegionError::Held { path: p, pids, .. } if p == path && *pids == [me]);
+        let e = e.to_string();
+        held && e.contains(&format!("{path} has been locked for more than 200 ms by pid {me}"))
             && e.contains("kill -CONT")
     }
 

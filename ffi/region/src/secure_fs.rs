@@ -10,7 +10,7 @@ use std::fs::{File, Metadata};
 use std::os::fd::FromRawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// This process's effective uid: whose the files it creates are.
 pub fn euid() -> u32 {
@@ -45,19 +45,128 @@ pub enum DirKind {
     Foreign(u32),
 }
 
+/// Why a directory or file could not be used or made safely ([`check_dir`], [`ensure_private_dir`],
+/// [`create_complete`], [`replace_atomically`]). Each names the directory or file; the messages are the
+/// ones people read, the variants what a program decides by.
+#[derive(Debug, thiserror::Error)]
+pub enum SecureFsError {
+    /// The directory could not be looked at (it does not exist, say: see the source's kind).
+    #[error("directory {}: {source}", .dir.display())]
+    Dir {
+        /// The directory.
+        dir: PathBuf,
+        /// What `lstat` said.
+        source: std::io::Error,
+    },
+    /// The directory is a symbolic link, which another user could point elsewhere.
+    #[error(
+        "directory {} is a symbolic link: Tessera keeps its files only in a real directory, which another user \
+         cannot point elsewhere; name the directory it points to instead",
+        .dir.display()
+    )]
+    DirSymlink {
+        /// The link.
+        dir: PathBuf,
+    },
+    /// What should be a directory is not one.
+    #[error("{} is not a directory", .dir.display())]
+    NotADirectory {
+        /// The path.
+        dir: PathBuf,
+    },
+    /// The directory may be written by users other than its owner and is not sticky.
+    #[error(
+        "directory {} (owner {}, mode {mode:04o}) may be written by other users and is not sticky: they could \
+         replace Tessera's files in it; use a directory only its owner may write",
+        .dir.display(),
+        describe_user(*.owner)
+    )]
+    DirWritable {
+        /// The directory.
+        dir: PathBuf,
+        /// Its owner's uid.
+        owner: u32,
+        /// Its permission bits (`0o7777` of its mode).
+        mode: u32,
+    },
+    /// The directory could not be created.
+    #[error("cannot create directory {}: {source}", .dir.display())]
+    CreateDir {
+        /// The directory.
+        dir: PathBuf,
+        /// What `mkdir` said.
+        source: std::io::Error,
+    },
+    /// The directory is another user's, or writable by others: not this user's private directory.
+    #[error(
+        "directory {} belongs to {} with mode {mode:04o}, not to this user ({}) and writable only by it: another \
+         user may have created it to take Tessera's files over; remove it (as root), or set the path variables \
+         to a directory of your own",
+        .dir.display(),
+        describe_user(*.owner),
+        describe_user(*.user)
+    )]
+    DirNotPrivate {
+        /// The directory.
+        dir: PathBuf,
+        /// Its owner's uid.
+        owner: u32,
+        /// Its permission bits.
+        mode: u32,
+        /// This process's effective uid, whose it should be.
+        user: u32,
+    },
+    /// No temporary file could be created beside the file being made.
+    #[error("{}: cannot create a temporary file beside it: {source}", .path.display())]
+    Temporary {
+        /// The file being made.
+        path: PathBuf,
+        /// What creating the temporary file said.
+        source: std::io::Error,
+    },
+    /// The complete file could not be linked into place.
+    #[error("{}: cannot link it into place: {source}", .path.display())]
+    Link {
+        /// The file being made.
+        path: PathBuf,
+        /// What `link` said.
+        source: std::io::Error,
+    },
+    /// The new content could not be written (or synced).
+    #[error("{}: cannot write: {source}", .path.display())]
+    Write {
+        /// The file being replaced.
+        path: PathBuf,
+        /// What writing it said.
+        source: std::io::Error,
+    },
+    /// The new file could not be renamed over the old one.
+    #[error("{}: cannot replace: {source}", .path.display())]
+    Replace {
+        /// The file being replaced.
+        path: PathBuf,
+        /// What `rename` said.
+        source: std::io::Error,
+    },
+    /// The directory of the replaced file could not be synced.
+    #[error("{}: cannot sync its directory: {source}", .path.display())]
+    SyncDir {
+        /// The file replaced.
+        path: PathBuf,
+        /// What opening or syncing its directory said.
+        source: std::io::Error,
+    },
+}
+
 /// Checks the directory `dir` (not followed if it is a symbolic link): refused when it is a symbolic link,
 /// not a directory, or writable by users other than its owner without being sticky or root's or ours.
-pub fn check_dir(dir: &Path) -> Result<DirKind, String> {
-    let shown = dir.display();
-    let meta = std::fs::symlink_metadata(dir).map_err(|e| format!("directory {shown}: {e}"))?;
+pub fn check_dir(dir: &Path) -> Result<DirKind, SecureFsError> {
+    let meta = std::fs::symlink_metadata(dir).map_err(|source| SecureFsError::Dir { dir: dir.into(), source })?;
     if meta.file_type().is_symlink() {
-        return Err(format!(
-            "directory {shown} is a symbolic link: Tessera keeps its files only in a real directory, which another \
-             user cannot point elsewhere; name the directory it points to instead"
-        ));
+        return Err(SecureFsError::DirSymlink { dir: dir.into() });
     }
     if !meta.is_dir() {
-        return Err(format!("{shown} is not a directory"));
+        return Err(SecureFsError::NotADirectory { dir: dir.into() });
     }
     let mode = meta.mode();
     let others_write = mode & 0o022 != 0;
@@ -67,38 +176,31 @@ pub fn check_dir(dir: &Path) -> Result<DirKind, String> {
         () if owner == me && !others_write => Ok(DirKind::Private),
         () if (owner == me || owner == 0) && (!others_write || sticky) => Ok(DirKind::Trusted),
         () if !others_write => Ok(DirKind::Foreign(owner)),
-        () => Err(format!(
-            "directory {shown} (owner {}, mode {:04o}) may be written by other users and is not sticky: they \
-             could replace Tessera's files in it; use a directory only its owner may write",
-            describe_user(owner),
-            mode & 0o7777
-        )),
+        () => Err(SecureFsError::DirWritable { dir: dir.into(), owner, mode: mode & 0o7777 }),
     }
 }
 
 /// Creates directory `dir` with `mode` when it is missing (never through a symbolic link) and checks it is
 /// [`DirKind::Private`]: ours, not a symbolic link, writable by nobody else. Otherwise an error names it,
 /// its owner and its mode.
-pub fn ensure_private_dir(dir: &Path, mode: u32) -> Result<(), String> {
+pub fn ensure_private_dir(dir: &Path, mode: u32) -> Result<(), SecureFsError> {
     use std::os::unix::fs::DirBuilderExt;
     match std::fs::DirBuilder::new().mode(mode).create(dir) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(format!("cannot create directory {}: {e}", dir.display())),
+        Err(source) => return Err(SecureFsError::CreateDir { dir: dir.into(), source }),
     }
     match check_dir(dir)? {
         DirKind::Private => Ok(()),
         _ => {
-            let meta = std::fs::symlink_metadata(dir).map_err(|e| format!("directory {}: {e}", dir.display()))?;
-            Err(format!(
-                "directory {} belongs to {} with mode {:04o}, not to this user ({}) and writable only by it: \
-                 another user may have created it to take Tessera's files over; remove it (as root), or set the \
-                 path variables to a directory of your own",
-                dir.display(),
-                describe_user(meta.uid()),
-                meta.mode() & 0o7777,
-                describe_user(euid())
-            ))
+            let meta =
+                std::fs::symlink_metadata(dir).map_err(|source| SecureFsError::Dir { dir: dir.into(), source })?;
+            Err(SecureFsError::DirNotPrivate {
+                dir: dir.into(),
+                owner: meta.uid(),
+                mode: meta.mode() & 0o7777,
+                user: euid(),
+            })
         }
     }
 }
@@ -141,39 +243,104 @@ pub fn reopen_writable(file: &File, path: &Path) -> std::io::Result<File> {
     Ok(writable)
 }
 
+/// What is wrong with an existing file for Tessera to use it ([`file_problem`]), shown as the words that
+/// follow the file's name in a message: `belongs to uid 998 (b), not to uid 1000 (a)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum FileProblem {
+    /// Not a regular file (a directory, a FIFO, a device...).
+    #[error("is not a regular file")]
+    NotRegular,
+    /// Another user's file.
+    #[error("belongs to {}, not to {}", describe_user(*.owner), describe_user(*.expected))]
+    Owner {
+        /// Its owner's uid.
+        owner: u32,
+        /// Whose it should be.
+        expected: u32,
+    },
+    /// More than one name: a hard link elsewhere would let its creator reach it.
+    #[error("has {links} names (hard links), not one")]
+    Links {
+        /// How many names it has.
+        links: u64,
+    },
+    /// Another mode.
+    #[error("has mode {mode:04o}, not {expected:04o}")]
+    Mode {
+        /// Its permission bits.
+        mode: u32,
+        /// The mode it should have.
+        expected: u32,
+    },
+    /// Writable by users other than its owner.
+    #[error("may be written by users other than its owner (mode {mode:04o})")]
+    WritableByOthers {
+        /// Its permission bits.
+        mode: u32,
+    },
+    /// Another user's, neither this process's user nor root, where only theirs will do.
+    #[error("belongs to {}, neither this user nor root", describe_user(*.owner))]
+    NeitherOwnNorRoot {
+        /// Its owner's uid.
+        owner: u32,
+    },
+}
+
 /// What is wrong with an existing file for Tessera to use it as `owner`'s: not a regular file, another
 /// owner, more than one name (a hard link elsewhere would let its creator reach it), or a mode other
 /// than `mode`. `None` when nothing is.
-pub fn file_problem(meta: &Metadata, owner: u32, mode: Option<u32>) -> Option<String> {
+pub fn file_problem(meta: &Metadata, owner: u32, mode: Option<u32>) -> Option<FileProblem> {
     if !meta.file_type().is_file() {
-        return Some("is not a regular file".into());
+        return Some(FileProblem::NotRegular);
     }
     if meta.uid() != owner {
-        return Some(format!("belongs to {}, not to {}", describe_user(meta.uid()), describe_user(owner)));
+        return Some(FileProblem::Owner { owner: meta.uid(), expected: owner });
     }
     if meta.nlink() != 1 {
-        return Some(format!("has {} names (hard links), not one", meta.nlink()));
+        return Some(FileProblem::Links { links: meta.nlink() });
     }
     match mode {
-        Some(m) if meta.mode() & 0o7777 != m => Some(format!("has mode {:04o}, not {m:04o}", meta.mode() & 0o7777)),
+        Some(m) if meta.mode() & 0o7777 != m => Some(FileProblem::Mode { mode: meta.mode() & 0o7777, expected: m }),
         _ => None,
+    }
+}
+
+/// Why [`create_complete`] made no file: creating or linking it failed, or `fill` did.
+#[derive(Debug, thiserror::Error)]
+pub enum CreateError<E> {
+    /// The temporary file could not be created, or linked into place.
+    #[error(transparent)]
+    Fs(#[from] SecureFsError),
+    /// What `fill` returned, as it returned it.
+    #[error("{0}")]
+    Fill(E),
+}
+
+impl<E: From<SecureFsError>> CreateError<E> {
+    /// The error as `fill`'s type, which can hold a [`SecureFsError`] too.
+    pub fn into_inner(self) -> E {
+        match self {
+            CreateError::Fs(e) => e.into(),
+            CreateError::Fill(e) => e,
+        }
     }
 }
 
 /// Creates `path` with `mode` complete: `fill` writes it under a temporary name (created `O_EXCL` beside
 /// it), which is then hard-linked to `path` (never replacing a file there) and removed. `Ok(None)` when
-/// `path` appeared meanwhile (another process created it first); errors name `path`.
-pub fn create_complete(
+/// `path` appeared meanwhile (another process created it first); errors of its own name `path`, and
+/// `fill`'s are returned as they are ([`CreateError::Fill`]).
+pub fn create_complete<E>(
     path: &Path,
     mode: u32,
-    fill: impl FnOnce(&File) -> Result<(), String>,
-) -> Result<Option<File>, String> {
-    let fail = |what: &str, e: std::io::Error| format!("{}: {what}: {e}", path.display());
-    let (temp, file) = create_temporary(path, mode).map_err(|e| fail("cannot create a temporary file beside it", e))?;
-    let linked = fill(&file).and_then(|()| match std::fs::hard_link(&temp, path) {
+    fill: impl FnOnce(&File) -> Result<(), E>,
+) -> Result<Option<File>, CreateError<E>> {
+    let (temp, file) =
+        create_temporary(path, mode).map_err(|source| SecureFsError::Temporary { path: path.into(), source })?;
+    let linked = fill(&file).map_err(CreateError::Fill).and_then(|()| match std::fs::hard_link(&temp, path) {
         Ok(()) => Ok(true),
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
-        Err(e) => Err(fail("cannot link it into place", e)),
+        Err(source) => Err(SecureFsError::Link { path: path.into(), source }.into()),
     });
     let _ = std::fs::remove_file(&temp);
     Ok(linked?.then_some(file))
@@ -198,28 +365,28 @@ fn create_temporary(path: &Path, mode: u32) -> std::io::Result<(std::path::PathB
 /// Replaces `path` with `bytes` atomically: they are written to a temporary file created `O_EXCL` (never
 /// following a link) beside it with `mode`, synced, renamed over `path`, and the directory is synced, so
 /// a process killed at any moment leaves the old file or the new one, never a mix. Errors name `path`.
-pub fn replace_atomically(path: &Path, mode: u32, bytes: &[u8]) -> Result<(), String> {
+pub fn replace_atomically(path: &Path, mode: u32, bytes: &[u8]) -> Result<(), SecureFsError> {
     replace(path, mode, bytes, true)
 }
 
 /// [`replace_atomically`] without waiting for the disk: a process killed at any moment leaves the old file
 /// or the new one, but a machine that stops may lose the change (for records that do not outlive the
 /// machine's processes, so that no request waits for an `fsync`).
-pub fn replace_unsynced(path: &Path, mode: u32, bytes: &[u8]) -> Result<(), String> {
+pub fn replace_unsynced(path: &Path, mode: u32, bytes: &[u8]) -> Result<(), SecureFsError> {
     replace(path, mode, bytes, false)
 }
 
-fn replace(path: &Path, mode: u32, bytes: &[u8], durable: bool) -> Result<(), String> {
+fn replace(path: &Path, mode: u32, bytes: &[u8], durable: bool) -> Result<(), SecureFsError> {
     use std::io::Write;
-    let fail = |what: &str, e: std::io::Error| format!("{}: cannot {what}: {e}", path.display());
-    let (temp, mut file) = create_temporary(path, mode).map_err(|e| fail("create a temporary file beside it", e))?;
-    if let Err(e) = file.write_all(bytes).and_then(|()| if durable { file.sync_all() } else { Ok(()) }) {
+    let (temp, mut file) =
+        create_temporary(path, mode).map_err(|source| SecureFsError::Temporary { path: path.into(), source })?;
+    if let Err(source) = file.write_all(bytes).and_then(|()| if durable { file.sync_all() } else { Ok(()) }) {
         let _ = std::fs::remove_file(&temp);
-        return Err(fail("write", e));
+        return Err(SecureFsError::Write { path: path.into(), source });
     }
-    std::fs::rename(&temp, path).map_err(|e| {
+    std::fs::rename(&temp, path).map_err(|source| {
         let _ = std::fs::remove_file(&temp);
-        fail("replace", e)
+        SecureFsError::Replace { path: path.into(), source }
     })?;
     if !durable {
         return Ok(());
@@ -230,7 +397,9 @@ fn replace(path: &Path, mode: u32, bytes: &[u8], durable: bool) -> Result<(), St
         Some(dir) if !dir.as_os_str().is_empty() => dir,
         _ => Path::new("."),
     };
-    File::open(dir).and_then(|d| d.sync_all()).map_err(|e| fail("sync its directory", e))?;
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|source| SecureFsError::SyncDir { path: path.into(), source })?;
     Ok(())
 }
 
@@ -328,19 +497,23 @@ mod tests {
         let d = scratch("dirs");
         ensure_private_dir(&d, 0o711).unwrap();
         assert_eq!(std::fs::symlink_metadata(&d).unwrap().mode() & 0o7777, 0o711);
-        assert_eq!(check_dir(&d), Ok(DirKind::Private));
+        assert!(matches!(check_dir(&d), Ok(DirKind::Private)));
         let link = d.with_extension("link");
         let _ = std::fs::remove_file(&link);
         std::os::unix::fs::symlink(&d, &link).unwrap();
         let e = ensure_private_dir(&link, 0o711).unwrap_err();
+        assert!(matches!(&e, SecureFsError::DirSymlink { dir } if *dir == link), "{e:?}");
+        let e = e.to_string();
         assert!(e.contains("symbolic link") && e.contains(link.to_str().unwrap()), "{e}");
         std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777)).unwrap();
         let e = check_dir(&d).unwrap_err();
+        assert!(matches!(e, SecureFsError::DirWritable { mode: 0o777, .. }), "{e:?}");
+        let e = e.to_string();
         assert!(e.contains("not sticky") && e.contains("0777"), "{e}");
-        let e = ensure_private_dir(&d, 0o711).unwrap_err();
+        let e = ensure_private_dir(&d, 0o711).unwrap_err().to_string();
         assert!(e.contains("not sticky"), "{e}");
         std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o1777)).unwrap();
-        assert_eq!(check_dir(&d), Ok(DirKind::Trusted));
+        assert!(matches!(check_dir(&d), Ok(DirKind::Trusted)));
         std::fs::remove_file(&link).unwrap();
         std::fs::remove_dir_all(&d).unwrap();
     }
@@ -368,11 +541,16 @@ mod tests {
         // A second name is a problem, as another owner or mode is.
         std::fs::hard_link(&path, d.join("h")).unwrap();
         let meta = std::fs::metadata(&path).unwrap();
-        assert!(file_problem(&meta, euid(), None).unwrap().contains("2 names"));
-        assert!(file_problem(&meta, euid() + 1, None).unwrap().contains("belongs to"));
+        assert_eq!(file_problem(&meta, euid(), None), Some(FileProblem::Links { links: 2 }));
+        assert!(file_problem(&meta, euid(), None).unwrap().to_string().contains("2 names"));
+        let other = file_problem(&meta, euid() + 1, None).unwrap();
+        assert_eq!(other, FileProblem::Owner { owner: euid(), expected: euid() + 1 });
+        assert!(other.to_string().contains("belongs to"));
         std::fs::remove_file(d.join("h")).unwrap();
         let meta = std::fs::metadata(&path).unwrap();
-        assert!(file_problem(&meta, euid(), Some(0o600)).unwrap().contains("mode 0644"));
+        let mode = file_problem(&meta, euid(), Some(0o600)).unwrap();
+        assert_eq!(mode, FileProblem::Mode { mode: 0o644, expected: 0o600 });
+        assert_eq!(mode.to_string(), "has mode 0644, not 0600");
         std::fs::remove_dir_all(&d).unwrap();
     }
 

@@ -1,9 +1,11 @@
 //! Opening, claiming and joining the region file, end to end in one process.
 
 use super::attach::*;
+use super::claim::ClaimError;
 use super::file::*;
 use super::layout::*;
 use super::open::*;
+use super::secure_fs::{FileProblem, SecureFsError, euid};
 use super::settings::*;
 use std::sync::atomic::Ordering;
 
@@ -37,6 +39,8 @@ fn conflicting_limit_is_refused_while_the_vgpu_is_in_use() {
     let path = temp("conflict");
     let _a = attach(&path, "team", Some(&limits(1 << 30))).unwrap();
     let e = attach(&path, "team", Some(&limits(2 << 30))).err().unwrap();
+    assert!(matches!(&e, AttachError::QuotaConflict { holders: 1, quota, .. } if **quota == limits(1 << 30)), "{e:?}");
+    let e = e.to_string();
     assert!(e.contains("conflicts") && e.contains(&path) && e.contains("1.0 GiB"), "{e}");
     attach(&path, "team", Some(&limits(1 << 30))).unwrap();
     std::fs::remove_file(&path).unwrap();
@@ -60,6 +64,8 @@ fn a_managed_vgpu_keeps_its_limit_and_its_slot() {
     file.region().vgpus[index].live.sched.tokens.store(77, Ordering::Release);
     // Nobody attached, yet another limit is refused and none adopts the daemon's.
     let e = attach(&path, "svc", Some(&limits(2 << 30))).err().unwrap();
+    assert!(matches!(e, AttachError::ManagedQuota { .. }), "{e:?}");
+    let e = e.to_string();
     assert!(e.contains("set by the Tessera daemon") && e.contains("tessera vgpu set svc"), "{e}");
     let a = attach(&path, "svc", None).unwrap();
     assert_eq!((a.vgpu_index as usize, a.vgpu.config.limit[0].load(Ordering::Relaxed)), (index, 1 << 30));
@@ -81,10 +87,17 @@ fn a_managed_vgpu_keeps_its_limit_and_its_slot() {
     // A live file of another slot, or no vGPU file at all, is refused by name.
     std::fs::rename(live_path(&path, index), live_path(&path, 60)).unwrap();
     let e = attach(&path, "svc", None).err().unwrap();
+    let missing = matches!(&e, AttachError::Live { source, .. } if source.is_not_found());
+    assert!(missing, "{e:?}");
+    let e = e.to_string();
     assert!(e.contains(&live_path(&path, index)) && e.contains("cannot open"), "{e}");
     std::fs::copy(live_path(&path, 60), live_path(&path, index)).unwrap();
     std::fs::copy(live_path(&path, 60), live_path(&path, 61)).unwrap();
-    assert!(file.map_live(61, None).unwrap_err().contains("of slot"));
+    let e = file.map_live(61, None).unwrap_err();
+    let mismatch =
+        matches!(e, RegionError::Open(OpenError::LiveMismatch { slot, expected: 61, .. }) if slot as usize == index);
+    assert!(mismatch, "{e:?}");
+    assert!(e.to_string().contains("of slot"));
     file.unmap_live(index).unwrap();
     assert!(std::fs::metadata(live_path(&path, index)).is_err(), "removed with its vGPU");
     for f in [path.clone(), live_path(&path, 60), live_path(&path, 61)] {
@@ -119,6 +132,8 @@ fn while_a_daemon_lives_unknown_names_are_refused() {
     d.pid.store(std::process::id(), Ordering::Release);
     d.heartbeat_ns.store(crate::futex::monotonic_ns(), Ordering::Release);
     let e = attach(&path, "nosuch", None).err().unwrap();
+    assert!(matches!(&e, AttachError::NotFound { daemon, .. } if *daemon == std::process::id()), "{e:?}");
+    let e = e.to_string();
     assert!(e.contains("no vGPU \"nosuch\"") && e.contains("tessera vgpu create nosuch"), "{e}");
     // A silent daemon is gone: processes may create vGPUs again.
     d.heartbeat_ns.store(crate::futex::monotonic_ns().saturating_sub(DAEMON_SILENCE_NS), Ordering::Release);
@@ -130,6 +145,8 @@ fn while_a_daemon_lives_unknown_names_are_refused() {
 fn without_a_daemon_a_process_with_no_limit_cannot_set_up_a_vgpu() {
     let path = temp("nolimit");
     let e = attach(&path, "typo", None).err().unwrap();
+    assert!(matches!(&e, AttachError::Unlimited { name, .. } if name == "typo"), "{e:?}");
+    let e = e.to_string();
     assert!(e.contains("\"typo\"") && e.contains(&path), "{e}");
     assert!(e.contains("tessera vgpu create typo") && e.contains("TESSERA_MEMORY_LIMIT"), "{e}");
     assert!(e.contains("TESSERA_COMPUTE_SHARE"), "{e}");
@@ -138,7 +155,7 @@ fn without_a_daemon_a_process_with_no_limit_cannot_set_up_a_vgpu() {
     // Left behind by a process that had a limit and is gone: still no way in without one.
     let gone = attach(&path, "left", Some(&limits(1 << 30))).unwrap();
     gone.me.set_owner(0, 0);
-    assert!(attach(&path, "left", None).err().unwrap().contains("tessera vgpu create left"));
+    assert!(attach(&path, "left", None).err().unwrap().to_string().contains("tessera vgpu create left"));
     attach_with_share(&path, "left", None, true).unwrap();
     std::fs::remove_file(&path).unwrap();
 }
@@ -147,20 +164,23 @@ fn without_a_daemon_a_process_with_no_limit_cannot_set_up_a_vgpu() {
 fn foreign_and_truncated_files_are_refused_by_name() {
     let path = temp("foreign");
     std::fs::write(&path, b"not a region").unwrap();
-    let e = attach(&path, "x", None).err().unwrap();
+    let e = attach(&path, "x", None).err().unwrap().to_string();
     assert!(e.contains(&path) && e.contains("truncated"), "{e}");
     std::fs::write(&path, vec![0xAB; LAYOUT_SIZE]).unwrap();
-    let e = attach(&path, "x", None).err().unwrap();
+    let e = attach(&path, "x", None).err().unwrap().to_string();
     assert!(e.contains(&path) && e.contains(&format!("not a version-{VERSION}")), "{e}");
     std::fs::remove_file(&path).unwrap();
-    let e = attach("/nonexistent-dir/region", "x", None).err().unwrap();
+    let e = attach("/nonexistent-dir/region", "x", None).err().unwrap().to_string();
     assert!(e.contains("/nonexistent-dir/region"), "{e}");
 }
 
 #[test]
 fn flags_are_read_without_joining_or_creating() {
     let path = temp("peek");
-    assert!(vgpu_flags(&path, "svc").unwrap_err().contains(&path));
+    let e = vgpu_flags(&path, "svc").unwrap_err();
+    let missing = matches!(&e, RegionError::Io { op: "cannot open", source, .. } if source.kind() == std::io::ErrorKind::NotFound);
+    assert!(missing, "{e:?}");
+    assert!(e.to_string().contains(&path));
     assert!(std::fs::metadata(&path).is_err(), "never created by a reader");
     let file = RegionFile::open(&path).unwrap();
     {
@@ -168,13 +188,15 @@ fn flags_are_read_without_joining_or_creating() {
         let i = locked.claim_slot(&encode_name("svc").unwrap()).unwrap();
         locked.region().vgpus[i].config.flags.store(flags::MANAGED | flags::TENSOR_CORES_OFF, Ordering::Release);
     }
-    assert_eq!(vgpu_flags(&path, "svc"), Ok(Some(flags::MANAGED | flags::TENSOR_CORES_OFF)));
-    assert_eq!(vgpu_flags(&path, "other"), Ok(None));
+    assert_eq!(vgpu_flags(&path, "svc").unwrap(), Some(flags::MANAGED | flags::TENSOR_CORES_OFF));
+    assert_eq!(vgpu_flags(&path, "other").unwrap(), None);
     let v = &file.region().vgpus;
     assert!(v.iter().all(|v| v.live.procs.iter().all(|p| p.word() == 0)), "nothing joined");
     drop(file);
     std::fs::write(&path, b"not a region").unwrap();
-    assert!(vgpu_flags(&path, "svc").unwrap_err().contains("bytes"));
+    let e = vgpu_flags(&path, "svc").unwrap_err();
+    assert!(matches!(e, RegionError::PeekSize { len: 12, .. }), "{e:?}");
+    assert!(e.to_string().contains("bytes"));
     std::fs::remove_file(&path).unwrap();
 }
 
@@ -274,4 +296,107 @@ fn a_managed_vgpus_name_and_settings_are_in_its_configuration_file_alone() {
     drop(daemon);
     std::fs::remove_file(&path).unwrap();
     let _ = std::fs::remove_file(lock_path(&path));
+}
+
+/// Each way a region file is refused is a variant a program can match, with the data it needs, and the
+/// message people read is the one it always was.
+#[test]
+fn refusals_are_variants_a_caller_can_match() {
+    // Too small: truncated, or not a region at all.
+    let path = temp("typed-small");
+    std::fs::write(&path, vec![7u8; 100]).unwrap();
+    let e = RegionFile::open(&path).err().unwrap();
+    assert!(matches!(&e, RegionError::WrongSize { path: p, len: 100 } if *p == path), "{e:?}");
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "region file {path} has 100 bytes, a version-{VERSION} Tessera region has {LAYOUT_SIZE}: it is truncated, \
+             foreign or from another Tessera version; remove it (no Tessera program may be running) or set \
+             TESSERA_REGION"
+        )
+    );
+    let e = attach(&path, "x", None).err().unwrap();
+    assert!(matches!(e, AttachError::Region(RegionError::WrongSize { len: 100, .. })), "{e:?}");
+
+    // A foreign magic, and Tessera's magic with another version: two variants, one message.
+    let header_at = std::mem::offset_of!(Region, head) + std::mem::offset_of!(Head, header);
+    let mut bytes = vec![0u8; LAYOUT_SIZE];
+    bytes[header_at..header_at + 8].copy_from_slice(&0xfeed_u64.to_le_bytes());
+    bytes[header_at + 8..header_at + 12].copy_from_slice(&VERSION.to_le_bytes());
+    std::fs::write(&path, &bytes).unwrap();
+    let e = RegionFile::open(&path).err().unwrap();
+    let foreign = matches!(e, RegionError::Open(OpenError::BadMagic { magic: 0xfeed, version: VERSION, .. }));
+    assert!(foreign, "{e:?}");
+    assert!(e.to_string().contains(&format!("is not a version-{VERSION} Tessera region (magic 0xfeed")), "{e}");
+    bytes[header_at..header_at + 8].copy_from_slice(&MAGIC.to_le_bytes());
+    bytes[header_at + 8..header_at + 12].copy_from_slice(&(VERSION - 1).to_le_bytes());
+    std::fs::write(&path, &bytes).unwrap();
+    let e = attach(&path, "x", None).err().unwrap();
+    let old = AttachError::Region(RegionError::Open(OpenError::UnsupportedVersion {
+        path: path.clone(),
+        magic: MAGIC,
+        version: VERSION - 1,
+    }));
+    assert_eq!(e.to_string(), old.to_string());
+    assert!(
+        matches!(&e, AttachError::Region(RegionError::Open(OpenError::UnsupportedVersion { version, .. }))
+        if *version == VERSION - 1),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains(&format!("(magic {MAGIC:#x}, version {})", VERSION - 1)), "{e}");
+    std::fs::remove_file(&path).unwrap();
+
+    // A symbolic link, and another user's file (root may give files away; others cannot, so only the link
+    // is checked then).
+    let link = temp("typed-link");
+    let real = temp("typed-real");
+    RegionFile::open(&real).unwrap();
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let e = RegionFile::open(&link).err().unwrap();
+    assert!(matches!(&e, RegionError::Open(OpenError::RegionSymlink { path }) if *path == link), "{e:?}");
+    std::fs::remove_file(&link).unwrap();
+    if euid() == 0 {
+        std::os::unix::fs::chown(&real, Some(65534), None).unwrap();
+        let e = RegionFile::open(&real).err().unwrap();
+        let theirs = FileProblem::Owner { owner: 65534, expected: 0 };
+        assert!(
+            matches!(&e, RegionError::Open(OpenError::RegionPlanted { problem, .. }) if *problem == theirs),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("belongs to uid 65534"), "{e}");
+    }
+    std::fs::remove_file(&real).unwrap();
+    let _ = std::fs::remove_file(lock_path(&real));
+
+    // Not a vGPU name, a name there is no slot for, and the reasons of the claim kept apart.
+    let path = temp("typed-names");
+    let e = attach(&path, "", None).err().unwrap();
+    assert!(matches!(&e, AttachError::BadName { name } if name.is_empty()), "{e:?}");
+    assert_eq!(e.to_string(), "\"\" is not a vGPU name");
+    let file = RegionFile::open(&path).unwrap();
+    {
+        let locked = file.lock().unwrap();
+        for n in 0..MAX_VGPUS {
+            let i = locked.claim_slot(&encode_name(&format!("v{n}")).unwrap()).unwrap();
+            locked.region().vgpus[i].config.flags.store(flags::MANAGED, Ordering::Release);
+        }
+    }
+    let e = attach(&path, "one-more", Some(&limits(1 << 20))).err().unwrap();
+    assert!(matches!(&e, AttachError::NoFreeSlot { name, .. } if name == "one-more"), "{e:?}");
+    let full = ClaimError::NoProcessSlot { name: "v0".into() };
+    assert_eq!(full.to_string(), format!("all {PROCS_PER_VGPU} process slots of vGPU \"v0\" are in use"));
+    drop(file);
+    std::fs::remove_file(&path).unwrap();
+    let _ = std::fs::remove_file(lock_path(&path));
+
+    // A directory others may write, not sticky: refused with its mode, whoever asks.
+    let dir = std::env::temp_dir().join(format!("tessera-region-test-{}-typed-dir", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let inside = dir.join("r.region").to_string_lossy().into_owned();
+    let e = RegionFile::open(&inside).err().unwrap();
+    assert!(matches!(&e, RegionError::Dir { source: SecureFsError::DirWritable { mode: 0o777, .. }, .. }), "{e:?}");
+    assert!(e.to_string().starts_with(&format!("region file {inside}: directory ")), "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }

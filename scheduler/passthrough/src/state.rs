@@ -72,7 +72,7 @@ fn internal(message: String) -> Error {
 impl State {
     /// The files in `dir` (created, private, if missing).
     pub fn open(dir: &Path) -> Result<State, Error> {
-        secure_fs::ensure_private_dir(dir, 0o700).map_err(internal)?;
+        secure_fs::ensure_private_dir(dir, 0o700).map_err(|e| internal(e.to_string()))?;
         Ok(State { dir: dir.to_path_buf() })
     }
 
@@ -147,9 +147,9 @@ impl State {
         let text = serde_json::to_string_pretty(journal).map_err(|e| internal(format!("cannot encode: {e}")))?;
         let fill = |mut f: &std::fs::File| {
             use std::io::Write;
-            f.write_all(text.as_bytes()).and_then(|()| f.sync_all()).map_err(|e| e.to_string())
+            f.write_all(text.as_bytes()).and_then(|()| f.sync_all())
         };
-        match secure_fs::create_complete(&path, 0o600, fill).map_err(internal)? {
+        match secure_fs::create_complete(&path, 0o600, fill).map_err(|e| internal(e.to_string()))? {
             Some(_) => self.sync_dir(),
             None => Err(Error::new(
                 ErrorCode::InUse,

@@ -100,7 +100,7 @@ impl Manager {
         })?;
         reclaim_dead(region.region(), &ProcView::new());
         {
-            let locked = region.lock_within(START_LOCK_TIMEOUT)?;
+            let locked = region.lock_within(START_LOCK_TIMEOUT).map_err(|e| e.to_string())?;
             slots::release_unknown(&locked, &config.vgpus);
             for spec in &config.vgpus {
                 slots::place(&locked, spec, true, &state.roster)?;
@@ -641,7 +641,9 @@ impl Manager {
     fn lock(&self, lock: Lock) -> Result<Locked<'_>, Error> {
         match lock {
             Lock::Threads => Ok(self.region.guard()),
-            Lock::File => self.region.lock_within(REGION_LOCK_TIMEOUT).code(ErrorCode::Unavailable),
+            Lock::File => {
+                self.region.lock_within(REGION_LOCK_TIMEOUT).map_err(|e| e.to_string()).code(ErrorCode::Unavailable)
+            }
         }
     }
 

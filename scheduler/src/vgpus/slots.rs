@@ -50,11 +50,12 @@ pub fn place(locked: &Locked, spec: &VgpuSpec, force: bool, roster: &Roster) -> 
                 say!("tessera daemon: warning: {e}; its processes cannot allocate until they are under it");
             }
             // A slot placed by an earlier daemon (or an unmanaged one taken over): its file, its reader.
-            locked.file().map_conf(i, Some(owner(spec)))?;
+            locked.file().map_conf(i, Some(owner(spec))).map_err(|e| e.to_string())?;
             i
         }
         None => {
-            locked.claim_slot_with(&encoded, |i| locked.file().map_conf(i, Some(owner(spec))))?.ok_or_else(|| {
+            let claimed = locked.claim_slot_with(&encoded, |i| locked.file().map_conf(i, Some(owner(spec))));
+            claimed.map_err(|e| e.to_string())?.ok_or_else(|| {
                 format!(
                     "region file {}: all vGPU slots are in use by running processes or the daemon; cannot add {:?}",
                     locked.path(),
@@ -63,7 +64,7 @@ pub fn place(locked: &Locked, spec: &VgpuSpec, force: bool, roster: &Roster) -> 
             })?
         }
     };
-    locked.file().map_live(index, Some(owner(spec)))?;
+    locked.file().map_live(index, Some(owner(spec))).map_err(|e| e.to_string())?;
     configure(&locked.region().vgpus[index], spec, roster);
     Ok(index)
 }
@@ -111,7 +112,7 @@ pub fn notify(s: &Sched) {
 pub fn remove(locked: &Locked, name: &str, ignored: &[(usize, u64)], roster: &Roster) -> Result<(), String> {
     let Some(index) = find(locked, name) else { return Ok(()) };
     // Tenants of other users join under its live file's shared lock, not the region's: none joins meanwhile.
-    let _joining = locked.file().lock_live(index, LIVE_LOCK_TIMEOUT)?;
+    let _joining = locked.file().lock_live(index, LIVE_LOCK_TIMEOUT).map_err(|e| e.to_string())?;
     let view = ProcView::new();
     locked.reclaim_dead(&view);
     let pids: Vec<u32> = locked.region().vgpus[index]
@@ -130,8 +131,8 @@ pub fn remove(locked: &Locked, name: &str, ignored: &[(usize, u64)], roster: &Ro
     locked.free_slot(index);
     notify(&locked.region().vgpus[index].live.sched);
     roster.changed();
-    locked.file().unmap_live(index)?;
-    locked.file().unmap_conf(index, false)
+    locked.file().unmap_live(index).map_err(|e| e.to_string())?;
+    locked.file().unmap_conf(index, false).map_err(|e| e.to_string())
 }
 
 /// Hands back to processes every managed slot the configuration does not name (a state file removed or

@@ -82,7 +82,7 @@ impl Store {
         if let Some(hook) = &self.before_save {
             hook();
         }
-        let fail = |e: String| format!("state file {e}");
+        let fail = |e: tessera_region::secure_fs::SecureFsError| format!("state file {e}");
         tessera_region::secure_fs::replace_atomically(&self.path, 0o600, format!("{text}\n").as_bytes())
             .map_err(fail)?;
         Ok(())

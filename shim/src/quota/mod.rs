@@ -61,7 +61,7 @@ fn set_up() -> Result<Option<Quota>, String> {
             Err(e) => {
                 // Printed whatever TESSERA_LOG says: the program is about to be refused the GPU.
                 eprintln!("tessera: {e}; refusing to run CUDA without the configured quota");
-                return Err(e);
+                return Err(e.to_string());
             }
         },
     };

@@ -103,9 +103,9 @@ impl Reader {
         device: u32,
         simulated: Option<(&simgpu_host::Config, Vec<Vec<u32>>)>,
     ) -> Result<Reader, String> {
-        let region = RegionFile::open(region)?;
+        let region = RegionFile::open(region).map_err(|e| e.to_string())?;
         let slots = {
-            let locked = region.lock()?;
+            let locked = region.lock().map_err(|e| e.to_string())?;
             let find = |name: &&str| {
                 tessera_scheduler::inspect::find(&locked, name)
                     .ok_or_else(|| format!("vGPU {name} is not in the region"))
@@ -114,7 +114,7 @@ impl Reader {
         };
         // Their live state is in their own files: seen where their processes and the daemon see it.
         for &slot in &slots {
-            region.map_live(slot, None)?;
+            region.map_live(slot, None).map_err(|e| e.to_string())?;
         }
         let device = device as usize;
         let engine = match simulated {
