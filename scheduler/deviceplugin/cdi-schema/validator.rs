@@ -41,16 +41,19 @@ fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// Where the validator's package is installed (once).
-fn package_folder() -> PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| repo().join("target"));
-    let folder = target.join("pydeps/jsonschema");
-    let out = Command::new(repo().join("tools/pip-once.sh"))
-        .args([PACKAGE.as_ref(), folder.as_os_str(), "jsonschema/__init__.py".as_ref()])
-        .output()
-        .expect("run tools/pip-once.sh");
-    assert!(out.status.success(), "cannot install {PACKAGE}: {}", String::from_utf8_lossy(&out.stderr));
-    folder
+/// Where the validator's package is installed (once; checked once per test process).
+fn package_folder() -> &'static Path {
+    static FOLDER: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    FOLDER.get_or_init(|| {
+        let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| repo().join("target"));
+        let folder = target.join("pydeps/jsonschema");
+        let out = Command::new(repo().join("tools/pip-once.sh"))
+            .args([PACKAGE.as_ref(), folder.as_os_str(), "jsonschema/__init__.py".as_ref()])
+            .output()
+            .expect("run tools/pip-once.sh");
+        assert!(out.status.success(), "cannot install {PACKAGE}: {}", String::from_utf8_lossy(&out.stderr));
+        folder
+    })
 }
 
 /// The errors of each of `docs` against the schema in file `schema` (whose `$ref`s to the URIs of

@@ -239,10 +239,7 @@ impl Manager {
                 ),
             ));
         }
-        self.joins
-            .admit((index, slot as usize), word, caller.pid, start)
-            .map_err(|e| e.to_string())
-            .code(ErrorCode::Unavailable)?;
+        self.joins.admit((index, slot as usize), word, caller.pid, start).code(ErrorCode::Unavailable)?;
         Ok(Reply::ok(Vec::new()))
     }
 
@@ -463,7 +460,6 @@ impl Manager {
                 self.reconfigure(&mut config, next, &name, change.memory.is_some())?
             }
             Request::Suspend { name } => {
-                config.get(&name)?;
                 let next = config.suspend(&name, true, devices)?;
                 self.reconfigure(&mut config, next, &name, false)?
             }
@@ -641,9 +637,7 @@ impl Manager {
     fn lock(&self, lock: Lock) -> Result<Locked<'_>, Error> {
         match lock {
             Lock::Threads => Ok(self.region.guard()),
-            Lock::File => {
-                self.region.lock_within(REGION_LOCK_TIMEOUT).map_err(|e| e.to_string()).code(ErrorCode::Unavailable)
-            }
+            Lock::File => self.region.lock_within(REGION_LOCK_TIMEOUT).code(ErrorCode::Unavailable),
         }
     }
 
@@ -726,14 +720,14 @@ fn report_freed(spec: &VgpuSpec, freed: Vec<(u32, integrity::Finding)>) {
     }
 }
 
-/// Gives a failure described by a string its [`ErrorCode`].
+/// Gives a failure described by its message (a string, or an error that prints one) its [`ErrorCode`].
 trait Code<T> {
     fn code(self, code: ErrorCode) -> Result<T, Error>;
 }
 
-impl<T> Code<T> for Result<T, String> {
+impl<T, E: std::fmt::Display> Code<T> for Result<T, E> {
     fn code(self, code: ErrorCode) -> Result<T, Error> {
-        self.map_err(|message| Error::new(code, message))
+        self.map_err(|e| Error::new(code, e.to_string()))
     }
 }
 
