@@ -3,12 +3,13 @@
 //! sees of a vGPU at a moment, and how it splits a device among vGPUs for an interval. Each is the daemon's
 //! own function, not a copy.
 
-use crate::compute::{device_loop, refill};
+use crate::compute::device_loop;
 use tessera_region::VgpuSlot;
 use tessera_region::file::Locked;
 
-/// One vGPU as the daemon's token algorithm sees it (see [`plan`]).
-pub use crate::compute::refill::Vgpu;
+/// One vGPU as the daemon's token algorithm sees it, and the grants of each of them for an interval: the
+/// policy crate's, which the daemon applies.
+pub use tessera_policy::refill::{Vgpu, plan};
 
 /// The slot of the vGPU named `name` in the region (read under its lock), if it is there.
 pub fn find(locked: &Locked, name: &str) -> Option<usize> {
@@ -20,10 +21,4 @@ pub fn find(locked: &Locked, name: &str) -> Option<usize> {
 /// caller samples only while its processes run).
 pub fn demand(v: &VgpuSlot, now_ns: u64) -> Vgpu {
     device_loop::view(v, &device_loop::observe(v, now_ns, true), now_ns)
-}
-
-/// Nanoseconds of device time the daemon grants each of `vgpus` (same order) for an interval of `dt_ns`;
-/// `high_hold` is true while the device's `high_until_ns` lies ahead.
-pub fn plan(vgpus: &[Vgpu], dt_ns: u64, high_hold: bool) -> Vec<u64> {
-    refill::plan(vgpus, dt_ns, high_hold)
 }

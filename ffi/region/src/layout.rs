@@ -62,14 +62,7 @@ pub struct Header {
 }
 
 /// Priorities (`VgpuConfig::priority`).
-pub mod priority {
-    /// Runs only on what `normal` and `high` vGPUs leave.
-    pub const LOW: u32 = 0;
-    /// The default.
-    pub const NORMAL: u32 = 1;
-    /// While it has work, lower priorities on its device get no tokens.
-    pub const HIGH: u32 = 2;
-}
+pub use tessera_policy::priority;
 
 /// Bits of `VgpuConfig::flags`.
 pub mod flags {

@@ -150,10 +150,11 @@ impl Timeline {
     }
 }
 
-/// The device time of a kernel that ran from `start_ns` to `end_ns` on its stream and whose predecessor
-/// on a serial engine ended at `prev_end_ns`: the time it had the engine (0 if it ended first).
-pub fn exclusive(start_ns: u64, end_ns: u64, prev_end_ns: u64) -> u64 {
-    end_ns.saturating_sub(start_ns.max(prev_end_ns))
+impl From<&Record> for tessera_policy::ledger::Kernel {
+    /// What the daemon's ledger charges of a published record.
+    fn from(r: &Record) -> Self {
+        Self { start_ns: r.start_ns, end_ns: r.end_ns, charged: r.charged, bound_ns: r.bound_ns }
+    }
 }
 
 /// The single reader of one [`Timeline`]: where it is, and since when the index it waits at has been
@@ -241,7 +242,6 @@ mod tests {
         reader.read(t, 0, &mut out);
         reader.read(t, 0, &mut out);
         assert_eq!(out, [rec(1, 7), rec(2, 7), rec(3, 7)]);
-        assert_eq!((exclusive(10, 30, 20), exclusive(10, 30, 5), exclusive(10, 30, 40)), (10, 20, 0));
         assert_eq!(t.tail.load(Ordering::Relaxed), 3);
         // A new reader (a restarted daemon) continues at the tail.
         assert!(t.publish(&rec(4, 1)));

@@ -10,9 +10,9 @@
 //! pace of a device with work), so only what the alone vGPU batched in that millisecond can straddle the
 //! newcomer's first kernels.
 
-use crate::compute::fairness;
-use crate::compute::refill::Observed;
 use std::sync::atomic::Ordering;
+use tessera_policy::fairness;
+use tessera_policy::refill::Observed;
 use tessera_region::{Region, flags};
 
 /// Sets [`flags::ALONE`] on each of `members` (slot indices of one device's managed vGPUs, seen at `now_ns`

@@ -9,8 +9,8 @@
 //! Where it has read to is kept in each timeline, and what it has charged up to in the device's record,
 //! so that a restarted daemon neither misses nor charges twice what was published meanwhile.
 
-use crate::compute::ledger::{self, Change, Ledger};
 use std::sync::atomic::Ordering;
+use tessera_policy::ledger::{self, Change, Ledger};
 use tessera_region::timeline::{Reader, Record};
 use tessera_region::{MAX_VGPUS, Region, VgpuSlot, flags, state};
 
@@ -87,7 +87,7 @@ impl Charger {
                 // device's charged end past its neighbours' kernels), nor start after it ends.
                 r.end_ns = r.end_ns.min(now_ns);
                 r.start_ns = r.start_ns.min(r.end_ns);
-                let ns = self.ledger.charge(i as u32, r, &mut self.changes).min(i64::MAX as u64) as i64;
+                let ns = self.ledger.charge(i as u32, &(&*r).into(), &mut self.changes).min(i64::MAX as u64) as i64;
                 // A batch's launches are estimated at their mean.
                 let ns = ns / i64::from(r.launches.max(1));
                 if let Some(estimate) = v.live.sched.charged_ns.get(r.kind as usize) {

@@ -19,13 +19,13 @@
 //! charges them the swap-out time it costs others; while it is at work the loop keeps the 1 ms pace.
 
 use crate::compute::charger::{Charger, member};
-use crate::compute::fairness::{self, Member};
-use crate::compute::refill::{self, Observed, Vgpu};
 use crate::memory::swap_out::SwapOuts;
 use crate::state::State;
 use crate::tenants::audit::Credits;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use tessera_policy::fairness::{self, Member};
+use tessera_policy::refill::{self, Observed, Vgpu};
 use tessera_region::futex;
 use tessera_region::pid_ns;
 use tessera_region::reclaim::{self, reclaim_vgpu};

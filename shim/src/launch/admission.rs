@@ -121,7 +121,7 @@ pub fn try_take(b: &Bucket, now: u64, estimate: i64, measured: bool, device: usi
             None => standalone,
         };
         if tokens <= 0 {
-            return Err(pct.map(|pct| standalone::ready_at(tokens, pct, now)));
+            return Err(pct.map(|pct| tessera_policy::ready_at(tokens, pct, now)));
         }
     }
     if measured && s.inflight_ns.load(Ordering::Acquire) >= c.window() {
@@ -245,7 +245,7 @@ pub(super) mod tests {
         assert_eq!(try_take(&b, NOW, 100, true, 0), Err(None));
         assert_eq!(s.tokens.load(Ordering::Relaxed), 0);
         // Silent since: 30% of the time after its last beat, at most the burst (2 ms).
-        let beat = NOW - outage::AWAY_NS;
+        let beat = NOW - tessera_policy::outage::AWAY_NS;
         daemon.heartbeat_ns.store(beat, Ordering::Relaxed);
         let a = try_take(&b, NOW, 100, true, 0).unwrap();
         assert_eq!(a.charged, 100);
@@ -277,11 +277,11 @@ pub(super) mod tests {
         let at = |now| try_take(&b, now, 100, false, 0);
         // A daemon that beat at NOW and then stopped (its pid cleared): held within the grace, not after.
         daemon.heartbeat_ns.store(NOW, Ordering::Relaxed);
-        assert_eq!(at(NOW + outage::SUSPENSION_GRACE_NS - 1), Err(None));
-        assert!(at(NOW + outage::SUSPENSION_GRACE_NS).is_ok(), "gone: it runs at its share");
+        assert_eq!(at(NOW + tessera_policy::outage::SUSPENSION_GRACE_NS - 1), Err(None));
+        assert!(at(NOW + tessera_policy::outage::SUSPENSION_GRACE_NS).is_ok(), "gone: it runs at its share");
         // The same suspension of a vGPU no daemon manages (set by whoever shares the region) holds.
         v.config.flags.store(flags::SUSPENDED, Ordering::Relaxed);
-        assert_eq!(at(NOW + outage::SUSPENSION_GRACE_NS), Err(None));
+        assert_eq!(at(NOW + tessera_policy::outage::SUSPENSION_GRACE_NS), Err(None));
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //!
 //! - Noticed cheaply: only a launch that finds its bucket empty compares the daemon's heartbeat (the
 //!   region's [`Daemon`] record, which the daemon's refill loops advance at least every 100 ms) with the
-//!   clock reading the launch has already taken. Silent for [`AWAY_NS`], the daemon is away.
+//!   clock reading the launch has already taken. Silent for [`AWAY_NS`](tessera_policy::outage::AWAY_NS), the daemon is away.
 //! - Refilled like a standalone share: `share% × time` since the later of the last local refill and the
 //!   daemon's last beat (the daemon granted up to its last tick, which is when it beat: no interval is
 //!   granted twice), claimed by a compare-and-swap on `last_refill_ns` so that the vGPU's processes never
@@ -25,7 +25,7 @@
 //!
 //! A suspension stays while the daemon that made it is alive, however long it is silent (stopped or
 //! stalled, it will carry on and still means it), and lapses once that daemon has been silent for
-//! [`SUSPENSION_GRACE_NS`] and is gone: its process no longer exists, or it stopped (its pid cleared).
+//! [`SUSPENSION_GRACE_NS`](tessera_policy::outage::SUSPENSION_GRACE_NS) and is gone: its process no longer exists, or it stopped (its pid cleared).
 //! Nobody is left to resume the vGPU, and its processes would otherwise wait for ever; they run at its
 //! share like any vGPU whose daemon is away. The suspension is still in the region: a daemon that starts
 //! again beats, and their next launches wait again. Each change is said once on stderr.
@@ -34,17 +34,6 @@ use super::standalone;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use tessera_region::attach::daemon_gone;
 use tessera_region::{Daemon, Sched};
-
-/// How long the daemon's heartbeat may be silent before its vGPUs refill themselves. The daemon beats
-/// after every tick of its refill loops, at least every 100 ms (`pacer::IDLE_NS`); host stalls of tens of
-/// milliseconds have been seen on a loaded 2-CPU machine. Shorter than `DAEMON_SILENCE_NS` (2 s, after
-/// which processes may create vGPUs the daemon does not know): taking over a refill too early grants at
-/// most a burst twice, while every 100 ms of silence stops every managed tenant.
-pub const AWAY_NS: u64 = 500_000_000;
-
-/// How long a daemon must have been silent, and gone, before a suspension it made lapses: longer than a
-/// daemon takes to be restarted (a suspension also holds across a restart).
-pub const SUSPENSION_GRACE_NS: u64 = 10_000_000_000;
 
 /// What this process last said about its vGPU's suspension (see [`suspension_holds`]).
 static SUSPENSION_SAID: AtomicU8 = AtomicU8::new(HELD);
@@ -56,7 +45,7 @@ const LAPSED: u8 = 2;
 static GONE_AT_BEAT: AtomicU64 = AtomicU64::new(0);
 
 /// Whether the suspension of a vGPU managed by `daemon` holds at `now` (monotonic ns): always while the
-/// daemon beats or was silent less than [`SUSPENSION_GRACE_NS`], and after that as long as its process
+/// daemon beats or was silent less than [`SUSPENSION_GRACE_NS`](tessera_policy::outage::SUSPENSION_GRACE_NS), and after that as long as its process
 /// exists (see the module documentation). Says on stderr, once per change, when a daemon silent that
 /// long keeps it, when it lapses, and when a returning daemon's holds again.
 pub fn suspension_holds(daemon: &Daemon, now: u64) -> bool {
@@ -66,7 +55,7 @@ pub fn suspension_holds(daemon: &Daemon, now: u64) -> bool {
     if beat == 0 {
         return true;
     }
-    let (holds, said) = if silent < SUSPENSION_GRACE_NS {
+    let (holds, said) = if !tessera_policy::outage::grace_over(beat, now) {
         (true, HELD)
     } else if GONE_AT_BEAT.load(Ordering::Relaxed) == beat.wrapping_add(1) {
         (false, LAPSED)
@@ -100,10 +89,10 @@ pub fn suspension_holds(daemon: &Daemon, now: u64) -> bool {
     holds
 }
 
-/// When the daemon last beat, if it has been silent for [`AWAY_NS`] at `now` (monotonic ns).
+/// When the daemon last beat, if it has been silent for [`AWAY_NS`](tessera_policy::outage::AWAY_NS) at `now` (monotonic ns).
 pub fn away(daemon: &Daemon, now: u64) -> Option<u64> {
     let beat = daemon.heartbeat_ns.load(Ordering::Acquire);
-    (now.saturating_sub(beat) >= AWAY_NS).then_some(beat)
+    tessera_policy::outage::away(beat, now).then_some(beat)
 }
 
 /// Refills `s` at `pct` percent for the time since the later of its last refill and `beat`, the daemon's
@@ -116,6 +105,7 @@ pub fn refill(s: &Sched, pct: u32, now: u64, burst: i64, beat: u64) {
 mod tests {
     use super::*;
     use crate::launch::admission::tests::zeroed;
+    use tessera_policy::outage::{AWAY_NS, SUSPENSION_GRACE_NS};
 
     const S: u64 = 1_000_000_000;
 

@@ -2,7 +2,8 @@
 //! themselves, lazily, as they pass the gate: `tokens += share × time since the last refill`, the
 //! interval claimed by a compare-and-swap on `last_refill_ns` (so two refills never count the same time),
 //! the bucket capped at a burst. A launch that finds it empty knows exactly when it will hold a token
-//! again and sleeps until then.
+//! again (`tessera_policy::ready_at`) and sleeps until then. The arithmetic is the policy crate's; what
+//! is here is claiming the interval and updating the bucket in shared memory.
 
 use std::sync::atomic::Ordering;
 use tessera_region::Sched;
@@ -27,18 +28,10 @@ pub fn refill_since(s: &Sched, pct: u32, now: u64, burst: i64, since: u64) {
     if now <= last || s.last_refill_ns.compare_exchange(last, now, Ordering::AcqRel, Ordering::Relaxed).is_err() {
         return;
     }
-    let from = last.max(since).min(now);
-    let add = ((now - from) as u128 * pct as u128 / 100).min(i64::MAX as u128) as i64;
+    let add = tessera_policy::earned(pct, now - last.max(since).min(now));
     let _ = s
         .tokens
         .fetch_update(Ordering::AcqRel, Ordering::Acquire, |t| (t < burst).then(|| t.saturating_add(add).min(burst)));
-}
-
-/// When (monotonic ns) a bucket holding `tokens` (at most 0) at `now` holds one token again at `pct`.
-pub fn ready_at(tokens: i64, pct: u32, now: u64) -> u64 {
-    let deficit = 1u128 + tokens.min(0).unsigned_abs() as u128;
-    let pct = pct.clamp(1, 100) as u128;
-    now.saturating_add(deficit.saturating_mul(100).div_ceil(pct).min(u64::MAX as u128) as u64)
 }
 
 #[cfg(test)]
@@ -70,12 +63,5 @@ mod tests {
         refill(s, 100, 20_000_000_000, burst(1_000_000));
         assert_eq!(s.tokens.load(Ordering::Relaxed), 9_000_000);
         assert_eq!(burst(5_000_000), 10_000_000);
-    }
-
-    #[test]
-    fn ready_at_is_when_the_deficit_is_refilled() {
-        assert_eq!(ready_at(0, 100, 50), 51);
-        assert_eq!(ready_at(-999, 10, 0), 10_000);
-        assert_eq!(ready_at(-1, 30, 0), 7, "rounded up: 2 ns at 30% take 6.7 ns");
     }
 }

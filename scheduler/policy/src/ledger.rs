@@ -15,7 +15,7 @@
 //! record that ended before everything remembered is charged its own span (its neighbours are
 //! forgotten), which never undercharges.
 //!
-//! A record whose launching thread was held up around the launch (`Record::bound_ns`) may span host
+//! A record whose launching thread was held up around the launch (`Kernel::bound_ns`) may span host
 //! time besides its kernel's: before its submission, or after its kernel ended, which an idle stream's end
 //! event then timestamps late. It is charged as any other but never more than its bound (its launch's
 //! estimate), so a preempted tenant is not charged the idle engine; what its kernel really displaced is
@@ -46,7 +46,27 @@
 //! one is charged to it.
 
 use std::collections::VecDeque;
-use tessera_region::timeline::{Record, exclusive};
+
+/// One finished kernel (or batch of launches measured as one span) as the ledger charges it: what a shim
+/// published on its vGPU's timeline (`tessera_region::timeline::Record`), less what no charge depends on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Kernel {
+    /// When the kernel could start (monotonic ns).
+    pub start_ns: u64,
+    /// When it ended (monotonic ns).
+    pub end_ns: u64,
+    /// Tokens its launch took (0: not token-limited): the estimate of what it takes.
+    pub charged: i64,
+    /// 0, or the most it may be charged: its launching thread was held up around the launch, so its span
+    /// may hold host time besides the kernel.
+    pub bound_ns: u32,
+}
+
+/// The device time of a kernel that ran from `start_ns` to `end_ns` on its stream and whose predecessor
+/// on a serial engine ended at `prev_end_ns`: the time it had the engine (0 if it ended first).
+pub fn exclusive(start_ns: u64, end_ns: u64, prev_end_ns: u64) -> u64 {
+    end_ns.saturating_sub(start_ns.max(prev_end_ns))
+}
 
 /// How long (by end time) the ledger remembers charged kernels, to place late records among them.
 pub const HORIZON_NS: u64 = 1_000_000_000;
@@ -133,7 +153,7 @@ impl Ledger {
     /// Charges record `r` of vGPU `vgpu`, appending the changes to make to `out` (one for `r`, and one for
     /// each kernel it re-charges: the one ending after it when `r` arrived late, and those placed after it
     /// by the ambiguous-end rule of the module doc). Returns the device time charged for `r`.
-    pub fn charge(&mut self, vgpu: u32, r: &Record, out: &mut Vec<Change>) -> u64 {
+    pub fn charge(&mut self, vgpu: u32, r: &Kernel, out: &mut Vec<Change>) -> u64 {
         let limited = r.charged > 0;
         let estimate = u64::try_from(r.charged).ok().filter(|&e| e > 0);
         let mapped_end = r.end_ns.max(r.start_ns);
@@ -166,7 +186,7 @@ impl Ledger {
         } else {
             r.start_ns.max(prev_at(&self.kept, first)).min(end)
         };
-        // A bounded record's span may hold host time besides the kernel (see `Record::bound_ns`): it is
+        // A bounded record's span may hold host time besides the kernel (see `Kernel::bound_ns`): it is
         // charged its bound at most, and keeps its place by end. A later record ending inside its span
         // re-charges it below, as any other: the minimum is kept.
         let ns = match u64::from(r.bound_ns) {
@@ -220,22 +240,12 @@ mod tests {
 
     const US: u64 = 1_000;
 
-    fn rec(vgpu: u32, start_us: u64, end_us: u64, charged_us: i64) -> (u32, Record) {
-        (
-            vgpu,
-            Record {
-                start_ns: start_us * US,
-                end_ns: end_us * US,
-                charged: charged_us * US as i64,
-                kind: 0,
-                launches: 1,
-                bound_ns: 0,
-            },
-        )
+    fn rec(vgpu: u32, start_us: u64, end_us: u64, charged_us: i64) -> (u32, Kernel) {
+        (vgpu, Kernel { start_ns: start_us * US, end_ns: end_us * US, charged: charged_us * US as i64, bound_ns: 0 })
     }
 
     /// Charges `records` in the given order and returns each vGPU's (device_ns, tokens) totals.
-    fn charge_all(l: &mut Ledger, records: &[(u32, Record)]) -> Vec<(i64, i64)> {
+    fn charge_all(l: &mut Ledger, records: &[(u32, Kernel)]) -> Vec<(i64, i64)> {
         let mut out = Vec::new();
         for (v, r) in records {
             l.charge(*v, r, &mut out);
@@ -247,7 +257,7 @@ mod tests {
 
     /// Two vGPUs' kernels interleaved on a serial engine, each 500 µs of engine time; every start event
     /// is when the kernel was queued, long before it ran.
-    fn interleaved() -> Vec<(u32, Record)> {
+    fn interleaved() -> Vec<(u32, Kernel)> {
         let mut v = Vec::new();
         for k in 0..10u64 {
             let end = 1_000 + 500 * (k + 1);
@@ -290,7 +300,7 @@ mod tests {
         let mut l = Ledger::new(0);
         assert_eq!(charge_all(&mut l, &shuffled), in_order);
         // Entirely reversed too.
-        let reversed: Vec<(u32, Record)> = interleaved().into_iter().rev().collect();
+        let reversed: Vec<(u32, Kernel)> = interleaved().into_iter().rev().collect();
         assert_eq!(charge_all(&mut Ledger::new(0), &reversed), in_order);
     }
 
@@ -339,12 +349,12 @@ mod tests {
 
     /// A record of vGPU `vgpu` with times in ns, to place ends a fraction of a µs apart, and its launch's
     /// estimate (the tokens it took; 0: none).
-    fn rec_ns(vgpu: u32, start_ns: u64, end_ns: u64, estimate_ns: i64) -> (u32, Record) {
-        (vgpu, Record { start_ns, end_ns, charged: estimate_ns, kind: 0, launches: 1, bound_ns: 0 })
+    fn rec_ns(vgpu: u32, start_ns: u64, end_ns: u64, estimate_ns: i64) -> (u32, Kernel) {
+        (vgpu, Kernel { start_ns, end_ns, charged: estimate_ns, bound_ns: 0 })
     }
 
     /// Every arrival order of `records`.
-    fn orders(records: &[(u32, Record)]) -> Vec<Vec<(u32, Record)>> {
+    fn orders(records: &[(u32, Kernel)]) -> Vec<Vec<(u32, Kernel)>> {
         if records.len() <= 1 {
             return vec![records.to_vec()];
         }
@@ -362,7 +372,7 @@ mod tests {
 
     /// Device time charged to vGPUs 0 and 1 for `records` in every arrival order in which each vGPU's own
     /// arrive in the order they ended (each process publishes its own in order), checked by `check`.
-    fn in_every_order(records: &[(u32, Record)], check: impl Fn(i64, i64) -> bool) {
+    fn in_every_order(records: &[(u32, Kernel)], check: impl Fn(i64, i64) -> bool) {
         for order in orders(records) {
             let own_order = |v: u32| order.iter().filter(|(g, _)| *g == v).is_sorted_by_key(|(_, r)| r.end_ns);
             if !own_order(0) || !own_order(1) {

@@ -1,6 +1,6 @@
 //! Long-run fairness among the vGPUs that compete for a device (pure).
 //!
-//! [`refill::plan`](crate::compute::refill::plan) splits each interval by share among the vGPUs with demand, and
+//! [`refill::plan`](crate::refill::plan) splits each interval by share among the vGPUs with demand, and
 //! gives the share of one without demand to the others. A vGPU whose process is briefly off the CPU
 //! (the host preempting it, a page fault storm, a hypervisor stealing the vCPU) empties its queue and
 //! loses its demand for those milliseconds, and the others take its time. Such stalls hit every process

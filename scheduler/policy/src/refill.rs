@@ -22,14 +22,14 @@
 //! would have given, without the idle engine. While a `high` vGPU on the device is busy (or the
 //! device's `high_until_ns` lies ahead), only the `high` vGPUs take part: they get the whole device, lower
 //! priorities nothing (when the hold ends, the device loop lets those that wait go at once: see
-//! `device_loop::restart`).
+//! the daemon's `device_loop::restart`).
 
-use tessera_region::priority;
+use crate::priority;
 
 /// How recently a launch counts as demand.
 pub const RECENT_LAUNCH_NS: u64 = 2_000_000;
 // The burst rule is shared with the shim, which refills buckets itself without a daemon.
-pub use tessera_policy::burst;
+pub use crate::burst;
 
 /// What the daemon read of one vGPU's bucket.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -216,7 +216,7 @@ pub fn should_wake(before: i64, after: i64, waiters: u32) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tessera_policy::MIN_BURST_NS;
+    use crate::MIN_BURST_NS;
 
     const MS: u64 = 1_000_000;
 
