@@ -79,7 +79,7 @@ unsafe impl Sync for Export {}
 
 /// Declares one entry point under its legacy name and its per-thread-default-stream name (`_ptsz` or
 /// `_ptds`): both run `$body` with `$mode` bound to the [`DefaultStream`](crate::stream::DefaultStream)
-/// their name implies, so each pair is written once. `build.rs` reads the `legacy / per_thread` pairs.
+/// their name implies, so each pair is written once (and both names listed in `src/implemented.rs`).
 macro_rules! stream_variants {
     ($(
         $(#[$doc:meta])*

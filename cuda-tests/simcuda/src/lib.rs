@@ -1,8 +1,9 @@
 //! simgpu's CUDA driver: a `libcuda.so.1` that runs CUDA programs on simulated devices.
 //!
-//! The API is implemented grouped by CUDA object (one module each); `build.rs` exports every other symbol
-//! the real driver has as a `CUDA_ERROR_NOT_SUPPORTED` stub and builds the name-to-address table that
-//! `cuGetProcAddress` answers from.
+//! The API is implemented grouped by CUDA object (one module each), and declared once in
+//! `src/implemented.rs`; from it `build.rs` exports every other symbol the real driver has as a
+//! `CUDA_ERROR_NOT_SUPPORTED` stub and builds the name-to-address table that `cuGetProcAddress` answers
+//! from.
 
 #[macro_use]
 mod guard;
@@ -28,12 +29,6 @@ mod stream;
 mod suspend;
 mod visible;
 mod vmm;
-
-#[allow(unused_imports)]
-use {
-    array::*, capture_mode::*, checkpoint::*, context::*, copy::*, device::*, event::*, graph::*, init::*, launch::*,
-    memory::*, module::*, pool::*, stream::*, vmm::*,
-};
 
 include!(concat!(env!("OUT_DIR"), "/exports.rs"));
 
