@@ -4,7 +4,8 @@
 //!
 //! - Noticed cheaply: only a launch that finds its bucket empty compares the daemon's heartbeat (the
 //!   region's [`Daemon`] record, which the daemon's refill loops advance at least every 100 ms) with the
-//!   clock reading the launch has already taken. Silent for [`AWAY_NS`](tessera_policy::outage::AWAY_NS), the daemon is away.
+//!   clock reading the launch has already taken. Silent for
+//!   [`AWAY_NS`](tessera_policy::outage::AWAY_NS), the daemon is away.
 //! - Refilled like a standalone share: `share% × time` since the later of the last local refill and the
 //!   daemon's last beat (the daemon granted up to its last tick, which is when it beat: no interval is
 //!   granted twice), claimed by a compare-and-swap on `last_refill_ns` so that the vGPU's processes never
@@ -25,7 +26,8 @@
 //!
 //! A suspension stays while the daemon that made it is alive, however long it is silent (stopped or
 //! stalled, it will carry on and still means it), and lapses once that daemon has been silent for
-//! [`SUSPENSION_GRACE_NS`](tessera_policy::outage::SUSPENSION_GRACE_NS) and is gone: its process no longer exists, or it stopped (its pid cleared).
+//! [`SUSPENSION_GRACE_NS`](tessera_policy::outage::SUSPENSION_GRACE_NS) and is gone: its process no longer
+//! exists, or it stopped (its pid cleared).
 //! Nobody is left to resume the vGPU, and its processes would otherwise wait for ever; they run at its
 //! share like any vGPU whose daemon is away. The suspension is still in the region: a daemon that starts
 //! again beats, and their next launches wait again. Each change is said once on stderr.
@@ -45,8 +47,9 @@ const LAPSED: u8 = 2;
 static GONE_AT_BEAT: AtomicU64 = AtomicU64::new(0);
 
 /// Whether the suspension of a vGPU managed by `daemon` holds at `now` (monotonic ns): always while the
-/// daemon beats or was silent less than [`SUSPENSION_GRACE_NS`](tessera_policy::outage::SUSPENSION_GRACE_NS), and after that as long as its process
-/// exists (see the module documentation). Says on stderr, once per change, when a daemon silent that
+/// daemon beats or was silent less than
+/// [`SUSPENSION_GRACE_NS`](tessera_policy::outage::SUSPENSION_GRACE_NS), and after that as long as its
+/// process exists (see the module documentation). Says on stderr, once per change, when a daemon silent that
 /// long keeps it, when it lapses, and when a returning daemon's holds again.
 pub fn suspension_holds(daemon: &Daemon, now: u64) -> bool {
     let beat = daemon.heartbeat_ns.load(Ordering::Acquire);
@@ -89,7 +92,8 @@ pub fn suspension_holds(daemon: &Daemon, now: u64) -> bool {
     holds
 }
 
-/// When the daemon last beat, if it has been silent for [`AWAY_NS`](tessera_policy::outage::AWAY_NS) at `now` (monotonic ns).
+/// When the daemon last beat, if it has been silent for [`AWAY_NS`](tessera_policy::outage::AWAY_NS) at
+/// `now` (monotonic ns).
 pub fn away(daemon: &Daemon, now: u64) -> Option<u64> {
     let beat = daemon.heartbeat_ns.load(Ordering::Acquire);
     tessera_policy::outage::away(beat, now).then_some(beat)

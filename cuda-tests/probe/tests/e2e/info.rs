@@ -1,7 +1,7 @@
 //! `tessera info --json`: the document of every simulated profile, and of a mixed machine, is valid against
-//! `docs/schema/device-info.schema.json` (draft 2020-12, checked by Python's `jsonschema`, the reference validator), carries the
-//! figures the driver and NVML report for it, and says `null` for what they cannot tell; the schema rejects
-//! broken documents; bad use is a clear error.
+//! `docs/schema/device-info.schema.json` (draft 2020-12, checked by Python's `jsonschema`, the reference
+//! validator), carries the figures the driver and NVML report for it, and says `null` for what they cannot
+//! tell; the schema rejects broken documents; bad use is a clear error.
 
 use crate::common;
 
