@@ -71,11 +71,11 @@ pub struct Options {
 
 impl Options {
     /// The paths from `TESSERA_REGION`, `TESSERA_SOCKET` and `TESSERA_STATE_DIR` (or their defaults).
-    pub fn from_env(devices: Vec<u64>) -> Result<Options, String> {
+    pub fn from_env(devices: Vec<u64>) -> Result<Options, paths::PathError> {
         Ok(Options {
-            region: paths::region().map_err(|e| e.to_string())?,
-            socket: paths::socket().map_err(|e| e.to_string())?,
-            state_dir: paths::state_dir().map_err(|e| e.to_string())?,
+            region: paths::region()?,
+            socket: paths::socket()?,
+            state_dir: paths::state_dir()?,
             devices,
             metrics: None,
             nvml: machine_nvml(),
@@ -83,6 +83,100 @@ impl Options {
         })
     }
 }
+
+/// Why the daemon cannot start or serve; each names what it could not have and what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    /// The daemon's lock beside the region cannot be taken.
+    #[error(transparent)]
+    Lock(#[from] LockError),
+    /// The socket cannot be taken or served.
+    #[error(transparent)]
+    Socket(#[from] crate::api::server::SocketError),
+    /// The metrics endpoint cannot be set up.
+    #[error(transparent)]
+    Metrics(#[from] crate::observe::metrics_server::MetricsError),
+    /// The region file cannot be opened.
+    #[error(transparent)]
+    Region(#[from] tessera_region::file::RegionError),
+    /// The state directory cannot be used.
+    #[error(transparent)]
+    Store(#[from] crate::vgpus::store::StoreError),
+    /// The saved configuration cannot be put in force.
+    #[error(transparent)]
+    Start(#[from] crate::vgpus::manager::StartError),
+    /// One of the daemon's threads cannot be started.
+    #[error(transparent)]
+    Thread(#[from] ThreadError),
+}
+
+/// Why the daemon's lock (`<region>.lock`) cannot be taken; each names the lock file.
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    /// The directory cannot be checked or is unfit.
+    #[error("daemon lock {path}: {source}")]
+    Dir {
+        /// The lock file.
+        path: String,
+        /// Why.
+        source: secure_fs::SecureFsError,
+    },
+    /// The directory is another user's.
+    #[error(
+        "daemon lock {path}: its directory belongs to {}, who could replace the daemon's files in it; keep the \
+         region in a directory of your own or root's (the default is)",
+        secure_fs::describe_user(*owner)
+    )]
+    ForeignDir {
+        /// The lock file.
+        path: String,
+        /// The directory's owner.
+        owner: u32,
+    },
+    /// The lock file cannot be opened, created or looked at.
+    #[error("daemon lock {path}: {source}")]
+    Io {
+        /// The lock file.
+        path: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The lock file is a symbolic link.
+    #[error("daemon lock {0} is a symbolic link, which Tessera never follows; remove it")]
+    SymbolicLink(String),
+    /// The lock file is unfit (another user's, or writable by others) and cannot be replaced.
+    #[error(
+        "daemon lock {path} {problem}: another user may have created it to keep the daemon from starting, so it \
+         is not used; remove it (as root), or keep the region in a directory of the daemon's own (the default)"
+    )]
+    Unfit {
+        /// The lock file.
+        path: String,
+        /// What is wrong with it.
+        problem: String,
+    },
+    /// Another daemon holds it.
+    #[error("daemon already running (pid {pid}) for region file {region}")]
+    Running {
+        /// The region.
+        region: String,
+        /// The holder, as the kernel says.
+        pid: u32,
+    },
+    /// Another process holds it, the kernel does not say which.
+    #[error("daemon already running for region file {region}: another process holds {path}")]
+    Held {
+        /// The region.
+        region: String,
+        /// The lock file.
+        path: String,
+    },
+}
+
+/// A thread of the daemon could not be started.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot start a thread: {0}")]
+pub struct ThreadError(#[source] pub std::io::Error);
 
 /// An exclusive `flock` on `<region>.lock`, for as long as the daemon lives. The file is created `O_EXCL`
 /// beside the region, in its checked directory, and an existing one is used only if it is the daemon's
@@ -94,17 +188,13 @@ struct OwnerLock {
 }
 
 impl OwnerLock {
-    fn take(region: &str) -> Result<OwnerLock, String> {
+    fn take(region: &str) -> Result<OwnerLock, LockError> {
         let path = format!("{region}.lock");
         let p = Path::new(&path);
-        let fail = |e: std::io::Error| format!("daemon lock {path}: {e}");
-        let dir = checked_dir(p).map_err(|e| format!("daemon lock {path}: {e}"))?;
+        let fail = |source: std::io::Error| LockError::Io { path: path.clone(), source };
+        let dir = checked_dir(p).map_err(|source| LockError::Dir { path: path.clone(), source })?;
         if let DirKind::Foreign(owner) = dir {
-            return Err(format!(
-                "daemon lock {path}: its directory belongs to {}, who could replace the daemon's files in it; keep \
-                 the region in a directory of your own or root's (the default is)",
-                secure_fs::describe_user(owner)
-            ));
+            return Err(LockError::ForeignDir { path, owner });
         }
         let replaceable = dir == DirKind::Private;
         let mut tries = 0;
@@ -117,30 +207,21 @@ impl OwnerLock {
                     Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && tries < 3 => continue,
                     Err(e) => return Err(fail(e)),
                 },
-                Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
-                    return Err(format!(
-                        "daemon lock {path} is a symbolic link, which Tessera never follows; remove it"
-                    ));
-                }
+                Err(e) if e.raw_os_error() == Some(libc::ELOOP) => return Err(LockError::SymbolicLink(path)),
                 Err(e) => return Err(fail(e)),
             };
             match secure_fs::file_problem(&file.metadata().map_err(fail)?, secure_fs::euid(), None) {
                 None => break file,
                 Some(_) if replaceable && tries < 3 => std::fs::remove_file(p).map_err(fail)?,
-                Some(problem) => {
-                    return Err(format!(
-                        "daemon lock {path} {problem}: another user may have created it to keep the daemon from \
-                         starting, so it is not used; remove it (as root), or keep the region in a directory of the \
-                         daemon's own (the default)"
-                    ));
-                }
+                Some(problem) => return Err(LockError::Unfit { path, problem: problem.to_string() }),
             }
         };
         // SAFETY: flock on a descriptor we own; LOCK_NB makes it fail instead of waiting.
         if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            let region = region.to_string();
             return Err(match secure_fs::flock_holder(&file) {
-                Some(pid) => format!("daemon already running (pid {pid}) for region file {region}"),
-                None => format!("daemon already running for region file {region}: another process holds {path}"),
+                Some(pid) => LockError::Running { region, pid },
+                None => LockError::Held { region, path },
             });
         }
         Ok(OwnerLock { _file: file })
@@ -199,14 +280,14 @@ pub fn block_stop_signals() {
 }
 
 /// Runs the daemon; returns only when it cannot start or serve (signals end the process).
-pub fn run(options: Options) -> Result<(), String> {
+pub fn run(options: Options) -> Result<(), DaemonError> {
     let signals = stop_signals();
     block_stop_signals();
     let _owner = OwnerLock::take(&options.region)?;
     crate::api::server::claim_path(&options.socket)?;
     // Before anything is set up: an address in use stops the start with an error naming it.
     let metrics = options.metrics.map(MetricsServer::bind).transpose()?;
-    let file = RegionFile::open_as(&options.region, Access::Daemon).map_err(|e| e.to_string())?;
+    let file = RegionFile::open_as(&options.region, Access::Daemon)?;
     let file: &'static RegionFile = Box::leak(Box::new(file));
     let store = Store::open(&options.state_dir)?;
     // What the daemon's threads share (see `crate::state`): built here, handed down to each.
@@ -217,7 +298,7 @@ pub fn run(options: Options) -> Result<(), String> {
             Ok(driver) => Box::new(driver),
             Err(e) => {
                 say!("tessera daemon: warning: no snapshots of vGPUs: {e}");
-                Box::new(crate::snapshot::checkpoint::Unavailable(e))
+                Box::new(crate::snapshot::checkpoint::Unavailable(e.to_string()))
             }
         };
     let manager = Arc::new(
@@ -270,7 +351,10 @@ pub fn run(options: Options) -> Result<(), String> {
         let scraped = Arc::clone(&manager);
         let snapshot = move || {
             let reply = scraped.handle(Request::Stats { name: None });
-            reply.stats.ok_or_else(|| reply.error.unwrap_or_else(|| "no figures in the reply".into()))
+            reply.stats.ok_or_else(|| {
+                let code = reply.code.unwrap_or(tessera_client::ErrorCode::Internal);
+                tessera_client::Error::new(code, reply.error.unwrap_or_else(|| "no figures in the reply".into()))
+            })
         };
         let died = died.clone();
         metrics.serve(stop, snapshot, |name, body| supervise(name, stop, died.clone(), body))?;
@@ -300,7 +384,7 @@ pub fn run(options: Options) -> Result<(), String> {
         server.path().display(),
         metrics_at.unwrap_or_default(),
     );
-    server.serve(manager)
+    Ok(server.serve(manager)?)
 }
 
 /// Starts thread `name` running `f`; should `f` panic, or return before `stop` is set, `died` is called
@@ -310,7 +394,7 @@ pub(crate) fn supervise(
     stop: &'static AtomicBool,
     died: impl FnOnce(&str, &str) + Send + 'static,
     f: impl FnOnce() + Send + 'static,
-) -> Result<(), String> {
+) -> Result<(), ThreadError> {
     let owned = name.to_string();
     let body = move || {
         let how = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
@@ -320,11 +404,7 @@ pub(crate) fn supervise(
         };
         died(&owned, &how);
     };
-    std::thread::Builder::new()
-        .name(name.into())
-        .spawn(body)
-        .map(drop)
-        .map_err(|e| format!("cannot start a thread: {e}"))
+    std::thread::Builder::new().name(name.into()).spawn(body).map(drop).map_err(ThreadError)
 }
 
 /// The message a panic carried, if it is text.

@@ -65,18 +65,13 @@ pub struct Config {
 }
 
 /// A malformed variable.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{var}: {message}")]
 pub struct ConfigError {
     /// The variable.
     pub var: &'static str,
     /// What is wrong, with the accepted forms.
     pub message: String,
-}
-
-impl std::fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {}", self.var, self.message)
-    }
 }
 
 impl Config {

@@ -1,16 +1,17 @@
 //! Lazy, thread-safe initialization of the shim's state, and `cuInit`, which fails closed when the
 //! configuration is malformed.
 
-use crate::config::Config;
+use crate::config::{Config, ConfigError};
 use crate::guard::{Res, Status, status};
 use crate::log;
 use std::sync::OnceLock;
 use tessera_ffi::cuda::CUDA_ERROR_INVALID_VALUE;
 
-static CONFIG: OnceLock<Result<Config, String>> = OnceLock::new();
+/// The process's configuration, read from its environment once (the shim's per-process state).
+static CONFIG: OnceLock<Result<Config, ConfigError>> = OnceLock::new();
 
-/// The configuration, read once; `Err` holds the message already printed.
-pub fn config() -> Result<&'static Config, &'static str> {
+/// The configuration, read once; `Err` is what is wrong with it, already printed.
+pub fn config() -> Result<&'static Config, &'static ConfigError> {
     CONFIG
         .get_or_init(|| match Config::from_env() {
             Ok(c) => {
@@ -19,13 +20,11 @@ pub fn config() -> Result<&'static Config, &'static str> {
             }
             Err(e) => {
                 // Printed whatever TESSERA_LOG says: the program is about to be refused the GPU.
-                let message = format!("tessera: {e}; refusing to run CUDA without the configured limits");
-                eprintln!("{message}");
-                Err(message)
+                eprintln!("tessera: {e}; refusing to run CUDA without the configured limits");
+                Err(e)
             }
         })
         .as_ref()
-        .map_err(|e| e.as_str())
 }
 
 /// `cuInit`: checks the configuration and sets up the memory quota before the driver is initialized; a

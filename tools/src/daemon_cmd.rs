@@ -93,7 +93,9 @@ fn options(args: DaemonArgs, devices: Vec<u64>) -> Result<Options, String> {
         None => paths::state_dir().map_err(|e| e.to_string())?,
     };
     let metrics = match args.metrics {
-        Some(m) => Some(daemon::parse_metrics_address(&given(m, "--metrics", "TESSERA_METRICS")?)?),
+        Some(m) => {
+            Some(daemon::parse_metrics_address(&given(m, "--metrics", "TESSERA_METRICS")?).map_err(|e| e.to_string())?)
+        }
         None => None,
     };
     let (nvml, driver) = (machine_nvml(), machine_driver());
@@ -105,11 +107,11 @@ pub fn run(mut args: DaemonArgs) -> Result<(), String> {
     let audit_log = args.audit_log.take().map(|f| given(f, "--audit-log", "TESSERA_AUDIT_LOG")).transpose()?;
     // The options are checked before the driver is loaded: a bad one is reported as such.
     let options = options(args, Vec::new())?;
-    daemon::init_audit_log(audit_log.as_deref().map(std::path::Path::new))?;
+    daemon::init_audit_log(audit_log.as_deref().map(std::path::Path::new)).map_err(|e| e.to_string())?;
     // Before the driver's cuInit, which may start threads that must not take the stop signals.
     daemon::block_stop_signals();
     let (devices, nvml, driver) = devices()?;
-    daemon::run(Options { devices, nvml, driver, ..options })
+    daemon::run(Options { devices, nvml, driver, ..options }).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@ use crate::api::protocol::{Error, Reply, Request};
 use serde_json::Value;
 use std::io::Write;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::{Layer, filter};
@@ -23,9 +23,59 @@ use tracing_subscriber::{Layer, filter};
 /// The `tracing` target of audit events.
 pub const TARGET: &str = "tessera::audit";
 
+/// Why the audit log cannot be written where asked.
+#[derive(Debug, thiserror::Error)]
+pub enum AuditLogError {
+    /// The path is a symbolic link.
+    #[error("audit log {}: is a symbolic link; give the file itself", .0.display())]
+    SymbolicLink(PathBuf),
+    /// The file cannot be opened or created.
+    #[error("audit log {}: cannot open: {source}", path.display())]
+    Open {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file's metadata cannot be read.
+    #[error("audit log {}: cannot read its metadata: {source}", path.display())]
+    Metadata {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The path is a directory, a device, a socket...
+    #[error("audit log {}: is not a regular file", .0.display())]
+    NotRegular(PathBuf),
+    /// The file is another user's.
+    #[error(
+        "audit log {}: belongs to {}, not to the daemon's user; give a file of the daemon's user",
+        path.display(),
+        tessera_region::secure_fs::describe_user(*owner)
+    )]
+    Owner {
+        /// The file.
+        path: PathBuf,
+        /// Its owner.
+        owner: u32,
+    },
+    /// Others' permissions cannot be taken away.
+    #[error("audit log {}: cannot make it readable by its owner only: {source}", path.display())]
+    Permissions {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file cannot be written to by the logger.
+    #[error(transparent)]
+    Sink(#[from] crate::observe::logger::SinkError),
+}
+
 /// Opens `file` for the audit log (see [`open`]) if given, and makes the audit log's subscriber the
 /// process's (once: a second call keeps the first subscriber, and is not an error).
-pub fn init(file: Option<&Path>) -> Result<(), String> {
+pub fn init(file: Option<&Path>) -> Result<(), AuditLogError> {
     let to_file = match file {
         Some(path) => {
             crate::observe::logger::open_file(open(path)?)?;
@@ -45,31 +95,28 @@ pub fn init(file: Option<&Path>) -> Result<(), String> {
 /// The audit log file at `path`, opened to append: created mode 0600 when missing; never through a
 /// symbolic link (`O_NOFOLLOW`); when it exists, it must be a regular file of the daemon's user, and is
 /// made 0600 (what the daemon records is not for other users).
-pub fn open(path: &Path) -> Result<std::fs::File, String> {
-    let fail = |e: String| format!("audit log {}: {e}", path.display());
+pub fn open(path: &Path) -> Result<std::fs::File, AuditLogError> {
+    let path_buf = || path.to_path_buf();
     let file = std::fs::OpenOptions::new()
         .append(true)
         .create(true)
         .mode(0o600)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(path)
-        .map_err(|e| match e.raw_os_error() {
-            Some(libc::ELOOP) => fail("is a symbolic link; give the file itself".into()),
-            _ => fail(format!("cannot open: {e}")),
+        .map_err(|source| match source.raw_os_error() {
+            Some(libc::ELOOP) => AuditLogError::SymbolicLink(path_buf()),
+            _ => AuditLogError::Open { path: path_buf(), source },
         })?;
-    let meta = file.metadata().map_err(|e| fail(format!("cannot read its metadata: {e}")))?;
+    let meta = file.metadata().map_err(|source| AuditLogError::Metadata { path: path_buf(), source })?;
     if !meta.file_type().is_file() {
-        return Err(fail("is not a regular file".into()));
+        return Err(AuditLogError::NotRegular(path_buf()));
     }
     if meta.uid() != tessera_region::secure_fs::euid() {
-        return Err(fail(format!(
-            "belongs to {}, not to the daemon's user; give a file of the daemon's user",
-            tessera_region::secure_fs::describe_user(meta.uid())
-        )));
+        return Err(AuditLogError::Owner { path: path_buf(), owner: meta.uid() });
     }
     if meta.mode() & 0o077 != 0 {
         file.set_permissions(std::fs::Permissions::from_mode(0o600))
-            .map_err(|e| fail(format!("cannot make it readable by its owner only: {e}")))?;
+            .map_err(|source| AuditLogError::Permissions { path: path_buf(), source })?;
     }
     Ok(file)
 }
@@ -209,9 +256,9 @@ mod tests {
         assert_eq!(std::fs::metadata(&new).unwrap().mode() & 0o777, 0o600, "created 0600");
         let link = d.join("link.log");
         std::os::unix::fs::symlink(&path, &link).unwrap();
-        let e = open(&link).unwrap_err();
+        let e = open(&link).unwrap_err().to_string();
         assert!(e.contains("symbolic link") && e.contains("link.log"), "{e}");
-        let e = open(&d).unwrap_err();
+        let e = open(&d).unwrap_err().to_string();
         assert!(e.contains("cannot open") || e.contains("not a regular file"), "{e}");
         std::fs::remove_dir_all(&d).unwrap();
     }

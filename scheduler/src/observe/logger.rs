@@ -80,11 +80,22 @@ pub fn to_stderr(text: String) {
 /// The audit file's destination, once [`open_file`] set it.
 static FILE: OnceLock<Sink> = OnceLock::new();
 
+/// Why a file cannot become the destination of [`to_file`].
+#[derive(Debug, thiserror::Error)]
+pub enum SinkError {
+    /// Its writing thread cannot be started.
+    #[error("cannot start the audit log's writing thread")]
+    NoThread,
+    /// The process has one already.
+    #[error("the audit log file is set already")]
+    AlreadySet,
+}
+
 /// Makes `file` the destination of [`to_file`] (once; later calls are an error).
-pub fn open_file(file: std::fs::File) -> Result<(), String> {
-    let sink = Sink::start("audit-log", file, "the audit log file was not written fast enough")
-        .ok_or_else(|| "cannot start the audit log's writing thread".to_string())?;
-    FILE.set(sink).map_err(|_| "the audit log file is set already".to_string())
+pub fn open_file(file: std::fs::File) -> Result<(), SinkError> {
+    let sink =
+        Sink::start("audit-log", file, "the audit log file was not written fast enough").ok_or(SinkError::NoThread)?;
+    FILE.set(sink).map_err(|_| SinkError::AlreadySet)
 }
 
 /// Queues `text` (whole lines) for the file [`open_file`] set; nothing when none is.

@@ -37,8 +37,63 @@ use std::time::{Duration, Instant};
 use tessera_client::Stats;
 use tokio::sync::Semaphore;
 
-/// What one scrape's figures are computed by.
-pub type Snapshot = dyn Fn() -> Result<Stats, String> + Send + Sync;
+/// What one scrape's figures are computed by (the error is the `stats` request's).
+pub type Snapshot = dyn Fn() -> Result<Stats, tessera_client::Error> + Send + Sync;
+
+/// What `--metrics ADDR` is expected to be, said after each error about it.
+const EXPECTED: &str = "give HOST:PORT, e.g. 127.0.0.1:9400";
+
+/// Why the endpoint cannot be set up; each names `--metrics` and the value given.
+#[derive(Debug, thiserror::Error)]
+pub enum MetricsError {
+    /// No address.
+    #[error("--metrics is empty; {EXPECTED}")]
+    Empty,
+    /// An address without `:PORT`.
+    #[error("--metrics {0:?} has no port; {EXPECTED}")]
+    NoPort(String),
+    /// Something else than `HOST:PORT`.
+    #[error("--metrics {0:?} is not a host and a port (0-65535); {EXPECTED}")]
+    NotHostPort(String),
+    /// The host name cannot be resolved.
+    #[error("--metrics {value:?}: {source}; {EXPECTED}")]
+    Resolve {
+        /// The value given.
+        value: String,
+        /// The resolver's reason.
+        source: std::io::Error,
+    },
+    /// The host name has no address.
+    #[error("--metrics {0:?}: the host has no address; {EXPECTED}")]
+    NoAddress(String),
+    /// The address cannot be listened on (e.g. a port in use).
+    #[error("--metrics {address}: cannot listen there: {source}")]
+    Listen {
+        /// The address.
+        address: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The listener cannot be made non-blocking.
+    #[error("--metrics {address}: cannot serve there: {source}")]
+    Serve {
+        /// The address.
+        address: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The endpoint's event loop cannot be started.
+    #[error("--metrics {address}: cannot start its event loop: {source}")]
+    EventLoop {
+        /// The address.
+        address: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The endpoint's thread cannot be started.
+    #[error(transparent)]
+    Thread(#[from] crate::daemon::ThreadError),
+}
 
 /// How long figures are served again before they are computed anew (many scrapers at once cost one
 /// `stats`).
@@ -81,23 +136,23 @@ impl Default for Limits {
 
 /// The address `--metrics` gives (`HOST:PORT`, e.g. `127.0.0.1:9400` or `[::1]:9400` or
 /// `localhost:9400`); the error names the value and says what is expected.
-pub fn parse_address(value: &str) -> Result<SocketAddr, String> {
-    let expected = "give HOST:PORT, e.g. 127.0.0.1:9400";
+pub fn parse_address(value: &str) -> Result<SocketAddr, MetricsError> {
     let trimmed = value.trim();
     if trimmed.is_empty() {
-        return Err(format!("--metrics is empty; {expected}"));
+        return Err(MetricsError::Empty);
     }
     if let Ok(addr) = trimmed.parse::<SocketAddr>() {
         return Ok(addr);
     }
     let Some((host, port)) = trimmed.rsplit_once(':') else {
-        return Err(format!("--metrics {value:?} has no port; {expected}"));
+        return Err(MetricsError::NoPort(value.to_string()));
     };
     if host.is_empty() || port.parse::<u16>().is_err() {
-        return Err(format!("--metrics {value:?} is not a host and a port (0-65535); {expected}"));
+        return Err(MetricsError::NotHostPort(value.to_string()));
     }
-    let mut found = trimmed.to_socket_addrs().map_err(|e| format!("--metrics {value:?}: {e}; {expected}"))?;
-    found.next().ok_or_else(|| format!("--metrics {value:?}: the host has no address; {expected}"))
+    let mut found =
+        trimmed.to_socket_addrs().map_err(|source| MetricsError::Resolve { value: value.to_string(), source })?;
+    found.next().ok_or_else(|| MetricsError::NoAddress(value.to_string()))
 }
 
 /// The endpoint, listening.
@@ -109,7 +164,7 @@ pub struct MetricsServer {
 
 impl MetricsServer {
     /// Listens on `address`; the error names it (e.g. a port already in use).
-    pub fn bind(address: SocketAddr) -> Result<MetricsServer, String> {
+    pub fn bind(address: SocketAddr) -> Result<MetricsServer, MetricsError> {
         let listener = listen(address)?;
         let address = listener.local_addr().unwrap_or(address);
         Ok(MetricsServer { listener, address, limits: Limits::default() })
@@ -126,10 +181,10 @@ impl MetricsServer {
         self,
         stop: &'static AtomicBool,
         snapshot: S,
-        mut spawn: impl FnMut(&str, Box<dyn FnOnce() + Send>) -> Result<(), String>,
-    ) -> Result<(), String>
+        mut spawn: impl FnMut(&str, Box<dyn FnOnce() + Send>) -> Result<(), crate::daemon::ThreadError>,
+    ) -> Result<(), MetricsError>
     where
-        S: Fn() -> Result<Stats, String> + Send + Sync + 'static,
+        S: Fn() -> Result<Stats, tessera_client::Error> + Send + Sync + 'static,
     {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_io()
@@ -137,9 +192,9 @@ impl MetricsServer {
             .max_blocking_threads(self.limits.scrapers.max(1))
             .thread_name("metrics-scrape")
             .build()
-            .map_err(|e| format!("--metrics {}: cannot start its event loop: {e}", self.address))?;
+            .map_err(|source| MetricsError::EventLoop { address: self.address, source })?;
         let figures = Arc::new(Figures::new(Box::new(snapshot)));
-        spawn("metrics", Box::new(move || runtime.block_on(self.run(stop, figures))))
+        Ok(spawn("metrics", Box::new(move || runtime.block_on(self.run(stop, figures))))?)
     }
 
     /// The accept loop: runs until `stop` is set.
@@ -207,9 +262,9 @@ impl MetricsServer {
 }
 
 /// A listening socket on `address`, non-blocking (for the event loop).
-fn listen(address: SocketAddr) -> Result<TcpListener, String> {
-    let listener = TcpListener::bind(address).map_err(|e| format!("--metrics {address}: cannot listen there: {e}"))?;
-    listener.set_nonblocking(true).map_err(|e| format!("--metrics {address}: cannot serve there: {e}"))?;
+fn listen(address: SocketAddr) -> Result<TcpListener, MetricsError> {
+    let listener = TcpListener::bind(address).map_err(|source| MetricsError::Listen { address, source })?;
+    listener.set_nonblocking(true).map_err(|source| MetricsError::Serve { address, source })?;
     Ok(listener)
 }
 
@@ -296,7 +351,7 @@ impl Figures {
     /// Fresh figures: the last ones if computed less than [`FRESH`] ago, else new ones. The lock is
     /// held while they are computed, so scrapers arriving meanwhile wait for them instead of computing
     /// their own.
-    fn get(&self) -> Result<Stats, String> {
+    fn get(&self) -> Result<Stats, tessera_client::Error> {
         let mut last = self.last.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         if let Some((_, stats)) = last.as_ref().filter(|(at, _)| at.elapsed() < FRESH) {
             return Ok(stats.clone());
@@ -357,7 +412,7 @@ mod tests {
             (":9400", "not a host and a port"),
             ("127.0.0.1:http", "not a host and a port"),
         ] {
-            let e = parse_address(bad).unwrap_err();
+            let e = parse_address(bad).unwrap_err().to_string();
             assert!(e.contains(says) && e.contains("HOST:PORT"), "{bad}: {e}");
             assert!(bad.is_empty() || e.contains(bad), "{bad}: {e}");
         }
@@ -367,7 +422,7 @@ mod tests {
     fn a_port_in_use_is_an_error_naming_it() {
         let taken = TcpListener::bind("127.0.0.1:0").unwrap();
         let address = taken.local_addr().unwrap();
-        let e = MetricsServer::bind(address).map(drop).unwrap_err();
+        let e = MetricsServer::bind(address).map(drop).unwrap_err().to_string();
         assert!(e.contains(&address.to_string()) && e.contains("in use"), "{e}");
     }
 

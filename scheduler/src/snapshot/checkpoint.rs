@@ -119,6 +119,37 @@ impl<T: Checkpointer> Checkpointer for std::sync::Arc<T> {
     }
 }
 
+/// Why the driver's checkpoint calls cannot be had; each names the library.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// The library cannot be loaded.
+    #[error("cannot load the driver {library}: {source}")]
+    Load {
+        /// The library.
+        library: String,
+        /// The loader's reason.
+        source: libloading::Error,
+    },
+    /// The library lacks an entry point (a driver older than the API).
+    #[error("the driver {library} has no {name} ({source}): process checkpoints need driver r570 or newer (CUDA 12.8)")]
+    Missing {
+        /// The library.
+        library: String,
+        /// The entry point.
+        name: &'static str,
+        /// The loader's reason.
+        source: libloading::Error,
+    },
+    /// `cuInit` failed.
+    #[error("cuInit of the driver {library} failed with {}", code_name(*code))]
+    Init {
+        /// The library.
+        library: String,
+        /// Its `CUresult`.
+        code: u32,
+    },
+}
+
 /// The driver library's checkpoint entry points.
 pub struct DriverCheckpoint {
     lock: LockFn,
@@ -133,22 +164,19 @@ pub struct DriverCheckpoint {
 impl DriverCheckpoint {
     /// Loads `library` (the driver the daemon's devices come from), initializes it, and resolves the five
     /// checkpoint calls; an error names the library and, for a driver older than the API, the missing call.
-    pub fn open(library: &str) -> Result<DriverCheckpoint, String> {
+    pub fn open(library: &str) -> Result<DriverCheckpoint, LoadError> {
         // SAFETY: loading the CUDA driver runs its initializers, which is what every CUDA program does (the
         // daemon has loaded this very library already to count the devices).
-        let lib = unsafe { Library::new(library) }.map_err(|e| format!("cannot load the driver {library}: {e}"))?;
-        let missing = |name: &str, e: libloading::Error| {
-            format!(
-                "the driver {library} has no {name} ({e}): process checkpoints need driver r570 or newer (CUDA 12.8)"
-            )
-        };
+        let lib = unsafe { Library::new(library) }
+            .map_err(|source| LoadError::Load { library: library.to_string(), source })?;
+        let missing = |name: &'static str, source| LoadError::Missing { library: library.to_string(), name, source };
         // SAFETY: each type is the entry point's signature in cuda.h; the pointers are used while `lib` lives.
         unsafe {
             let init =
                 lib.get::<unsafe extern "C" fn(c_uint) -> c_uint>(b"cuInit").map_err(|e| missing("cuInit", e))?;
             let code = init(0);
             if code != 0 {
-                return Err(format!("cuInit of the driver {library} failed with {}", code_name(code)));
+                return Err(LoadError::Init { library: library.to_string(), code });
             }
             let lock = *lib.get::<LockFn>(LOCK.as_bytes()).map_err(|e| missing(LOCK, e))?;
             let checkpoint = *lib.get::<CheckpointFn>(CHECKPOINT.as_bytes()).map_err(|e| missing(CHECKPOINT, e))?;
@@ -242,9 +270,9 @@ mod tests {
 
     #[test]
     fn a_library_without_the_api_is_an_error_naming_it() {
-        let e = DriverCheckpoint::open("/nonexistent/libcuda.so.1").err().unwrap();
+        let e = DriverCheckpoint::open("/nonexistent/libcuda.so.1").err().unwrap().to_string();
         assert!(e.contains("/nonexistent/libcuda.so.1"), "{e}");
-        let e = DriverCheckpoint::open("libc.so.6").err().unwrap();
+        let e = DriverCheckpoint::open("libc.so.6").err().unwrap().to_string();
         assert!(e.contains("has no cuInit") && e.contains("r570"), "{e}");
         let u = Unavailable("no driver".into());
         assert_eq!(u.lock(3, Duration::ZERO).unwrap_err().to_string(), "cuCheckpointProcessLock on pid 3: no driver");

@@ -20,10 +20,12 @@ use crate::state::State;
 use crate::tenants::audit::Overuse;
 use crate::tenants::integrity::{self, FileId, Judged, Verifier, Vouched};
 use crate::tenants::joins::{Joins, SlotKey};
+use crate::vgpus::config::ConfigError;
 use crate::vgpus::config::{Config, Mode, VgpuSpec};
-use crate::vgpus::slots;
-use crate::vgpus::store::Store;
+use crate::vgpus::slots::{self, SlotError};
+use crate::vgpus::store::{Store, StoreError};
 use std::collections::{BTreeSet, HashMap};
+use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
@@ -78,6 +80,32 @@ pub struct Manager {
     state: Arc<State>,
 }
 
+/// Why the daemon cannot start with its saved configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The state file cannot be read.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The saved configuration breaks a rule on this machine.
+    #[error(
+        "state file {}: {source}; edit the file to fix it (or move it away to start with no vGPUs), then start \
+         the daemon again",
+        path.display()
+    )]
+    Config {
+        /// The state file.
+        path: PathBuf,
+        /// The rule broken.
+        source: ConfigError,
+    },
+    /// The region file cannot be locked.
+    #[error(transparent)]
+    Region(#[from] tessera_region::file::RegionError),
+    /// A vGPU cannot be placed in the region.
+    #[error(transparent)]
+    Slot(#[from] SlotError),
+}
+
 impl Manager {
     /// Loads the saved configuration (checked against a machine whose devices have `devices` bytes of
     /// memory each) and makes the region match it: vGPUs already in the region keep their usage and running
@@ -89,18 +117,12 @@ impl Manager {
         store: Store,
         devices: Vec<u64>,
         state: Arc<State>,
-    ) -> Result<Manager, String> {
+    ) -> Result<Manager, StartError> {
         let config = store.load()?;
-        config.check(&devices).map_err(|e| {
-            format!(
-                "state file {}: {e}; edit the file to fix it (or move it away to start with no vGPUs), then start \
-                 the daemon again",
-                store.path().display()
-            )
-        })?;
+        config.check(&devices).map_err(|source| StartError::Config { path: store.path().to_path_buf(), source })?;
         reclaim_dead(region.region(), &ProcView::new());
         {
-            let locked = region.lock_within(START_LOCK_TIMEOUT).map_err(|e| e.to_string())?;
+            let locked = region.lock_within(START_LOCK_TIMEOUT)?;
             slots::release_unknown(&locked, &config.vgpus);
             for spec in &config.vgpus {
                 slots::place(&locked, spec, true, &state.roster)?;
@@ -613,7 +635,8 @@ impl Manager {
         let old = config.get(name)?.clone();
         let new = next.get(name)?.clone();
         let slot = |l: &Locked| {
-            slots::find(l, name).ok_or_else(|| format!("vGPU {name:?} has no slot in region file {}", l.path()))
+            slots::find(l, name)
+                .ok_or_else(|| SlotError::Missing { name: name.to_string(), region: l.path().to_string() })
         };
         self.commit(
             config,
@@ -653,7 +676,7 @@ impl Manager {
         name: &str,
         lock: Lock,
         apply: impl FnOnce(&Locked) -> Result<(), Error>,
-        undo: impl FnOnce(&Locked) -> Result<(), String>,
+        undo: impl FnOnce(&Locked) -> Result<(), SlotError>,
     ) -> Result<Vec<VgpuStatus>, Error> {
         apply(&self.lock(lock)?)?;
         let before = self.publish(Arc::new(next.clone()));
@@ -667,7 +690,7 @@ impl Manager {
                 }
                 Err(u) => say!("tessera daemon: could not undo a change after failing to save it: {}", u.message),
             }
-            return Err(Error::new(ErrorCode::Internal, e));
+            return Err(Error::new(ErrorCode::Internal, e.to_string()));
         }
         *config = next;
         Ok(config.get(name).map(|s| vec![slots::status(&self.region.guard(), s)]).unwrap_or_default())
@@ -757,7 +780,7 @@ mod tests {
         }
 
         /// A manager on devices of `memory` bytes each.
-        fn manager_on(&self, memory: Vec<u64>) -> Result<Manager, String> {
+        fn manager_on(&self, memory: Vec<u64>) -> Result<Manager, StartError> {
             Manager::start(self.region, Store::open(&self.dir.join("state")).unwrap(), memory, Arc::default())
         }
     }
@@ -835,7 +858,7 @@ mod tests {
         // The same file on a smaller device: refused by name, with the remedy, and left as it was.
         let path = f.dir.join("state").join(crate::vgpus::store::FILE);
         let saved = std::fs::read(&path).unwrap();
-        let e = f.manager_on(vec![512 << 20]).err().unwrap();
+        let e = f.manager_on(vec![512 << 20]).err().unwrap().to_string();
         assert!(e.contains(&path.display().to_string()) && e.contains("edit the file"), "{e}");
         assert!(e.contains("more than device 0 has") && e.contains("vGPU \"a\""), "{e}");
         assert_eq!(std::fs::read(&path).unwrap(), saved, "a refused file is left as it was");

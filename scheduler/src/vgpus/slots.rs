@@ -9,7 +9,7 @@ use crate::compute::device_loop::Roster;
 use crate::observe::logger::say;
 use crate::vgpus::config::{VgpuSpec, bytes, priority_value, region_flags};
 use std::sync::atomic::Ordering;
-use tessera_region::file::{LIVE_LOCK_TIMEOUT, Locked};
+use tessera_region::file::{LIVE_LOCK_TIMEOUT, Locked, RegionError};
 use tessera_region::pid_ns::ProcView;
 use tessera_region::settings::{is_managed, set_limits};
 use tessera_region::{MAX_DEVICES, Sched, UNLIMITED, VgpuSlot, encode_name, flags};
@@ -19,17 +19,67 @@ pub fn find(locked: &Locked, name: &str) -> Option<usize> {
     encode_name(name).and_then(|n| locked.find(&n))
 }
 
+/// Why a vGPU's slot cannot be placed, changed or freed.
+#[derive(Debug, thiserror::Error)]
+pub enum SlotError {
+    /// The slot's processes use more than the quota asked for.
+    #[error(
+        "vGPU {name:?} uses {} on device {device}; its quota cannot be lowered to {}: free memory or stop its \
+         processes first",
+        bytes(*used),
+        bytes(*memory)
+    )]
+    OverQuota {
+        /// The vGPU.
+        name: String,
+        /// Its device.
+        device: u32,
+        /// Bytes its processes use there now.
+        used: u64,
+        /// The quota asked for.
+        memory: u64,
+    },
+    /// The name cannot be written into a slot.
+    #[error("{0:?} is not a vGPU name")]
+    BadName(String),
+    /// Every slot is taken.
+    #[error("region file {region}: all vGPU slots are in use by running processes or the daemon; cannot add {name:?}")]
+    Full {
+        /// The region file.
+        region: String,
+        /// The vGPU that has no slot.
+        name: String,
+    },
+    /// The vGPU has no slot in the region (expected to have one).
+    #[error("vGPU {name:?} has no slot in region file {region}")]
+    Missing {
+        /// The vGPU.
+        name: String,
+        /// The region file.
+        region: String,
+    },
+    /// Processes are attached to the vGPU being removed.
+    #[error(
+        "vGPU {name:?} has {} process(es) attached (pid {}); stop them first, or suspend the vGPU",
+        pids.len(),
+        pids.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")
+    )]
+    Attached {
+        /// The vGPU.
+        name: String,
+        /// Its processes.
+        pids: Vec<u32>,
+    },
+    /// A vGPU's files in the region could not be mapped, locked or unmapped.
+    #[error(transparent)]
+    Region(#[from] RegionError),
+}
+
 /// Checks that `memory` on `spec`'s device holds what the slot's processes use now.
-fn check_fits(v: &VgpuSlot, spec: &VgpuSpec, memory: u64) -> Result<(), String> {
+fn check_fits(v: &VgpuSlot, spec: &VgpuSpec, memory: u64) -> Result<(), SlotError> {
     let used = v.used(spec.device as usize);
     if used > memory {
-        return Err(format!(
-            "vGPU {:?} uses {} on device {}; its quota cannot be lowered to {}: free memory or stop its processes first",
-            spec.name,
-            bytes(used),
-            spec.device,
-            bytes(memory)
-        ));
+        return Err(SlotError::OverQuota { name: spec.name.clone(), device: spec.device, used, memory });
     }
     Ok(())
 }
@@ -38,8 +88,8 @@ fn check_fits(v: &VgpuSlot, spec: &VgpuSpec, memory: u64) -> Result<(), String> 
 /// restarted daemon re-attaches to running processes); an unmanaged vGPU of that name, created by
 /// processes before the daemon knew it, is taken over when its usage fits the quota, or always when
 /// `force` (at start-up, where the configuration wins and a warning is printed).
-pub fn place(locked: &Locked, spec: &VgpuSpec, force: bool, roster: &Roster) -> Result<usize, String> {
-    let encoded = encode_name(&spec.name).ok_or_else(|| format!("{:?} is not a vGPU name", spec.name))?;
+pub fn place(locked: &Locked, spec: &VgpuSpec, force: bool, roster: &Roster) -> Result<usize, SlotError> {
+    let encoded = encode_name(&spec.name).ok_or_else(|| SlotError::BadName(spec.name.clone()))?;
     let index = match locked.find(&encoded) {
         Some(i) => {
             let v = &locked.region().vgpus[i];
@@ -50,21 +100,15 @@ pub fn place(locked: &Locked, spec: &VgpuSpec, force: bool, roster: &Roster) -> 
                 say!("tessera daemon: warning: {e}; its processes cannot allocate until they are under it");
             }
             // A slot placed by an earlier daemon (or an unmanaged one taken over): its file, its reader.
-            locked.file().map_conf(i, Some(owner(spec))).map_err(|e| e.to_string())?;
+            locked.file().map_conf(i, Some(owner(spec)))?;
             i
         }
         None => {
             let claimed = locked.claim_slot_with(&encoded, |i| locked.file().map_conf(i, Some(owner(spec))));
-            claimed.map_err(|e| e.to_string())?.ok_or_else(|| {
-                format!(
-                    "region file {}: all vGPU slots are in use by running processes or the daemon; cannot add {:?}",
-                    locked.path(),
-                    spec.name
-                )
-            })?
+            claimed?.ok_or_else(|| SlotError::Full { region: locked.path().to_string(), name: spec.name.clone() })?
         }
     };
-    locked.file().map_live(index, Some(owner(spec))).map_err(|e| e.to_string())?;
+    locked.file().map_live(index, Some(owner(spec)))?;
     configure(&locked.region().vgpus[index], spec, roster);
     Ok(index)
 }
@@ -76,7 +120,7 @@ pub fn owner(spec: &VgpuSpec) -> u32 {
 }
 
 /// Changes the memory quota of `spec`'s slot to `spec.memory`, unless the vGPU uses more than that now.
-pub fn set_memory(locked: &Locked, index: usize, spec: &VgpuSpec, roster: &Roster) -> Result<(), String> {
+pub fn set_memory(locked: &Locked, index: usize, spec: &VgpuSpec, roster: &Roster) -> Result<(), SlotError> {
     let v = &locked.region().vgpus[index];
     check_fits(v, spec, spec.memory)?;
     configure(v, spec, roster);
@@ -109,10 +153,10 @@ pub fn notify(s: &Sched) {
 /// Frees the slot of vGPU `name` unless processes are attached to it, other than those of the process
 /// slots `ignored` (slot index and owner word: slots whose process the daemon could not verify, see
 /// [`crate::tenants::integrity`]) that still name the same process.
-pub fn remove(locked: &Locked, name: &str, ignored: &[(usize, u64)], roster: &Roster) -> Result<(), String> {
+pub fn remove(locked: &Locked, name: &str, ignored: &[(usize, u64)], roster: &Roster) -> Result<(), SlotError> {
     let Some(index) = find(locked, name) else { return Ok(()) };
     // Tenants of other users join under its live file's shared lock, not the region's: none joins meanwhile.
-    let _joining = locked.file().lock_live(index, LIVE_LOCK_TIMEOUT).map_err(|e| e.to_string())?;
+    let _joining = locked.file().lock_live(index, LIVE_LOCK_TIMEOUT)?;
     let view = ProcView::new();
     locked.reclaim_dead(&view);
     let pids: Vec<u32> = locked.region().vgpus[index]
@@ -121,18 +165,13 @@ pub fn remove(locked: &Locked, name: &str, ignored: &[(usize, u64)], roster: &Ro
         .map(|(_, pid, p)| view.pid_of(p, pid))
         .collect();
     if !pids.is_empty() {
-        let list: Vec<String> = pids.iter().map(u32::to_string).collect();
-        return Err(format!(
-            "vGPU {name:?} has {} process(es) attached (pid {}); stop them first, or suspend the vGPU",
-            pids.len(),
-            list.join(", ")
-        ));
+        return Err(SlotError::Attached { name: name.to_string(), pids });
     }
     locked.free_slot(index);
     notify(&locked.region().vgpus[index].live.sched);
     roster.changed();
-    locked.file().unmap_live(index).map_err(|e| e.to_string())?;
-    locked.file().unmap_conf(index, false).map_err(|e| e.to_string())
+    locked.file().unmap_live(index)?;
+    Ok(locked.file().unmap_conf(index, false)?)
 }
 
 /// Hands back to processes every managed slot the configuration does not name (a state file removed or

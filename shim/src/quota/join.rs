@@ -56,22 +56,63 @@ fn connect(path: &str) -> std::io::Result<UnixStream> {
     Ok(stream)
 }
 
+/// Why the daemon did not record a join; each names the socket.
+#[derive(Debug, thiserror::Error)]
+pub enum JoinError {
+    /// The socket cannot be connected to.
+    #[error("cannot reach the daemon at {socket}: {source}")]
+    Unreachable {
+        /// The daemon's socket.
+        socket: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The request cannot be written.
+    #[error("cannot write to {socket}: {source}")]
+    Write {
+        /// The daemon's socket.
+        socket: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The daemon closed the connection without answering.
+    #[error("no answer from the daemon at {0}: the connection closed")]
+    Closed(String),
+    /// The answer cannot be read (e.g. the timeout passed).
+    #[error("no answer from the daemon at {socket}: {source}")]
+    Read {
+        /// The daemon's socket.
+        socket: String,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The daemon answered with an error.
+    #[error("the daemon at {socket} refused it: {answer}")]
+    Refused {
+        /// The daemon's socket.
+        socket: String,
+        /// Its answer, as sent.
+        answer: String,
+    },
+}
+
 /// Sends the `join` of process slot `slot` of vGPU `name` to the daemon at `socket`; `Err` says why it
 /// was not recorded.
-pub fn tell_daemon(socket: &str, name: &str, slot: usize) -> Result<(), String> {
-    let mut stream = connect(socket).map_err(|e| format!("cannot reach the daemon at {socket}: {e}"))?;
-    stream.write_all(request(name, slot).as_bytes()).map_err(|e| format!("cannot write to {socket}: {e}"))?;
+pub fn tell_daemon(socket: &str, name: &str, slot: usize) -> Result<(), JoinError> {
+    let at = || socket.to_string();
+    let mut stream = connect(socket).map_err(|source| JoinError::Unreachable { socket: at(), source })?;
+    stream.write_all(request(name, slot).as_bytes()).map_err(|source| JoinError::Write { socket: at(), source })?;
     // One line of at most 64 KiB (the daemon's answers are far shorter).
     let mut answer = String::new();
     match BufReader::new(&stream).take(64 << 10).read_line(&mut answer) {
-        Ok(0) => return Err(format!("no answer from the daemon at {socket}: the connection closed")),
+        Ok(0) => return Err(JoinError::Closed(at())),
         Ok(_) => {}
-        Err(e) => return Err(format!("no answer from the daemon at {socket}: {e}")),
+        Err(source) => return Err(JoinError::Read { socket: at(), source }),
     }
     if answer.contains("\"ok\":true") {
         return Ok(());
     }
-    Err(format!("the daemon at {socket} refused it: {}", answer.trim()))
+    Err(JoinError::Refused { socket: at(), answer: answer.trim().to_string() })
 }
 
 #[cfg(test)]
@@ -109,15 +150,15 @@ mod tests {
             std::thread::sleep(TIMEOUT * 2);
             drop(s);
         });
-        assert_eq!(tell_daemon(&path, "a", 0), Ok(()));
-        let e = tell_daemon(&path, "a", 0).unwrap_err();
+        tell_daemon(&path, "a", 0).unwrap();
+        let e = tell_daemon(&path, "a", 0).unwrap_err().to_string();
         assert!(e.contains("refused it") && e.contains("\"error\":\"no\""), "{e}");
         let started = std::time::Instant::now();
-        let e = tell_daemon(&path, "a", 0).unwrap_err();
+        let e = tell_daemon(&path, "a", 0).unwrap_err().to_string();
         assert!(e.contains("no answer"), "{e}");
         assert!(started.elapsed() < TIMEOUT * 2, "bounded by the timeout");
         server.join().unwrap();
-        let e = tell_daemon(&socket("none"), "a", 0).unwrap_err();
+        let e = tell_daemon(&socket("none"), "a", 0).unwrap_err().to_string();
         assert!(e.contains("cannot reach the daemon"), "{e}");
     }
 }

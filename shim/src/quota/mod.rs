@@ -36,7 +36,18 @@ pub struct Quota {
 /// Retries of a refused reservation that reclaiming, or waiting out others' reservations, may let through.
 const RETRIES: usize = 4;
 
-static QUOTA: OnceLock<Result<Option<Quota>, String>> = OnceLock::new();
+static QUOTA: OnceLock<Result<Option<Quota>, SetupError>> = OnceLock::new();
+
+/// Why the process has no usable quota (said on stderr when it happened).
+#[derive(Debug, thiserror::Error)]
+enum SetupError {
+    /// The configuration is malformed.
+    #[error(transparent)]
+    Config(&'static crate::config::ConfigError),
+    /// The vGPU cannot be joined in the region.
+    #[error(transparent)]
+    Attach(#[from] tessera_region::attach::AttachError),
+}
 
 /// The process's quota, set up on first use (normally by `cuInit`): `Ok(None)` when none is configured;
 /// `Err(CUDA_ERROR_INVALID_VALUE)` when the configuration or the region is unusable (already reported).
@@ -47,8 +58,8 @@ pub fn active() -> Result<Option<&'static Quota>, Status> {
     }
 }
 
-fn set_up() -> Result<Option<Quota>, String> {
-    let config = crate::init::config().map_err(str::to_string)?;
+fn set_up() -> Result<Option<Quota>, SetupError> {
+    let config = crate::init::config().map_err(SetupError::Config)?;
     let limits: Option<Limits> =
         config.memory_limit.as_ref().map(|l| std::array::from_fn(|d| l.get(d as u32).unwrap_or(UNLIMITED)));
     // A standalone share is a limit of its own too: with neither, an unmanaged vGPU is not set up.
@@ -61,7 +72,7 @@ fn set_up() -> Result<Option<Quota>, String> {
             Err(e) => {
                 // Printed whatever TESSERA_LOG says: the program is about to be refused the GPU.
                 eprintln!("tessera: {e}; refusing to run CUDA without the configured quota");
-                return Err(e.to_string());
+                return Err(e.into());
             }
         },
     };

@@ -39,15 +39,57 @@ impl Lib {
     }
 }
 
-static HANDLES: [OnceLock<Result<usize, String>>; 3] = [const { OnceLock::new() }; 3];
+/// Each real library's handle once loaded, or why it could not be (the shim's per-process state).
+static HANDLES: [OnceLock<Result<usize, LoadError>>; 3] = [const { OnceLock::new() }; 3];
+
+/// Why a real library cannot be used; each names the variable that chooses it.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// The variable's value is not UTF-8.
+    #[error("{var}={value:?} is not valid UTF-8")]
+    NotUtf8 {
+        /// The variable.
+        var: &'static str,
+        /// Its value.
+        value: std::ffi::OsString,
+    },
+    /// The path holds a NUL byte.
+    #[error("{var}={path:?} contains a NUL byte")]
+    Nul {
+        /// The variable.
+        var: &'static str,
+        /// The path.
+        path: String,
+    },
+    /// The loader refused it.
+    #[error("cannot load the real library {path:?} (set {var}): {why}")]
+    Load {
+        /// The library.
+        path: String,
+        /// The variable.
+        var: &'static str,
+        /// `dlerror`'s message.
+        why: String,
+    },
+    /// It is the shim itself, or lacks the library's first entry point.
+    #[error("{path:?} is not the real library: it resolves to the Tessera shim itself or lacks {probe:?} (set {var})")]
+    NotReal {
+        /// The library.
+        path: String,
+        /// The variable.
+        var: &'static str,
+        /// The entry point looked for.
+        probe: &'static CStr,
+    },
+}
 
 /// What the loader is asked for: the variable's value when set, else the default name (and the variable).
 /// A value that is not UTF-8 is an error naming the variable, never a silent fall back to the default.
-fn requested(lib: Lib) -> Result<(String, &'static str), String> {
+fn requested(lib: Lib) -> Result<(String, &'static str), LoadError> {
     let (var, default) = lib.source();
     match std::env::var_os(var) {
         None => Ok((default.to_string(), var)),
-        Some(v) => v.into_string().map(|v| (v, var)).map_err(|v| format!("{var}={v:?} is not valid UTF-8")),
+        Some(v) => v.into_string().map(|v| (v, var)).map_err(|value| LoadError::NotUtf8 { var, value }),
     }
 }
 
@@ -90,23 +132,20 @@ fn dl_error() -> String {
     }
 }
 
-fn open(lib: Lib) -> Result<usize, String> {
+fn open(lib: Lib) -> Result<usize, LoadError> {
     let (path, var) = requested(lib)?;
-    let c_path = CString::new(path.clone()).map_err(|_| format!("{var}={path:?} contains a NUL byte"))?;
+    let c_path = CString::new(path.clone()).map_err(|_| LoadError::Nul { var, path: path.clone() })?;
     // SAFETY: dlopen with a NUL-terminated path; loading the real driver runs its constructors, as
     // loading it without the shim would.
     let handle = unsafe { libc::dlopen(c_path.as_ptr(), libc::RTLD_LAZY | libc::RTLD_LOCAL) };
     if handle.is_null() {
-        return Err(format!("cannot load the real library {path:?} (set {var}): {}", dl_error()));
+        return Err(LoadError::Load { path, var, why: dl_error() });
     }
     let theirs = real_dlsym(handle, lib.probe_symbol());
     if theirs.is_null() || in_the_shim(theirs) {
         // SAFETY: drops the reference just taken; nothing from this library is in use.
         unsafe { libc::dlclose(handle) };
-        return Err(format!(
-            "{path:?} is not the real library: it resolves to the Tessera shim itself or lacks {:?} (set {var})",
-            lib.probe_symbol()
-        ));
+        return Err(LoadError::NotReal { path, var, probe: lib.probe_symbol() });
     }
     crate::log::info(format_args!("real library for {path:?}: {}", file_of(theirs)));
     Ok(handle as usize)
@@ -114,11 +153,11 @@ fn open(lib: Lib) -> Result<usize, String> {
 
 /// The real library's handle, loaded on first use. A failure is reported once, at error level: every
 /// intercepted call then returns the library's "not available" code, and this says why.
-pub fn handle(lib: Lib) -> Result<*mut c_void, &'static str> {
+pub fn handle(lib: Lib) -> Result<*mut c_void, &'static LoadError> {
     let opened = HANDLES[lib.index()].get_or_init(|| open(lib).inspect_err(|e| crate::log::error(format_args!("{e}"))));
     match opened {
         Ok(h) => Ok(*h as *mut c_void),
-        Err(e) => Err(e.as_str()),
+        Err(e) => Err(e),
     }
 }
 

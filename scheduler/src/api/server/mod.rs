@@ -30,7 +30,7 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tessera_region::open::checked_dir;
-use tessera_region::secure_fs::{self, DirKind};
+use tessera_region::secure_fs::{self, DirKind, SecureFsError};
 
 /// Threads of the event loop (reading and writing every connection; the work per byte is small).
 const IO_THREADS: usize = 2;
@@ -55,45 +55,139 @@ pub fn peer(stream: &impl AsRawFd) -> Option<Caller> {
     (rc == 0).then_some(Caller { pid: cred.pid as u32, uid: cred.uid, gid: cred.gid })
 }
 
+/// Why the daemon cannot take or serve its socket; each names the path.
+#[derive(Debug, thiserror::Error)]
+pub enum SocketError {
+    /// The socket's directory cannot be checked or is unfit.
+    #[error("socket {}: {source} (or set TESSERA_SOCKET)", path.display())]
+    Dir {
+        /// The socket.
+        path: PathBuf,
+        /// Why.
+        source: SecureFsError,
+    },
+    /// The directory is another user's, who could replace the socket.
+    #[error(
+        "socket {}: its directory belongs to {}; set TESSERA_SOCKET to a path in a directory of your own",
+        path.display(),
+        secure_fs::describe_user(*owner)
+    )]
+    ForeignDir {
+        /// The socket.
+        path: PathBuf,
+        /// The directory's owner.
+        owner: u32,
+    },
+    /// The path cannot be looked at or connected to.
+    #[error("socket {}: {source}", path.display())]
+    Io {
+        /// The socket.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Something else than a socket is there.
+    #[error("{} exists and is not a socket; remove it or set TESSERA_SOCKET", .0.display())]
+    NotSocket(PathBuf),
+    /// Another user's socket, outside the daemon's private directory.
+    #[error(
+        "socket {} belongs to {}, not to the daemon's user: another user may have created it to pose as the \
+         daemon; remove it (as root) or set TESSERA_SOCKET to a path in a directory of your own",
+        path.display(),
+        secure_fs::describe_user(*owner)
+    )]
+    ForeignSocket {
+        /// The socket.
+        path: PathBuf,
+        /// Its owner.
+        owner: u32,
+    },
+    /// Another user's socket in the private directory cannot be removed.
+    #[error("cannot remove the leftover socket {}: {source}", path.display())]
+    Leftover {
+        /// The socket.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A live daemon answers there.
+    #[error("daemon already running (pid {}), listening on {}", pid.map_or_else(|| "unknown".into(), |p| p.to_string()), path.display())]
+    Running {
+        /// The socket.
+        path: PathBuf,
+        /// The daemon's pid, if the kernel said.
+        pid: Option<u32>,
+    },
+    /// A dead daemon's socket cannot be removed.
+    #[error("cannot remove the stale socket {} of a dead daemon: {source}", path.display())]
+    Stale {
+        /// The socket.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The socket cannot be bound.
+    #[error("cannot listen on {}: {source} (set TESSERA_SOCKET)", path.display())]
+    Listen {
+        /// The socket.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Group and others cannot be kept out.
+    #[error("cannot restrict {} to its owner: {source}", path.display())]
+    Restrict {
+        /// The socket.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The socket cannot be served (its event loop, its descriptor).
+    #[error("cannot serve {}: {source}", path.display())]
+    Serve {
+        /// The socket.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The listener failed for good.
+    #[error("accepting on {}: {source}", path.display())]
+    Accept {
+        /// The socket.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
 /// Checks that nothing serves at `path` (removing a dead daemon's socket), in a directory fit for it: a
 /// live daemon there is an error, as is another user's socket outside the daemon's private directory.
-pub fn claim_path(path: &Path) -> Result<(), String> {
-    let dir = checked_dir(path).map_err(|e| format!("socket {}: {e} (or set TESSERA_SOCKET)", path.display()))?;
+pub fn claim_path(path: &Path) -> Result<(), SocketError> {
+    let at = || path.to_path_buf();
+    let dir = checked_dir(path).map_err(|source| SocketError::Dir { path: at(), source })?;
     if let DirKind::Foreign(owner) = dir {
-        return Err(format!(
-            "socket {}: its directory belongs to {}; set TESSERA_SOCKET to a path in a directory of your own",
-            path.display(),
-            secure_fs::describe_user(owner)
-        ));
+        return Err(SocketError::ForeignDir { path: at(), owner });
     }
     let meta = match std::fs::symlink_metadata(path) {
         Ok(m) => m,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(format!("socket {}: {e}", path.display())),
+        Err(source) => return Err(SocketError::Io { path: at(), source }),
     };
     if !meta.file_type().is_socket() {
-        return Err(format!("{} exists and is not a socket; remove it or set TESSERA_SOCKET", path.display()));
+        return Err(SocketError::NotSocket(at()));
     }
     if meta.uid() != secure_fs::euid() {
         if dir == DirKind::Private {
-            return std::fs::remove_file(path)
-                .map_err(|e| format!("cannot remove the leftover socket {}: {e}", path.display()));
+            return std::fs::remove_file(path).map_err(|source| SocketError::Leftover { path: at(), source });
         }
-        return Err(format!(
-            "socket {} belongs to {}, not to the daemon's user: another user may have created it to pose as the \
-             daemon; remove it (as root) or set TESSERA_SOCKET to a path in a directory of your own",
-            path.display(),
-            secure_fs::describe_user(meta.uid())
-        ));
+        return Err(SocketError::ForeignSocket { path: at(), owner: meta.uid() });
     }
     match UnixStream::connect(path) {
-        Ok(s) => {
-            let pid = peer(&s).map_or_else(|| "unknown".to_string(), |c| c.pid.to_string());
-            Err(format!("daemon already running (pid {pid}), listening on {}", path.display()))
+        Ok(s) => Err(SocketError::Running { path: at(), pid: peer(&s).map(|c| c.pid) }),
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+            std::fs::remove_file(path).map_err(|source| SocketError::Stale { path: at(), source })
         }
-        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => std::fs::remove_file(path)
-            .map_err(|e| format!("cannot remove the stale socket {} of a dead daemon: {e}", path.display())),
-        Err(e) => Err(format!("socket {}: {e}", path.display())),
+        Err(source) => Err(SocketError::Io { path: at(), source }),
     }
 }
 
@@ -105,7 +199,7 @@ pub struct Server {
 
 impl Server {
     /// Listens on `path` (see [`claim_path`]), mode 0600.
-    pub fn bind(path: &Path) -> Result<Server, String> {
+    pub fn bind(path: &Path) -> Result<Server, SocketError> {
         claim_path(path)?;
         // Created without group and other permissions from the start: no window for another user to connect.
         // SAFETY: umask has no memory-safety preconditions; it swaps the process's file-creation mask, which
@@ -114,10 +208,10 @@ impl Server {
         let bound = UnixListener::bind(path);
         // SAFETY: as above, restoring the mask.
         unsafe { libc::umask(old) };
-        let listener = bound.map_err(|e| format!("cannot listen on {}: {e} (set TESSERA_SOCKET)", path.display()))?;
+        let listener = bound.map_err(|source| SocketError::Listen { path: path.to_path_buf(), source })?;
         let server = Server { listener, path: path.to_path_buf() };
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
-            .map_err(|e| format!("cannot restrict {} to its owner: {e}", path.display()))?;
+            .map_err(|source| SocketError::Restrict { path: path.to_path_buf(), source })?;
         Ok(server)
     }
 
@@ -128,14 +222,14 @@ impl Server {
 
     /// Serves connections for ever (see the module's documentation). Running out of descriptors or
     /// memory refuses the connection at hand (see `shedder`) and goes on serving the others.
-    pub fn serve(&self, manager: Arc<Manager>) -> Result<(), String> {
+    pub fn serve(&self, manager: Arc<Manager>) -> Result<(), SocketError> {
         let handler: Handler = Arc::new(move |request, caller| manager.handle_from(request, caller));
         self.serve_with(handler, Policy::of_this_process(), Caps::of_this_process())
     }
 
     /// [`Server::serve`] with the request handler, rules and caps given.
-    pub fn serve_with(&self, handler: Handler, policy: Policy, caps: Caps) -> Result<(), String> {
-        let failed = |e: std::io::Error| format!("cannot serve {}: {e}", self.path.display());
+    pub fn serve_with(&self, handler: Handler, policy: Policy, caps: Caps) -> Result<(), SocketError> {
+        let failed = |source| SocketError::Serve { path: self.path.clone(), source };
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(IO_THREADS)
             .max_blocking_threads(REQUEST_THREADS)
@@ -160,7 +254,7 @@ impl Server {
                         }
                         // The client went away before it was accepted, or a signal: nothing to do.
                         Failure::Passing => continue,
-                        Failure::Broken => return Err(format!("accepting on {}: {e}", self.path.display())),
+                        Failure::Broken => return Err(SocketError::Accept { path: self.path.clone(), source: e }),
                     },
                 };
                 let Some(caller) = peer(&stream) else {
