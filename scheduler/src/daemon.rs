@@ -39,6 +39,9 @@ use tessera_region::reclaim::reclaim_dead;
 use tessera_region::secure_fs::{self, DirKind};
 use tessera_region::{file::RegionFile, open::Access};
 
+pub use crate::observe::audit_log::AuditLogError;
+pub use crate::observe::metrics_server::MetricsError;
+
 /// Reads the address `tessera daemon --metrics ADDR` serves Prometheus on (`HOST:PORT`), before the daemon
 /// starts, so that a mistyped address is refused at once.
 pub use crate::observe::metrics_server::parse_address as parse_metrics_address;

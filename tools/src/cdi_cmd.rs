@@ -1,6 +1,7 @@
 //! `tessera cdi generate`: a CDI spec (kind `tessera.io/vgpu`) of the host's GPUs and the daemon's vGPUs,
 //! read through the daemon's API (`tessera-client`), printed or written atomically to a file.
 
+use crate::k8s_cmd::PluginError;
 use clap::{Args, Subcommand};
 use std::path::PathBuf;
 use tessera_client::Client;
@@ -8,7 +9,33 @@ use tessera_deviceplugin::cdi::{VgpuRef, spec, write_atomic};
 use tessera_deviceplugin::config::DEFAULT_DEV_DIR;
 use tessera_deviceplugin::container_edits::{HostFiles, write_preload};
 use tessera_deviceplugin::inventory::{NvmlFacts, refresh};
-use tessera_host::paths;
+use tessera_host::lib_dir::LibDirError;
+use tessera_host::paths::{self, PathError};
+
+/// Why `tessera cdi generate` wrote no spec.
+#[derive(Debug, thiserror::Error)]
+pub enum CdiError {
+    /// A path of the daemon's files cannot be told (`TESSERA_SOCKET`, `TESSERA_REGION`,
+    /// `TESSERA_STATE_DIR`).
+    #[error(transparent)]
+    Path(#[from] PathError),
+    /// The shim's library folder is not found.
+    #[error(transparent)]
+    LibDir(#[from] LibDirError),
+    /// The host's files the spec names are missing or unfit, or the spec or its preload file cannot be
+    /// written (see [`PluginError`]).
+    #[error(transparent)]
+    Files(PluginError),
+    /// The daemon did not list the host's GPUs.
+    #[error("{0}; is `tessera daemon` running?")]
+    Gpus(#[source] PluginError),
+    /// The daemon did not list its vGPUs.
+    #[error("cannot list the daemon's vGPUs: {0}")]
+    Vgpus(#[source] tessera_client::Error),
+    /// The spec would have no device.
+    #[error("the daemon reports no GPU and no vGPU; runtimes refuse a CDI spec without devices, so none is written")]
+    NoDevices,
+}
 
 /// `tessera cdi ...`.
 #[derive(Subcommand)]
@@ -31,45 +58,43 @@ pub struct GenerateArgs {
 }
 
 /// Runs a `tessera cdi` command.
-pub fn run(command: CdiCommand) -> Result<(), String> {
+pub fn run(command: CdiCommand) -> Result<(), CdiError> {
     match command {
         CdiCommand::Generate(args) => generate(args),
     }
 }
 
 /// Reads the GPUs and vGPUs from the daemon and prints or writes their spec.
-fn generate(args: GenerateArgs) -> Result<(), String> {
-    let socket = paths::socket().map_err(|e| e.to_string())?;
+fn generate(args: GenerateArgs) -> Result<(), CdiError> {
+    let socket = paths::socket()?;
     let files = HostFiles {
-        region: paths::region().map_err(|e| e.to_string())?.into(),
+        region: paths::region()?.into(),
         socket: socket.clone(),
-        shim: tessera_host::lib_dir::shim().map_err(|e| e.to_string())?,
+        shim: tessera_host::lib_dir::shim()?,
         // The file the device plugin mounts too (same contents), so both hand out one file.
-        preload: paths::state_dir().map_err(|e| e.to_string())?.join("device-plugin").join("ld.so.preload"),
+        preload: paths::state_dir()?.join("device-plugin").join("ld.so.preload"),
         dev_dir: args.dev_dir,
     };
-    files.check()?;
+    files.check().map_err(|e| CdiError::Files(e.into()))?;
     let client = Client::new(socket);
     let (gpus, error) = refresh(&client, &NvmlFacts::open(), &[]);
     if let Some(e) = error {
-        return Err(format!("{e}; is `tessera daemon` running?"));
+        return Err(CdiError::Gpus(e.into()));
     }
     let vgpus: Vec<VgpuRef> = client
         .list()
-        .map_err(|e| format!("cannot list the daemon's vGPUs: {e}"))?
+        .map_err(CdiError::Vgpus)?
         .into_iter()
         .map(|v| VgpuRef { name: v.spec.name, device: v.spec.device })
         .collect();
     // The spec names the preload file: it must exist when a runtime applies the spec.
-    write_preload(&files)?;
+    write_preload(&files).map_err(|e| CdiError::Files(e.into()))?;
     let (spec, left_out) = spec(&files, &gpus, &vgpus, true);
     for line in left_out {
         eprintln!("tessera cdi generate: left out: {line}");
     }
     if spec.devices.is_empty() {
-        return Err("the daemon reports no GPU and no vGPU; runtimes refuse a CDI spec without devices, so none is \
-                    written"
-            .into());
+        return Err(CdiError::NoDevices);
     }
     let text = spec.to_json();
     match args.output {
@@ -78,7 +103,7 @@ fn generate(args: GenerateArgs) -> Result<(), String> {
             Ok(())
         }
         Some(file) => {
-            write_atomic(&file, &text)?;
+            write_atomic(&file, &text).map_err(|e| CdiError::Files(e.into()))?;
             eprintln!("wrote {} ({} devices)", file.display(), spec.devices.len());
             Ok(())
         }

@@ -12,9 +12,9 @@ pub struct CompletionsArgs {
     shell: Shell,
 }
 
-/// Writes the completion script of command-line definition `C` for the shell asked for to stdout.
-pub fn run<C: CommandFactory>(args: CompletionsArgs) -> Result<(), String> {
+/// Writes the completion script of command-line definition `C` for the shell asked for to stdout; it cannot
+/// fail (`clap_complete` panics should stdout refuse the script, as `println!` does).
+pub fn run<C: CommandFactory>(args: CompletionsArgs) {
     let mut command = C::command();
     clap_complete::generate(args.shell, &mut command, "tessera", &mut std::io::stdout());
-    Ok(())
 }

@@ -7,9 +7,56 @@ use crate::driver::Driver;
 use clap::Args;
 use clap::builder::OsStringValueParser;
 use std::ffi::OsString;
-use tessera_host::driver::{machine_driver, machine_nvml};
-use tessera_host::paths;
+use tessera_host::driver::{DriverError, machine_driver, machine_nvml};
+use tessera_host::paths::{self, PathError};
 use tessera_scheduler::daemon::{self, Options};
+
+/// Why `tessera daemon` could not start (or stopped with an error).
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonCmdError {
+    /// An option (or its variable) is empty.
+    #[error("{option} ({var}) is empty; give a value or leave it out")]
+    Empty {
+        /// The option, e.g. `--region`.
+        option: &'static str,
+        /// Its variable, e.g. `TESSERA_REGION`.
+        var: &'static str,
+    },
+    /// An option (or its variable) is not UTF-8, as the shim and `tessera vgpu` require.
+    #[error("{option} ({var}) {value:?} is not valid UTF-8; give it in plain text")]
+    NotUtf8 {
+        /// The option, e.g. `--region`.
+        option: &'static str,
+        /// Its variable, e.g. `TESSERA_REGION`.
+        var: &'static str,
+        /// The value given.
+        value: OsString,
+    },
+    /// A default path cannot be told (no option, and its variable or `HOME` is unusable).
+    #[error(transparent)]
+    Path(#[from] PathError),
+    /// `--metrics` is not an address.
+    #[error(transparent)]
+    Metrics(#[from] daemon::MetricsError),
+    /// The audit log cannot be opened.
+    #[error(transparent)]
+    AuditLog(#[from] daemon::AuditLogError),
+    /// The driver does not load or answer.
+    #[error(transparent)]
+    Driver(#[from] DriverError),
+    /// A device's memory size cannot be read.
+    #[error("device {device}: {source}")]
+    Device {
+        /// The device's ordinal.
+        device: i32,
+        /// What the driver said.
+        #[source]
+        source: DriverError,
+    },
+    /// The daemon could not start.
+    #[error(transparent)]
+    Daemon(#[from] daemon::DaemonError),
+}
 
 /// The variables the daemon reads besides its options', listed by `tessera daemon --help`.
 const MORE_VARIABLES: &str = "\
@@ -54,12 +101,13 @@ pub struct DaemonArgs {
 /// The total memory of each device the driver shows (`cuDeviceTotalMem`), by ordinal, the NVML that
 /// goes with that driver (the simulated one on the simulated GPU), and the driver library itself (for its
 /// process checkpoint calls). The driver stays loaded for the daemon's life.
-fn devices() -> Result<(Vec<u64>, String, String), String> {
-    let driver = Driver::load().map_err(|e| e.to_string())?;
-    driver.init().map_err(|e| e.to_string())?;
-    let n = driver.device_count().map_err(|e| e.to_string())?;
-    let memory: Result<Vec<u64>, String> =
-        (0..n).map(|d| driver.total_memory(d).map_err(|e| format!("device {d}: {e}"))).collect();
+fn devices() -> Result<(Vec<u64>, String, String), DaemonCmdError> {
+    let driver = Driver::load()?;
+    driver.init()?;
+    let n = driver.device_count()?;
+    let memory: Result<Vec<u64>, DaemonCmdError> = (0..n)
+        .map(|device| driver.total_memory(device).map_err(|source| DaemonCmdError::Device { device, source }))
+        .collect();
     let nvml = driver.origin.nvml_library();
     let library = driver.origin.driver_library();
     std::mem::forget(driver);
@@ -69,33 +117,31 @@ fn devices() -> Result<(Vec<u64>, String, String), String> {
 /// A path (or address) given as an option or variable (taken as given by clap, so that the error is this
 /// one): an empty one, or one that is not UTF-8 (as the shim and `tessera vgpu` require), is an error
 /// naming both.
-fn given(value: OsString, option: &str, var: &str) -> Result<String, String> {
+fn given(value: OsString, option: &'static str, var: &'static str) -> Result<String, DaemonCmdError> {
     match value.into_string() {
-        Ok(v) if v.trim().is_empty() => Err(format!("{option} ({var}) is empty; give a value or leave it out")),
+        Ok(v) if v.trim().is_empty() => Err(DaemonCmdError::Empty { option, var }),
         Ok(v) => Ok(v),
-        Err(v) => Err(format!("{option} ({var}) {v:?} is not valid UTF-8; give it in plain text")),
+        Err(value) => Err(DaemonCmdError::NotUtf8 { option, var, value }),
     }
 }
 
 /// The daemon's files: each option (or its variable) when given, else the default the shim and
 /// `tessera vgpu` use too.
-fn options(args: DaemonArgs, devices: Vec<u64>) -> Result<Options, String> {
+fn options(args: DaemonArgs, devices: Vec<u64>) -> Result<Options, DaemonCmdError> {
     let region = match args.region {
         Some(r) => given(r, "--region", "TESSERA_REGION")?,
-        None => paths::region().map_err(|e| e.to_string())?,
+        None => paths::region()?,
     };
     let socket = match args.socket {
         Some(s) => given(s, "--socket", "TESSERA_SOCKET")?.into(),
-        None => paths::socket().map_err(|e| e.to_string())?,
+        None => paths::socket()?,
     };
     let state_dir = match args.state_dir {
         Some(d) => given(d, "--state-dir", "TESSERA_STATE_DIR")?.into(),
-        None => paths::state_dir().map_err(|e| e.to_string())?,
+        None => paths::state_dir()?,
     };
     let metrics = match args.metrics {
-        Some(m) => {
-            Some(daemon::parse_metrics_address(&given(m, "--metrics", "TESSERA_METRICS")?).map_err(|e| e.to_string())?)
-        }
+        Some(m) => Some(daemon::parse_metrics_address(&given(m, "--metrics", "TESSERA_METRICS")?)?),
         None => None,
     };
     let (nvml, driver) = (machine_nvml(), machine_driver());
@@ -103,15 +149,15 @@ fn options(args: DaemonArgs, devices: Vec<u64>) -> Result<Options, String> {
 }
 
 /// Runs the daemon; returns only when it cannot start (a signal ends it with status 0).
-pub fn run(mut args: DaemonArgs) -> Result<(), String> {
+pub fn run(mut args: DaemonArgs) -> Result<(), DaemonCmdError> {
     let audit_log = args.audit_log.take().map(|f| given(f, "--audit-log", "TESSERA_AUDIT_LOG")).transpose()?;
     // The options are checked before the driver is loaded: a bad one is reported as such.
     let options = options(args, Vec::new())?;
-    daemon::init_audit_log(audit_log.as_deref().map(std::path::Path::new)).map_err(|e| e.to_string())?;
+    daemon::init_audit_log(audit_log.as_deref().map(std::path::Path::new))?;
     // Before the driver's cuInit, which may start threads that must not take the stop signals.
     daemon::block_stop_signals();
     let (devices, nvml, driver) = devices()?;
-    daemon::run(Options { devices, nvml, driver, ..options }).map_err(|e| e.to_string())
+    Ok(daemon::run(Options { devices, nvml, driver, ..options })?)
 }
 
 #[cfg(test)]
@@ -138,7 +184,7 @@ mod tests {
         let cli = Cli::try_parse_from(["d", "--metrics", "127.0.0.1:9400"]).unwrap();
         assert_eq!(options(cli.daemon, Vec::new()).unwrap().metrics, Some("127.0.0.1:9400".parse().unwrap()));
         let cli = Cli::try_parse_from(["d", "--metrics", "127.0.0.1"]).unwrap();
-        let e = options(cli.daemon, Vec::new()).unwrap_err();
+        let e = options(cli.daemon, Vec::new()).unwrap_err().to_string();
         assert!(e.contains("--metrics \"127.0.0.1\" has no port"), "{e}");
     }
 
@@ -159,7 +205,7 @@ mod tests {
             ] {
                 let cli =
                     Cli::try_parse_from([std::ffi::OsStr::new("d"), std::ffi::OsStr::new(option), value]).unwrap();
-                let e = options(cli.daemon, Vec::new()).unwrap_err();
+                let e = options(cli.daemon, Vec::new()).unwrap_err().to_string();
                 assert!(e.contains(option) && e.contains(var) && e.contains(problem), "{e}");
             }
         }

@@ -17,9 +17,111 @@ use figures::{Reader, Snapshot};
 use machine::Machine;
 use std::collections::VecDeque;
 use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 use tessera_client::{Priority, VgpuSpec};
 use tessera_ffi::units::format_size;
+use tessera_host::driver::DriverError;
+use tessera_host::lib_dir::LibDirError;
+use tessera_region::file::RegionError;
+
+/// Why the demo failed or stopped short: setting up its private machine (see [`machine`]), a child of it
+/// exiting early, reading the vGPUs' figures (see [`figures`]), or a signal.
+#[derive(Debug, thiserror::Error)]
+pub enum DemoError {
+    /// The stop signals' handler could not be installed.
+    #[error(transparent)]
+    Signals(#[from] signals::SignalError),
+    /// The real driver does not load or answer (for the GPU's name).
+    #[error(transparent)]
+    Driver(#[from] DriverError),
+    /// The simulated GPU's library folder is not found.
+    #[error(transparent)]
+    LibDir(#[from] LibDirError),
+    /// A `SIMGPU_*` variable is malformed (its type implements no `std::error::Error`, so it is no source).
+    #[error("{0}")]
+    SimgpuConfig(simgpu_host::ConfigError),
+    /// The simulated GPU's state file cannot be used (its type implements no `std::error::Error`).
+    #[error("{0}")]
+    SimgpuState(simgpu_host::state::StateError),
+    /// The path of the running `tessera` is unknown, so no child can run it.
+    #[error("cannot locate the tessera executable: {0}")]
+    Executable(#[source] std::io::Error),
+    /// The private directory, or a child's log in it, cannot be created.
+    #[error("cannot create {}: {source}", .path.display())]
+    Create {
+        /// The directory or log.
+        path: PathBuf,
+        /// What the system said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A child's log cannot be given to it as both stdout and stderr.
+    #[error("{}: {source}", .path.display())]
+    Log {
+        /// The log.
+        path: PathBuf,
+        /// What the system said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A child cannot be started.
+    #[error("cannot start {what}: {source}")]
+    Start {
+        /// The child, for the message (`the load of vGPU training`).
+        what: String,
+        /// What the system said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The daemon exited before it answered.
+    #[error("the daemon exited early:\n{log}")]
+    DaemonExited {
+        /// The end of its log.
+        log: String,
+    },
+    /// A child (the daemon, a load) exited while the demo ran.
+    #[error("{what} exited ({}) early:\n{log}", machine::describe(*.status))]
+    Exited {
+        /// The child, for the message (`the daemon`, `the load of vGPU training`).
+        what: String,
+        /// How it exited.
+        status: ExitStatus,
+        /// The end of its log.
+        log: String,
+    },
+    /// The daemon did not start answering, or refused a request of the demo's.
+    #[error(transparent)]
+    Daemon(#[from] tessera_client::Error),
+    /// The daemon refused one of the demo's vGPUs.
+    #[error("cannot create vGPU {name}: {source}")]
+    CreateVgpu {
+        /// The vGPU.
+        name: &'static str,
+        /// The daemon's refusal.
+        #[source]
+        source: tessera_client::Error,
+    },
+    /// The region cannot be read.
+    #[error(transparent)]
+    Region(#[from] RegionError),
+    /// A vGPU the daemon created is not in the region.
+    #[error("vGPU {0} is not in the region")]
+    NotInRegion(String),
+    /// Some loads launched no kernel within [`LOAD_START`].
+    #[error("the loads of {} launched nothing within {} s", .idle.join(", "), LOAD_START.as_secs())]
+    NoLaunches {
+        /// Their vGPUs.
+        idle: Vec<&'static str>,
+    },
+    /// A signal came while the loads were starting.
+    #[error("interrupted")]
+    InterruptedStarting,
+    /// A signal cut the run short (the summary is printed first).
+    #[error("interrupted; everything it started is stopped")]
+    Interrupted,
+}
 
 /// Arguments of `tessera demo`.
 #[derive(Args)]
@@ -91,7 +193,7 @@ const TICK: Duration = Duration::from_millis(250);
 const TICKS_PER_SECOND: u32 = 4;
 
 /// Runs the demo.
-pub fn run(args: DemoArgs) -> Result<(), String> {
+pub fn run(args: DemoArgs) -> Result<(), DemoError> {
     signals::install()?;
     let mut machine = Machine::new()?;
     show(&format!("{}\n", introduction(&machine, args.seconds)?));
@@ -101,7 +203,7 @@ pub fn run(args: DemoArgs) -> Result<(), String> {
 }
 
 /// What is about to happen.
-fn introduction(machine: &Machine, seconds: u64) -> Result<String, String> {
+fn introduction(machine: &Machine, seconds: u64) -> Result<String, DemoError> {
     let gpu = match &machine.simgpu {
         Some(config) => format!("a simulated {} (simgpu: no NVIDIA driver found)", config.devices[0].profile.name),
         None => {
@@ -109,7 +211,7 @@ fn introduction(machine: &Machine, seconds: u64) -> Result<String, String> {
                 driver.init()?;
                 driver.name(DEVICE as i32)
             });
-            format!("GPU {DEVICE}, {}", name.map_err(|e| e.to_string())?)
+            format!("GPU {DEVICE}, {}", name?)
         }
     };
     let mut out = format!("Tessera demo: three vGPUs share {gpu} for {seconds} s.\n");
@@ -129,7 +231,7 @@ fn introduction(machine: &Machine, seconds: u64) -> Result<String, String> {
 
 /// Starts the daemon, creates the vGPUs, runs the loads for `seconds` with a live view, and prints the
 /// summary (also when interrupted, then returning an error).
-fn demonstrate(machine: &mut Machine, seconds: u64) -> Result<(), String> {
+fn demonstrate(machine: &mut Machine, seconds: u64) -> Result<(), DemoError> {
     machine.start_daemon()?;
     for t in &TENANTS {
         create(machine, t)?;
@@ -146,19 +248,19 @@ fn demonstrate(machine: &mut Machine, seconds: u64) -> Result<(), String> {
     let start = wait_for_launches(machine, &mut reader)?;
     let (end, interrupted) = watch(machine, &mut reader, &start, seconds)?;
     show(&format!("\n{}", table::summary(&TENANTS, &start, &end)));
-    if interrupted { Err("interrupted; everything it started is stopped".into()) } else { Ok(()) }
+    if interrupted { Err(DemoError::Interrupted) } else { Ok(()) }
 }
 
 /// Creates vGPU `t` through the daemon.
-fn create(machine: &Machine, t: &Tenant) -> Result<(), String> {
+fn create(machine: &Machine, t: &Tenant) -> Result<(), DemoError> {
     let mut spec = VgpuSpec::new(t.name, DEVICE, t.quota, t.share);
     spec.cap = t.cap;
     spec.priority = if t.high { Priority::High } else { Priority::Normal };
-    machine.create(spec).map(drop).map_err(|e| format!("cannot create vGPU {}: {e}", t.name))
+    machine.create(spec).map(drop).map_err(|source| DemoError::CreateVgpu { name: t.name, source })
 }
 
 /// Waits until every vGPU has launched a kernel; the snapshot then starts the run.
-fn wait_for_launches(machine: &mut Machine, reader: &mut Reader) -> Result<Snapshot, String> {
+fn wait_for_launches(machine: &mut Machine, reader: &mut Reader) -> Result<Snapshot, DemoError> {
     let deadline = Instant::now() + LOAD_START;
     loop {
         reader.sample();
@@ -168,12 +270,11 @@ fn wait_for_launches(machine: &mut Machine, reader: &mut Reader) -> Result<Snaps
         }
         machine.check()?;
         if Instant::now() >= deadline {
-            let idle: Vec<&str> =
-                TENANTS.iter().zip(&now.vgpus).filter(|(_, v)| v.launches == 0).map(|(t, _)| t.name).collect();
-            return Err(format!("the loads of {} launched nothing within {} s", idle.join(", "), LOAD_START.as_secs()));
+            let idle = TENANTS.iter().zip(&now.vgpus).filter(|(_, v)| v.launches == 0).map(|(t, _)| t.name).collect();
+            return Err(DemoError::NoLaunches { idle });
         }
         if signals::sleep(Duration::from_millis(20)) {
-            return Err("interrupted".into());
+            return Err(DemoError::InterruptedStarting);
         }
     }
 }
@@ -185,7 +286,7 @@ fn watch(
     reader: &mut Reader,
     start: &Snapshot,
     seconds: u64,
-) -> Result<(Snapshot, bool), String> {
+) -> Result<(Snapshot, bool), DemoError> {
     let mut view = LiveView::new();
     let ticks = seconds as u32 * TICKS_PER_SECOND;
     let mut recent: VecDeque<Snapshot> = VecDeque::from([start.clone()]);

@@ -5,8 +5,23 @@
 
 use clap::{Args, Subcommand};
 use tessera_client::{BindReport, Client, Gpu, Mdev, MdevType, PciFunction, ReconcileReport};
-use tessera_host::paths;
+use tessera_host::paths::{self, PathError};
 use tessera_passthrough::names;
+
+/// Why `tessera devices ...` or `tessera mdev ...` failed (a malformed address or UUID is refused by clap
+/// with [`names`]' error before this).
+#[derive(Debug, thiserror::Error)]
+pub enum DevicesError {
+    /// The daemon's socket cannot be told (`TESSERA_SOCKET`).
+    #[error(transparent)]
+    Socket(#[from] PathError),
+    /// The daemon refused the request, or could not be reached.
+    #[error(transparent)]
+    Daemon(#[from] tessera_client::Error),
+    /// The reply could not be printed as JSON.
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+}
 
 /// `tessera devices`: the listing, or one of its subcommands.
 #[derive(Args)]
@@ -74,21 +89,24 @@ pub enum MdevCommand {
     },
 }
 
-fn address_value(text: &str) -> Result<String, String> {
-    names::pci_address(text).map_err(|e| e.message)
+/// A PCI address, in the form sysfs names it ([`names::pci_address`]; its error says what one looks like).
+fn address_value(text: &str) -> Result<String, tessera_client::Error> {
+    names::pci_address(text)
 }
 
-fn uuid_value(text: &str) -> Result<String, String> {
-    names::mdev_uuid(text).map_err(|e| e.message)
+/// An mdev UUID, in the form the kernel shows ([`names::mdev_uuid`]).
+fn uuid_value(text: &str) -> Result<String, tessera_client::Error> {
+    names::mdev_uuid(text)
 }
 
-fn json<T: serde::Serialize>(value: &T) -> Result<String, String> {
-    Ok(serde_json::to_string_pretty(value).map_err(|e| e.to_string())? + "\n")
+/// `value` as pretty JSON, with a final newline.
+fn json<T: serde::Serialize>(value: &T) -> Result<String, serde_json::Error> {
+    Ok(serde_json::to_string_pretty(value)? + "\n")
 }
 
 /// Runs `tessera devices ...`.
-pub fn run_devices(args: DevicesArgs) -> Result<(), String> {
-    let client = Client::new(paths::socket().map_err(|e| e.to_string())?);
+pub fn run_devices(args: DevicesArgs) -> Result<(), DevicesError> {
+    let client = Client::new(paths::socket()?);
     let out = match args.command {
         None if args.json => json(&client.devices()?)?,
         None => table(&client.devices()?),
@@ -101,8 +119,8 @@ pub fn run_devices(args: DevicesArgs) -> Result<(), String> {
 }
 
 /// Runs `tessera mdev ...`.
-pub fn run_mdev(command: MdevCommand) -> Result<(), String> {
-    let client = Client::new(paths::socket().map_err(|e| e.to_string())?);
+pub fn run_mdev(command: MdevCommand) -> Result<(), DevicesError> {
+    let client = Client::new(paths::socket()?);
     let out = match command {
         MdevCommand::Types { json: true } => json(&client.mdev_types()?)?,
         MdevCommand::Types { json: false } => types_table(&client.mdev_types()?),

@@ -10,7 +10,40 @@ use tessera_deviceplugin::config::DEFAULT_DEV_DIR;
 use tessera_deviceplugin::config::{Config, DEFAULT_DIR, DEFAULT_REPLICAS, DEFAULT_RESOURCE, DEFAULT_SOCKET_NAME};
 use tessera_deviceplugin::extra_resources::extras;
 use tessera_deviceplugin::inventory::NvmlFacts;
-use tessera_host::paths;
+use tessera_host::lib_dir::LibDirError;
+use tessera_host::paths::{self, PathError};
+
+/// An error of the device plugin crate (`tessera-deviceplugin`: its configuration check, the plugin's
+/// run, the CDI spec and files `tessera cdi` writes with it), kept as the crate gives it: a message today,
+/// its own error type once it has one (so that this crate need not change with it).
+pub type PluginError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Why `tessera k8s device-plugin` could not start, or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum K8sError {
+    /// `--gc-grace` is not a time.
+    #[error("{0:?} is not a time; give e.g. 30s or 2m")]
+    Grace(String),
+    /// A path of the daemon's files cannot be told (`TESSERA_SOCKET`, `TESSERA_REGION`,
+    /// `TESSERA_STATE_DIR`).
+    #[error(transparent)]
+    Path(#[from] PathError),
+    /// The shim's library folder is not found.
+    #[error(transparent)]
+    LibDir(#[from] LibDirError),
+    /// No `--node-name` (nor `NODE_NAME`), and the host name cannot be read.
+    #[error("cannot read the host name ({0}); give --node-name")]
+    HostName(#[source] std::io::Error),
+    /// The stop signals' handler could not be installed.
+    #[error(transparent)]
+    Signals(#[from] signals::SignalError),
+    /// The plugin's async runtime could not be started.
+    #[error("cannot start the plugin's runtime: {0}")]
+    Runtime(#[source] std::io::Error),
+    /// The configuration is refused, or the plugin failed (see [`PluginError`]).
+    #[error(transparent)]
+    Plugin(PluginError),
+}
 
 /// `tessera k8s ...`.
 #[derive(Subcommand)]
@@ -67,23 +100,23 @@ pub struct DevicePluginArgs {
 }
 
 /// Runs a `tessera k8s` command.
-pub fn run(command: K8sCommand) -> Result<(), String> {
+pub fn run(command: K8sCommand) -> Result<(), K8sError> {
     match command {
         K8sCommand::DevicePlugin(args) => device_plugin(args),
     }
 }
 
 /// Runs the device plugin until a signal.
-fn device_plugin(args: DevicePluginArgs) -> Result<(), String> {
-    let daemon_socket = paths::socket().map_err(|e| e.to_string())?;
+fn device_plugin(args: DevicePluginArgs) -> Result<(), K8sError> {
+    let daemon_socket = paths::socket()?;
     let config = Config {
         dir: args.dir,
         socket_name: args.socket_name,
         resource: args.resource,
         replicas: args.replicas,
-        region: paths::region().map_err(|e| e.to_string())?.into(),
-        shim: tessera_host::lib_dir::shim().map_err(|e| e.to_string())?,
-        state_dir: paths::state_dir().map_err(|e| e.to_string())?.join("device-plugin"),
+        region: paths::region()?.into(),
+        shim: tessera_host::lib_dir::shim()?,
+        state_dir: paths::state_dir()?.join("device-plugin"),
         daemon_socket: daemon_socket.clone(),
         gc_grace: args.gc_grace,
         dev_dir: args.dev_dir,
@@ -96,23 +129,22 @@ fn device_plugin(args: DevicePluginArgs) -> Result<(), String> {
         },
     };
     if args.check_config {
-        config.check_values()?;
+        config.check_values().map_err(|e| K8sError::Plugin(e.into()))?;
         print!("{}", describe(&config));
         return Ok(());
     }
-    config.check()?;
+    config.check().map_err(|e| K8sError::Plugin(e.into()))?;
     signals::install()?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_io()
-        .enable_time()
-        .build()
-        .map_err(|e| format!("cannot start the plugin's runtime: {e}"))?;
+    let runtime =
+        tokio::runtime::Builder::new_current_thread().enable_io().enable_time().build().map_err(K8sError::Runtime)?;
     let stop = async {
         while !signals::stop_requested() {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     };
-    runtime.block_on(tessera_deviceplugin::plugin::run(config, Client::new(daemon_socket), NvmlFacts::open(), stop))
+    runtime
+        .block_on(tessera_deviceplugin::plugin::run(config, Client::new(daemon_socket), NvmlFacts::open(), stop))
+        .map_err(|e| K8sError::Plugin(e.into()))
 }
 
 /// The configuration as `--check-config` prints it: one `key: value` per line.
@@ -141,18 +173,17 @@ fn describe(config: &Config) -> String {
 }
 
 /// This machine's host name (the node's name in Kubernetes unless told otherwise).
-fn host_name() -> Result<String, String> {
-    let name = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map_err(|e| format!("cannot read the host name ({e}); give --node-name"))?;
+fn host_name() -> Result<String, K8sError> {
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname").map_err(K8sError::HostName)?;
     Ok(name.trim().to_string())
 }
 
 /// A grace period: a number with `s` or `m` (`30s`, `2m`), or plain seconds.
-fn parse_grace(text: &str) -> Result<Duration, String> {
+fn parse_grace(text: &str) -> Result<Duration, K8sError> {
     let (number, unit) = match text.strip_suffix('m') {
         Some(n) => (n, 60),
         None => (text.strip_suffix('s').unwrap_or(text), 1),
     };
-    let n: u64 = number.trim().parse().map_err(|_| format!("{text:?} is not a time; give e.g. 30s or 2m"))?;
+    let n: u64 = number.trim().parse().map_err(|_| K8sError::Grace(text.to_string()))?;
     Ok(Duration::from_secs(n * unit))
 }

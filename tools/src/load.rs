@@ -43,11 +43,25 @@ pub struct LoadArgs {
     device: i32,
 }
 
+/// Why the load failed.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// `--seconds` is not a positive number.
+    #[error("{0:?} is not a positive number of seconds")]
+    Seconds(String),
+    /// The stop signals' handler could not be installed.
+    #[error(transparent)]
+    Signals(#[from] signals::SignalError),
+    /// The driver does not load, or a call of the load's failed.
+    #[error(transparent)]
+    Driver(#[from] DriverError),
+}
+
 /// A positive number of seconds.
-fn seconds_value(text: &str) -> Result<f64, String> {
+fn seconds_value(text: &str) -> Result<f64, LoadError> {
     match text.trim().parse::<f64>() {
         Ok(s) if s > 0.0 && s.is_finite() => Ok(s),
-        _ => Err(format!("{text:?} is not a positive number of seconds")),
+        _ => Err(LoadError::Seconds(text.to_string())),
     }
 }
 
@@ -65,9 +79,9 @@ fn spike_due(elapsed: Duration) -> bool {
 }
 
 /// Runs the load.
-pub fn run(args: LoadArgs) -> Result<(), String> {
+pub fn run(args: LoadArgs) -> Result<(), LoadError> {
     signals::install()?;
-    drive(&args).map_err(|e| e.to_string())
+    Ok(drive(&args)?)
 }
 
 /// The load itself, once the signals are handled.
@@ -117,7 +131,7 @@ mod tests {
         assert_eq!(pause_left(ms(5_250), burst, pause), Some(ms(250)));
         assert_eq!(pause_left(ms(250), None, pause), None, "not bursty");
         assert!(!spike_due(ms(999)) && spike_due(ms(1_000)) && !spike_due(ms(2_000)));
-        assert_eq!(seconds_value("2.5"), Ok(2.5));
+        assert_eq!(seconds_value("2.5").ok(), Some(2.5));
         assert!(seconds_value("0").is_err() && seconds_value("-1").is_err() && seconds_value("x").is_err());
     }
 }

@@ -110,28 +110,91 @@ enum Command {
     Load(load::LoadArgs),
 }
 
-fn main() -> ExitCode {
-    let cli = Cli::parse();
-    let result = match cli.command {
-        Command::Run(args) => return run::run(args),
-        Command::Demo(args) => demo::run(args),
-        Command::Load(args) => load::run(args),
-        Command::Daemon(args) => daemon_cmd::run(args),
-        Command::Vgpu { command } => vgpu_cmd::run(command),
-        Command::Devices(args) => devices_cmd::run_devices(args),
-        Command::Mdev { command } => devices_cmd::run_mdev(command),
-        Command::Top(args) => top::run(args),
-        Command::Info(args) => info::run(args),
-        Command::K8s { command } => k8s_cmd::run(command),
-        Command::Cdi { command } => cdi_cmd::run(command),
-        Command::Simgpu { command } => simgpu_cmd::run(command),
+/// Why a `tessera` command failed: the command's own error, printed as it words it; the exit status and
+/// the message's prefix are decided here, for every command ([`CliError::exit_code`], [`CliError::prefix`]).
+#[derive(Debug, thiserror::Error)]
+enum CliError {
+    /// `tessera demo`.
+    #[error(transparent)]
+    Demo(#[from] demo::DemoError),
+    /// `tessera load`.
+    #[error(transparent)]
+    Load(#[from] load::LoadError),
+    /// `tessera daemon`.
+    #[error(transparent)]
+    Daemon(#[from] daemon_cmd::DaemonCmdError),
+    /// `tessera vgpu ...`.
+    #[error(transparent)]
+    Vgpu(#[from] vgpu_cmd::VgpuCmdError),
+    /// `tessera devices ...` and `tessera mdev ...`.
+    #[error(transparent)]
+    Devices(#[from] devices_cmd::DevicesError),
+    /// `tessera top`.
+    #[error(transparent)]
+    Top(#[from] top::TopError),
+    /// `tessera info`.
+    #[error(transparent)]
+    Info(#[from] info::InfoError),
+    /// `tessera run`.
+    #[error(transparent)]
+    Run(#[from] run::RunError),
+    /// `tessera k8s ...`.
+    #[error(transparent)]
+    K8s(#[from] k8s_cmd::K8sError),
+    /// `tessera cdi ...`.
+    #[error(transparent)]
+    Cdi(#[from] cdi_cmd::CdiError),
+    /// `tessera simgpu ...`: the simulated GPU's folder is not found.
+    #[error(transparent)]
+    Simgpu(#[from] lib_dir::LibDirError),
+}
+
+impl CliError {
+    /// The exit status: `tessera run`'s own (127 or 126 when the command cannot be run, as a shell says),
+    /// else 1. (clap exits with 2 on a usage error, before any command runs.)
+    fn exit_code(&self) -> ExitCode {
+        match self {
+            CliError::Run(e) => ExitCode::from(e.exit_code()),
+            _ => ExitCode::FAILURE,
+        }
+    }
+
+    /// What the message on stderr starts with: `tessera run` for `tessera run` (whose own output may be
+    /// the command's, so it says which program speaks), else `tessera`.
+    fn prefix(&self) -> &'static str {
+        match self {
+            CliError::Run(_) => "tessera run",
+            _ => "tessera",
+        }
+    }
+}
+
+/// Runs the command given.
+fn dispatch(command: Command) -> Result<(), CliError> {
+    match command {
+        Command::Run(args) => match run::run(args)? {},
+        Command::Demo(args) => demo::run(args)?,
+        Command::Load(args) => load::run(args)?,
+        Command::Daemon(args) => daemon_cmd::run(args)?,
+        Command::Vgpu { command } => vgpu_cmd::run(command)?,
+        Command::Devices(args) => devices_cmd::run_devices(args)?,
+        Command::Mdev { command } => devices_cmd::run_mdev(command)?,
+        Command::Top(args) => top::run(args)?,
+        Command::Info(args) => info::run(args)?,
+        Command::K8s { command } => k8s_cmd::run(command)?,
+        Command::Cdi { command } => cdi_cmd::run(command)?,
+        Command::Simgpu { command } => simgpu_cmd::run(command)?,
         Command::Completions(args) => completions::run::<Cli>(args),
-    };
-    match result {
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    match dispatch(Cli::parse().command) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(message) => {
-            eprintln!("tessera: {message}");
-            ExitCode::FAILURE
+        Err(e) => {
+            eprintln!("{}: {e}", e.prefix());
+            e.exit_code()
         }
     }
 }

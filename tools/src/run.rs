@@ -6,12 +6,13 @@
 
 use crate::lib_dir::SHIM;
 use clap::Args;
+use std::convert::Infallible;
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use tessera_ffi::cublas::TF32_OVERRIDE;
 use tessera_ffi::units::{VGPU_NAME_FORM, parse_memory_limit, valid_vgpu_name};
+use tessera_host::lib_dir::LibDirError;
 use tessera_host::paths;
 use tessera_region::file as region_file;
 use tessera_region::flags::TENSOR_CORES_OFF;
@@ -31,26 +32,67 @@ pub struct RunArgs {
     command: Vec<OsString>,
 }
 
-/// `--memory`, checked as the shim checks `TESSERA_MEMORY_LIMIT`.
-fn memory_value(text: &str) -> Result<String, String> {
-    parse_memory_limit(text).map(|_| text.trim().to_string())
+/// Why `tessera run` did not run the command: a value refused (a usage error, from clap), the shim or the
+/// environment unfit, or the command itself not started. [`RunError::exit_code`] says the status.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// `--memory` is not a quota (the message of `tessera_ffi::units`).
+    #[error("{0}")]
+    Memory(String),
+    /// A vGPU name argument is not one a vGPU may have.
+    #[error("{0:?} is not a vGPU name; {VGPU_NAME_FORM}")]
+    NotAVgpuName(String),
+    /// The shim's library folder is not found, or (on the simulated GPU) the simulated driver's.
+    #[error(transparent)]
+    LibDir(#[from] LibDirError),
+    /// The shim's path is not UTF-8, which `LD_PRELOAD` needs.
+    #[error("{} is not valid UTF-8", .0.display())]
+    ShimNotUtf8(PathBuf),
+    /// The shim's path has a space or a colon, where `LD_PRELOAD` splits.
+    #[error("{0} cannot be preloaded: LD_PRELOAD splits paths at spaces and colons")]
+    ShimNotPreloadable(String),
+    /// The inherited `TESSERA_VGPU` is not UTF-8.
+    #[error("TESSERA_VGPU={0:?} is not valid UTF-8; give a vGPU name or unset it")]
+    VgpuVarNotUtf8(OsString),
+    /// The command could not be executed.
+    #[error("cannot run {}: {source}", .program.to_string_lossy())]
+    Exec {
+        /// The command, as given.
+        program: OsString,
+        /// Why `exec` failed.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
-/// `--vgpu` (and every vGPU name argument), checked as the shim checks `TESSERA_VGPU`.
-pub fn vgpu_value(text: &str) -> Result<String, String> {
-    if valid_vgpu_name(text) {
-        Ok(text.to_string())
-    } else {
-        Err(format!("{text:?} is not a vGPU name; {VGPU_NAME_FORM}"))
+impl RunError {
+    /// The exit status: as a shell reports a command it cannot run, 127 when it does not exist, 126 when it
+    /// cannot be executed; 1 for everything before.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            RunError::Exec { source, .. } if source.kind() == std::io::ErrorKind::NotFound => 127,
+            RunError::Exec { .. } => 126,
+            _ => 1,
+        }
     }
 }
 
+/// `--memory`, checked as the shim checks `TESSERA_MEMORY_LIMIT`.
+fn memory_value(text: &str) -> Result<String, RunError> {
+    parse_memory_limit(text).map(|_| text.trim().to_string()).map_err(RunError::Memory)
+}
+
+/// `--vgpu` (and every vGPU name argument), checked as the shim checks `TESSERA_VGPU`.
+pub fn vgpu_value(text: &str) -> Result<String, RunError> {
+    if valid_vgpu_name(text) { Ok(text.to_string()) } else { Err(RunError::NotAVgpuName(text.to_string())) }
+}
+
 /// The shim of this `tessera` (see [`crate::lib_dir`]), checked to be preloadable.
-fn shim_library() -> Result<PathBuf, String> {
-    let path = crate::lib_dir::shim().map_err(|e| e.to_string())?;
-    let text = path.to_str().ok_or_else(|| format!("{} is not valid UTF-8", path.display()))?;
+fn shim_library() -> Result<PathBuf, RunError> {
+    let path = crate::lib_dir::shim()?;
+    let text = path.to_str().ok_or_else(|| RunError::ShimNotUtf8(path.clone()))?;
     if text.contains([' ', ':']) {
-        return Err(format!("{text} cannot be preloaded: LD_PRELOAD splits paths at spaces and colons"));
+        return Err(RunError::ShimNotPreloadable(text.to_string()));
     }
     Ok(path)
 }
@@ -74,7 +116,7 @@ fn tensor_cores_off(name: &str) -> bool {
 }
 
 /// The variables to set for the command.
-fn environment(args: &RunArgs, shim: &Path) -> Result<Vec<(String, String)>, String> {
+fn environment(args: &RunArgs, shim: &Path) -> Result<Vec<(String, String)>, RunError> {
     let mut env = vec![("LD_PRELOAD".to_string(), preload(shim, std::env::var("LD_PRELOAD").ok().as_deref()))];
     if let Some(memory) = &args.memory {
         env.push(("TESSERA_MEMORY_LIMIT".into(), memory.clone()));
@@ -82,9 +124,7 @@ fn environment(args: &RunArgs, shim: &Path) -> Result<Vec<(String, String)>, Str
     if let Some(vgpu) = &args.vgpu {
         env.push(("TESSERA_VGPU".into(), vgpu.clone()));
     }
-    let inherited = std::env::var_os("TESSERA_VGPU").map(|v| {
-        v.into_string().map_err(|v| format!("TESSERA_VGPU={v:?} is not valid UTF-8; give a vGPU name or unset it"))
-    });
+    let inherited = std::env::var_os("TESSERA_VGPU").map(|v| v.into_string().map_err(RunError::VgpuVarNotUtf8));
     let vgpu = match (&args.vgpu, inherited) {
         (Some(v), _) => Some(v.clone()),
         (None, inherited) => inherited.transpose()?,
@@ -97,7 +137,7 @@ fn environment(args: &RunArgs, shim: &Path) -> Result<Vec<(String, String)>, Str
         env.push((var.into(), value.into()));
     }
     if !crate::driver::real_driver_present() {
-        let folder = crate::lib_dir::simgpu_folder().map_err(|e| e.to_string())?;
+        let folder = crate::lib_dir::simgpu_folder()?;
         let old = std::env::var("LD_LIBRARY_PATH").ok();
         for (key, value) in simgpu_host::libdir::environment(&folder, old.as_deref()) {
             let already = std::env::var(&key).ok();
@@ -114,21 +154,13 @@ fn environment(args: &RunArgs, shim: &Path) -> Result<Vec<(String, String)>, Str
     Ok(env)
 }
 
-/// Runs `tessera run`: only returns when the command cannot be started (or the arguments are wrong).
-pub fn run(args: RunArgs) -> ExitCode {
-    let fail = |message: String, code: u8| {
-        eprintln!("tessera run: {message}");
-        ExitCode::from(code)
-    };
-    let env = match shim_library().and_then(|shim| environment(&args, &shim)) {
-        Ok(env) => env,
-        Err(message) => return fail(message, 1),
-    };
+/// Runs `tessera run`: `exec`s the command, so it only returns when the command cannot be started (or the
+/// shim or the environment is unfit).
+pub fn run(args: RunArgs) -> Result<Infallible, RunError> {
+    let env = environment(&args, &shim_library()?)?;
     let (program, rest) = args.command.split_first().expect("clap requires a command");
-    let error = std::process::Command::new(program).args(rest).envs(env).exec();
-    // As a shell reports it: 127 when the command does not exist, 126 when it cannot be executed.
-    let code = if error.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 };
-    fail(format!("cannot run {}: {error}", program.to_string_lossy()), code)
+    let source = std::process::Command::new(program).args(rest).envs(env).exec();
+    Err(RunError::Exec { program: program.clone(), source })
 }
 
 #[cfg(test)]
@@ -152,14 +184,25 @@ mod tests {
 
     #[test]
     fn values_are_checked_like_the_shims_variables() {
-        assert_eq!(memory_value("1GiB"), Ok("1GiB".into()));
+        assert_eq!(memory_value("1GiB").ok(), Some("1GiB".into()));
         assert!(memory_value("0=1GiB,1=2GiB").is_ok());
-        assert!(memory_value("lots").unwrap_err().contains("8GiB"));
+        assert!(memory_value("lots").unwrap_err().to_string().contains("8GiB"));
         for bad in ["0", "0=0", "0B", "1=0KiB", "18446744073709551615", "0=18446744073709551615", "+1GiB"] {
             assert!(memory_value(bad).is_err(), "{bad:?}");
         }
         assert!(vgpu_value("team-a").is_ok());
-        assert!(vgpu_value("a/b").unwrap_err().contains("not a vGPU name"));
+        assert!(vgpu_value("a/b").unwrap_err().to_string().contains("not a vGPU name"));
+    }
+
+    #[test]
+    fn a_command_that_cannot_run_exits_as_a_shell_says() {
+        let exec = |kind: std::io::ErrorKind| RunError::Exec { program: "prog".into(), source: kind.into() };
+        assert_eq!(exec(std::io::ErrorKind::NotFound).exit_code(), 127);
+        assert_eq!(exec(std::io::ErrorKind::PermissionDenied).exit_code(), 126);
+        assert_eq!(RunError::ShimNotPreloadable("/a b/libtessera.so".into()).exit_code(), 1);
+        let e = std::process::Command::new("/nonexistent/prog").exec();
+        let text = RunError::Exec { program: "/nonexistent/prog".into(), source: e }.to_string();
+        assert!(text.starts_with("cannot run /nonexistent/prog: No such file or directory"), "{text}");
     }
 }
 

@@ -3,7 +3,8 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-/// Set by the handler.
+/// Set by the handler. A static because a signal handler is a plain `extern "C" fn` with no argument of
+/// ours: a static is all it can reach.
 static STOP: AtomicBool = AtomicBool::new(false);
 
 /// The handler: stores one flag, which is async-signal-safe.
@@ -11,9 +12,23 @@ extern "C" fn on_signal(_signal: libc::c_int) {
     STOP.store(true, Ordering::Release);
 }
 
+/// Why the handler could not be installed.
+#[derive(Debug, thiserror::Error)]
+pub enum SignalError {
+    /// `sigaction` refused a signal.
+    #[error("cannot handle signal {signal}: {source}")]
+    Install {
+        /// The signal, e.g. `libc::SIGTERM`.
+        signal: libc::c_int,
+        /// What the system said.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
 /// Installs the handler for SIGINT, SIGTERM and SIGHUP (programs this process `exec`s get the default
 /// dispositions back).
-pub fn install() -> Result<(), String> {
+pub fn install() -> Result<(), SignalError> {
     for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
         // SAFETY: sigaction is plain data, zeroed then filled; the handler only touches an atomic; the
         // pointer to the action is valid for the call.
@@ -25,7 +40,7 @@ pub fn install() -> Result<(), String> {
             libc::sigaction(signal, &action, std::ptr::null_mut())
         };
         if status != 0 {
-            return Err(format!("cannot handle signal {signal}: {}", std::io::Error::last_os_error()));
+            return Err(SignalError::Install { signal, source: std::io::Error::last_os_error() });
         }
     }
     Ok(())

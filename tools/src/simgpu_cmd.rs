@@ -1,6 +1,7 @@
 //! `tessera simgpu ...`: make programs on this machine use the simulated GPU.
 
 use clap::Subcommand;
+use tessera_host::lib_dir::LibDirError;
 
 /// Subcommands of `tessera simgpu`.
 #[derive(Subcommand)]
@@ -12,9 +13,9 @@ pub enum SimgpuCommand {
     Libdir,
 }
 
-/// Runs one `tessera simgpu` subcommand.
-pub fn run(command: SimgpuCommand) -> Result<(), String> {
-    let folder = crate::lib_dir::simgpu_folder().map_err(|e| e.to_string())?;
+/// Runs one `tessera simgpu` subcommand; its only error is the simulated GPU's folder not being found.
+pub fn run(command: SimgpuCommand) -> Result<(), LibDirError> {
+    let folder = crate::lib_dir::simgpu_folder()?;
     match command {
         SimgpuCommand::Env => print!("{}", simgpu_host::libdir::export_lines(&folder)),
         SimgpuCommand::Libdir => println!("{}", folder.display()),

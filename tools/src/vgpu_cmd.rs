@@ -7,8 +7,32 @@
 use clap::{Args, Subcommand, ValueEnum};
 use tessera_client::{Achieved, Change, Client, Mode, PagerReport, Priority, Request, Stats, VgpuSpec, VgpuStatus};
 use tessera_ffi::units::{format_size, parse_duration_ns, parse_quota, parse_share};
-use tessera_host::paths;
+use tessera_host::paths::{self, PathError};
 use tessera_scheduler::config::{MAX_WINDOW_NS, MIN_WINDOW_NS};
+
+/// Why a `tessera vgpu` subcommand failed: a value refused before the daemon sees it (a usage error, from
+/// clap), or the request itself.
+#[derive(Debug, thiserror::Error)]
+pub enum VgpuCmdError {
+    /// A memory quota, share or duration that does not parse (the message of `tessera_ffi::units`).
+    #[error("{0}")]
+    Value(String),
+    /// A window that parses but is outside 1us-1s.
+    #[error("a window of {0} is out of range; use 1us to 1s")]
+    WindowOutOfRange(String),
+    /// A user that names no account.
+    #[error(transparent)]
+    User(#[from] crate::account::AccountError),
+    /// The daemon's socket cannot be told (`TESSERA_SOCKET`).
+    #[error(transparent)]
+    Socket(#[from] PathError),
+    /// The daemon refused the request, or could not be reached.
+    #[error(transparent)]
+    Daemon(#[from] tessera_client::Error),
+    /// The reply could not be printed as JSON.
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+}
 
 /// Subcommands of `tessera vgpu`.
 #[derive(Subcommand)]
@@ -198,28 +222,28 @@ pub struct SetArgs {
 }
 
 /// A memory quota, checked as each value of `TESSERA_MEMORY_LIMIT` is: above zero, below the no-limit marker.
-fn memory_value(text: &str) -> Result<u64, String> {
-    parse_quota(text)
+fn memory_value(text: &str) -> Result<u64, VgpuCmdError> {
+    parse_quota(text).map_err(VgpuCmdError::Value)
 }
 
 /// A share, checked as `TESSERA_COMPUTE_SHARE` is: `30` or `30%`, 1 to 100 (0 would starve the vGPU).
-fn share_value(text: &str) -> Result<u32, String> {
-    parse_share(text)
+fn share_value(text: &str) -> Result<u32, VgpuCmdError> {
+    parse_share(text).map_err(VgpuCmdError::Value)
 }
 
 /// A window: a duration from 1us to 1s.
-fn window_value(text: &str) -> Result<u64, String> {
-    let ns = parse_duration_ns(text)?;
+fn window_value(text: &str) -> Result<u64, VgpuCmdError> {
+    let ns = parse_duration_ns(text).map_err(VgpuCmdError::Value)?;
     if (MIN_WINDOW_NS..=MAX_WINDOW_NS).contains(&ns) {
         Ok(ns)
     } else {
-        Err(format!("a window of {text} is out of range; use 1us to 1s"))
+        Err(VgpuCmdError::WindowOutOfRange(text.to_string()))
     }
 }
 
 /// A user: the name or uid of an existing account (see [`crate::account::resolve`]).
-fn user_value(text: &str) -> Result<u32, String> {
-    crate::account::resolve(text)
+fn user_value(text: &str) -> Result<u32, VgpuCmdError> {
+    Ok(crate::account::resolve(text)?)
 }
 
 /// `ns` in the largest unit that keeps it whole: `1ms`, `250us`, `1500ns`.
@@ -448,8 +472,8 @@ fn defragged(name: &str, r: &PagerReport) -> String {
 }
 
 /// Runs one `tessera vgpu` subcommand.
-pub fn run(command: VgpuCommand) -> Result<(), String> {
-    let client = Client::new(paths::socket().map_err(|e| e.to_string())?);
+pub fn run(command: VgpuCommand) -> Result<(), VgpuCmdError> {
+    let client = Client::new(paths::socket()?);
     // What a resume brings back, said after it (a vGPU that does not exist fails the resume itself).
     let before = match &command {
         VgpuCommand::Resume { name, .. } => client.show(name).ok(),
@@ -458,16 +482,12 @@ pub fn run(command: VgpuCommand) -> Result<(), String> {
     let response = client.request(&request(&command))?;
     let first = response.vgpus.first();
     let out = match (&command, first) {
-        (VgpuCommand::List { json: true }, _) => {
-            serde_json::to_string_pretty(&response.vgpus).map_err(|e| e.to_string())? + "\n"
-        }
+        (VgpuCommand::List { json: true }, _) => serde_json::to_string_pretty(&response.vgpus)? + "\n",
         (VgpuCommand::List { json: false }, _) if response.vgpus.is_empty() => {
             "no vGPUs; create one with `tessera vgpu create`\n".into()
         }
         (VgpuCommand::List { json: false }, _) => table(&response.vgpus, client.stats(None).ok().as_ref()),
-        (VgpuCommand::Show { json: true, .. }, Some(v)) => {
-            serde_json::to_string_pretty(v).map_err(|e| e.to_string())? + "\n"
-        }
+        (VgpuCommand::Show { json: true, .. }, Some(v)) => serde_json::to_string_pretty(v)? + "\n",
         (VgpuCommand::Show { name, .. }, Some(v)) => {
             // The achieved share is a second request: a daemon that cannot answer it still shows the rest.
             let achieved = client.stats(Some(name)).ok().and_then(|s| s.vgpus.first().map(|v| v.achieved));
@@ -515,9 +535,9 @@ mod tests {
         command: VgpuCommand,
     }
 
-    fn parse(args: &[&str]) -> Result<Request, String> {
+    fn parse(args: &[&str]) -> Result<Request, clap::Error> {
         let args = std::iter::once("vgpu").chain(args.iter().copied());
-        Cli::try_parse_from(args).map(|c| request(&c.command)).map_err(|e| e.to_string())
+        Cli::try_parse_from(args).map(|c| request(&c.command))
     }
 
     #[test]
@@ -527,11 +547,11 @@ mod tests {
         assert_eq!(spec.mode, Mode::Hard, "hard by default");
         let Ok(Request::Create { spec }) = parse(&[&create[..], &["--mode", "soft"]].concat()) else { panic!() };
         assert_eq!(spec.mode, Mode::Soft);
-        let e = parse(&[&create[..], &["--mode", "firm"]].concat()).unwrap_err();
+        let e = parse(&[&create[..], &["--mode", "firm"]].concat()).unwrap_err().to_string();
         assert!(e.contains("firm") && e.contains("hard") && e.contains("soft"), "{e}");
         let Ok(Request::Set { change, .. }) = parse(&["set", "a", "--mode", "hard"]) else { panic!() };
         assert_eq!(change, Change { mode: Some(Mode::Hard), ..Change::default() });
-        assert_eq!(parse(&["defrag", "a"]), Ok(Request::Defrag { name: "a".into() }));
+        assert_eq!(parse(&["defrag", "a"]).ok(), Some(Request::Defrag { name: "a".into() }));
         assert!(parse(&["defrag", "a/b"]).is_err());
     }
 
@@ -606,20 +626,26 @@ mod tests {
 
     #[test]
     fn values_are_checked_before_the_daemon_sees_them() {
-        assert_eq!(share_value("30"), Ok(30));
-        assert_eq!(share_value("30%"), Ok(30));
+        assert_eq!(share_value("30").ok(), Some(30));
+        assert_eq!(share_value("30%").ok(), Some(30));
         for bad in ["0", "0%", "101", "-1", "+30", "30.5", "half", ""] {
-            assert!(share_value(bad).unwrap_err().contains("not a share"), "{bad:?}");
+            assert!(share_value(bad).unwrap_err().to_string().contains("not a share"), "{bad:?}");
         }
-        assert_eq!(memory_value("1GiB"), Ok(1 << 30));
+        assert_eq!(memory_value("1GiB").ok(), Some(1 << 30));
         for bad in ["0", "0B", "lots", "18446744073709551615", "18446744073709551616", "+1GiB"] {
             assert!(memory_value(bad).is_err(), "{bad:?}");
         }
-        assert_eq!(window_value("2ms"), Ok(2_000_000));
-        assert_eq!((user_value("root"), user_value("0")), (Ok(0), Ok(0)));
-        assert!(user_value("no-such-user-here").unwrap_err().contains("no user"));
-        assert!(user_value("4294967295").unwrap_err().contains("no user (-1)"));
-        assert!(user_value("4294967290").unwrap_err().contains("no user"), "a uid without an account");
+        assert_eq!(window_value("2ms").ok(), Some(2_000_000));
+        assert_eq!((user_value("root").ok(), user_value("0").ok()), (Some(0), Some(0)));
+        assert!(user_value("no-such-user-here").unwrap_err().to_string().contains("no user"));
+        assert!(user_value("4294967295").unwrap_err().to_string().contains("no user (-1)"));
+        let e = user_value("4294967290").unwrap_err().to_string();
+        assert!(e.contains("no user"), "a uid without an account: {e}");
+        assert_eq!(
+            window_value("2s").unwrap_err().to_string(),
+            "a window of 2s is out of range; use 1us to 1s",
+            "the wording the docs show"
+        );
         for bad in ["4294967296", "-1", "+0", ""] {
             assert!(user_value(bad).is_err(), "{bad:?}");
         }

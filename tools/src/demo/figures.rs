@@ -3,6 +3,7 @@
 //! engine time each vGPU's process obtained, from the simulated GPU's state file: the ground truth of the
 //! share it got (on a real GPU, the device time the shim measured stands in for it).
 
+use super::DemoError;
 use super::entitlement::{Ledger, Sample, Totals};
 use simgpu_host::SharedState;
 use simgpu_host::meter::EngineMeter;
@@ -102,24 +103,23 @@ impl Reader {
         names: &[&str],
         device: u32,
         simulated: Option<(&simgpu_host::Config, Vec<Vec<u32>>)>,
-    ) -> Result<Reader, String> {
-        let region = RegionFile::open(region).map_err(|e| e.to_string())?;
+    ) -> Result<Reader, DemoError> {
+        let region = RegionFile::open(region)?;
         let slots = {
-            let locked = region.lock().map_err(|e| e.to_string())?;
+            let locked = region.lock()?;
             let find = |name: &&str| {
-                tessera_scheduler::inspect::find(&locked, name)
-                    .ok_or_else(|| format!("vGPU {name} is not in the region"))
+                tessera_scheduler::inspect::find(&locked, name).ok_or_else(|| DemoError::NotInRegion(name.to_string()))
             };
             names.iter().map(find).collect::<Result<Vec<_>, _>>()?
         };
         // Their live state is in their own files: seen where their processes and the daemon see it.
         for &slot in &slots {
-            region.map_live(slot, None).map_err(|e| e.to_string())?;
+            region.map_live(slot, None)?;
         }
         let device = device as usize;
         let engine = match simulated {
             Some((config, pids)) => Some(Engine {
-                state: SharedState::open(config, false).map_err(|e| e.to_string())?,
+                state: SharedState::open(config, false).map_err(DemoError::SimgpuState)?,
                 meter: EngineMeter::new(device, pids),
             }),
             None => None,

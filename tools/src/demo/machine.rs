@@ -5,6 +5,7 @@
 //! and killed by the kernel should the demo die. Dropping the machine kills what still runs and removes
 //! the directory, on every way out (but SIGKILL, after which only the directory remains).
 
+use super::DemoError;
 use crate::signals;
 use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::fs::DirBuilderExt;
@@ -41,14 +42,14 @@ pub struct Machine {
 
 impl Machine {
     /// A machine on the real GPU when the machine has an NVIDIA driver, else on the simulated one.
-    pub fn new() -> Result<Machine, String> {
-        let exe = std::env::current_exe().map_err(|e| format!("cannot locate the tessera executable: {e}"))?;
+    pub fn new() -> Result<Machine, DemoError> {
+        let exe = std::env::current_exe().map_err(DemoError::Executable)?;
         let dir = std::env::temp_dir().join(format!("tessera-demo-{}", std::process::id()));
         let mut env = local::private_environment(&dir);
         let simgpu = if crate::driver::real_driver_present() {
             None
         } else {
-            let folder = crate::lib_dir::simgpu_folder().map_err(|e| e.to_string())?;
+            let folder = crate::lib_dir::simgpu_folder()?;
             let old = std::env::var("LD_LIBRARY_PATH").ok();
             let state = ("SIMGPU_STATE".to_string(), dir.join("simgpu.state").to_string_lossy().into_owned());
             env.extend(
@@ -58,7 +59,7 @@ impl Machine {
             let lookup = env.clone();
             let config =
                 simgpu_host::Config::from_lookup(move |k| lookup.iter().find(|(e, _)| e == k).map(|(_, v)| v.clone()))
-                    .map_err(|e| e.to_string())?;
+                    .map_err(DemoError::SimgpuConfig)?;
             Some(config)
         };
         // Created last, new and private (a stale one, from a run of a process with this pid, goes first):
@@ -67,7 +68,7 @@ impl Machine {
         let create = |d: &Path| std::fs::DirBuilder::new().mode(0o700).create(d);
         create(&dir)
             .and_then(|_| create(&dir.join("logs")))
-            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+            .map_err(|source| DemoError::Create { path: dir.clone(), source })?;
         Ok(Machine { dir, simgpu, exe, env, daemon: None, loads: Vec::new() })
     }
 
@@ -88,10 +89,10 @@ impl Machine {
 
     /// `tessera ARGS` with the machine's environment, logging to `logs/<log>.log`, in a process group of
     /// its own, and sent `death` by the kernel if the demo dies; not started yet.
-    fn command(&self, log: &str, death: libc::c_int, args: &[&str]) -> Result<(Command, PathBuf), String> {
+    fn command(&self, log: &str, death: libc::c_int, args: &[&str]) -> Result<(Command, PathBuf), DemoError> {
         let log = self.dir.join("logs").join(format!("{log}.log"));
-        let file = std::fs::File::create(&log).map_err(|e| format!("cannot create {}: {e}", log.display()))?;
-        let err = file.try_clone().map_err(|e| format!("{}: {e}", log.display()))?;
+        let file = std::fs::File::create(&log).map_err(|source| DemoError::Create { path: log.clone(), source })?;
+        let err = file.try_clone().map_err(|source| DemoError::Log { path: log.clone(), source })?;
         let mut cmd = Command::new(&self.exe);
         cmd.args(args).stdin(Stdio::null()).stdout(file).stderr(err).process_group(0);
         local::isolate(&mut cmd, &self.env, &KEPT);
@@ -113,32 +114,30 @@ impl Machine {
     }
 
     /// Starts [`Machine::command`].
-    fn spawn(&self, what: &str, log: &str, death: libc::c_int, args: &[&str]) -> Result<Running, String> {
+    fn spawn(&self, what: &str, log: &str, death: libc::c_int, args: &[&str]) -> Result<Running, DemoError> {
         let (mut cmd, log) = self.command(log, death, args)?;
-        let child = cmd.spawn().map_err(|e| format!("cannot start {what}: {e}"))?;
+        let child = cmd.spawn().map_err(|source| DemoError::Start { what: what.into(), source })?;
         Ok(Running { what: what.into(), child, log })
     }
 
     /// Starts `tessera daemon` and waits until it answers. Should the demo die, the daemon gets SIGTERM and
     /// stops cleanly.
-    pub fn start_daemon(&mut self) -> Result<(), String> {
+    pub fn start_daemon(&mut self) -> Result<(), DemoError> {
         let (cmd, log) = self.command("daemon", libc::SIGTERM, &["daemon"])?;
         let socket = self.socket();
         let started = LocalDaemon::start(cmd, &socket, local::START_TIMEOUT, || {
             if signals::stop_requested() {
                 return Err(Error::new(ErrorCode::Unavailable, "interrupted"));
             }
-            self.check().map_err(|e| Error::new(ErrorCode::Unavailable, e))
+            self.check().map_err(|e| Error::new(ErrorCode::Unavailable, e.to_string()))
         });
         match started {
             Ok(daemon) => {
                 self.daemon = Some((daemon, log));
                 Ok(())
             }
-            Err(e) if e.message.starts_with("the daemon exited") => {
-                Err(format!("the daemon exited early:\n{}", tail(&log)))
-            }
-            Err(e) => Err(e.message),
+            Err(e) if e.message.starts_with("the daemon exited") => Err(DemoError::DaemonExited { log: tail(&log) }),
+            Err(e) => Err(e.into()),
         }
     }
 
@@ -153,7 +152,7 @@ impl Machine {
     /// Starts `tessera load ARGS` in vGPU `vgpu` under the shim; returns its pid (`tessera run` `exec`s).
     /// Should the demo die, the load gets SIGKILL: a launch waiting for tokens would wait for the daemon
     /// forever (a restarted daemon resumes it), so it could not act on SIGTERM.
-    pub fn start_load(&mut self, vgpu: &str, args: &[&str]) -> Result<u32, String> {
+    pub fn start_load(&mut self, vgpu: &str, args: &[&str]) -> Result<u32, DemoError> {
         let exe = self.exe.to_string_lossy().into_owned();
         let mut all = vec!["run", "--vgpu", vgpu, "--", &exe, "load"];
         all.extend(args);
@@ -165,15 +164,15 @@ impl Machine {
 
     /// An error naming the first child that has exited (nothing should, before it is stopped), with the
     /// end of its log.
-    pub fn check(&mut self) -> Result<(), String> {
+    pub fn check(&mut self) -> Result<(), DemoError> {
         if let Some((daemon, log)) = self.daemon.as_mut()
             && let Some(status) = daemon.try_wait()
         {
-            return Err(format!("the daemon exited ({}) early:\n{}", describe(status), tail(log)));
+            return Err(DemoError::Exited { what: "the daemon".into(), status, log: tail(log) });
         }
         for r in self.loads.iter_mut() {
             if let Ok(Some(status)) = r.child.try_wait() {
-                return Err(format!("{} exited ({}) early:\n{}", r.what, describe(status), tail(&r.log)));
+                return Err(DemoError::Exited { what: r.what.clone(), status, log: tail(&r.log) });
             }
         }
         Ok(())
@@ -240,7 +239,7 @@ fn finish(mut r: Running, report: bool) {
 }
 
 /// `status 1` or `signal 9`.
-fn describe(status: ExitStatus) -> String {
+pub(super) fn describe(status: ExitStatus) -> String {
     match (status.code(), status.signal()) {
         (Some(code), _) => format!("status {code}"),
         (None, Some(signal)) => format!("signal {signal}"),

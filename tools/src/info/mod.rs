@@ -27,16 +27,36 @@ pub struct InfoArgs {
     json: bool,
 }
 
+/// Why `tessera info` failed.
+#[derive(Debug, thiserror::Error)]
+pub enum InfoError {
+    /// The driver does not load, or a call failed.
+    #[error(transparent)]
+    Driver(#[from] DriverError),
+    /// A call about one device failed (for the document).
+    #[error("device {device}: {source}")]
+    Device {
+        /// The device's ordinal.
+        device: i32,
+        /// What the driver said.
+        #[source]
+        source: DriverError,
+    },
+    /// The document could not be printed as JSON.
+    #[error("cannot print the document: {0}")]
+    Print(#[source] serde_json::Error),
+}
+
 /// Prints the driver and its devices, as text or as the JSON document.
-pub fn run(args: InfoArgs) -> Result<(), String> {
-    let d = Driver::load().map_err(|e| e.to_string())?;
-    d.init().map_err(|e| e.to_string())?;
+pub fn run(args: InfoArgs) -> Result<(), InfoError> {
+    let d = Driver::load()?;
+    d.init()?;
     if args.json {
         let doc = document(&d)?;
-        println!("{}", serde_json::to_string_pretty(&doc).map_err(|e| format!("cannot print the document: {e}"))?);
+        println!("{}", serde_json::to_string_pretty(&doc).map_err(InfoError::Print)?);
         return Ok(());
     }
-    print(&d).map_err(|e| e.to_string())
+    Ok(print(&d)?)
 }
 
 /// Prints the driver and its devices as text, through the initialized driver `d`.
@@ -66,17 +86,18 @@ fn print(d: &Driver) -> Result<(), DriverError> {
 }
 
 /// The host's document, read through the initialized driver `d` and the NVML that goes with it.
-fn document(d: &Driver) -> Result<Value, String> {
+fn document(d: &Driver) -> Result<Value, InfoError> {
     let nvml = nvml::Nvml::open(&d.origin);
-    let v = d.version().map_err(|e| e.to_string())?;
+    let v = d.version()?;
     let (kind, library_dir) = match &d.origin {
         Origin::Real => ("real", None),
         Origin::Simulated(folder) => ("simulated", Some(folder.to_string_lossy().into_owned())),
     };
     let mut devices = Vec::new();
     let mut facts = Vec::new();
-    for dev in 0..d.device_count().map_err(|e| e.to_string())? {
-        let (entry, f) = device::describe(d, nvml.as_ref(), dev).map_err(|e| format!("device {dev}: {e}"))?;
+    for dev in 0..d.device_count()? {
+        let (entry, f) =
+            device::describe(d, nvml.as_ref(), dev).map_err(|source| InfoError::Device { device: dev, source })?;
         devices.push(entry);
         facts.push(f);
     }

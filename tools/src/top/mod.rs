@@ -15,7 +15,7 @@ use std::io::IsTerminal;
 use std::time::Duration;
 use tessera_client::Client;
 use tessera_ffi::units::parse_duration_ns;
-use tessera_host::paths;
+use tessera_host::paths::{self, PathError};
 
 /// Shortest refresh interval (10 Hz).
 const MIN_INTERVAL_MS: u64 = 100;
@@ -40,14 +40,45 @@ pub struct TopArgs {
     json: bool,
 }
 
+/// Why `tessera top` failed or stopped short.
+#[derive(Debug, thiserror::Error)]
+pub enum TopError {
+    /// `--interval` is not a duration (the message of `tessera_ffi::units`).
+    #[error("{0}")]
+    Interval(String),
+    /// `--interval` is a duration outside [`MIN_INTERVAL_MS`]..=[`MAX_INTERVAL_MS`] (or not whole
+    /// milliseconds).
+    #[error("{0} is outside {MIN_INTERVAL_MS}ms-{MAX_INTERVAL_MS}ms (top refreshes 2 to 10 times a second)")]
+    IntervalOutOfRange(String),
+    /// The daemon's socket cannot be told (`TESSERA_SOCKET`).
+    #[error(transparent)]
+    Socket(#[from] PathError),
+    /// The daemon did not answer a poll (the first one, or with `--once` the second).
+    #[error(transparent)]
+    Daemon(#[from] tessera_client::Error),
+    /// The snapshot could not be printed as JSON.
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+    /// The live view asked for, but stdin or stdout is not a terminal.
+    #[error("top needs a terminal; use --once (plain text) or --json for scripts")]
+    NoTerminal,
+    /// The stop signals' handler could not be installed.
+    #[error(transparent)]
+    Signals(#[from] crate::signals::SignalError),
+    /// The terminal could not be put in raw mode on the alternate screen.
+    #[error("cannot set up the terminal: {0}")]
+    SetUp(#[source] std::io::Error),
+    /// Drawing or reading keys failed while the view ran.
+    #[error("terminal: {0}")]
+    Terminal(#[source] std::io::Error),
+}
+
 /// A refresh interval in milliseconds, within [`MIN_INTERVAL_MS`]..=[`MAX_INTERVAL_MS`].
-fn interval_value(text: &str) -> Result<u64, String> {
-    let ns = parse_duration_ns(text)?;
+fn interval_value(text: &str) -> Result<u64, TopError> {
+    let ns = parse_duration_ns(text).map_err(TopError::Interval)?;
     let ms = ns / 1_000_000;
     if ns % 1_000_000 != 0 || !(MIN_INTERVAL_MS..=MAX_INTERVAL_MS).contains(&ms) {
-        return Err(format!(
-            "{text} is outside {MIN_INTERVAL_MS}ms-{MAX_INTERVAL_MS}ms (top refreshes 2 to 10 times a second)"
-        ));
+        return Err(TopError::IntervalOutOfRange(text.to_string()));
     }
     Ok(ms)
 }
@@ -57,7 +88,7 @@ pub struct App {
     history: History,
     sort: Sort,
     selected: Option<String>,
-    error: Option<String>,
+    error: Option<tessera_client::Error>,
     interval_ms: Option<u64>,
 }
 
@@ -73,7 +104,7 @@ impl App {
                 self.history.push(stats);
                 self.error = None;
             }
-            Err(e) => self.error = Some(e.message),
+            Err(e) => self.error = Some(e),
         }
     }
 
@@ -83,7 +114,7 @@ impl App {
             sort: self.sort,
             selected: self.selected.as_deref(),
             interval_ms: self.interval_ms,
-            error: self.error.as_deref(),
+            error: self.error.as_ref().map(|e| e.message.as_str()),
         }
     }
 
@@ -107,12 +138,12 @@ impl App {
 }
 
 /// Runs `tessera top`.
-pub fn run(args: TopArgs) -> Result<(), String> {
-    let client = Client::new(paths::socket().map_err(|e| e.to_string())?).with_timeout(POLL_TIMEOUT);
+pub fn run(args: TopArgs) -> Result<(), TopError> {
+    let client = Client::new(paths::socket()?).with_timeout(POLL_TIMEOUT);
     // The first poll decides: no daemon is an error before the screen is touched.
-    let stats = client.stats(None).map_err(|e| e.message)?;
+    let stats = client.stats(None)?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&stats).map_err(|e| e.to_string())?);
+        println!("{}", serde_json::to_string_pretty(&stats)?);
         return Ok(());
     }
     let stdout = std::io::stdout();
@@ -123,14 +154,14 @@ pub fn run(args: TopArgs) -> Result<(), String> {
         std::thread::sleep(Duration::from_millis(args.interval));
         app.poll(&client);
         if let Some(e) = app.error {
-            return Err(e);
+            return Err(e.into());
         }
         let width = if stdout.is_terminal() { terminal::width().unwrap_or(PLAIN_WIDTH) } else { PLAIN_WIDTH };
         print!("{}", render::plain(&app.view(), width.max(PLAIN_WIDTH)));
         return Ok(());
     }
     if !stdout.is_terminal() || !std::io::stdin().is_terminal() {
-        return Err("top needs a terminal; use --once (plain text) or --json for scripts".into());
+        return Err(TopError::NoTerminal);
     }
     let mut app = App::new(Some(args.interval));
     app.history.push(stats);

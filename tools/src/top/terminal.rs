@@ -3,7 +3,7 @@
 //! keys, and the loop that polls the daemon every interval and redraws only what changed (ratatui keeps
 //! the previous frame and writes the difference: no flicker).
 
-use super::App;
+use super::{App, TopError};
 use ratatui::DefaultTerminal;
 use ratatui::crossterm::event::{self, Event, KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use ratatui::crossterm::{cursor, execute, terminal};
@@ -66,23 +66,23 @@ pub fn key(app: &mut App, key: KeyEvent) -> Flow {
 }
 
 /// Runs the live view until a key or a signal says to stop.
-pub fn live(app: &mut App, client: &Client, interval: Duration) -> Result<(), String> {
+pub fn live(app: &mut App, client: &Client, interval: Duration) -> Result<(), TopError> {
     crate::signals::install()?;
     restore_on_panic(restore);
     let screen = Screen;
-    terminal::enable_raw_mode().map_err(|e| format!("cannot set up the terminal: {e}"))?;
-    execute!(std::io::stdout(), terminal::EnterAlternateScreen, cursor::Hide)
-        .map_err(|e| format!("cannot set up the terminal: {e}"))?;
-    let mut term = ratatui::Terminal::new(ratatui::backend::CrosstermBackend::new(std::io::stdout()))
-        .map_err(|e| format!("cannot set up the terminal: {e}"))?;
+    terminal::enable_raw_mode().map_err(TopError::SetUp)?;
+    execute!(std::io::stdout(), terminal::EnterAlternateScreen, cursor::Hide).map_err(TopError::SetUp)?;
+    let mut term =
+        ratatui::Terminal::new(ratatui::backend::CrosstermBackend::new(std::io::stdout())).map_err(TopError::SetUp)?;
     let result = run_loop(&mut term, app, client, interval);
     drop(term);
     drop(screen);
     result
 }
 
-fn run_loop(term: &mut DefaultTerminal, app: &mut App, client: &Client, interval: Duration) -> Result<(), String> {
-    let io = |e: std::io::Error| format!("terminal: {e}");
+/// Polls, draws and reads keys until a key or a signal says to stop.
+fn run_loop(term: &mut DefaultTerminal, app: &mut App, client: &Client, interval: Duration) -> Result<(), TopError> {
+    let io = TopError::Terminal;
     let mut next_poll = Instant::now() + interval;
     let mut dirty = true;
     while !crate::signals::stop_requested() {
