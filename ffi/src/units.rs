@@ -1,9 +1,73 @@
 //! Textual sizes and durations, as every Tessera and simgpu environment variable and CLI flag accepts them.
 
+/// Why a value is refused; each names the value and says what is accepted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UnitError {
+    /// Not a size.
+    #[error("{0:?} is not a size; use bytes or a number with a unit, e.g. 8GiB, 512MiB, 1.5GB, 1073741824")]
+    Size(String),
+    /// Not a duration.
+    #[error("{0:?} is not a duration; use e.g. 500ns, 20us, 1.5ms, 2s or plain nanoseconds")]
+    Duration(String),
+    /// A per-device part without `=`.
+    #[error("{0:?} is not ORDINAL=VALUE (e.g. 0=8GiB,1=4GiB)")]
+    NotPair(String),
+    /// A per-device part whose ordinal is not one.
+    #[error("{0:?} is not a device ordinal (e.g. 0=8GiB,1=4GiB)")]
+    Ordinal(String),
+    /// A device named twice.
+    #[error("device {0} is given twice")]
+    Twice(u32),
+    /// A device ordinal the region has no slot for.
+    #[error("device ordinals go up to {}", MAX_DEVICES - 1)]
+    OrdinalTooHigh,
+    /// A quota of nothing.
+    #[error("{0:?}: a quota of 0 bytes allows nothing; give a size above zero")]
+    ZeroQuota(String),
+    /// A quota equal to the region's marker for no limit.
+    #[error(
+        "{text:?}: a quota of {bytes} bytes is the marker for no limit; give at most {MAX_QUOTA} bytes (or no quota)"
+    )]
+    NoLimitMarker {
+        /// The value given.
+        text: String,
+        /// Its bytes.
+        bytes: u64,
+    },
+    /// A memory limit refused, with the accepted forms.
+    #[error("{0}; accepted: a size for every device (8GiB, 512MiB, 1.5GB, bytes) or per device (0=8GiB,1=4GiB)")]
+    MemoryLimit(Box<UnitError>),
+    /// Not a share.
+    #[error("{0:?} is not a share; {SHARE_FORM}")]
+    Share(String),
+    /// Not a whole number in the range a setting takes.
+    #[error("{text:?} is not {what} between {min} and {max}")]
+    Count {
+        /// The value given.
+        text: String,
+        /// What it should count, with its article (`an SM count`).
+        what: &'static str,
+        /// The least value.
+        min: u64,
+        /// The greatest value.
+        max: u64,
+    },
+}
+
+/// Parses a whole number from `min` to `max` (`what` names it in the error: `an SM count`).
+pub fn parse_count(text: &str, what: &'static str, min: u64, max: u64) -> Result<u64, UnitError> {
+    let t = text.trim();
+    (!t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| t.parse::<u64>().ok())
+        .flatten()
+        .filter(|v| (min..=max).contains(v))
+        .ok_or_else(|| UnitError::Count { text: text.to_string(), what, min, max })
+}
+
 /// Parses a byte size: plain bytes (`1048576`), or a number with a unit: binary `KiB MiB GiB TiB`, decimal
 /// `KB MB GB TB` (also `K M G T` as binary, the way `nvidia-smi` users write them). Fractions are allowed
 /// with a unit (`1.5GB`). Returns a message describing the accepted forms on error.
-pub fn parse_size(text: &str) -> Result<u64, String> {
+pub fn parse_size(text: &str) -> Result<u64, UnitError> {
     let t = text.trim();
     let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
     let (num, unit) = (&t[..split], t[split..].trim());
@@ -22,12 +86,12 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
     scale(num, multiplier).ok_or_else(|| size_error(text))
 }
 
-fn size_error(text: &str) -> String {
-    format!("{text:?} is not a size; use bytes or a number with a unit, e.g. 8GiB, 512MiB, 1.5GB, 1073741824")
+fn size_error(text: &str) -> UnitError {
+    UnitError::Size(text.to_string())
 }
 
 /// Parses a duration into nanoseconds: `250ns`, `10us`, `1.5ms`, `2s`, or plain nanoseconds.
-pub fn parse_duration_ns(text: &str) -> Result<u64, String> {
+pub fn parse_duration_ns(text: &str) -> Result<u64, UnitError> {
     let t = text.trim();
     let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
     let (num, unit) = (&t[..split], t[split..].trim());
@@ -41,8 +105,8 @@ pub fn parse_duration_ns(text: &str) -> Result<u64, String> {
     scale(num, multiplier).ok_or_else(|| duration_error(text))
 }
 
-fn duration_error(text: &str) -> String {
-    format!("{text:?} is not a duration; use e.g. 500ns, 20us, 1.5ms, 2s or plain nanoseconds")
+fn duration_error(text: &str) -> UnitError {
+    UnitError::Duration(text.to_string())
 }
 
 /// `num * multiplier` for a decimal `num`, exact for integers, rounded to the nearest unit for fractions;
@@ -128,18 +192,19 @@ impl<T: Clone> PerDevice<T> {
 }
 
 /// Parses `VALUE` or `ORDINAL=VALUE[,ORDINAL=VALUE...]` with `parse` for each value.
-pub fn parse_per_device<T>(text: &str, parse: impl Fn(&str) -> Result<T, String>) -> Result<PerDevice<T>, String> {
+pub fn parse_per_device<T, E: From<UnitError>>(
+    text: &str,
+    parse: impl Fn(&str) -> Result<T, E>,
+) -> Result<PerDevice<T>, E> {
     if !text.contains('=') {
         return parse(text).map(PerDevice::All);
     }
     let mut list: Vec<(u32, T)> = Vec::new();
     for part in text.split(',') {
-        let (dev, value) =
-            part.split_once('=').ok_or_else(|| format!("{part:?} is not ORDINAL=VALUE (e.g. 0=8GiB,1=4GiB)"))?;
-        let dev = parse_ordinal(dev.trim())
-            .ok_or_else(|| format!("{:?} is not a device ordinal (e.g. 0=8GiB,1=4GiB)", dev.trim()))?;
+        let (dev, value) = part.split_once('=').ok_or_else(|| UnitError::NotPair(part.to_string()))?;
+        let dev = parse_ordinal(dev.trim()).ok_or_else(|| UnitError::Ordinal(dev.trim().to_string()))?;
         if list.iter().any(|(d, _)| *d == dev) {
-            return Err(format!("device {dev} is given twice"));
+            return Err(UnitError::Twice(dev).into());
         }
         list.push((dev, parse(value)?));
     }
@@ -164,13 +229,10 @@ pub const MAX_DEVICES: usize = 16;
 /// Parses one memory quota (`--memory` of `tessera vgpu create/set`, and each value of
 /// [`parse_memory_limit`]): a size from 1 byte to [`MAX_QUOTA`]. Zero allows nothing and the largest
 /// value means "no limit" to the region, so both are refused, as are sizes that overflow.
-pub fn parse_quota(text: &str) -> Result<u64, String> {
+pub fn parse_quota(text: &str) -> Result<u64, UnitError> {
     match parse_size(text)? {
-        0 => Err(format!("{:?}: a quota of 0 bytes allows nothing; give a size above zero", text.trim())),
-        n if n > MAX_QUOTA => Err(format!(
-            "{:?}: a quota of {n} bytes is the marker for no limit; give at most {MAX_QUOTA} bytes (or no quota)",
-            text.trim()
-        )),
+        0 => Err(UnitError::ZeroQuota(text.trim().to_string())),
+        n if n > MAX_QUOTA => Err(UnitError::NoLimitMarker { text: text.trim().to_string(), bytes: n }),
         n => Ok(n),
     }
 }
@@ -178,15 +240,11 @@ pub fn parse_quota(text: &str) -> Result<u64, String> {
 /// Parses a memory quota (`TESSERA_MEMORY_LIMIT`, `tessera run --memory`): a quota ([`parse_quota`]) for
 /// every device or per device; zero anywhere, the no-limit marker and device ordinals beyond the region's
 /// are refused. Errors name the accepted forms.
-pub fn parse_memory_limit(text: &str) -> Result<PerDevice<u64>, String> {
-    let limit = parse_per_device(text, parse_quota).map_err(|e| {
-        format!("{e}; accepted: a size for every device (8GiB, 512MiB, 1.5GB, bytes) or per device (0=8GiB,1=4GiB)")
-    })?;
+pub fn parse_memory_limit(text: &str) -> Result<PerDevice<u64>, UnitError> {
+    let limit = parse_per_device(text, parse_quota).map_err(|e| UnitError::MemoryLimit(Box::new(e)))?;
     let max = MAX_DEVICES as u32;
     match &limit {
-        PerDevice::Each(list) if list.iter().any(|(d, _)| *d >= max) => {
-            Err(format!("device ordinals go up to {}", max - 1))
-        }
+        PerDevice::Each(list) if list.iter().any(|(d, _)| *d >= max) => Err(UnitError::OrdinalTooHigh),
         _ => Ok(limit),
     }
 }
@@ -196,12 +254,10 @@ pub const SHARE_FORM: &str = "use a whole percentage of the device from 1 to 100
 
 /// Parses a compute share (`TESSERA_COMPUTE_SHARE`, `--share` of `tessera vgpu create/set`): `30` or
 /// `30%`, a whole percentage from 1 to 100 without a sign. 0 would starve the vGPU, so it is refused.
-pub fn parse_share(text: &str) -> Result<u32, String> {
+pub fn parse_share(text: &str) -> Result<u32, UnitError> {
     let t = text.trim();
     let digits = t.strip_suffix('%').unwrap_or(t).trim();
-    parse_ordinal(digits)
-        .filter(|p| (1..=100).contains(p))
-        .ok_or_else(|| format!("{text:?} is not a share; {SHARE_FORM}"))
+    parse_ordinal(digits).filter(|p| (1..=100).contains(p)).ok_or_else(|| UnitError::Share(text.to_string()))
 }
 
 /// True when `name` is usable as a vGPU name (`TESSERA_VGPU`, `tessera run --vgpu`): 1-63 letters, digits,
@@ -226,7 +282,7 @@ mod tests {
         for bad in ["lots", "0", "-1GiB", "0=8GiB,x=1", "99=1GiB", "0=0", "0B", "0=1GiB,1=0KiB", "+0=1GiB"] {
             assert!(parse_memory_limit(bad).is_err(), "{bad:?}");
         }
-        assert!(parse_memory_limit("lots").unwrap_err().contains("0=8GiB,1=4GiB"));
+        assert!(parse_memory_limit("lots").unwrap_err().to_string().contains("0=8GiB,1=4GiB"));
         assert!(valid_vgpu_name("team-a_1.x"));
         for bad in ["", "a/b", ".hidden", "a b", &"x".repeat(64)] {
             assert!(!valid_vgpu_name(bad), "{bad:?}");
@@ -240,7 +296,7 @@ mod tests {
         for bad in ["0", "0B", "0GiB", "+1GiB", "-1", "18446744073709551615", "18446744073709551616", "16777216TiB"] {
             assert!(parse_quota(bad).is_err(), "{bad:?}");
         }
-        assert!(parse_quota("18446744073709551615").unwrap_err().contains("no limit"));
+        assert!(parse_quota("18446744073709551615").unwrap_err().to_string().contains("no limit"));
         for bad in ["18446744073709551615", "0=18446744073709551615"] {
             assert!(parse_memory_limit(bad).is_err(), "{bad:?}");
         }
@@ -252,7 +308,7 @@ mod tests {
             assert_eq!(parse_share(text), Ok(pct), "{text:?}");
         }
         for bad in ["0", "0%", "101", "+30", "-1", "30.5", "half", "", "%", "4294967326"] {
-            assert!(parse_share(bad).unwrap_err().contains("1 to 100"), "{bad:?}");
+            assert!(parse_share(bad).unwrap_err().to_string().contains("1 to 100"), "{bad:?}");
         }
     }
 

@@ -3,7 +3,7 @@
 
 use crate::log::{self, Level};
 use std::ffi::{OsStr, OsString};
-use tessera_ffi::units::{PerDevice, VGPU_NAME_FORM, parse_memory_limit, parse_share, valid_vgpu_name};
+use tessera_ffi::units::{PerDevice, UnitError, VGPU_NAME_FORM, parse_memory_limit, parse_share, valid_vgpu_name};
 
 /// Every variable the shim reads, and the `tessera` command's own (others with the prefix get a warning:
 /// probably a typo).
@@ -88,6 +88,7 @@ impl Config {
     /// valid UTF-8 is an error naming the variable: read as unset, it would switch its limit off.
     pub fn from_lookup(get: impl Fn(&str) -> Option<OsString>) -> Result<Config, ConfigError> {
         let err = |var: &'static str| move |message: String| ConfigError { var, message };
+        let unit = |var: &'static str| move |e: UnitError| ConfigError { var, message: e.to_string() };
         let get =
             |var: &'static str| -> Result<Option<String>, ConfigError> { get(var).map(|v| utf8(var, &v)).transpose() };
         let log = match get("TESSERA_LOG")? {
@@ -96,7 +97,7 @@ impl Config {
                 .ok_or_else(|| err("TESSERA_LOG")(format!("{v:?} is not a level; use one of {}", log::ACCEPTED)))?,
         };
         let memory_limit = get("TESSERA_MEMORY_LIMIT")?
-            .map(|v| parse_memory_limit(&v).map_err(err("TESSERA_MEMORY_LIMIT")))
+            .map(|v| parse_memory_limit(&v).map_err(unit("TESSERA_MEMORY_LIMIT")))
             .transpose()?;
         let vgpu = match get("TESSERA_VGPU")? {
             Some(v) if !valid_vgpu_name(&v) => {
@@ -114,8 +115,9 @@ impl Config {
             Some(s) => s,
             None => std::path::Path::new(&region).with_file_name("tessera.sock").to_string_lossy().into_owned(),
         };
-        let compute_share =
-            get("TESSERA_COMPUTE_SHARE")?.map(|v| parse_share(&v).map_err(err("TESSERA_COMPUTE_SHARE"))).transpose()?;
+        let compute_share = get("TESSERA_COMPUTE_SHARE")?
+            .map(|v| parse_share(&v).map_err(unit("TESSERA_COMPUTE_SHARE")))
+            .transpose()?;
         let mode = match get("TESSERA_MODE")?.map(|v| (v.trim().to_ascii_lowercase(), v)) {
             None => None,
             Some((m, _)) if m == "hard" => Some(Mode::Hard),
@@ -124,7 +126,7 @@ impl Config {
         };
         let memory_wait_ns = match get("TESSERA_MEMORY_WAIT")? {
             None => DEFAULT_MEMORY_WAIT_NS,
-            Some(v) => tessera_ffi::units::parse_duration_ns(&v).map_err(err("TESSERA_MEMORY_WAIT"))?,
+            Some(v) => tessera_ffi::units::parse_duration_ns(&v).map_err(unit("TESSERA_MEMORY_WAIT"))?,
         };
         Ok(Config { memory_limit, vgpu, region, socket, log, mode, memory_wait_ns, compute_share })
     }

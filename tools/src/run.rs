@@ -36,9 +36,9 @@ pub struct RunArgs {
 /// environment unfit, or the command itself not started. [`RunError::exit_code`] says the status.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
-    /// `--memory` is not a quota (the message of `tessera_ffi::units`).
-    #[error("{0}")]
-    Memory(String),
+    /// `--memory` is not a quota.
+    #[error(transparent)]
+    Memory(tessera_ffi::units::UnitError),
     /// A vGPU name argument is not one a vGPU may have.
     #[error("{0:?} is not a vGPU name; {VGPU_NAME_FORM}")]
     NotAVgpuName(String),

@@ -14,9 +14,9 @@ use tessera_scheduler::config::{MAX_WINDOW_NS, MIN_WINDOW_NS};
 /// clap), or the request itself.
 #[derive(Debug, thiserror::Error)]
 pub enum VgpuCmdError {
-    /// A memory quota, share or duration that does not parse (the message of `tessera_ffi::units`).
-    #[error("{0}")]
-    Value(String),
+    /// A memory quota, share or duration that does not parse.
+    #[error(transparent)]
+    Value(tessera_ffi::units::UnitError),
     /// A window that parses but is outside 1us-1s.
     #[error("a window of {0} is out of range; use 1us to 1s")]
     WindowOutOfRange(String),

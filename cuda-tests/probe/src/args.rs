@@ -40,7 +40,12 @@ impl Args {
         self.values.get(name).map(String::as_str)
     }
 
-    fn parsed<T>(&self, name: &str, default: T, parse: impl Fn(&str) -> Result<T, String>) -> Outcome<T> {
+    fn parsed<T, E: std::fmt::Display>(
+        &self,
+        name: &str,
+        default: T,
+        parse: impl Fn(&str) -> Result<T, E>,
+    ) -> Outcome<T> {
         match self.text(name) {
             None => Ok(default),
             Some(t) => parse(t).map_err(|e| Failure::new(format!("--{name}: {e}"))),

@@ -1,7 +1,7 @@
 //! `SIMGPU_*` configuration: which devices exist and how the simulation behaves.
 
 use crate::profile::{self, Profile};
-use tessera_ffi::units::{parse_duration_ns, parse_per_device, parse_size};
+use tessera_ffi::units::{UnitError, parse_count, parse_duration_ns, parse_per_device, parse_size};
 
 /// Most devices one simulated machine may have (fixed by the state-file layout).
 pub const MAX_DEVICES: usize = 16;
@@ -156,10 +156,10 @@ impl Config {
             return Err(err("SIMGPU_DEVICES")(format!("at most {MAX_DEVICES} devices are supported")));
         }
         let n = profiles.len() as u32;
-        let per_device = |var: &'static str, parse: fn(&str) -> Result<u64, String>| {
+        let per_device = |var: &'static str, parse: fn(&str) -> Result<u64, UnitError>| {
             get(var)
                 .map(|text| {
-                    let v = parse_per_device(&text, parse).map_err(err(var))?;
+                    let v = parse_per_device(&text, parse).map_err(|e| err(var)(e.to_string()))?;
                     match v.max_ordinal() {
                         Some(m) if m >= n => Err(err(var)(format!("names device {m}, but only {n} are configured"))),
                         _ => Ok(v),
@@ -168,13 +168,7 @@ impl Config {
                 .transpose()
         };
         let memory = per_device("SIMGPU_MEMORY", parse_size)?;
-        let sms = per_device("SIMGPU_SM_COUNT", |t| {
-            t.trim()
-                .parse::<u64>()
-                .ok()
-                .filter(|v| (1..=1024).contains(v))
-                .ok_or_else(|| format!("{t:?} is not an SM count between 1 and 1024"))
-        })?;
+        let sms = per_device("SIMGPU_SM_COUNT", |t| parse_count(t, "an SM count", 1, 1024))?;
         let ctx_mem = per_device("SIMGPU_CONTEXT_MEMORY", parse_size)?;
         let mig = get("SIMGPU_MIG").map(|t| parse_mig(&t, &profiles).map_err(err("SIMGPU_MIG"))).transpose()?;
 
@@ -203,7 +197,7 @@ impl Config {
 
         let default_kernel_ns =
             parse_duration_ns(&get("SIMGPU_KERNEL_TIME").unwrap_or_else(|| DEFAULT_KERNEL_TIME.into()))
-                .map_err(err("SIMGPU_KERNEL_TIME"))?;
+                .map_err(|e| err("SIMGPU_KERNEL_TIME")(e.to_string()))?;
         let driver_version = match get("SIMGPU_DRIVER_VERSION") {
             None => DEFAULT_DRIVER_VERSION,
             Some(t) => t.trim().parse::<u32>().ok().filter(|v| (12080..100_000).contains(v)).ok_or_else(|| {

@@ -43,9 +43,9 @@ pub struct TopArgs {
 /// Why `tessera top` failed or stopped short.
 #[derive(Debug, thiserror::Error)]
 pub enum TopError {
-    /// `--interval` is not a duration (the message of `tessera_ffi::units`).
-    #[error("{0}")]
-    Interval(String),
+    /// `--interval` is not a duration.
+    #[error(transparent)]
+    Interval(tessera_ffi::units::UnitError),
     /// `--interval` is a duration outside [`MIN_INTERVAL_MS`]..=[`MAX_INTERVAL_MS`] (or not whole
     /// milliseconds).
     #[error("{0} is outside {MIN_INTERVAL_MS}ms-{MAX_INTERVAL_MS}ms (top refreshes 2 to 10 times a second)")]
