@@ -65,7 +65,7 @@ extern "C" fn tf32_at_load() {
 /// vGPU and the error when the region exists but could not be read. Reads the region without joining it.
 fn vgpu_with_tensor_cores_off(
     env: impl Fn(&str) -> Option<std::ffi::OsString>,
-) -> Result<Option<String>, (String, String)> {
+) -> Result<Option<String>, (String, tessera_region::file::RegionError)> {
     if env("TESSERA_VGPU").is_none() {
         return Ok(None);
     }
@@ -77,7 +77,7 @@ fn vgpu_with_tensor_cores_off(
     }
     match tessera_region::file::vgpu_flags(&config.region, &vgpu) {
         Ok(flags) => Ok(flags.filter(|f| f & TENSOR_CORES_OFF != 0).map(|_| vgpu)),
-        Err(e) => Err((vgpu, e.to_string())),
+        Err(e) => Err((vgpu, e)),
     }
 }
 
@@ -128,14 +128,14 @@ mod tests {
             }
         };
         // No region yet: cuInit refuses the GPU, nothing to set.
-        assert_eq!(vgpu_with_tensor_cores_off(env(&region)), Ok(None));
+        assert_eq!(vgpu_with_tensor_cores_off(env(&region)).ok(), Some(None));
         // A region that is there but unreadable (here: truncated): fail closed.
         std::fs::write(&region, b"not a region").unwrap();
         let (vgpu, e) = vgpu_with_tensor_cores_off(env(&region)).expect_err("unreadable");
         assert_eq!(vgpu, "train");
-        assert!(e.contains("bytes"), "{e}");
+        assert!(e.to_string().contains("bytes"), "{e}");
         // Without TESSERA_VGPU nothing is read.
-        assert_eq!(vgpu_with_tensor_cores_off(|_| None), Ok(None));
+        assert_eq!(vgpu_with_tensor_cores_off(|_| None).ok(), Some(None));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -35,7 +35,7 @@ struct Device {
 /// NVML, loaded, with the devices the daemon audits.
 pub struct ProcessUsage {
     /// Kept loaded while the entry points below may be called.
-    _nvml: Nvml,
+    nvml: Nvml,
     utilization: ProcessUtilization,
     running: RunningProcesses,
     devices: Vec<Device>,
@@ -63,11 +63,16 @@ impl ProcessUsage {
             )
         };
         let list = nvml.handles(devices)?.into_iter().map(|handle| Device { handle, last_us: 0, seen: HashSet::new() });
-        Ok(ProcessUsage { devices: list.collect(), utilization, running, _nvml: nvml })
+        Ok(ProcessUsage { devices: list.collect(), utilization, running, nvml })
+    }
+
+    /// The error of `call` on device `device`, which answered `code`.
+    fn failed(&self, call: &'static str, device: usize, code: NvmlReturn) -> NvmlError {
+        NvmlError::CallFailed { library: self.nvml.name().to_string(), call, device: device as u32, code }
     }
 
     /// Device memory each process holds on device `device` (pid, bytes), as the driver counts it.
-    pub fn memory(&self, device: usize) -> Result<Vec<(u32, u64)>, String> {
+    pub fn memory(&self, device: usize) -> Result<Vec<(u32, u64)>, NvmlError> {
         let Some(d) = self.devices.get(device) else { return Ok(Vec::new()) };
         let mut buf = vec![NvmlProcessInfoV1::default(); 64];
         loop {
@@ -82,7 +87,7 @@ impl ProcessUsage {
                     let want = (count as usize).clamp(buf.len() * 2, MAX_SAMPLES);
                     buf.resize(want, NvmlProcessInfoV1::default());
                 }
-                rc => return Err(format!("nvmlDeviceGetComputeRunningProcesses on device {device} returned {rc}")),
+                rc => return Err(self.failed("nvmlDeviceGetComputeRunningProcesses", device, rc)),
             }
         }
     }
@@ -90,7 +95,7 @@ impl ProcessUsage {
     /// Device time (ns) each process used on device `device` since the previous call, and that interval
     /// (ns); the first call only starts the interval. Processes first seen now are left out (see the
     /// module documentation).
-    pub fn sample(&mut self, device: usize) -> Result<(Vec<(u32, u64)>, u64), String> {
+    pub fn sample(&mut self, device: usize) -> Result<(Vec<(u32, u64)>, u64), NvmlError> {
         let utilization = self.utilization;
         let Some(d) = self.devices.get_mut(device) else { return Ok((Vec::new(), 0)) };
         let mut buf = vec![NvmlProcessUtilizationSample::default(); 64];
@@ -105,7 +110,11 @@ impl ProcessUsage {
                     let want = (count as usize).clamp(buf.len() * 2, MAX_SAMPLES);
                     buf.resize(want, NvmlProcessUtilizationSample::default());
                 }
-                rc => return Err(format!("nvmlDeviceGetProcessUtilization on device {device} returned {rc}")),
+                code => {
+                    let call = "nvmlDeviceGetProcessUtilization";
+                    let library = self.nvml.name().to_string();
+                    return Err(NvmlError::CallFailed { library, call, device: device as u32, code });
+                }
             }
         };
         let now = now_us();
