@@ -1,12 +1,13 @@
-//! Modules and libraries loaded from PTX text, their functions (kernels) and globals.
+//! Modules and libraries loaded from PTX text, cubins and fatbins (`simgpu::image`), their functions
+//! (kernels) and globals.
 
 use crate::context::current;
 use crate::driver::{Driver, driver};
 use crate::guard::{CuRes, c_str, ensure, entry, out};
-use crate::memory::Kind;
+use crate::memory;
 use parking_lot::Mutex;
+use simgpu::image::{self, Entry, ImageError, Kind, Param};
 use simgpu::kernels::Builtin;
-use simgpu::ptx::{self, ImageError};
 use std::collections::HashMap;
 use std::ffi::{CString, c_char, c_int, c_uint, c_void};
 use std::sync::Arc;
@@ -17,8 +18,8 @@ use tessera_ffi::sys::{CUdeviceptr, CUfunction, CUjit_option, CUkernel, CUlibrar
 pub struct Module {
     /// Owning context handle (0 for libraries loaded with no context current).
     pub ctx: u64,
-    /// Entry names in image order.
-    pub entries: Vec<String>,
+    /// Kernel entry points in image order.
+    pub entries: Vec<Entry>,
     /// Globals: name to (address, bytes).
     globals: HashMap<String, (u64, u64)>,
     /// Function handles handed out so far, by name.
@@ -33,25 +34,33 @@ pub struct Function {
     pub builtin: Option<Builtin>,
     /// Module handle.
     pub module: u64,
+    /// Its parameters (offset and size in the parameter buffer), when the image says (cubins do).
+    pub params: Option<Vec<Param>>,
     /// Attributes set with `cuFuncSetAttribute`.
     attrs: Mutex<HashMap<c_int, c_int>>,
 }
 
-/// Parses and loads an image into the current context (or, with `allow_no_context`, none).
+/// Parses and loads an image into the current context (or, with `allow_no_context`, none: a library,
+/// then loaded for device 0): the part of it the device runs (`simgpu::image::load`).
 fn load(d: &Driver, image: &[u8], allow_no_context: bool) -> CuRes<u64> {
-    let parsed = ptx::parse(image).map_err(|e| match e {
-        ImageError::Binary => CUDA_ERROR_NO_BINARY_FOR_GPU,
-        ImageError::NotPtx => CUDA_ERROR_INVALID_IMAGE,
-    })?;
     let (device, ctx) = match current() {
         Ok(c) => (c.device, c.handle()),
         Err(e) if !allow_no_context => return Err(e),
         Err(_) => (0, 0),
     };
+    let cc = d.device_config(device).profile.compute_capability;
+    let parsed = image::load(image, cc).map_err(|e| match e {
+        ImageError::NoBinaryForGpu => CUDA_ERROR_NO_BINARY_FOR_GPU,
+        ImageError::Invalid(_) | ImageError::NotPtx => CUDA_ERROR_INVALID_IMAGE,
+    })?;
     let mut globals = HashMap::new();
     for g in &parsed.globals {
         let size = g.size.max(1) as u64;
-        let addr = d.memory.allocate(d, size, Kind::Device, device, ctx, 0)?;
+        let addr = d.memory.allocate(d, size, memory::Kind::Device, device, ctx, 0)?;
+        let init = &g.init[..g.init.len().min(g.size)];
+        // SAFETY: device memory is mapped in this process at its address; the allocation just made holds
+        // at least `size >= init.len()` bytes, and nothing else refers to it yet.
+        unsafe { std::ptr::copy_nonoverlapping(init.as_ptr(), addr as *mut u8, init.len()) };
         globals.insert(g.name.clone(), (addr, g.size as u64));
     }
     Ok(d.modules.insert(Arc::new(Module {
@@ -62,18 +71,33 @@ fn load(d: &Driver, image: &[u8], allow_no_context: bool) -> CuRes<u64> {
     })))
 }
 
-/// Reads the NUL-terminated PTX image a program passes by pointer.
+/// The image a program passes by pointer, whole: a cubin or fatbin as long as its headers say, PTX
+/// text up to its NUL; a fatbin wrapper (`__fatBinC_Wrapper_t`) is followed to the container.
 fn image_bytes<'a>(image: *const c_void) -> CuRes<&'a [u8]> {
     ensure(!image.is_null())?;
-    // Binary images start with a magic number; text ends at its NUL.
-    // SAFETY: the caller passes a readable image; at least 4 bytes exist for any valid image (PTX text
-    // is longer than its mandatory `.version` directive, binaries begin with a 4-byte magic).
-    let head = unsafe { std::slice::from_raw_parts(image as *const u8, 4) };
-    if head == b"\x7fELF" || head == [0x50, 0xed, 0x55, 0xba] || head == [0x46, 0x62, 0x43, 0x46] {
-        return Ok(head);
+    // SAFETY: the caller passes a readable image; every valid one has at least 4 bytes (PTX text is
+    // longer than its mandatory `.version` directive, binaries begin with a 4-byte magic).
+    let head = |len: usize| unsafe { std::slice::from_raw_parts(image as *const u8, len) };
+    match image::kind(head(4)) {
+        // SAFETY (both): a cubin begins with its 64-byte ELF header and a fatbin with its 16-byte
+        // header, which say how long the image is; the API contract is that the whole image is readable.
+        Kind::Cubin => {
+            let first = image::cubin::extent(head(64)).ok_or(CUDA_ERROR_INVALID_IMAGE)?;
+            let whole = image::cubin::sections_end(head(first)).unwrap_or(first).max(first);
+            Ok(head(whole))
+        }
+        Kind::Fatbin => Ok(head(image::fatbin::extent(head(image::fatbin::HEADER)).ok_or(CUDA_ERROR_INVALID_IMAGE)?)),
+        Kind::Wrapper => {
+            // SAFETY: the wrapper is `{ u32 magic, u32 version, const void *data, ... }`, 8-byte aligned.
+            let data = unsafe { *(image as *const *const c_void).add(1) };
+            match data.is_null() {
+                true => Err(CUDA_ERROR_INVALID_IMAGE),
+                false => image_bytes(data),
+            }
+        }
+        // SAFETY: PTX images are NUL-terminated strings by the API contract.
+        Kind::Text => Ok(unsafe { std::ffi::CStr::from_ptr(image as *const c_char) }.to_bytes()),
     }
-    // SAFETY: PTX images are NUL-terminated strings by the API contract.
-    Ok(unsafe { std::ffi::CStr::from_ptr(image as *const c_char) }.to_bytes())
 }
 
 fn unload(d: &Driver, handle: u64) -> CuRes {
@@ -98,9 +122,7 @@ pub fn unload_context(d: &Driver, ctx: u64) {
 
 fn function(d: &Driver, module: u64, name: &str) -> CuRes<u64> {
     let m = d.modules.get(module)?;
-    if !m.entries.iter().any(|e| e == name) {
-        return Err(CUDA_ERROR_NOT_FOUND);
-    }
+    let Some(entry) = m.entries.iter().find(|e| e.name == name) else { return Err(CUDA_ERROR_NOT_FOUND) };
     let mut functions = m.functions.lock();
     if let Some(&h) = functions.get(name) {
         return Ok(h);
@@ -109,6 +131,7 @@ fn function(d: &Driver, module: u64, name: &str) -> CuRes<u64> {
         name: CString::new(name).map_err(|_| CUDA_ERROR_INVALID_VALUE)?,
         builtin: Builtin::from_name(name),
         module,
+        params: entry.params.clone(),
         attrs: Mutex::new(HashMap::new()),
     };
     let h = d.functions.insert(Arc::new(f));
@@ -280,9 +303,9 @@ pub extern "C" fn cuLibraryEnumerateKernels(kernels: *mut CUkernel, n: c_uint, l
         let d = driver()?;
         let m = d.modules.get(library as u64)?;
         ensure(!kernels.is_null() && n as usize >= m.entries.len())?;
-        for (i, name) in m.entries.iter().enumerate() {
+        for (i, e) in m.entries.iter().enumerate() {
             // SAFETY: the caller provides room for `n` handles, at least the number of entries (checked).
-            out(unsafe { kernels.add(i) }, function(d, library as u64, name)? as CUkernel)?;
+            out(unsafe { kernels.add(i) }, function(d, library as u64, &e.name)? as CUkernel)?;
         }
         Ok(())
     })

@@ -12,6 +12,7 @@ pub use simgpu_host::{config, libdir, meter, process, profile, state};
 
 pub mod engine;
 pub mod futex;
+pub mod image;
 pub mod kernels;
 pub mod mig;
 pub mod mig_state;
