@@ -48,7 +48,7 @@ fn generate(args: GenerateArgs) -> Result<(), String> {
         preload: paths::state_dir().map_err(|e| e.to_string())?.join("device-plugin").join("ld.so.preload"),
         dev_dir: args.dev_dir,
     };
-    files.check()?;
+    files.check().map_err(|e| e.to_string())?;
     let client = Client::new(socket);
     let (gpus, error) = refresh(&client, &NvmlFacts::open(), &[]);
     if let Some(e) = error {
@@ -61,7 +61,7 @@ fn generate(args: GenerateArgs) -> Result<(), String> {
         .map(|v| VgpuRef { name: v.spec.name, device: v.spec.device })
         .collect();
     // The spec names the preload file: it must exist when a runtime applies the spec.
-    write_preload(&files)?;
+    write_preload(&files).map_err(|e| e.to_string())?;
     let (spec, left_out) = spec(&files, &gpus, &vgpus, true);
     for line in left_out {
         eprintln!("tessera cdi generate: left out: {line}");
@@ -78,7 +78,7 @@ fn generate(args: GenerateArgs) -> Result<(), String> {
             Ok(())
         }
         Some(file) => {
-            write_atomic(&file, &text)?;
+            write_atomic(&file, &text).map_err(|e| e.to_string())?;
             eprintln!("wrote {} ({} devices)", file.display(), spec.devices.len());
             Ok(())
         }

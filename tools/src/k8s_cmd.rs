@@ -96,11 +96,11 @@ fn device_plugin(args: DevicePluginArgs) -> Result<(), String> {
         },
     };
     if args.check_config {
-        config.check_values()?;
+        config.check_values().map_err(|e| e.to_string())?;
         print!("{}", describe(&config));
         return Ok(());
     }
-    config.check()?;
+    config.check().map_err(|e| e.to_string())?;
     signals::install()?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_io()
@@ -112,7 +112,9 @@ fn device_plugin(args: DevicePluginArgs) -> Result<(), String> {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     };
-    runtime.block_on(tessera_deviceplugin::plugin::run(config, Client::new(daemon_socket), NvmlFacts::open(), stop))
+    runtime
+        .block_on(tessera_deviceplugin::plugin::run(config, Client::new(daemon_socket), NvmlFacts::open(), stop))
+        .map_err(|e| e.to_string())
 }
 
 /// The configuration as `--check-config` prints it: one `key: value` per line.
