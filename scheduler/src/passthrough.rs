@@ -183,7 +183,7 @@ fn refuse_if_used<'a>(used: &[Used], sys: &Sysfs, members: impl Iterator<Item = 
 
 /// Every GPU, with the mode the daemon's knowledge gives it.
 fn devices(manager: &Manager, sys: &Sysfs, state: &State) -> Result<Vec<Gpu>, Error> {
-    let ids = PciIds::load().map_err(|e| Error::new(ErrorCode::Invalid, e))?;
+    let ids = PciIds::load().map_err(|e| Error::new(ErrorCode::Invalid, e.to_string()))?;
     let used = used_devices(manager);
     let mut gpus = discover::gpus(sys, &ids, &mdev::created(state)?);
     for gpu in &mut gpus {

@@ -1,7 +1,6 @@
 //! `tessera cdi generate`: a CDI spec (kind `tessera.io/vgpu`) of the host's GPUs and the daemon's vGPUs,
 //! read through the daemon's API (`tessera-client`), printed or written atomically to a file.
 
-use crate::k8s_cmd::PluginError;
 use clap::{Args, Subcommand};
 use std::path::PathBuf;
 use tessera_client::Client;
@@ -22,13 +21,15 @@ pub enum CdiError {
     /// The shim's library folder is not found.
     #[error(transparent)]
     LibDir(#[from] LibDirError),
-    /// The host's files the spec names are missing or unfit, or the spec or its preload file cannot be
-    /// written (see [`PluginError`]).
+    /// The host's files the spec names are missing or unfit, or its preload file cannot be written.
     #[error(transparent)]
-    Files(PluginError),
-    /// The daemon did not list the host's GPUs.
+    Files(#[from] tessera_deviceplugin::container_edits::HostFilesError),
+    /// The spec cannot be written.
+    #[error(transparent)]
+    Write(#[from] tessera_deviceplugin::cdi::WriteError),
+    /// The daemon did not list the host's GPUs (what the inventory said).
     #[error("{0}; is `tessera daemon` running?")]
-    Gpus(#[source] PluginError),
+    Gpus(String),
     /// The daemon did not list its vGPUs.
     #[error("cannot list the daemon's vGPUs: {0}")]
     Vgpus(#[source] tessera_client::Error),
@@ -75,11 +76,11 @@ fn generate(args: GenerateArgs) -> Result<(), CdiError> {
         preload: paths::state_dir()?.join("device-plugin").join("ld.so.preload"),
         dev_dir: args.dev_dir,
     };
-    files.check().map_err(|e| CdiError::Files(e.into()))?;
+    files.check()?;
     let client = Client::new(socket);
     let (gpus, error) = refresh(&client, &NvmlFacts::open(), &[]);
     if let Some(e) = error {
-        return Err(CdiError::Gpus(e.into()));
+        return Err(CdiError::Gpus(e));
     }
     let vgpus: Vec<VgpuRef> = client
         .list()
@@ -88,7 +89,7 @@ fn generate(args: GenerateArgs) -> Result<(), CdiError> {
         .map(|v| VgpuRef { name: v.spec.name, device: v.spec.device })
         .collect();
     // The spec names the preload file: it must exist when a runtime applies the spec.
-    write_preload(&files).map_err(|e| CdiError::Files(e.into()))?;
+    write_preload(&files)?;
     let (spec, left_out) = spec(&files, &gpus, &vgpus, true);
     for line in left_out {
         eprintln!("tessera cdi generate: left out: {line}");
@@ -103,7 +104,7 @@ fn generate(args: GenerateArgs) -> Result<(), CdiError> {
             Ok(())
         }
         Some(file) => {
-            write_atomic(&file, &text).map_err(|e| CdiError::Files(e.into()))?;
+            write_atomic(&file, &text)?;
             eprintln!("wrote {} ({} devices)", file.display(), spec.devices.len());
             Ok(())
         }

@@ -13,11 +13,6 @@ use tessera_deviceplugin::inventory::NvmlFacts;
 use tessera_host::lib_dir::LibDirError;
 use tessera_host::paths::{self, PathError};
 
-/// An error of the device plugin crate (`tessera-deviceplugin`: its configuration check, the plugin's
-/// run, the CDI spec and files `tessera cdi` writes with it), kept as the crate gives it: a message today,
-/// its own error type once it has one (so that this crate need not change with it).
-pub type PluginError = Box<dyn std::error::Error + Send + Sync>;
-
 /// Why `tessera k8s device-plugin` could not start, or stopped with an error.
 #[derive(Debug, thiserror::Error)]
 pub enum K8sError {
@@ -40,9 +35,12 @@ pub enum K8sError {
     /// The plugin's async runtime could not be started.
     #[error("cannot start the plugin's runtime: {0}")]
     Runtime(#[source] std::io::Error),
-    /// The configuration is refused, or the plugin failed (see [`PluginError`]).
+    /// The configuration is refused.
     #[error(transparent)]
-    Plugin(PluginError),
+    Config(#[from] tessera_deviceplugin::config::ConfigError),
+    /// The plugin failed.
+    #[error(transparent)]
+    Plugin(#[from] tessera_deviceplugin::plugin::PluginError),
 }
 
 /// `tessera k8s ...`.
@@ -129,11 +127,11 @@ fn device_plugin(args: DevicePluginArgs) -> Result<(), K8sError> {
         },
     };
     if args.check_config {
-        config.check_values().map_err(|e| K8sError::Plugin(e.into()))?;
+        config.check_values()?;
         print!("{}", describe(&config));
         return Ok(());
     }
-    config.check().map_err(|e| K8sError::Plugin(e.into()))?;
+    config.check()?;
     signals::install()?;
     let runtime =
         tokio::runtime::Builder::new_current_thread().enable_io().enable_time().build().map_err(K8sError::Runtime)?;
@@ -144,7 +142,7 @@ fn device_plugin(args: DevicePluginArgs) -> Result<(), K8sError> {
     };
     runtime
         .block_on(tessera_deviceplugin::plugin::run(config, Client::new(daemon_socket), NvmlFacts::open(), stop))
-        .map_err(|e| K8sError::Plugin(e.into()))
+        .map_err(K8sError::from)
 }
 
 /// The configuration as `--check-config` prints it: one `key: value` per line.

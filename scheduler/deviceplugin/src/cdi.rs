@@ -8,8 +8,8 @@
 use crate::container_edits::{ContainerEdits, HostFiles, for_container};
 use crate::inventory::Gpu;
 use serde::Serialize;
-use std::path::Path;
-use tessera_region::secure_fs::replace_atomically;
+use std::path::{Path, PathBuf};
+use tessera_region::secure_fs::{SecureFsError, replace_atomically};
 
 /// The CDI version the specs declare. Only features of 0.3.0 are used (env, mounts, device nodes with a
 /// host path); 0.8.0 is the current version runtimes of the last years read.
@@ -174,22 +174,32 @@ impl Spec {
     }
 }
 
+/// Why a spec file cannot be written ([`write_atomic`]).
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    /// The path is a directory.
+    #[error("{} is a directory; give a file name, e.g. {}", .0.display(), .0.join("tessera.json").display())]
+    IsDirectory(PathBuf),
+    /// The path has no file name (`/`, `..`).
+    #[error("{}: give a file name", .0.display())]
+    NoFileName(PathBuf),
+    /// Writing it failed (the error names the file).
+    #[error("cannot write the CDI spec {0}")]
+    Write(#[source] SecureFsError),
+}
+
 /// Writes `text` to `file` atomically (the project's one way: [`replace_atomically`]), so a runtime
 /// reading the directory sees the old spec or the new one, never a part; its temporary file does not end
 /// in `.json`, so runtimes watching the directory ignore it. The file is readable by all (runtimes read
 /// it as root; its contents are no secret).
-pub fn write_atomic(file: &Path, text: &str) -> Result<(), String> {
+pub fn write_atomic(file: &Path, text: &str) -> Result<(), WriteError> {
     if file.is_dir() {
-        return Err(format!(
-            "{} is a directory; give a file name, e.g. {}",
-            file.display(),
-            file.join("tessera.json").display()
-        ));
+        return Err(WriteError::IsDirectory(file.to_path_buf()));
     }
     if file.file_name().is_none() {
-        return Err(format!("{}: give a file name", file.display()));
+        return Err(WriteError::NoFileName(file.to_path_buf()));
     }
-    replace_atomically(file, 0o644, text.as_bytes()).map_err(|e| format!("cannot write the CDI spec {e}"))
+    replace_atomically(file, 0o644, text.as_bytes()).map_err(WriteError::Write)
 }
 
 #[cfg(test)]
@@ -306,8 +316,8 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&file).unwrap(), "two\n");
         let left: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(left, ["tessera.json"], "no temporary file is left");
-        assert!(write_atomic(&dir, "x").unwrap_err().contains("is a directory"));
-        let e = write_atomic(&dir.join("missing/tessera.json"), "x").unwrap_err();
+        assert!(write_atomic(&dir, "x").unwrap_err().to_string().contains("is a directory"));
+        let e = write_atomic(&dir.join("missing/tessera.json"), "x").unwrap_err().to_string();
         assert!(e.contains("cannot write") && e.contains("missing/tessera.json"), "{e}");
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -1,6 +1,7 @@
 //! What the plugin is configured with, checked once at start: where kubelet's sockets are, the resource
 //! it registers, how many replicas each GPU is cut into, and the daemon's files a container needs.
 
+use crate::container_edits::HostFilesError;
 use std::path::PathBuf;
 
 /// kubelet's device-plugin directory.
@@ -21,6 +22,63 @@ pub const DEFAULT_GC_GRACE: std::time::Duration = std::time::Duration::from_secs
 pub const SHIM_IN_CONTAINER: &str = "/usr/local/lib/tessera/libtessera.so";
 /// Where the GPU device nodes are on the host by default.
 pub const DEFAULT_DEV_DIR: &str = "/dev";
+
+/// Why the plugin's configuration is refused: the first bad field, named as the command line names it.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// kubelet's device-plugin directory is missing.
+    #[error("--dir {}: no such directory (kubelet creates it)", .0.display())]
+    NoDir(PathBuf),
+    /// The shim is not installed.
+    #[error("the shim {} does not exist; install tessera first", .0.display())]
+    NoShim(PathBuf),
+    /// The CDI directory cannot be created.
+    #[error("--cdi-dir {}: cannot create it: {source}", .dir.display())]
+    CdiDir {
+        /// The directory.
+        dir: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Replicas outside 1 to [`MAX_REPLICAS`].
+    #[error("--replicas {0}: give 1 to {MAX_REPLICAS} replicas per GPU")]
+    Replicas(u32),
+    /// The resource name is not one kubelet accepts.
+    #[error(transparent)]
+    Resource(#[from] ResourceError),
+    /// A socket name that is not a plain file name, or is kubelet's.
+    #[error("socket name {0:?}: give a plain file name other than {KUBELET_SOCKET}")]
+    SocketName(String),
+    /// An extra resource's name (derived from `--resource`) is not one kubelet accepts.
+    #[error("{0} (the extra resource derived from --resource; shorten it or give --no-extra-resources)")]
+    ExtraResource(#[source] ResourceError),
+    /// An empty node name, or one with characters no node name has.
+    #[error("--node-name {0:?}: give this node's name in Kubernetes")]
+    NodeName(String),
+    /// The daemon's files cannot be given to containers.
+    #[error(transparent)]
+    HostFiles(#[from] HostFilesError),
+}
+
+/// Why a resource name is not one kubelet accepts (see [`check_resource`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ResourceError {
+    /// No `/` between domain and name.
+    #[error("--resource {0:?}: give it as domain/name; e.g. {DEFAULT_RESOURCE}")]
+    NotDomainName(String),
+    /// The domain is not a DNS name.
+    #[error(
+        "--resource {0:?}: the domain must be a DNS name (lower case letters, digits, '-' and '.'); e.g. \
+         {DEFAULT_RESOURCE}"
+    )]
+    BadDomain(String),
+    /// The name is not 1-63 letters, digits, `-`, `_` or `.`, starting and ending alphanumeric.
+    #[error(
+        "--resource {0:?}: the name must be 1-63 letters, digits, '-', '_' or '.', starting and ending \
+         alphanumeric; e.g. {DEFAULT_RESOURCE}"
+    )]
+    BadName(String),
+}
 
 /// The plugin's configuration.
 #[derive(Debug, Clone)]
@@ -99,38 +157,36 @@ impl Config {
     }
 
     /// Checks every field, naming the first bad one.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), ConfigError> {
         self.check_values()?;
         if !self.dir.is_dir() {
-            return Err(format!("--dir {}: no such directory (kubelet creates it)", self.dir.display()));
+            return Err(ConfigError::NoDir(self.dir.clone()));
         }
         if !self.shim.is_file() {
-            return Err(format!("the shim {} does not exist; install tessera first", self.shim.display()));
+            return Err(ConfigError::NoShim(self.shim.clone()));
         }
         if let Some(dir) = &self.cdi_dir {
-            std::fs::create_dir_all(dir).map_err(|e| format!("--cdi-dir {}: cannot create it: {e}", dir.display()))?;
+            std::fs::create_dir_all(dir).map_err(|source| ConfigError::CdiDir { dir: dir.clone(), source })?;
         }
         Ok(())
     }
 
     /// Checks the values alone, not the files they name (what `--check-config` does, e.g. for a manifest
     /// checked on another machine than the node): replicas, resource names, socket names.
-    pub fn check_values(&self) -> Result<(), String> {
+    pub fn check_values(&self) -> Result<(), ConfigError> {
         if !(1..=MAX_REPLICAS).contains(&self.replicas) {
-            return Err(format!("--replicas {}: give 1 to {MAX_REPLICAS} replicas per GPU", self.replicas));
+            return Err(ConfigError::Replicas(self.replicas));
         }
         check_resource(&self.resource)?;
         let name = &self.socket_name;
         if name.is_empty() || name.contains('/') || name == KUBELET_SOCKET {
-            return Err(format!("socket name {name:?}: give a plain file name other than {KUBELET_SOCKET}"));
+            return Err(ConfigError::SocketName(name.clone()));
         }
         for extra in crate::extra_resources::extras(self) {
-            check_resource(&extra.resource).map_err(|e| {
-                format!("{e} (the extra resource derived from --resource; shorten it or give --no-extra-resources)")
-            })?;
+            check_resource(&extra.resource).map_err(ConfigError::ExtraResource)?;
         }
         if self.node_name.is_empty() || self.node_name.contains(['/', ',', '=']) {
-            return Err(format!("--node-name {:?}: give this node's name in Kubernetes", self.node_name));
+            return Err(ConfigError::NodeName(self.node_name.clone()));
         }
         self.host_files().check()?;
         Ok(())
@@ -139,10 +195,9 @@ impl Config {
 
 /// An extended resource name kubelet accepts: `domain/name`, the domain a DNS subdomain, the name a DNS
 /// label-like word of letters, digits, `-`, `_`, `.`.
-pub fn check_resource(resource: &str) -> Result<(), String> {
-    let bad = |why: &str| Err(format!("--resource {resource:?}: {why}; e.g. {DEFAULT_RESOURCE}"));
+pub fn check_resource(resource: &str) -> Result<(), ResourceError> {
     let Some((domain, name)) = resource.split_once('/') else {
-        return bad("give it as domain/name");
+        return Err(ResourceError::NotDomainName(resource.to_string()));
     };
     let word = |s: &str, extra: &[u8]| {
         !s.is_empty()
@@ -152,10 +207,10 @@ pub fn check_resource(resource: &str) -> Result<(), String> {
             && s.as_bytes()[s.len() - 1].is_ascii_alphanumeric()
     };
     if !domain.split('.').all(|label| word(label, b"-")) || domain.len() > 253 {
-        return bad("the domain must be a DNS name (lower case letters, digits, '-' and '.')");
+        return Err(ResourceError::BadDomain(resource.to_string()));
     }
     if !word(&name.to_ascii_lowercase(), b"-_.") {
-        return bad("the name must be 1-63 letters, digits, '-', '_' or '.', starting and ending alphanumeric");
+        return Err(ResourceError::BadName(resource.to_string()));
     }
     Ok(())
 }

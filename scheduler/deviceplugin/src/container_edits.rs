@@ -30,6 +30,54 @@ const SYSTEM_DIRS: &[&str] = &[
     "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr", "/var", "/var/lib", "/var/run", "/var/tmp",
 ];
 
+/// Why the daemon's files cannot be given to containers, or the `ld.so.preload` file cannot be written.
+#[derive(Debug, thiserror::Error)]
+pub enum HostFilesError {
+    /// The region or the socket is a relative path.
+    #[error(
+        "the daemon's {what} {} ({variable}) is not an absolute path; containers are given its directory at the \
+         same path, so give an absolute one",
+        .file.display()
+    )]
+    NotAbsolute {
+        /// `region` or `socket`.
+        what: &'static str,
+        /// The variable that gives it: `TESSERA_REGION` or `TESSERA_SOCKET`.
+        variable: &'static str,
+        /// The path.
+        file: PathBuf,
+    },
+    /// The region or the socket is directly in a directory containers have of their own.
+    #[error(
+        "the daemon's {what} {} ({variable}) is directly in {}, which containers have of their own; containers \
+         are given the directory holding it, so put it in a directory of its own (the default is \
+         /dev/shm/tessera-<uid>/)",
+        .file.display(),
+        .dir.display()
+    )]
+    InSystemDir {
+        /// `region` or `socket`.
+        what: &'static str,
+        /// The variable that gives it: `TESSERA_REGION` or `TESSERA_SOCKET`.
+        variable: &'static str,
+        /// The path.
+        file: PathBuf,
+        /// The directory holding it.
+        dir: PathBuf,
+    },
+    /// The device nodes' directory is a relative path.
+    #[error("--dev-dir {}: give an absolute path", .0.display())]
+    DevDirNotAbsolute(PathBuf),
+    /// The `ld.so.preload` file (or its directory) cannot be written.
+    #[error("cannot write {}: {source}", .file.display())]
+    WritePreload {
+        /// The file.
+        file: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
 /// The host files a container is given.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostFiles {
@@ -48,30 +96,20 @@ pub struct HostFiles {
 impl HostFiles {
     /// Checks that the region's and socket's directories can be mounted into containers: absolute
     /// paths, not directly in a directory such as `/tmp` or `/dev/shm` that a container has of its own.
-    pub fn check(&self) -> Result<(), String> {
-        for (what, var, file) in
+    pub fn check(&self) -> Result<(), HostFilesError> {
+        for (what, variable, file) in
             [("region", "TESSERA_REGION", &self.region), ("socket", "TESSERA_SOCKET", &self.socket)]
         {
             if !file.is_absolute() {
-                return Err(format!(
-                    "the daemon's {what} {} ({var}) is not an absolute path; containers are given its directory at \
-                     the same path, so give an absolute one",
-                    file.display()
-                ));
+                return Err(HostFilesError::NotAbsolute { what, variable, file: file.clone() });
             }
             let dir = parent(file);
             if SYSTEM_DIRS.iter().any(|s| Path::new(s) == dir) {
-                return Err(format!(
-                    "the daemon's {what} {} ({var}) is directly in {}, which containers have of their own; \
-                     containers are given the directory holding it, so put it in a directory of its own (the \
-                     default is /dev/shm/tessera-<uid>/)",
-                    file.display(),
-                    dir.display()
-                ));
+                return Err(HostFilesError::InSystemDir { what, variable, file: file.clone(), dir });
             }
         }
         if !self.dev_dir.is_absolute() {
-            return Err(format!("--dev-dir {}: give an absolute path", self.dev_dir.display()));
+            return Err(HostFilesError::DevDirNotAbsolute(self.dev_dir.clone()));
         }
         Ok(())
     }
@@ -196,7 +234,7 @@ pub fn preload_contents() -> String {
 }
 
 /// Writes `files.preload` (creating its directory) unless it already says [`preload_contents`].
-pub fn write_preload(files: &HostFiles) -> Result<(), String> {
+pub fn write_preload(files: &HostFiles) -> Result<(), HostFilesError> {
     let file = &files.preload;
     if std::fs::read_to_string(file).is_ok_and(|now| now == preload_contents()) {
         return Ok(());
@@ -204,7 +242,7 @@ pub fn write_preload(files: &HostFiles) -> Result<(), String> {
     let dir = parent(file);
     std::fs::create_dir_all(&dir)
         .and_then(|()| std::fs::write(file, preload_contents()))
-        .map_err(|e| format!("cannot write {}: {e}", file.display()))
+        .map_err(|source| HostFilesError::WritePreload { file: file.clone(), source })
 }
 
 #[cfg(test)]
@@ -287,7 +325,7 @@ mod tests {
 
     #[test]
     fn daemon_files_whose_directory_cannot_be_mounted_are_refused() {
-        assert_eq!(files(Path::new("/dev")).check(), Ok(()));
+        files(Path::new("/dev")).check().unwrap();
         for (region, says) in [
             ("tessera.region", "not an absolute path"),
             ("/dev/shm/tessera.region", "directly in /dev/shm"),
@@ -295,12 +333,12 @@ mod tests {
             ("/tessera.region", "directly in /,"),
         ] {
             let f = HostFiles { region: region.into(), ..files(Path::new("/dev")) };
-            let e = f.check().expect_err(region);
+            let e = f.check().expect_err(region).to_string();
             assert!(e.contains(says) && e.contains("TESSERA_REGION"), "{region}: {e}");
         }
         let f = HostFiles { socket: "/var/run/tessera.sock".into(), ..files(Path::new("/dev")) };
-        assert!(f.check().unwrap_err().contains("TESSERA_SOCKET"));
-        assert!(files(Path::new("dev")).check().unwrap_err().contains("--dev-dir"));
+        assert!(f.check().unwrap_err().to_string().contains("TESSERA_SOCKET"));
+        assert!(files(Path::new("dev")).check().unwrap_err().to_string().contains("--dev-dir"));
     }
 
     #[test]
@@ -335,7 +373,7 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&f.preload).unwrap(), format!("{SHIM_IN_CONTAINER}\n"));
         write_preload(&f).unwrap();
         let bad = HostFiles { preload: "/proc/nonexistent/ld.so.preload".into(), ..f };
-        assert!(write_preload(&bad).unwrap_err().contains("cannot write /proc/nonexistent/ld.so.preload"));
+        assert!(write_preload(&bad).unwrap_err().to_string().contains("cannot write /proc/nonexistent/ld.so.preload"));
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

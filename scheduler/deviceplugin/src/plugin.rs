@@ -3,12 +3,14 @@
 //! (new sockets, new registrations) when kubelet's socket is replaced or one of its own is removed, as
 //! happens when kubelet restarts; until `stop` completes.
 
-use crate::config::Config;
+use crate::cdi_file::CdiFile;
+use crate::config::{Config, ConfigError};
+use crate::container_edits::HostFilesError;
 use crate::extra_resources::{ExtraService, extras};
 use crate::gc::{Collector, Fate};
 use crate::inventory::{Gpu, NvmlFacts, refresh};
-use crate::kube_api::KubeApi;
-use crate::pods::{PodRef, Records, SharedRecords, fates};
+use crate::kube_api::{KubeApi, KubeApiError};
+use crate::pods::{PodRef, Records, RecordsError, SharedRecords, fates};
 use crate::registration::{Identity, extra_request, identity, request, send};
 use crate::service::Service;
 use crate::v1beta1::RegisterRequest;
@@ -28,6 +30,48 @@ const WATCH_EVERY: Duration = Duration::from_millis(200);
 const REFRESH_EVERY: Duration = Duration::from_secs(5);
 /// How long to wait before trying again to register after a failure.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// Why the plugin stopped, or could not start: a bad configuration, a file it cannot keep, credentials it
+/// cannot use, or a socket it cannot serve on.
+#[derive(Debug, thiserror::Error)]
+pub enum PluginError {
+    /// The configuration is refused.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The `ld.so.preload` file containers get cannot be written.
+    #[error(transparent)]
+    Preload(#[from] HostFilesError),
+    /// The Kubernetes API's credentials cannot be used.
+    #[error(transparent)]
+    KubeApi(#[from] KubeApiError),
+    /// The pod records cannot be read.
+    #[error(transparent)]
+    Records(#[from] RecordsError),
+    /// A socket of the plugin cannot be listened on.
+    #[error("cannot listen on {}: {source}", .socket.display())]
+    Listen {
+        /// The socket.
+        socket: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A server of the plugin failed.
+    #[error("serving on {}: {source}", .socket.display())]
+    Serve {
+        /// Its socket.
+        socket: PathBuf,
+        /// Why.
+        source: tonic::transport::Error,
+    },
+    /// A server's task panicked or was cancelled.
+    #[error("the server on {} failed: {source}", .socket.display())]
+    ServerTask {
+        /// Its socket.
+        socket: PathBuf,
+        /// Why.
+        source: tokio::task::JoinError,
+    },
+}
 
 /// Prints one line about the plugin's progress on stderr.
 fn say(message: &str) {
@@ -59,7 +103,7 @@ async fn keep_current(
         if let Some((api, records)) = &pods {
             let snapshot = records.lock().map(|r| r.all().clone()).unwrap_or_default();
             let listed = api.pods_on_node().await;
-            let error = listed.as_ref().err().cloned();
+            let error = listed.as_ref().err().map(ToString::to_string);
             if error != said_api {
                 say(error.as_deref().unwrap_or("the Kubernetes API answers again"));
                 said_api = error;
@@ -102,7 +146,7 @@ async fn keep_current(
 
 /// What the collector judges recorded vGPUs by: the records (read before the pods were listed), the pods
 /// on the node (or why they could not be listed), and the records themselves.
-type PodView = (BTreeMap<String, PodRef>, Result<Vec<Pod>, String>, SharedRecords);
+type PodView = (BTreeMap<String, PodRef>, Result<Vec<Pod>, KubeApiError>, SharedRecords);
 
 /// One collection: without the API, by the grace alone; with it, recorded vGPUs by their pods (all kept
 /// while the API does not answer), the others by the grace. Returns what it did, one line each.
@@ -119,7 +163,7 @@ fn collect(collector: &mut Collector, client: &Client, view: Option<PodView>) ->
     fates.retain(|name, _| records.get(name) == snapshot.get(name));
     let (removed, mut said) = collector.collect(client, &fates);
     if let Err(e) = records.forget(removed.iter().map(String::as_str)) {
-        said.push(e);
+        said.push(e.to_string());
     }
     said
 }
@@ -132,7 +176,7 @@ pub async fn run(
     client: Client,
     facts: NvmlFacts,
     stop: impl Future<Output = ()>,
-) -> Result<(), String> {
+) -> Result<(), PluginError> {
     config.check()?;
     write_preload(&config)?;
     let pods = match KubeApi::connect(config.kubeconfig.as_deref(), &config.node_name).await? {
@@ -144,14 +188,16 @@ pub async fn run(
         None => None,
     };
     let (gpus, refresher) = keep_current(client.clone(), facts, config.gc_grace, pods.clone()).await;
-    // With `--cdi-dir`: the spec file follows the plugin's vGPUs (removed ones leave it).
+    // With `--cdi-dir`: the spec file follows the plugin's vGPUs (removed ones leave it). `Allocate` writes
+    // the same file through the same `CdiFile`, one writer at a time.
+    let cdi_file = Arc::new(CdiFile::new(config.clone()));
     let cdi_sync = config
         .cdi_dir
         .is_some()
-        .then(|| tokio::spawn(crate::cdi_file::keep_synced(config.clone(), client.clone(), gpus.clone())));
+        .then(|| tokio::spawn(crate::cdi_file::keep_synced(cdi_file.clone(), client.clone(), gpus.clone())));
     tokio::pin!(stop);
     let result = loop {
-        let serving = serve_once(&config, &client, gpus.clone(), pods.clone());
+        let serving = serve_once(&config, &client, gpus.clone(), pods.clone(), cdi_file.clone());
         tokio::select! {
             _ = &mut stop => break Ok(()),
             r = serving => if let Err(e) = r { break Err(e) },
@@ -185,8 +231,11 @@ struct Endpoint {
 }
 
 /// Serves `service` on a fresh socket `socket`; `request` registers it.
-fn serve(socket: PathBuf, service: impl DevicePlugin, request: RegisterRequest) -> Result<Endpoint, String> {
-    let incoming = crate::unix::listen(&socket).map_err(|e| format!("cannot listen on {}: {e}", socket.display()))?;
+fn serve(socket: PathBuf, service: impl DevicePlugin, request: RegisterRequest) -> Result<Endpoint, PluginError> {
+    let incoming = match crate::unix::listen(&socket) {
+        Ok(incoming) => incoming,
+        Err(source) => return Err(PluginError::Listen { socket, source }),
+    };
     let own = identity(&socket);
     let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(
@@ -202,7 +251,7 @@ fn serve(socket: PathBuf, service: impl DevicePlugin, request: RegisterRequest) 
 }
 
 /// Stops the servers of `endpoints`; the first failure of one of them, if any.
-async fn finish(mut endpoints: Vec<Endpoint>) -> Result<(), String> {
+async fn finish(mut endpoints: Vec<Endpoint>) -> Result<(), PluginError> {
     for endpoint in &mut endpoints {
         if let Some(done) = endpoint.done.take() {
             let _ = done.send(());
@@ -210,11 +259,11 @@ async fn finish(mut endpoints: Vec<Endpoint>) -> Result<(), String> {
     }
     let mut result = Ok(());
     for endpoint in endpoints {
-        let socket = endpoint.socket.display();
+        let socket = endpoint.socket;
         let outcome = match endpoint.server.await {
             Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(format!("serving on {socket}: {e}")),
-            Err(e) => Err(format!("the server on {socket} failed: {e}")),
+            Ok(Err(source)) => Err(PluginError::Serve { socket, source }),
+            Err(source) => Err(PluginError::ServerTask { socket, source }),
         };
         result = result.and(outcome);
     }
@@ -229,8 +278,9 @@ async fn serve_once(
     client: &Client,
     gpus: watch::Receiver<Vec<Gpu>>,
     pods: Option<(KubeApi, SharedRecords)>,
-) -> Result<(), String> {
-    let mut main = Service::new(config.clone(), client.clone(), gpus.clone());
+    cdi_file: Arc<CdiFile>,
+) -> Result<(), PluginError> {
+    let mut main = Service::new(config.clone(), client.clone(), gpus.clone(), cdi_file);
     if let Some((api, records)) = pods {
         main = main.with_pods(api, records);
     }
@@ -261,7 +311,7 @@ async fn serve_once(
                         endpoint.registered = now;
                     }
                     Err(e) => {
-                        say(&e);
+                        say(&e.to_string());
                         tokio::time::sleep(RETRY_AFTER).await;
                         continue 'watching;
                     }
@@ -277,6 +327,6 @@ async fn serve_once(
 }
 
 /// Writes the `ld.so.preload` file containers get, in the plugin's state directory.
-fn write_preload(config: &Config) -> Result<(), String> {
+fn write_preload(config: &Config) -> Result<(), HostFilesError> {
     crate::container_edits::write_preload(&config.host_files())
 }

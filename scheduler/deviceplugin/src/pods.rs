@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use tessera_region::secure_fs::replace_atomically;
+use tessera_region::secure_fs::{SecureFsError, replace_atomically};
 
 /// One container of one pod (the pod by UID: a pod made again under the same name is another pod).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -48,6 +48,41 @@ struct Stored {
     vgpus: BTreeMap<String, PodRef>,
 }
 
+/// Why the records cannot be read or written; each names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordsError {
+    /// The file exists but cannot be read.
+    #[error("cannot read {}: {source}", .file.display())]
+    Read {
+        /// The file.
+        file: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not JSON of the records' shape.
+    #[error("{} is corrupt ({source}); remove it to start afresh", .file.display())]
+    Corrupt {
+        /// The file.
+        file: PathBuf,
+        /// What the parser found.
+        source: serde_json::Error,
+    },
+    /// The file has a format version this plugin does not read.
+    #[error(
+        "{} has format version {version}, this plugin reads {FORMAT_VERSION}; remove it to start afresh",
+        .file.display()
+    )]
+    Version {
+        /// The file.
+        file: PathBuf,
+        /// Its format version.
+        version: u32,
+    },
+    /// The file cannot be written (the error names it).
+    #[error("cannot write the pod records {0}")]
+    Write(#[source] SecureFsError),
+}
+
 /// Which pod container each vGPU of the plugin is for, kept in a file.
 #[derive(Debug)]
 pub struct Records {
@@ -61,19 +96,15 @@ pub type SharedRecords = Arc<Mutex<Records>>;
 impl Records {
     /// The records in `file` (none if it does not exist). A file that cannot be read or parsed is an error
     /// naming it.
-    pub fn load(file: &Path) -> Result<Records, String> {
+    pub fn load(file: &Path) -> Result<Records, RecordsError> {
         let vgpus = match std::fs::read(file) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeMap::new(),
-            Err(e) => return Err(format!("cannot read {}: {e}", file.display())),
+            Err(source) => return Err(RecordsError::Read { file: file.to_path_buf(), source }),
             Ok(bytes) => {
                 let stored: Stored = serde_json::from_slice(&bytes)
-                    .map_err(|e| format!("{} is corrupt ({e}); remove it to start afresh", file.display()))?;
+                    .map_err(|source| RecordsError::Corrupt { file: file.to_path_buf(), source })?;
                 if stored.version != FORMAT_VERSION {
-                    return Err(format!(
-                        "{} has format version {}, this plugin reads {FORMAT_VERSION}; remove it to start afresh",
-                        file.display(),
-                        stored.version
-                    ));
+                    return Err(RecordsError::Version { file: file.to_path_buf(), version: stored.version });
                 }
                 stored.vgpus
             }
@@ -83,10 +114,10 @@ impl Records {
 
     /// Writes the records atomically ([`replace_atomically`]), so a crash leaves the old or the new
     /// records, never half of them.
-    fn save(&self) -> Result<(), String> {
+    fn save(&self) -> Result<(), RecordsError> {
         let stored = Stored { version: FORMAT_VERSION, vgpus: self.vgpus.clone() };
         let text = serde_json::to_vec_pretty(&stored).expect("records serialize");
-        replace_atomically(&self.file, 0o644, &text).map_err(|e| format!("cannot write the pod records {e}"))
+        replace_atomically(&self.file, 0o644, &text).map_err(RecordsError::Write)
     }
 
     /// The pod container of vGPU `name`.
@@ -100,13 +131,13 @@ impl Records {
     }
 
     /// Records that vGPU `name` is for `pod` (replacing what it was for).
-    pub fn insert(&mut self, name: &str, pod: PodRef) -> Result<(), String> {
+    pub fn insert(&mut self, name: &str, pod: PodRef) -> Result<(), RecordsError> {
         self.vgpus.insert(name.to_string(), pod);
         self.save()
     }
 
     /// Forgets the vGPUs `names` (those not recorded are skipped; the file is written only on a change).
-    pub fn forget<'a>(&mut self, names: impl IntoIterator<Item = &'a str>) -> Result<(), String> {
+    pub fn forget<'a>(&mut self, names: impl IntoIterator<Item = &'a str>) -> Result<(), RecordsError> {
         let before = self.vgpus.len();
         for name in names {
             self.vgpus.remove(name);
@@ -267,7 +298,7 @@ mod tests {
         assert_eq!(again.all().len(), 1);
         assert_eq!(again.get("k8s-0-1"), Some(&one));
         std::fs::write(&file, b"{not json").unwrap();
-        let e = Records::load(&file).unwrap_err();
+        let e = Records::load(&file).unwrap_err().to_string();
         assert!(e.contains("pods.json is corrupt"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }

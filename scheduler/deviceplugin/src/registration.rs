@@ -5,10 +5,35 @@ use crate::config::Config;
 use crate::v1beta1::registration_client::RegistrationClient;
 use crate::v1beta1::{DevicePluginOptions, RegisterRequest};
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// The device-plugin API version this plugin speaks.
 pub const VERSION: &str = "v1beta1";
+
+/// Why kubelet did not take a registration; each names kubelet's socket.
+#[derive(Debug, thiserror::Error)]
+pub enum RegistrationError {
+    /// kubelet's socket cannot be connected to.
+    #[error("cannot reach kubelet on {}: {source}", .socket.display())]
+    Unreachable {
+        /// kubelet's socket.
+        socket: PathBuf,
+        /// Why.
+        source: tonic::transport::Error,
+    },
+    /// kubelet answered with an error.
+    #[error("kubelet on {} refused the registration: {}", .socket.display(), .status.message())]
+    Refused {
+        /// kubelet's socket.
+        socket: PathBuf,
+        /// kubelet's answer.
+        #[source]
+        status: tonic::Status,
+    },
+    /// kubelet did not answer within [`TIMEOUT`].
+    #[error("kubelet on {} did not answer within {} s", .0.display(), TIMEOUT.as_secs())]
+    TimedOut(PathBuf),
+}
 
 /// The request that registers the plugin of `config`.
 pub fn request(config: &Config) -> RegisterRequest {
@@ -32,25 +57,25 @@ pub fn extra_request(extra: &crate::extra_resources::Extra) -> RegisterRequest {
 
 /// Registers the plugin of `config` with the kubelet listening on its `kubelet.sock`, giving up after
 /// [`TIMEOUT`] (a kubelet that accepts the connection but never answers must not stall the plugin).
-pub async fn register(config: &Config) -> Result<(), String> {
+pub async fn register(config: &Config) -> Result<(), RegistrationError> {
     send(config, request(config)).await
 }
 
 /// Sends registration `request` to the kubelet of `config` (see [`register`]).
-pub async fn send(config: &Config, request: RegisterRequest) -> Result<(), String> {
+pub async fn send(config: &Config, request: RegisterRequest) -> Result<(), RegistrationError> {
     let socket = config.kubelet_socket();
     let attempt = async {
         let channel = crate::unix::channel(&socket)
             .await
-            .map_err(|e| format!("cannot reach kubelet on {}: {e}", socket.display()))?;
+            .map_err(|source| RegistrationError::Unreachable { socket: socket.clone(), source })?;
         RegistrationClient::new(channel)
             .register(request)
             .await
-            .map_err(|e| format!("kubelet on {} refused the registration: {}", socket.display(), e.message()))
+            .map_err(|status| RegistrationError::Refused { socket: socket.clone(), status })
     };
     match tokio::time::timeout(TIMEOUT, attempt).await {
         Ok(result) => result.map(drop),
-        Err(_) => Err(format!("kubelet on {} did not answer within {} s", socket.display(), TIMEOUT.as_secs())),
+        Err(_) => Err(RegistrationError::TimedOut(socket)),
     }
 }
 

@@ -4,11 +4,12 @@
 //! is at hand, see [`crate::pods`]).
 
 use crate::allocate::{Plan, Refusal, plan, spec_for, stale_names};
+use crate::cdi_file::CdiFile;
 use crate::config::Config;
 use crate::container_edits::for_container;
 use crate::inventory::{Gpu, replica_id};
 use crate::kube_api::KubeApi;
-use crate::pods::{PodRef, SharedRecords, describe, pick};
+use crate::pods::{PodRef, RecordsError, SharedRecords, describe, pick};
 use crate::preferred::preferred;
 use crate::sizing::Sizing;
 use crate::v1beta1::device_plugin_server::DevicePlugin;
@@ -18,6 +19,7 @@ use crate::v1beta1::{
     PreStartContainerResponse, PreferredAllocationRequest, PreferredAllocationResponse, TopologyInfo,
 };
 use std::pin::Pin;
+use std::sync::Arc;
 use tessera_client::{Client, ErrorCode};
 use tokio::sync::watch;
 use tokio_stream::{Stream, StreamExt, wrappers::WatchStream};
@@ -28,11 +30,13 @@ pub const HEALTHY: &str = "Healthy";
 /// kubelet's word for one that cannot.
 pub const UNHEALTHY: &str = "Unhealthy";
 
-/// The service: the configuration, the daemon's client, and the GPUs as last read.
+/// The service: the configuration, the daemon's client, the GPUs as last read, and the plugin's CDI spec file.
 pub struct Service {
     config: Config,
     client: Client,
     gpus: watch::Receiver<Vec<Gpu>>,
+    /// The plugin's CDI spec file (written only with `--cdi-dir`), shared with [`crate::cdi_file::keep_synced`].
+    cdi_file: Arc<CdiFile>,
     /// One `Allocate` at a time: each removes leftovers of the replicas it creates a vGPU for (and, with
     /// the API, two must not pick the same pod).
     allocating: tokio::sync::Mutex<()>,
@@ -41,9 +45,10 @@ pub struct Service {
 }
 
 impl Service {
-    /// A service answering from `gpus` (kept current by the caller) and creating vGPUs with `client`.
-    pub fn new(config: Config, client: Client, gpus: watch::Receiver<Vec<Gpu>>) -> Service {
-        Service { config, client, gpus, allocating: tokio::sync::Mutex::new(()), pods: None }
+    /// A service answering from `gpus` (kept current by the caller), creating vGPUs with `client` and listing
+    /// them in `cdi_file`.
+    pub fn new(config: Config, client: Client, gpus: watch::Receiver<Vec<Gpu>>, cdi_file: Arc<CdiFile>) -> Service {
+        Service { config, client, gpus, cdi_file, allocating: tokio::sync::Mutex::new(()), pods: None }
     }
 
     /// The service sizing vGPUs from the pods `api` lists and recording them in `records`.
@@ -58,7 +63,7 @@ impl Service {
         let Some((api, records)) = &self.pods else {
             return Ok(plans.into_iter().map(|plan| Job { plan, sizing: Sizing::default(), pod: None }).collect());
         };
-        let pods = api.pods_on_node().await.map_err(Status::unavailable)?;
+        let pods = api.pods_on_node().await.map_err(|e| Status::unavailable(e.to_string()))?;
         let mut taken: Vec<PodRef> = records.lock().map(|r| r.all().values().cloned().collect()).unwrap_or_default();
         let resource = &self.config.resource;
         let mut jobs = Vec::with_capacity(plans.len());
@@ -151,19 +156,20 @@ fn daemon_error(what: &str, e: tessera_client::Error) -> Status {
 
 /// Creates the vGPU of each job, first removing leftovers of ended containers that held its replicas (and
 /// their records, before, so the collector cannot take the new vGPU for the old one), then recording which
-/// pod it is for, and (with `--cdi-dir`) writes the spec file listing them; on a failure removes those it
-/// created and returns the error.
+/// pod it is for, and (with `--cdi-dir`) writes the spec file `cdi_file` listing them; on a failure removes
+/// those it created and returns the error.
 fn create_all(
     client: &Client,
     config: &Config,
+    cdi_file: &CdiFile,
     gpus: &[Gpu],
     jobs: &[Job],
     records: Option<&SharedRecords>,
 ) -> Result<Vec<ContainerAllocateResponse>, Status> {
-    let record = |f: &mut dyn FnMut(&mut crate::pods::Records) -> Result<(), String>| match records {
+    let record = |f: &mut dyn FnMut(&mut crate::pods::Records) -> Result<(), RecordsError>| match records {
         Some(r) => {
             let mut guard = r.lock().map_err(|_| Status::internal("the pod records are poisoned"))?;
-            f(&mut guard).map_err(Status::internal)
+            f(&mut guard).map_err(|e| Status::internal(e.to_string()))
         }
         None => Ok(()),
     };
@@ -201,7 +207,7 @@ fn create_all(
     });
     // The spec file must list the new vGPUs before kubelet hears of them: the runtime reads it when it
     // creates the container.
-    let result = result.and_then(|responses| match crate::cdi_file::sync(config, client, gpus) {
+    let result = result.and_then(|responses| match cdi_file.sync(client, gpus) {
         Ok(_) => Ok(responses),
         Err(e) => Err(Status::internal(format!("writing the CDI spec: {e}"))),
     });
@@ -256,12 +262,13 @@ impl DevicePlugin for Service {
         }
         let _one_at_a_time = self.allocating.lock().await;
         let jobs = self.size(plans).await?;
-        let (client, config) = (self.client.clone(), self.config.clone());
+        let (client, config, cdi_file) = (self.client.clone(), self.config.clone(), self.cdi_file.clone());
         let records = self.pods.as_ref().map(|(_, r)| r.clone());
-        let container_responses =
-            tokio::task::spawn_blocking(move || create_all(&client, &config, &gpus, &jobs, records.as_ref()))
-                .await
-                .map_err(|e| Status::internal(format!("allocation failed: {e}")))??;
+        let container_responses = tokio::task::spawn_blocking(move || {
+            create_all(&client, &config, &cdi_file, &gpus, &jobs, records.as_ref())
+        })
+        .await
+        .map_err(|e| Status::internal(format!("allocation failed: {e}")))??;
         Ok(Response::new(AllocateResponse { container_responses }))
     }
 

@@ -7,6 +7,89 @@
 
 use std::collections::BTreeMap;
 
+/// Why a Kubernetes quantity (or a percent) is not a value the plugin takes. The messages complete a sentence
+/// naming the value (`... "4GB" has an unknown suffix "GB"`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum QuantityError {
+    /// Not a decimal number with an optional suffix.
+    #[error("is not a quantity")]
+    NotAQuantity,
+    /// A suffix that is none of Kubernetes' (binary, decimal or an exponent in range).
+    #[error("has an unknown suffix {0:?}")]
+    UnknownSuffix(String),
+    /// More than a `u64` holds.
+    #[error("is too large")]
+    TooLarge,
+    /// A fraction (of a byte, of a count, of a percent).
+    #[error("is not a whole number")]
+    NotWhole,
+    /// A share outside 1 to 100.
+    #[error("is not a percent from 1 to 100")]
+    NotAPercent,
+}
+
+/// Why a container's sizing cannot be taken: a bad value (naming where it was and what it was), or a
+/// size no vGPU can have on the GPU.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SizingError {
+    /// The container's memory limit (in GiB) is not a count of GiB.
+    #[error("container limit {name}={value:?} {source} (give GiB, e.g. 4)")]
+    LimitMemory {
+        /// The resource's name, `<resource>-memory`.
+        name: String,
+        /// The limit as given.
+        value: String,
+        /// What is wrong with it.
+        source: QuantityError,
+    },
+    /// The pod's memory annotation is not a quantity of bytes.
+    #[error("pod annotation {name}={value:?} {source} (give bytes, e.g. 4Gi)")]
+    AnnotationMemory {
+        /// The annotation's name, `<resource>-memory`.
+        name: String,
+        /// The annotation as given.
+        value: String,
+        /// What is wrong with it.
+        source: QuantityError,
+    },
+    /// The container's share limit is not a percent.
+    #[error("container limit {name}={value:?} {source} (give a percent 1-100)")]
+    LimitShare {
+        /// The resource's name, `<resource>-share`.
+        name: String,
+        /// The limit as given.
+        value: String,
+        /// What is wrong with it.
+        source: QuantityError,
+    },
+    /// The pod's share annotation is not a percent.
+    #[error("pod annotation {name}={value:?} {source} (give a percent 1-100)")]
+    AnnotationShare {
+        /// The annotation's name, `<resource>-share`.
+        name: String,
+        /// The annotation as given.
+        value: String,
+        /// What is wrong with it.
+        source: QuantityError,
+    },
+    /// A memory size of 0 bytes.
+    #[error("{name} of 0 bytes: a vGPU needs some memory")]
+    NoMemory {
+        /// `<resource>-memory`.
+        name: String,
+    },
+    /// More memory than the GPU has.
+    #[error("{name} asks for {memory} bytes, more than the GPU's {total} bytes")]
+    OverGpu {
+        /// `<resource>-memory`.
+        name: String,
+        /// The bytes asked for.
+        memory: u64,
+        /// The GPU's memory, in bytes.
+        total: u64,
+    },
+}
+
 /// One GiB, the unit of the `<resource>-memory` extended resource.
 pub const GIB: u64 = 1 << 30;
 
@@ -31,46 +114,46 @@ impl Sizing {
         resource: &str,
         limits: &BTreeMap<String, String>,
         annotations: &BTreeMap<String, String>,
-    ) -> Result<Sizing, String> {
+    ) -> Result<Sizing, SizingError> {
         let (memory_name, share_name) = names(resource);
         let memory = match (limits.get(&memory_name), annotations.get(&memory_name)) {
-            (Some(v), _) => Some(
-                count(v)
-                    .and_then(|gib| gib.checked_mul(GIB).ok_or_else(|| "is too large".to_string()))
-                    .map_err(|e| format!("container limit {memory_name}={v:?} {e} (give GiB, e.g. 4)"))?,
-            ),
-            (None, Some(v)) => {
-                Some(bytes(v).map_err(|e| format!("pod annotation {memory_name}={v:?} {e} (give bytes, e.g. 4Gi)"))?)
+            (Some(v), _) => {
+                Some(count(v).and_then(|gib| gib.checked_mul(GIB).ok_or(QuantityError::TooLarge)).map_err(
+                    |source| SizingError::LimitMemory { name: memory_name.clone(), value: v.clone(), source },
+                )?)
             }
+            (None, Some(v)) => Some(bytes(v).map_err(|source| SizingError::AnnotationMemory {
+                name: memory_name.clone(),
+                value: v.clone(),
+                source,
+            })?),
             (None, None) => None,
         };
         let share = match (limits.get(&share_name), annotations.get(&share_name)) {
-            (Some(v), _) => Some(
-                count(v)
-                    .and_then(percent)
-                    .map_err(|e| format!("container limit {share_name}={v:?} {e} (give a percent 1-100)"))?,
-            ),
-            (None, Some(v)) => Some(
-                v.trim()
-                    .parse::<u64>()
-                    .map_err(|_| "is not a whole number".to_string())
-                    .and_then(percent)
-                    .map_err(|e| format!("pod annotation {share_name}={v:?} {e} (give a percent 1-100)"))?,
-            ),
+            (Some(v), _) => Some(count(v).and_then(percent).map_err(|source| SizingError::LimitShare {
+                name: share_name.clone(),
+                value: v.clone(),
+                source,
+            })?),
+            (None, Some(v)) => {
+                Some(v.trim().parse::<u64>().map_err(|_| QuantityError::NotWhole).and_then(percent).map_err(
+                    |source| SizingError::AnnotationShare { name: share_name.clone(), value: v.clone(), source },
+                )?)
+            }
             (None, None) => None,
         };
         if memory == Some(0) {
-            return Err(format!("{memory_name} of 0 bytes: a vGPU needs some memory"));
+            return Err(SizingError::NoMemory { name: memory_name });
         }
         Ok(Sizing { memory, share })
     }
 
     /// Checks the sizing fits a GPU of `memory_total` bytes.
-    pub fn check(&self, resource: &str, memory_total: u64) -> Result<(), String> {
+    pub fn check(&self, resource: &str, memory_total: u64) -> Result<(), SizingError> {
         let (memory_name, _) = names(resource);
         match self.memory {
             Some(m) if m > memory_total => {
-                Err(format!("{memory_name} asks for {m} bytes, more than the GPU's {memory_total} bytes"))
+                Err(SizingError::OverGpu { name: memory_name, memory: m, total: memory_total })
             }
             _ => Ok(()),
         }
@@ -78,27 +161,27 @@ impl Sizing {
 }
 
 /// A share of 1 to 100 percent.
-fn percent(n: u64) -> Result<u32, String> {
+fn percent(n: u64) -> Result<u32, QuantityError> {
     match n {
         1..=100 => Ok(n as u32),
-        _ => Err("is not a percent from 1 to 100".into()),
+        _ => Err(QuantityError::NotAPercent),
     }
 }
 
 /// A quantity that is a whole count (an extended resource's amount, e.g. `4`).
-pub fn count(text: &str) -> Result<u64, String> {
+pub fn count(text: &str) -> Result<u64, QuantityError> {
     quantity(text)
 }
 
 /// A Kubernetes quantity of bytes: a decimal number (`1.5`, `8589934592`) with an optional binary
 /// (`Ki`, `Mi`, `Gi`, `Ti`, `Pi`, `Ei`) or decimal (`k`, `M`, `G`, `T`, `P`, `E`, `m`) suffix, or an
 /// exponent (`5e9`); it must come to a whole number of bytes.
-pub fn bytes(text: &str) -> Result<u64, String> {
+pub fn bytes(text: &str) -> Result<u64, QuantityError> {
     quantity(text)
 }
 
 /// The value of a Kubernetes quantity that must be a whole, non-negative number.
-fn quantity(text: &str) -> Result<u64, String> {
+fn quantity(text: &str) -> Result<u64, QuantityError> {
     let text = text.trim();
     let number_end = text.find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+')).unwrap_or(text.len());
     let (number, suffix) = text.split_at(number_end);
@@ -106,7 +189,7 @@ fn quantity(text: &str) -> Result<u64, String> {
     let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
     let digits_ok = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
     if (whole.is_empty() && fraction.is_empty()) || !digits_ok(whole) || !digits_ok(fraction) {
-        return Err("is not a quantity".into());
+        return Err(QuantityError::NotAQuantity);
     }
     // value = mantissa * 2^binary * 10^decimal / 10^fraction digits, exactly, in u128.
     let (binary, decimal): (u32, i32) = match suffix {
@@ -126,10 +209,10 @@ fn quantity(text: &str) -> Result<u64, String> {
         "E" => (0, 18),
         _ => match suffix.strip_prefix(['e', 'E']).map(str::parse::<i32>) {
             Some(Ok(exp)) if (-30..=30).contains(&exp) => (0, exp),
-            _ => return Err(format!("has an unknown suffix {suffix:?}")),
+            _ => return Err(QuantityError::UnknownSuffix(suffix.to_string())),
         },
     };
-    let too_large = || "is too large".to_string();
+    let too_large = || QuantityError::TooLarge;
     let digits = format!("{whole}{fraction}");
     let digits = digits.trim_start_matches('0');
     if digits.len() > 30 {
@@ -143,7 +226,7 @@ fn quantity(text: &str) -> Result<u64, String> {
     } else {
         let divisor = 10u128.checked_pow(scale.unsigned_abs()).ok_or_else(too_large)?;
         if value % divisor != 0 {
-            return Err("is not a whole number".into());
+            return Err(QuantityError::NotWhole);
         }
         value /= divisor;
     }
@@ -192,7 +275,7 @@ mod tests {
             ("1e40", "unknown suffix"),
             ("99999999999999999999999999999999999", "too large"),
         ] {
-            let e = bytes(text).expect_err(text);
+            let e = bytes(text).expect_err(text).to_string();
             assert!(e.contains(says), "{text}: {e}");
         }
     }
@@ -241,7 +324,7 @@ mod tests {
             (&[("tessera.io/vgpu-memory", "1.5")], &[], "container limit tessera.io/vgpu-memory=\"1.5\""),
             (&[("tessera.io/vgpu-share", "200")], &[], "container limit tessera.io/vgpu-share=\"200\""),
         ] {
-            let e = Sizing::of(r, &map(limits), &map(notes)).expect_err(says);
+            let e = Sizing::of(r, &map(limits), &map(notes)).expect_err(says).to_string();
             assert!(e.contains(says), "{e}");
         }
     }
@@ -250,7 +333,7 @@ mod tests {
     fn memory_must_fit_the_gpu() {
         let s = Sizing { memory: Some(5 << 30), share: None };
         assert_eq!(s.check("tessera.io/vgpu", 5 << 30), Ok(()));
-        let e = s.check("tessera.io/vgpu", 4 << 30).unwrap_err();
+        let e = s.check("tessera.io/vgpu", 4 << 30).unwrap_err().to_string();
         assert!(e.contains("tessera.io/vgpu-memory") && e.contains("more than the GPU"), "{e}");
     }
 }

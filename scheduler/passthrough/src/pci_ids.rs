@@ -11,6 +11,19 @@ pub const PATH_VAR: &str = "TESSERA_PCI_IDS";
 /// Where distributions install `pci.ids`, in the order they are tried.
 pub const DEFAULT_PATHS: [&str; 3] = ["/usr/share/misc/pci.ids", "/usr/share/hwdata/pci.ids", "/usr/share/pci.ids"];
 
+/// Why the names cannot be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum PciIdsError {
+    /// The file [`PATH_VAR`] names cannot be read.
+    #[error("{PATH_VAR}={}: cannot read it: {source}", .path.display())]
+    Unreadable {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
 /// The names `pci.ids` gives.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PciIds {
@@ -24,10 +37,10 @@ pub struct PciIds {
 impl PciIds {
     /// The file [`PATH_VAR`] names (an unreadable one is an error naming it), else the first of
     /// [`DEFAULT_PATHS`] that exists, else no names.
-    pub fn load() -> Result<PciIds, String> {
+    pub fn load() -> Result<PciIds, PciIdsError> {
         if let Some(path) = std::env::var_os(PATH_VAR) {
             let path = PathBuf::from(path);
-            return PciIds::read(&path).map_err(|e| format!("{PATH_VAR}={}: cannot read it: {e}", path.display()));
+            return PciIds::read(&path).map_err(|source| PciIdsError::Unreadable { path, source });
         }
         Ok(DEFAULT_PATHS.iter().find_map(|p| PciIds::read(Path::new(p)).ok()).unwrap_or_default())
     }

@@ -1,7 +1,8 @@
 //! What every call needs, opened once (by `AccelInit`, or by the first call that needs it) and closed by
-//! `AccelShutdown`: NVML and the device list it gives. The library never initializes CUDA in the calling
-//! process: a worker that sets its own limits before `cuInit` must still be free to join the vGPU they
-//! made (the shim reads `TESSERA_VGPU` at its first CUDA call).
+//! `AccelShutdown`: NVML and the device list it gives, and the vGPUs created for the caller's limits (which
+//! `AccelShutdown` removes). The library never initializes CUDA in the calling process: a worker that sets
+//! its own limits before `cuInit` must still be free to join the vGPU they made (the shim reads
+//! `TESSERA_VGPU` at its first CUDA call).
 //!
 //! NVML is the one that goes with the driver programs load: `TESSERA_REAL_LIBNVML`, else
 //! `libnvidia-ml.so.1` on the loader's path (the simulated one where the simulated GPU's folder is on it),
@@ -9,10 +10,11 @@
 
 use crate::abi::current::{ACCEL_ERROR_NOT_FOUND, ACCEL_ERROR_OPERATION_FAILED};
 use crate::guard::Fail;
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 use std::path::PathBuf;
 use std::sync::Arc;
 use tessera_host::driver::Origin;
+use tessera_host::lib_dir::LibDirError;
 use tessera_host::nvml::{Device, Nvml};
 
 /// One device as NVML describes it.
@@ -37,7 +39,8 @@ pub struct Gpu {
     pub clock_mhz: u32,
 }
 
-/// The opened NVML and devices.
+/// The opened NVML and devices, and the vGPUs made for the caller's limits, from `AccelInit` (or the first
+/// call that needs them) to `AccelShutdown`.
 pub struct Context {
     /// NVML.
     pub nvml: Nvml,
@@ -45,9 +48,49 @@ pub struct Context {
     pub simulated: bool,
     /// The devices, by index.
     pub gpus: Vec<Gpu>,
+    /// The vGPUs this process created for its limits ([`crate::limits`]), removed by `AccelShutdown`
+    /// ([`crate::limits::release`]).
+    pub created: Mutex<Vec<String>>,
 }
 
-/// The open context, if any.
+/// Why NVML or its device list cannot be opened (the calls fail with `ACCEL_ERROR_OPERATION_FAILED`).
+#[derive(Debug, thiserror::Error)]
+pub enum ContextError {
+    /// The machine's NVML does not load, and the simulated GPU's folder is not found.
+    #[error("no NVML: {machine} does not load, and the simulated GPU's is not found: {source}")]
+    NoSimulatedGpu {
+        /// The machine's NVML library.
+        machine: String,
+        /// Why the simulated GPU's folder is not found.
+        source: LibDirError,
+    },
+    /// Neither the machine's NVML nor the simulated one initializes.
+    #[error("no NVML: neither {machine} nor {simulated} initializes")]
+    NoNvml {
+        /// The machine's NVML library.
+        machine: String,
+        /// The simulated GPU's NVML library.
+        simulated: String,
+    },
+    /// NVML does not give the number of devices.
+    #[error("nvmlDeviceGetCount_v2 failed")]
+    DeviceCount,
+    /// NVML has no handle for a device it counted.
+    #[error("NVML has no device {0}")]
+    NoDevice(u32),
+    /// NVML does not describe a device it counted.
+    #[error("NVML does not describe device {0}")]
+    Undescribed(u32),
+}
+
+impl From<ContextError> for Fail {
+    fn from(e: ContextError) -> Fail {
+        Fail::new(ACCEL_ERROR_OPERATION_FAILED, e.to_string())
+    }
+}
+
+/// The open context, if any. Process-wide because the C ABI has no handle: `AccelInit` and every later call
+/// name no context, so the library keeps the one it opened for the whole process, until `AccelShutdown`.
 static CONTEXT: RwLock<Option<Arc<Context>>> = RwLock::new(None);
 
 /// The context, opened now if needed.
@@ -59,18 +102,18 @@ pub fn get() -> Result<Arc<Context>, Fail> {
     if let Some(c) = slot.as_ref() {
         return Ok(c.clone());
     }
-    let opened = Arc::new(open().map_err(|e| Fail::new(ACCEL_ERROR_OPERATION_FAILED, e))?);
+    let opened = Arc::new(open()?);
     *slot = Some(opened.clone());
     Ok(opened)
 }
 
-/// Closes the context (calls in flight keep theirs until they finish).
-pub fn close() {
-    *CONTEXT.write() = None;
+/// Closes the context (calls in flight keep theirs until they finish); returns it, if one was open.
+pub fn close() -> Option<Arc<Context>> {
+    CONTEXT.write().take()
 }
 
 /// The NVML to use; see the module documentation.
-fn open_nvml() -> Result<Nvml, String> {
+fn open_nvml() -> Result<Nvml, ContextError> {
     let machine = tessera_host::driver::machine_nvml();
     if let Some(n) = Nvml::open_library(&machine) {
         return Ok(n);
@@ -78,20 +121,22 @@ fn open_nvml() -> Result<Nvml, String> {
     if let Some(file) = own_file() {
         tessera_host::lib_dir::anchor_at(file);
     }
-    let folder = tessera_host::lib_dir::simgpu_folder()
-        .map_err(|e| format!("no NVML: {machine} does not load, and the simulated GPU's is not found: {e}"))?;
+    let folder = match tessera_host::lib_dir::simgpu_folder() {
+        Ok(folder) => folder,
+        Err(source) => return Err(ContextError::NoSimulatedGpu { machine, source }),
+    };
     let simulated = Origin::Simulated(folder).nvml_library();
-    Nvml::open_library(&simulated).ok_or_else(|| format!("no NVML: neither {machine} nor {simulated} initializes"))
+    Nvml::open_library(&simulated).ok_or(ContextError::NoNvml { machine, simulated })
 }
 
 /// Opens NVML and the device list.
-fn open() -> Result<Context, String> {
+fn open() -> Result<Context, ContextError> {
     let nvml = open_nvml()?;
-    let count = nvml.device_count().ok_or("nvmlDeviceGetCount_v2 failed")?;
+    let count = nvml.device_count().ok_or(ContextError::DeviceCount)?;
     let mut gpus = Vec::new();
     for i in 0..count {
-        let dev = nvml.device_at(i).ok_or_else(|| format!("NVML has no device {i}"))?;
-        gpus.push(describe(&dev, i).ok_or_else(|| format!("NVML does not describe device {i}"))?);
+        let dev = nvml.device_at(i).ok_or(ContextError::NoDevice(i))?;
+        gpus.push(describe(&dev, i).ok_or(ContextError::Undescribed(i))?);
     }
     let simulated = loaded_file("libsimnvml").is_some();
     crate::log::line(
@@ -103,7 +148,7 @@ fn open() -> Result<Context, String> {
             if simulated { "simulated" } else { "NVIDIA" }
         ),
     );
-    Ok(Context { nvml, simulated, gpus })
+    Ok(Context { nvml, simulated, gpus, created: Mutex::new(Vec::new()) })
 }
 
 /// Device `index` as NVML describes it.

@@ -23,8 +23,9 @@ pub extern "C" fn AccelInit() -> AccelResult {
 #[unsafe(no_mangle)]
 pub extern "C" fn AccelShutdown() -> AccelResult {
     entry("AccelShutdown", || {
-        limits::release();
-        context::close();
+        if let Some(ctx) = context::close() {
+            limits::release(&ctx);
+        }
         Ok(())
     })
 }

@@ -7,7 +7,6 @@
 use crate::abi::current::*;
 use crate::context::{Context, Gpu};
 use crate::guard::{Fail, Outcome};
-use parking_lot::Mutex;
 use tessera_client::{Change, Client, ErrorCode, VgpuSpec};
 
 /// Whose limit is set.
@@ -27,9 +26,6 @@ pub enum Limit {
     /// Compute share, in percent.
     Share(u32),
 }
-
-/// vGPUs this process created, removed by `AccelShutdown`.
-static CREATED: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
 /// Checks `limit`'s range: `INVALID_PARAM` for 0 bytes, or a share of 0 or above 100.
 pub fn check(limit: Limit) -> Outcome {
@@ -54,7 +50,7 @@ pub fn set(ctx: &Context, target: &Target, device_uuid: &str, limit: Limit) -> O
         };
         client.set(&name, change).map_err(|e| refused(&name, e))?;
     } else {
-        create(&client, gpu, &name, limit)?;
+        create(ctx, &client, gpu, &name, limit)?;
         if *target == Target::Caller && std::env::var_os("TESSERA_VGPU").is_none() {
             let (k, v) = (c"TESSERA_VGPU", std::ffi::CString::new(name.clone()).unwrap_or_default());
             // SAFETY: both strings are NUL-terminated; the ABI calls limits once at worker start, before
@@ -88,8 +84,9 @@ fn vgpu_for(client: &Client, target: &Target, gpu: &Gpu) -> Result<(String, bool
     }
 }
 
-/// Creates vGPU `name` on `gpu` with `limit`, and what is left on the device for the other figure.
-fn create(client: &Client, gpu: &Gpu, name: &str, limit: Limit) -> Outcome {
+/// Creates vGPU `name` on `gpu` with `limit`, and what is left on the device for the other figure; notes it
+/// in `ctx` for `AccelShutdown` to remove.
+fn create(ctx: &Context, client: &Client, gpu: &Gpu, name: &str, limit: Limit) -> Outcome {
     let list =
         client.list().map_err(|e| Fail::new(ACCEL_ERROR_OPERATION_FAILED, format!("vgpu list: {}", e.message)))?;
     let on_device: Vec<_> = list.iter().filter(|v| v.spec.device == gpu.index).collect();
@@ -111,7 +108,7 @@ fn create(client: &Client, gpu: &Gpu, name: &str, limit: Limit) -> Outcome {
         ));
     }
     client.create(VgpuSpec::new(name, gpu.index, memory, share)).map_err(|e| refused(name, e))?;
-    CREATED.lock().push(name.to_string());
+    ctx.created.lock().push(name.to_string());
     Ok(())
 }
 
@@ -126,9 +123,10 @@ fn refused(name: &str, e: tessera_client::Error) -> Fail {
     Fail::new(code, format!("vGPU {name}: {}", e.message))
 }
 
-/// Removes the vGPUs this process created (at `AccelShutdown`); a daemon that is gone is not an error.
-pub fn release() {
-    let names = std::mem::take(&mut *CREATED.lock());
+/// Removes the vGPUs this process created while `ctx` was open (at `AccelShutdown`); a daemon that is gone is
+/// not an error.
+pub fn release(ctx: &Context) {
+    let names = std::mem::take(&mut *ctx.created.lock());
     let Some(client) = crate::daemon::client() else { return };
     for name in names {
         if let Err(e) = client.remove(&name) {

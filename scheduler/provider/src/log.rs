@@ -5,7 +5,8 @@ use crate::abi::current::LogCallback;
 use parking_lot::RwLock;
 use std::ffi::CString;
 
-/// The callback, `None` when unregistered.
+/// The callback, `None` when unregistered. Process-wide because the C ABI has no handle:
+/// `RegisterLogCallback` names no context, so the library keeps the one callback for the whole process.
 static CALLBACK: RwLock<LogCallback> = RwLock::new(None);
 
 /// Registers `callback` (`None` unregisters).
