@@ -655,7 +655,7 @@ fn high_arrives(seconds: f64) {
     let resumed: Vec<(u64, Entry)> = end_ns
         .iter()
         .filter_map(|&t| {
-            let first = |e: &[Entry]| e.get(e.partition_point(|k| k.start_ns < t)).copied();
+            let first = |e: &[Entry]| e.get(e.partition_point(|k| k.start_ns < t)).cloned();
             Some((t, [first(&n40), first(&n30)].into_iter().flatten().min_by_key(|k| k.start_ns)?))
         })
         .collect();
@@ -825,7 +825,7 @@ mod tests {
 
     #[test]
     fn engine_time_within_an_interval() {
-        let e = |start_ns, end_ns| Entry { pid: 1, device: 0, ready_ns: 0, start_ns, end_ns };
+        let e = |start_ns, end_ns| Entry { pid: 1, device: 0, ready_ns: 0, start_ns, end_ns, uncomputed: None };
         let entries = [e(0, 500), e(500, 1000), e(1200, 1700)];
         assert_eq!(engine_within(&entries, 250, 1300), 250 + 500 + 100);
         assert_eq!(engine_within(&entries, 1000, 1200), 0);

@@ -55,6 +55,8 @@ pub struct Driver {
     pub reservations: Reservations,
     /// Released VMM physical memory kept for reuse.
     pub released: Released,
+    /// Names of the kernels this process said it does not compute (`crate::uncomputed`).
+    pub said_uncomputed: Mutex<std::collections::HashSet<String>>,
 }
 
 static DRIVER: OnceLock<Result<Driver, CuResult>> = OnceLock::new();
@@ -110,6 +112,7 @@ fn create() -> CuRes<&'static Driver> {
                 physical: Registry::new(0x41, CUDA_ERROR_INVALID_VALUE),
                 reservations: Reservations::default(),
                 released: Released::default(),
+                said_uncomputed: Mutex::default(),
             })
         })
         .as_ref()

@@ -42,10 +42,11 @@ implemented! {
         cuMemFreeHost, cuMemHostRegister, cuMemHostRegister_v2, cuMemHostUnregister, cuMemHostGetDevicePointer,
         cuMemHostGetDevicePointer_v2, cuMemHostGetFlags, cuMemGetInfo_v2, cuMemGetAddressRange_v2,
         cuPointerGetAttribute, cuPointerGetAttributes, cuMemPrefetchAsync, cuMemAdvise;
-    module: cuModuleLoadData, cuModuleLoadDataEx, cuModuleLoad, cuModuleUnload, cuModuleGetFunction,
+    module: cuModuleLoadData, cuModuleLoadDataEx, cuModuleLoadFatBinary, cuModuleLoad, cuModuleUnload, cuModuleGetFunction,
         cuModuleGetGlobal_v2, cuModuleGetFunctionCount, cuLibraryLoadData, cuLibraryLoadFromFile, cuLibraryUnload,
         cuLibraryGetKernel, cuLibraryGetModule, cuLibraryGetGlobal, cuLibraryGetKernelCount,
         cuLibraryEnumerateKernels, cuKernelGetFunction, cuFuncGetName, cuKernelGetName, cuFuncGetModule,
+        cuFuncGetParamInfo, cuKernelGetParamInfo,
         cuFuncGetAttribute, cuFuncSetAttribute, cuKernelGetAttribute, cuKernelSetAttribute, cuFuncSetCacheConfig;
     pool: cuDeviceGetDefaultMemPool, cuDeviceGetMemPool, cuDeviceSetMemPool, cuMemPoolCreate, cuMemPoolDestroy,
         cuMemPoolTrimTo, cuMemPoolSetAttribute, cuMemPoolGetAttribute, cuMemAllocAsync, cuMemAllocAsync_ptsz,

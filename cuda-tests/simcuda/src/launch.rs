@@ -69,7 +69,7 @@ fn read_params(b: Builtin, params: *mut *mut c_void, extra: *mut *mut c_void) ->
 fn decode(d: &Driver, f: &Function, params: *mut *mut c_void, extra: *mut *mut c_void) -> CuRes<Call> {
     match f.builtin {
         Some(b) => Ok(Call::decode(b, &read_params(b, params, extra)?)),
-        None => Ok(Call::Sleep(d.config.default_kernel_ns)),
+        None => crate::uncomputed::call(d, f, params, extra),
     }
 }
 

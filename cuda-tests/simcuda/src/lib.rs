@@ -27,6 +27,7 @@ mod module;
 mod pool;
 mod stream;
 mod suspend;
+mod uncomputed;
 mod visible;
 mod vmm;
 

@@ -34,8 +34,12 @@ pub struct Function {
     pub builtin: Option<Builtin>,
     /// Module handle.
     pub module: u64,
-    /// Its parameters (offset and size in the parameter buffer), when the image says (cubins do).
+    /// Its parameters (offset and size in the parameter buffer), when the image says.
     pub params: Option<Vec<Param>>,
+    /// Its name, shared with the engine calls of its launches.
+    pub short_name: Arc<str>,
+    /// How long a launch of it occupies the engine when it is not a built-in (`SIMGPU_KERNEL_TIMES`).
+    pub uncomputed_ns: u64,
     /// Attributes set with `cuFuncSetAttribute`.
     attrs: Mutex<HashMap<c_int, c_int>>,
 }
@@ -132,6 +136,8 @@ fn function(d: &Driver, module: u64, name: &str) -> CuRes<u64> {
         builtin: Builtin::from_name(name),
         module,
         params: entry.params.clone(),
+        short_name: Arc::from(name),
+        uncomputed_ns: d.config.kernel_ns(name),
         attrs: Mutex::new(HashMap::new()),
     };
     let h = d.functions.insert(Arc::new(f));
@@ -173,7 +179,13 @@ pub extern "C" fn cuModuleLoadDataEx(
     cuModuleLoadData(module, image)
 }
 
-/// `cuModuleLoad`: a PTX file.
+/// `cuModuleLoadFatBinary`: a fatbin container (or the wrapper nvcc emits around one).
+#[unsafe(no_mangle)]
+pub extern "C" fn cuModuleLoadFatBinary(module: *mut CUmodule, fat_cubin: *const c_void) -> CuResult {
+    cuModuleLoadData(module, fat_cubin)
+}
+
+/// `cuModuleLoad`: a PTX, cubin or fatbin file.
 #[unsafe(no_mangle)]
 pub extern "C" fn cuModuleLoad(module: *mut CUmodule, fname: *const c_char) -> CuResult {
     entry(|| {
@@ -330,6 +342,30 @@ pub extern "C" fn cuFuncGetName(name: *mut *const c_char, f: CUfunction) -> CuRe
 #[unsafe(no_mangle)]
 pub extern "C" fn cuKernelGetName(name: *mut *const c_char, k: CUkernel) -> CuResult {
     cuFuncGetName(name, k as CUfunction)
+}
+
+/// `cuFuncGetParamInfo` (CUDA 12.4): where parameter `index` lies in the parameter buffer, and its size;
+/// `CUDA_ERROR_INVALID_VALUE` past the last one.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuFuncGetParamInfo(f: CUfunction, index: usize, offset: *mut usize, size: *mut usize) -> CuResult {
+    entry(|| {
+        let func = driver()?.functions.get(f as u64)?;
+        let param = func.params.as_ref().and_then(|p| p.get(index)).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        ensure(!offset.is_null() || !size.is_null())?;
+        if !offset.is_null() {
+            out(offset, param.offset as usize)?;
+        }
+        if !size.is_null() {
+            out(size, param.size as usize)?;
+        }
+        Ok(())
+    })
+}
+
+/// `cuKernelGetParamInfo` (CUDA 12.4): kernels and functions share handles.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuKernelGetParamInfo(k: CUkernel, index: usize, offset: *mut usize, size: *mut usize) -> CuResult {
+    cuFuncGetParamInfo(k as CUfunction, index, offset, size)
 }
 
 /// `cuFuncGetModule`.

@@ -59,10 +59,53 @@ pub struct Config {
     pub devices: Vec<DeviceConfig>,
     /// Machine-wide shared state file.
     pub state_path: String,
-    /// Engine time a kernel that is not a built-in costs.
+    /// Engine time a kernel that is not a built-in costs (`SIMGPU_KERNEL_TIME`), unless
+    /// [`Config::kernel_times`] names it.
     pub default_kernel_ns: u64,
+    /// Engine time by kernel name (`SIMGPU_KERNEL_TIMES='*gemm*=2ms,*=50us'`): the first pattern that
+    /// matches wins; `*` matches any run of characters.
+    pub kernel_times: Vec<(String, u64)>,
+    /// What a launch of a kernel the simulator cannot compute does (`SIMGPU_UNKNOWN_KERNELS`).
+    pub unknown_kernels: UnknownKernels,
+    /// Whether each process says once per such kernel, on stderr, that it is not computed
+    /// (`SIMGPU_UNKNOWN_KERNELS_QUIET=1` silences it).
+    pub say_unknown: bool,
     /// What `cuDriverGetVersion` reports.
     pub driver_version: u32,
+}
+
+/// What a launch of a kernel that is not one of simgpu's built-ins does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnknownKernels {
+    /// Occupies the engine for its time and touches nothing (`noop`, the default).
+    Noop,
+    /// As `noop`, and overwrites the memory its pointer arguments reach with a NaN pattern (`poison`).
+    Poison,
+    /// Is refused with `CUDA_ERROR_NOT_SUPPORTED` (`refuse`).
+    Refuse,
+}
+
+/// True when `name` matches `pattern`, where `*` matches any run of characters.
+pub fn glob(pattern: &str, name: &str) -> bool {
+    let mut parts = pattern.split('*');
+    let first = parts.next().unwrap_or("");
+    let Some(mut rest) = name.strip_prefix(first) else { return false };
+    let parts: Vec<&str> = parts.collect();
+    let Some((last, middle)) = parts.split_last() else { return rest.is_empty() };
+    for part in middle {
+        match rest.find(part) {
+            Some(i) => rest = &rest[i + part.len()..],
+            None => return false,
+        }
+    }
+    rest.len() >= last.len() && rest.ends_with(last)
+}
+
+impl Config {
+    /// The engine time kernel `name` costs when the simulator does not compute it.
+    pub fn kernel_ns(&self, name: &str) -> u64 {
+        self.kernel_times.iter().find(|(p, _)| glob(p, name)).map_or(self.default_kernel_ns, |&(_, ns)| ns)
+    }
 }
 
 /// A malformed `SIMGPU_*` variable.
@@ -211,7 +254,36 @@ impl Config {
             Some(p) => p,
             None => default_state_path(),
         };
-        Ok(Config { devices, state_path, default_kernel_ns, driver_version })
+        let mut kernel_times = Vec::new();
+        for part in get("SIMGPU_KERNEL_TIMES").unwrap_or_default().split(',').filter(|p| !p.trim().is_empty()) {
+            let (pattern, time) = part.split_once('=').ok_or_else(|| {
+                err("SIMGPU_KERNEL_TIMES")(format!("{part:?} is not PATTERN=TIME (e.g. *gemm*=2ms,*=50us)"))
+            })?;
+            let ns = parse_duration_ns(time).map_err(|e| err("SIMGPU_KERNEL_TIMES")(e.to_string()))?;
+            kernel_times.push((pattern.trim().to_string(), ns));
+        }
+        let unknown_kernels = match get("SIMGPU_UNKNOWN_KERNELS").as_deref().map(str::trim) {
+            None | Some("noop") => UnknownKernels::Noop,
+            Some("poison") => UnknownKernels::Poison,
+            Some("refuse") => UnknownKernels::Refuse,
+            Some(other) => {
+                return Err(err("SIMGPU_UNKNOWN_KERNELS")(format!("{other:?} is not noop, poison or refuse")));
+            }
+        };
+        let say_unknown = match get("SIMGPU_UNKNOWN_KERNELS_QUIET").as_deref().map(str::trim) {
+            None | Some("" | "0") => true,
+            Some("1") => false,
+            Some(other) => return Err(err("SIMGPU_UNKNOWN_KERNELS_QUIET")(format!("{other:?} is not 0 or 1"))),
+        };
+        Ok(Config {
+            devices,
+            state_path,
+            default_kernel_ns,
+            kernel_times,
+            unknown_kernels,
+            say_unknown,
+            driver_version,
+        })
     }
 
     /// A fingerprint of the device list, stored in the state file so processes configured differently
@@ -245,6 +317,33 @@ mod tests {
     fn cfg(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
         let m: HashMap<String, String> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         Config::from_lookup(|k| m.get(k).cloned())
+    }
+
+    #[test]
+    fn kernel_times_and_unknown_kernels() {
+        let c = cfg(&[
+            ("SIMGPU_KERNEL_TIMES", "*gemm*=2ms, ampere_*_nn=1ms ,*=50us"),
+            ("SIMGPU_UNKNOWN_KERNELS", "poison"),
+        ])
+        .unwrap();
+        assert_eq!(c.kernel_ns("sm90_xmma_gemm_f16"), 2_000_000);
+        assert_eq!(c.kernel_ns("ampere_sgemm_nn"), 2_000_000, "the first match wins");
+        assert_eq!(c.kernel_ns("ampere_h_nn"), 1_000_000);
+        assert_eq!(c.kernel_ns("elementwise"), 50_000);
+        assert_eq!(c.unknown_kernels, UnknownKernels::Poison);
+        assert!(c.say_unknown);
+        assert_eq!(cfg(&[]).unwrap().kernel_ns("anything"), 20_000);
+        for (var, bad) in [
+            ("SIMGPU_KERNEL_TIMES", "gemm"),
+            ("SIMGPU_KERNEL_TIMES", "*=fast"),
+            ("SIMGPU_UNKNOWN_KERNELS", "ignore"),
+            ("SIMGPU_UNKNOWN_KERNELS_QUIET", "yes"),
+        ] {
+            assert_eq!(cfg(&[(var, bad)]).unwrap_err().var, var, "{var}={bad}");
+        }
+        assert!(
+            glob("a*b*c", "aXbYc") && glob("*", "") && !glob("a*b", "ab_") && glob("ab", "ab") && !glob("ab", "abc")
+        );
     }
 
     #[test]

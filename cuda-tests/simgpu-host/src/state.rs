@@ -14,7 +14,7 @@ use tessera_region::flock::FileLock;
 use tessera_region::pid_ns::{self, Foreign, ProcView};
 
 const MAGIC: u64 = u64::from_le_bytes(*b"SIMGPUST");
-const VERSION: u32 = 3;
+const VERSION: u32 = 4;
 /// Most processes that may use the simulated GPUs at once.
 pub const MAX_PROCS: usize = 256;
 /// Ring of engine queue positions remembered with their owner, for recovering from a dead owner.
@@ -57,6 +57,9 @@ pub struct DeviceState {
     pub busy_ns: AtomicU64,
     /// Kernels run.
     pub kernels: AtomicU64,
+    /// Of those, kernels the simulator does not compute (timed no-ops, or poisoning their outputs): see
+    /// `simgpu::kernels::Call::Uncomputed`.
+    pub uncomputed: AtomicU64,
     /// The engine's clock: when (on the shared monotonic clock) the last kernel's simulated run ended.
     pub clock_ns: AtomicU64,
     util: [UtilBucket; UTIL_BUCKETS],

@@ -53,6 +53,13 @@ pub unsafe fn run(state: &SharedState, ordinal: usize, ready_ns: u64, call: &Cal
             sleep_until(start_ns + ns);
             start_ns + ns
         }
+        Call::Uncomputed { ns, .. } => {
+            // SAFETY: forwarded from this function's contract (the poisoned ranges).
+            unsafe { call.run() };
+            dev.uncomputed.fetch_add(1, Ordering::Relaxed);
+            sleep_until(start_ns + ns);
+            start_ns + ns
+        }
         _ => {
             let t = now_ns();
             // SAFETY: forwarded from this function's contract.
@@ -67,7 +74,11 @@ pub unsafe fn run(state: &SharedState, ordinal: usize, ready_ns: u64, call: &Cal
     }
     state.record_busy(ordinal, end_ns - start_ns, end_ns);
     let span = Span { start_ns, end_ns };
-    crate::trace::record(ordinal, ready_ns, span);
+    let uncomputed = match call {
+        Call::Uncomputed { name, .. } => Some(&**name),
+        _ => None,
+    };
+    crate::trace::record(ordinal, ready_ns, span, uncomputed);
     span
 }
 

@@ -41,6 +41,18 @@ impl Builtin {
 pub enum Call {
     /// Occupy the engine for this long and touch nothing.
     Sleep(u64),
+    /// A kernel the simulator cannot compute (not a built-in): occupies the engine for `ns`, counted in
+    /// the device's `uncomputed` and named in the engine trace; with `SIMGPU_UNKNOWN_KERNELS=poison`, the
+    /// memory its pointer arguments reach (`poison`) is overwritten with all-ones bytes (a NaN in every
+    /// floating-point width) so that code reading its results fails loudly.
+    Uncomputed {
+        /// The kernel's name.
+        name: std::sync::Arc<str>,
+        /// How long it occupies the engine.
+        ns: u64,
+        /// Device ranges `(address, bytes)` overwritten.
+        poison: Vec<(u64, u64)>,
+    },
     /// `dst[i] = value` for `n` elements.
     FillU32 {
         /// Device address of the `u32` array written.
@@ -74,6 +86,10 @@ pub enum Call {
     },
 }
 
+/// The byte poisoned outputs are filled with: all-ones is a NaN as `f16`, `f32` and `f64` (and -1 as an
+/// integer).
+pub const POISON: u8 = 0xff;
+
 fn u64_at(p: &[u8]) -> u64 {
     u64::from_ne_bytes(p[..8].try_into().expect("8-byte parameter"))
 }
@@ -104,6 +120,7 @@ impl Call {
         let f = |n: u64| n.saturating_mul(4);
         match *self {
             Call::Sleep(_) => vec![],
+            Call::Uncomputed { ref poison, .. } => poison.iter().map(|&(a, n)| (a, n, true)).collect(),
             Call::FillU32 { dst, n, .. } => vec![(dst, f(n), true)],
             Call::VectorAddF32 { a, b, c, n } => vec![(a, f(n), false), (b, f(n), false), (c, f(n), true)],
             Call::SaxpyF32 { x, y, n, .. } => vec![(x, f(n), false), (y, f(n), true)],
@@ -117,6 +134,12 @@ impl Call {
     pub unsafe fn run(&self) {
         match *self {
             Call::Sleep(_) => {}
+            Call::Uncomputed { ref poison, .. } => {
+                for &(addr, n) in poison {
+                    // SAFETY: the caller guarantees each range is mapped and writable.
+                    unsafe { std::ptr::write_bytes(addr as *mut u8, POISON, n as usize) };
+                }
+            }
             Call::FillU32 { dst, value, n } => {
                 // SAFETY: the caller guarantees dst..dst+4n is mapped and writable.
                 let d = unsafe { std::slice::from_raw_parts_mut(dst as *mut u32, n as usize) };

@@ -87,6 +87,42 @@ pub fn parse(image: &[u8]) -> Result<Module, ImageError> {
     Ok(module)
 }
 
+/// The parameter layout of entry `name` in PTX `image`, from its `.param` declarations: each at the
+/// next multiple of its alignment (`.align N`, else its element size), as the ABI lays out the
+/// parameter buffer; `(offset, size)` pairs. `None` when the entry or a declaration cannot be read.
+pub fn entry_params(image: &[u8], name: &str) -> Option<Vec<(u32, u32)>> {
+    let end = image.iter().position(|&b| b == 0).unwrap_or(image.len());
+    let text = strip_comments(&String::from_utf8_lossy(&image[..end]));
+    let mut at = 0;
+    let list = loop {
+        let found = at + text[at..].find(".entry")?;
+        let rest = text[found + ".entry".len()..].trim_start();
+        at = found + ".entry".len();
+        if let Some(after) = rest.strip_prefix(name).map(str::trim_start).filter(|r| r.starts_with('(')) {
+            break &after[1..after.find(')')?];
+        }
+    };
+    let mut offset = 0u32;
+    let mut params = Vec::new();
+    for decl in list.split(',').filter(|d| d.contains(".param")) {
+        let tokens: Vec<&str> = decl.split_whitespace().collect();
+        let elem = tokens.iter().find_map(|t| type_size(t))? as u32;
+        let align = match tokens.iter().position(|t| *t == ".align") {
+            Some(i) => tokens.get(i + 1)?.parse::<u32>().ok()?,
+            None => elem,
+        };
+        let last = tokens.last()?;
+        let count = match last.find('[') {
+            Some(i) => last[i + 1..last.find(']')?].trim().parse::<u32>().ok()?,
+            None => 1,
+        };
+        offset = offset.next_multiple_of(align.max(1));
+        params.push((offset, elem * count));
+        offset += elem * count;
+    }
+    Some(params)
+}
+
 fn strip_comments(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
@@ -220,6 +256,15 @@ mod tests {
             assert_eq!(declared_param_sizes(KERNELS_MODULE, name), builtin.param_sizes(), "{name}");
         }
         assert_eq!(Builtin::from_name("custom_kernel"), None, "custom_kernel is one simgpu does not know");
+    }
+
+    #[test]
+    fn entry_parameters_are_laid_out_by_alignment() {
+        let image = format!("{PTX}\0");
+        assert_eq!(entry_params(image.as_bytes(), "vector_add_f32"), Some(vec![(0, 8), (8, 8), (16, 8), (24, 8)]));
+        let odd = ".version 8.0\n.visible .entry k(.param .u32 a, .param .align 8 .b8 s[12], .param .u16 h) { ret; }";
+        assert_eq!(entry_params(odd.as_bytes(), "k"), Some(vec![(0, 4), (8, 12), (20, 2)]));
+        assert_eq!(entry_params(odd.as_bytes(), "missing"), None);
     }
 
     #[test]

@@ -3,9 +3,10 @@
 //! engine was shared within a millisecond).
 //!
 //! With `SIMGPU_ENGINE_TRACE=path` a process appends one line per kernel it runs to `path`:
-//! `pid device ready_ns start_ns end_ns`, on the shared monotonic clock of [`now_ns`](crate::state::now_ns):
+//! `pid device ready_ns start_ns end_ns [name]`, on the shared monotonic clock of [`now_ns`](crate::state::now_ns):
 //! when the kernel was ready on its stream (queued there, and the stream's earlier work finished), and
-//! the simulated start and end of its run on the engine ([`Span`]). Each line is one `write` to a file
+//! the simulated start and end of its run on the engine ([`Span`]); the kernel's name ends the line
+//! when the simulator did not compute it (a timed no-op: see `crate::kernels::Call::Uncomputed`). Each line is one `write` to a file
 //! opened with `O_APPEND`, after the kernel has handed the engine on, so tracing never delays the next
 //! kernel. Unset, it costs one load of an initialized `OnceLock` per kernel.
 
@@ -20,7 +21,7 @@ use std::sync::OnceLock;
 pub const VAR: &str = "SIMGPU_ENGINE_TRACE";
 
 /// One traced kernel.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
     /// The process that ran it.
     pub pid: u32,
@@ -32,6 +33,8 @@ pub struct Entry {
     pub start_ns: u64,
     /// When it ended.
     pub end_ns: u64,
+    /// Its name, when the simulator did not compute it.
+    pub uncomputed: Option<String>,
 }
 
 /// An open trace file.
@@ -45,8 +48,9 @@ impl Tracer {
 
     /// Appends `entry` as one line.
     pub fn record(&self, entry: &Entry) {
-        let Entry { pid, device, ready_ns, start_ns, end_ns } = entry;
-        let line = format!("{pid} {device} {ready_ns} {start_ns} {end_ns}\n");
+        let Entry { pid, device, ready_ns, start_ns, end_ns, uncomputed } = entry;
+        let name = uncomputed.as_deref().map(|n| format!(" {n}")).unwrap_or_default();
+        let line = format!("{pid} {device} {ready_ns} {start_ns} {end_ns}{name}\n");
         // One write of a short line to an O_APPEND file: lines of processes sharing the file do not
         // interleave. A failed write loses one line of a diagnostic record; the kernel itself has run.
         let _ = (&self.0).write_all(line.as_bytes());
@@ -67,12 +71,14 @@ fn tracer() -> Option<&'static Tracer> {
         .as_ref()
 }
 
-/// Records a kernel of this process on device `device`, ready at `ready_ns`, that ran over `span`,
-/// when tracing is on.
-pub fn record(device: usize, ready_ns: u64, span: Span) {
+/// Records a kernel of this process on device `device`, ready at `ready_ns`, that ran over `span` (named
+/// when it was `uncomputed`), when tracing is on.
+pub fn record(device: usize, ready_ns: u64, span: Span, uncomputed: Option<&str>) {
     if let Some(t) = tracer() {
         let pid = process::own_pid();
-        t.record(&Entry { pid, device: device as u32, ready_ns, start_ns: span.start_ns, end_ns: span.end_ns });
+        let (start_ns, end_ns) = (span.start_ns, span.end_ns);
+        let uncomputed = uncomputed.map(str::to_string);
+        t.record(&Entry { pid, device: device as u32, ready_ns, start_ns, end_ns, uncomputed });
     }
 }
 
@@ -86,13 +92,10 @@ pub fn read(path: &Path) -> std::io::Result<Vec<Entry>> {
 fn parse(line: &str) -> Option<Entry> {
     let mut f = line.split(' ');
     let mut next = || f.next()?.parse::<u64>().ok();
-    let entry = Entry {
-        pid: next()?.try_into().ok()?,
-        device: next()?.try_into().ok()?,
-        ready_ns: next()?,
-        start_ns: next()?,
-        end_ns: next()?,
-    };
+    let (pid, device, ready_ns, start_ns, end_ns) =
+        (next()?.try_into().ok()?, next()?.try_into().ok()?, next()?, next()?, next()?);
+    let uncomputed = f.next().map(str::to_string);
+    let entry = Entry { pid, device, ready_ns, start_ns, end_ns, uncomputed };
     (entry.start_ns <= entry.end_ns).then_some(entry)
 }
 
@@ -107,8 +110,8 @@ mod tests {
         let path = dir.join("trace");
         let _ = std::fs::remove_file(&path);
         let t = Tracer::open(&path).unwrap();
-        let a = Entry { pid: 7, device: 0, ready_ns: 10, start_ns: 20, end_ns: 220 };
-        let b = Entry { pid: 8, device: 1, ready_ns: 15, start_ns: 220, end_ns: 420 };
+        let a = Entry { pid: 7, device: 0, ready_ns: 10, start_ns: 20, end_ns: 220, uncomputed: None };
+        let b = Entry { pid: 8, device: 1, ready_ns: 15, start_ns: 220, end_ns: 420, uncomputed: Some("gemm".into()) };
         t.record(&a);
         t.record(&b);
         (&t.0).write_all(b"9 0 30 40").unwrap();

@@ -7,10 +7,9 @@
 use crate::common;
 
 use common::build_dir;
-use common::cprog::workspace;
+use common::cprog::{ptxas, workspace};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
 
 /// GPU architectures every module must assemble for (besides its own `.target`).
 const ARCHITECTURES: [&str; 2] = ["sm_80", "sm_90"];
@@ -23,30 +22,6 @@ const NOT_MODULES: [(&str, &str); 2] = [
     ("cuda-tests/simgpu/src/ptx.rs", "the simulated driver's PTX parser: its unit tests feed it odd PTX on purpose"),
     ("cuda-tests/probe/tests/e2e/ptxas.rs", "this test: it feeds ptxas a broken module on purpose"),
 ];
-
-/// The path of `ptxas`, installed into the target folder on first use (never a silent skip).
-fn ptxas() -> PathBuf {
-    static PATH: OnceLock<PathBuf> = OnceLock::new();
-    PATH.get_or_init(|| {
-        let target = build_dir().parent().expect("the build folder is inside the target folder").to_path_buf();
-        let script = workspace().join("tools/ptxas.sh");
-        let out = Command::new(&script)
-            .arg(&target)
-            .output()
-            .unwrap_or_else(|e| panic!("cannot start {}: {e}", script.display()));
-        assert!(
-            out.status.success(),
-            "tools/ptxas.sh could not provide ptxas (it installs nvidia-cuda-nvcc-cu12 from PyPI the first time: \
-             needs python3, pip and the network): {}\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let path = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-        assert!(path.is_file(), "tools/ptxas.sh printed {}, which is not a file", path.display());
-        path
-    })
-    .clone()
-}
 
 /// Every file of the repository (outside `target`, `.git` and other hidden folders), relative paths.
 fn repository_files() -> Vec<PathBuf> {

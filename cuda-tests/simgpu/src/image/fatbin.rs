@@ -150,6 +150,69 @@ impl FatEntry<'_> {
     }
 }
 
+/// How [`container`] stores a part.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Compression {
+    /// As is.
+    None,
+    /// LZ4 block format.
+    Lz4,
+    /// A Zstandard frame.
+    Zstd,
+}
+
+/// One part of a container [`container`] writes.
+#[derive(Debug, Clone, Copy)]
+pub struct Part<'a> {
+    /// PTX or a cubin.
+    pub kind: EntryKind,
+    /// Its architecture, `10 * major + minor`.
+    pub sm: u32,
+    /// How it is stored.
+    pub compression: Compression,
+    /// Its contents (uncompressed).
+    pub contents: &'a [u8],
+}
+
+/// A container of `parts` in the layout described above, as nvcc's `fatbinary` lays one out (tests
+/// build the images real programs register with it).
+pub fn container(parts: &[Part<'_>]) -> Vec<u8> {
+    let mut body = Vec::new();
+    for part in parts {
+        let (payload, flags) = match part.compression {
+            Compression::None => (part.contents.to_vec(), 0),
+            Compression::Lz4 => (lz4_flex::block::compress(part.contents), LZ4),
+            Compression::Zstd => {
+                (ruzstd::encoding::compress_to_vec(part.contents, ruzstd::encoding::CompressionLevel::Fastest), ZSTD)
+            }
+        };
+        let kind = match part.kind {
+            EntryKind::Ptx => KIND_PTX,
+            EntryKind::Elf => KIND_ELF,
+            EntryKind::Other(k) => k,
+        };
+        let padded = payload.len().next_multiple_of(8);
+        let mut h = [0u8; ENTRY_HEADER];
+        h[0..2].copy_from_slice(&kind.to_le_bytes());
+        h[2..4].copy_from_slice(&0x0101u16.to_le_bytes());
+        h[4..8].copy_from_slice(&(ENTRY_HEADER as u32).to_le_bytes());
+        h[8..12].copy_from_slice(&(padded as u32).to_le_bytes());
+        h[16..20].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+        h[28..32].copy_from_slice(&part.sm.to_le_bytes());
+        h[40..48].copy_from_slice(&(flags | 0x11).to_le_bytes());
+        h[56..64].copy_from_slice(&(part.contents.len() as u64).to_le_bytes());
+        body.extend_from_slice(&h);
+        body.extend_from_slice(&payload);
+        body.resize(body.len() + padded - payload.len(), 0);
+    }
+    let mut out = MAGIC.to_le_bytes().to_vec();
+    out.extend_from_slice(&1u16.to_le_bytes());
+    out.extend_from_slice(&(HEADER as u16).to_le_bytes());
+    out.extend_from_slice(&(body.len() as u64).to_le_bytes());
+    out.extend_from_slice(&body);
+    out
+}
+
 /// The module a device of capability `cc` runs from `entries`, as the driver chooses it: the cubin
 /// of the highest architecture that runs on the device (see [`super::Arch::runs_on`]); else the PTX of
 /// the highest virtual architecture not above the device's, compiled for it; else
@@ -176,54 +239,48 @@ pub fn choose(entries: &[FatEntry<'_>], cc: Capability) -> Result<Module, ImageE
 mod tests {
     use super::*;
 
-    /// A container of `entries` (kind, architecture, flags, payload, decompressed size).
-    pub(crate) fn container(entries: &[(u16, u32, u64, &[u8], u64)]) -> Vec<u8> {
-        let mut body = Vec::new();
-        for &(kind, sm, flags, payload, decompressed) in entries {
-            let padded = payload.len().next_multiple_of(8);
-            let mut h = [0u8; ENTRY_HEADER];
-            h[0..2].copy_from_slice(&kind.to_le_bytes());
-            h[2..4].copy_from_slice(&0x0101u16.to_le_bytes());
-            h[4..8].copy_from_slice(&(ENTRY_HEADER as u32).to_le_bytes());
-            h[8..12].copy_from_slice(&(padded as u32).to_le_bytes());
-            h[16..20].copy_from_slice(&(payload.len() as u32).to_le_bytes());
-            h[28..32].copy_from_slice(&sm.to_le_bytes());
-            h[40..48].copy_from_slice(&flags.to_le_bytes());
-            h[56..64].copy_from_slice(&decompressed.to_le_bytes());
-            body.extend_from_slice(&h);
-            body.extend_from_slice(payload);
-            body.resize(body.len() + padded - payload.len(), 0);
-        }
-        let mut out = MAGIC.to_le_bytes().to_vec();
-        out.extend_from_slice(&1u16.to_le_bytes());
-        out.extend_from_slice(&(HEADER as u16).to_le_bytes());
-        out.extend_from_slice(&(body.len() as u64).to_le_bytes());
-        out.extend_from_slice(&body);
-        out
+    /// A container with one entry whose header says what the arguments say, whatever its payload.
+    fn raw(kind: u16, flags: u64, payload: &[u8], decompressed: u64) -> Vec<u8> {
+        let mut image = container(&[Part {
+            kind: EntryKind::Other(kind),
+            sm: 80,
+            compression: Compression::None,
+            contents: payload,
+        }]);
+        image[HEADER + 40..HEADER + 48].copy_from_slice(&flags.to_le_bytes());
+        image[HEADER + 56..HEADER + 64].copy_from_slice(&decompressed.to_le_bytes());
+        image
     }
 
-    const PTX_80: &[u8] = b".version 8.0\n.target sm_80\n.address_size 64\n.visible .entry from_ptx() { ret; }\n";
+    fn ptx(sm: u32, compression: Compression, contents: &[u8]) -> Part<'_> {
+        Part { kind: EntryKind::Ptx, sm, compression, contents }
+    }
+
+    /// The test kernels (PTX text), registered in the containers below as built for `compute_80`.
+    const PTX_80: &[u8] = include_bytes!("../../../kernels/kernels.ptx");
 
     #[test]
     fn ptx_is_chosen_when_no_cubin_fits_and_refused_above_the_device() {
-        let image = container(&[(KIND_PTX, 80, 0, PTX_80, 0)]);
+        let image = container(&[ptx(80, Compression::None, PTX_80)]);
         assert_eq!(extent(&image), Some(image.len()));
-        assert_eq!(choose(&entries(&image).unwrap(), (9, 0)).unwrap().entries[0].name, "from_ptx");
-        assert_eq!(choose(&entries(&image).unwrap(), (8, 0)).unwrap().entries[0].name, "from_ptx");
+        assert_eq!(choose(&entries(&image).unwrap(), (9, 0)).unwrap().entries[1].name, "vector_add_f32");
+        assert_eq!(choose(&entries(&image).unwrap(), (8, 0)).unwrap().entries[1].name, "vector_add_f32");
         assert_eq!(choose(&entries(&image).unwrap(), (7, 5)), Err(ImageError::NoBinaryForGpu));
     }
 
     #[test]
     fn compressed_entries_are_read_and_damage_is_an_invalid_image() {
-        let lz4 = lz4_flex::block::compress(PTX_80);
-        let image = container(&[(KIND_PTX, 80, LZ4, &lz4, PTX_80.len() as u64)]);
-        assert_eq!(entries(&image).unwrap()[0].contents().unwrap(), PTX_80);
+        for compression in [Compression::Lz4, Compression::Zstd] {
+            let image = container(&[ptx(80, compression, PTX_80)]);
+            assert_eq!(entries(&image).unwrap()[0].contents().unwrap(), PTX_80, "{compression:?}");
+        }
+        let image = container(&[ptx(80, Compression::Lz4, PTX_80)]);
         let mut cut = image.clone();
         cut.truncate(image.len() - 8);
         assert!(matches!(entries(&cut), Err(ImageError::Invalid(_))));
-        let garbage = container(&[(KIND_PTX, 80, LZ4, b"\xff\xff\xff", 100)]);
+        let garbage = raw(KIND_PTX, LZ4, b"\xff\xff\xff", 100);
         assert!(matches!(entries(&garbage).unwrap()[0].contents(), Err(ImageError::Invalid(_))));
-        let huge = container(&[(KIND_PTX, 80, ZSTD, b"x", u64::MAX)]);
+        let huge = raw(KIND_PTX, ZSTD, b"x", u64::MAX);
         assert!(matches!(entries(&huge).unwrap()[0].contents(), Err(ImageError::Invalid(_))));
     }
 }

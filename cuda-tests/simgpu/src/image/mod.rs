@@ -27,7 +27,8 @@ pub struct Param {
 pub struct Entry {
     /// Its name, as `cuModuleGetFunction` looks it up.
     pub name: String,
-    /// Its parameters in order, when the image says (a cubin's `.nv.info`); `None` for PTX.
+    /// Its parameters in order (a cubin's `.nv.info`, a PTX entry's `.param` list); `None` when the
+    /// image does not say.
     pub params: Option<Vec<Param>>,
 }
 
@@ -106,7 +107,15 @@ pub fn load(image: &[u8], cc: Capability) -> Result<Module, ImageError> {
 pub(crate) fn from_ptx(text: &[u8]) -> Result<Module, ImageError> {
     let parsed = ptx::parse(text).map_err(|_| ImageError::NotPtx)?;
     Ok(Module {
-        entries: parsed.entries.into_iter().map(|name| Entry { name, params: None }).collect(),
+        entries: parsed
+            .entries
+            .into_iter()
+            .map(|name| {
+                let params = ptx::entry_params(text, &name)
+                    .map(|list| list.into_iter().map(|(offset, size)| Param { offset, size }).collect());
+                Entry { name, params }
+            })
+            .collect(),
         globals: parsed.globals.into_iter().map(|g| Global { name: g.name, size: g.size, init: Vec::new() }).collect(),
     })
 }

@@ -282,3 +282,27 @@ pub fn overhead_client() -> PathBuf {
         })
         .clone()
 }
+
+/// The path of `ptxas`, installed into the target folder on first use (never a silent skip).
+pub fn ptxas() -> PathBuf {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| {
+        let target = build_dir().parent().expect("the build folder is inside the target folder").to_path_buf();
+        let script = workspace().join("tools/ptxas.sh");
+        let out = Command::new(&script)
+            .arg(&target)
+            .output()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", script.display()));
+        assert!(
+            out.status.success(),
+            "tools/ptxas.sh could not provide ptxas (it installs nvidia-cuda-nvcc-cu12 from PyPI the first time: \
+             needs python3, pip and the network): {}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let path = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+        assert!(path.is_file(), "tools/ptxas.sh printed {}, which is not a file", path.display());
+        path
+    })
+    .clone()
+}
