@@ -5,8 +5,11 @@
  *   images FILE CALL     CALL: data (cuModuleLoadData), dataex (cuModuleLoadDataEx), file (cuModuleLoad),
  *                        fatbinary (cuModuleLoadFatBinary), wrapped (cuModuleLoadFatBinary given the
  *                        wrapper nvcc emits), library (cuLibraryLoadData)
+ *   images link TYPE:FILE...   links the files (TYPE: ptx, cubin, fatbin, object, library, nvvm) with
+ *                        cuLinkCreate/AddData/Complete, then loads the result with cuModuleLoadData
  *
- * Facts: "load <CUresult>"; once loaded, "kernels <count>", and when the module has vector_add_f32,
+ * Facts: "add <CUresult>" per linked file and "complete <CUresult>" when linking; "load <CUresult>"; once
+ * loaded, "kernels <count>", and when the module has vector_add_f32,
  * "param<i> <offset> <size>" for each of its parameters (cuFuncGetParamInfo) and "sum ok" once a launch of
  * it added two vectors; "done ok" last.
  */
@@ -61,16 +64,67 @@ static void add(CUfunction f) {
     fact("sum", "ok");
 }
 
+/* The input type of "TYPE:FILE". */
+static CUjitInputType input_type(const char *type, size_t len) {
+    static const struct { const char *name; CUjitInputType type; } types[] = {
+        {"ptx", CU_JIT_INPUT_PTX},       {"cubin", CU_JIT_INPUT_CUBIN},     {"fatbin", CU_JIT_INPUT_FATBINARY},
+        {"object", CU_JIT_INPUT_OBJECT}, {"library", CU_JIT_INPUT_LIBRARY}, {"nvvm", CU_JIT_INPUT_NVVM},
+    };
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        if (strlen(types[i].name) == len && !strncmp(types[i].name, type, len)) return types[i].type;
+    }
+    die("unknown input type %.*s", (int)len, type);
+}
+
+/* Links "TYPE:FILE" arguments; the completed image, or NULL when linking failed. */
+static void *link_files(int n, char **inputs) {
+    CUlinkState state;
+    CU(cuLinkCreate(0, 0, 0, &state));
+    int failed = 0;
+    for (int i = 0; i < n; i++) {
+        const char *colon = strchr(inputs[i], ':');
+        if (!colon) die("%s is not TYPE:FILE", inputs[i]);
+        void *data = read_file(colon + 1);
+        FILE *f = fopen(colon + 1, "rb");
+        fseek(f, 0, SEEK_END);
+        size_t size = (size_t)ftell(f);
+        fclose(f);
+        CUresult added = cuLinkAddData(state, input_type(inputs[i], (size_t)(colon - inputs[i])), data, size, 0, 0, 0, 0);
+        fact("add", "%d", (int)added);
+        failed |= added != CUDA_SUCCESS;
+    }
+    void *cubin;
+    size_t size;
+    CUresult completed = cuLinkComplete(state, &cubin, &size);
+    fact("complete", "%d", (int)completed);
+    if (failed || completed != CUDA_SUCCESS) return 0;
+    void *copy = aligned_alloc(8, (size + 7) & ~(size_t)7);
+    memcpy(copy, cubin, size);
+    CU(cuLinkDestroy(state));
+    return copy;
+}
+
 int main(int argc, char **argv) {
-    if (argc != 3) die("usage: images FILE data|dataex|file|fatbinary|wrapped|library");
-    const char *path = argv[1], *call = argv[2];
-    void *image = read_file(path);
+    if (argc < 3) die("usage: images FILE data|dataex|file|fatbinary|wrapped|library, or images link TYPE:FILE...");
     CU(cuInit(0));
     CUdevice dev;
     CU(cuDeviceGet(&dev, 0));
     CUcontext ctx;
     CU(cuDevicePrimaryCtxRetain(&ctx, dev));
     CU(cuCtxSetCurrent(ctx));
+    const char *path = argv[1], *call = argv[2];
+    void *image;
+    if (!strcmp(path, "link")) {
+        image = link_files(argc - 2, argv + 2);
+        if (!image) {
+            fact("done", "ok");
+            return 0;
+        }
+        call = "data";
+    } else {
+        if (argc != 3) die("usage: images FILE data|dataex|file|fatbinary|wrapped|library");
+        image = read_file(path);
+    }
 
     CUmodule module = 0;
     CUlibrary library = 0;

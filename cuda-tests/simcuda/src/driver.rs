@@ -5,6 +5,7 @@ use crate::event::Event;
 use crate::graph::{Graph, GraphExec};
 use crate::guard::CuRes;
 use crate::handles::Registry;
+use crate::link::Link;
 use crate::memory::{AddressSpace, Array, Pool};
 use crate::module::{Function, Module};
 use crate::stream::Stream;
@@ -39,6 +40,8 @@ pub struct Driver {
     pub modules: Registry<Module>,
     /// `CUfunction` and `CUkernel` handles.
     pub functions: Registry<Function>,
+    /// `CUlinkState` handles (`crate::link`).
+    pub links: Registry<Link>,
     /// `CUgraph` handles.
     pub graphs: Registry<Graph>,
     /// `CUgraphExec` handles.
@@ -104,6 +107,7 @@ fn create() -> CuRes<&'static Driver> {
                 events: Registry::new(0xe7, CUDA_ERROR_INVALID_HANDLE),
                 modules: Registry::new(0x3d, CUDA_ERROR_INVALID_HANDLE),
                 functions: Registry::new(0xf0, CUDA_ERROR_INVALID_HANDLE),
+                links: Registry::new(0x1c, CUDA_ERROR_INVALID_HANDLE),
                 graphs: Registry::new(0x6a, CUDA_ERROR_INVALID_HANDLE),
                 graph_execs: Registry::new(0x6e, CUDA_ERROR_INVALID_HANDLE),
                 pools: Registry::new(0x9c, CUDA_ERROR_INVALID_HANDLE),

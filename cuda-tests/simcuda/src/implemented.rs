@@ -38,6 +38,8 @@ implemented! {
         cuGetProcAddress_v2, cuGetProcAddress_v2_ptsz;
     launch: cuLaunchKernel, cuLaunchKernel_ptsz, cuLaunchCooperativeKernel, cuLaunchCooperativeKernel_ptsz,
         cuLaunchKernelEx, cuLaunchKernelEx_ptsz;
+    link: cuLinkCreate_v2, cuLinkCreate, cuLinkAddData_v2, cuLinkAddData, cuLinkAddFile_v2, cuLinkAddFile,
+        cuLinkComplete, cuLinkDestroy;
     memory: cuMemAlloc_v2, cuMemAllocManaged, cuMemAllocPitch_v2, cuMemFree_v2, cuMemAllocHost_v2, cuMemHostAlloc,
         cuMemFreeHost, cuMemHostRegister, cuMemHostRegister_v2, cuMemHostUnregister, cuMemHostGetDevicePointer,
         cuMemHostGetDevicePointer_v2, cuMemHostGetFlags, cuMemGetInfo_v2, cuMemGetAddressRange_v2,

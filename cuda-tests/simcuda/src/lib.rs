@@ -22,6 +22,7 @@ mod graph;
 mod handles;
 mod init;
 mod launch;
+mod link;
 mod memory;
 mod module;
 mod pool;

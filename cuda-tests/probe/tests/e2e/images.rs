@@ -4,7 +4,8 @@
 //! (`small`). The driver's rules hold: an `sm_XY` cubin runs on `X.Z` for `Z >= Y`, an `sm_XYa` one on
 //! `X.Y` alone, a fatbin gives the device its best cubin, else its PTX; nothing that fits is
 //! `CUDA_ERROR_NO_BINARY_FOR_GPU` (209) and a damaged image `CUDA_ERROR_INVALID_IMAGE` (200). A kernel
-//! loaded from a cubin reports its parameters (`cuFuncGetParamInfo`) and computes.
+//! loaded from a cubin reports its parameters (`cuFuncGetParamInfo`) and computes. The JIT linker
+//! (`cuLinkCreate` ... `cuLinkComplete`) links PTX, cubins and fatbins into a cubin those calls load.
 
 use crate::common::cprog::{CBuild, Facts, ptxas, workspace};
 use crate::common::{Sim, build_dir};
@@ -59,8 +60,7 @@ fn load(tag: &str, device: &str, image: &[u8], call: &str) -> Facts {
 fn assert_kernels(facts: &Facts, what: &str) {
     assert_eq!(facts.get("load"), "0", "{what}: {}", facts.stdout);
     assert_eq!(facts.get("kernels"), "4", "{what}");
-    assert_eq!(facts.all("param"), ["0 0 8", "1 8 8", "2 16 8", "3 24 8"], "{what}");
-    assert_eq!(facts.get("sum"), "ok", "{what}");
+    assert_kernels_computing(facts);
 }
 
 #[test]
@@ -134,4 +134,52 @@ fn damaged_images_are_invalid_images() {
     let payload = simgpu::image::fatbin::HEADER + 64;
     garbled[payload..payload + 32].fill(0xff);
     assert_eq!(load("garbled", "h100", &garbled, "data").get("load"), INVALID_IMAGE);
+}
+
+/// Links `inputs` (`(type, bytes)`) with the driver's JIT linker on a device of profile `device`, then
+/// loads the result.
+fn link(tag: &str, device: &str, inputs: &[(&str, &[u8])]) -> Facts {
+    let files: Vec<PathBuf> = (0..inputs.len())
+        .map(|i| build_dir().join(format!("images-link-{tag}-{i}-{}.bin", std::process::id())))
+        .collect();
+    let mut args = vec!["link".to_string()];
+    for ((kind, bytes), file) in inputs.iter().zip(&files) {
+        std::fs::write(file, bytes).expect("write a link input");
+        args.push(format!("{kind}:{}", file.display()));
+    }
+    let sim = Sim::new(&format!("images-link-{tag}")).with("SIMGPU_DEVICES", device);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let facts = Facts::ok(sim.command_for(program(), &args));
+    for file in files {
+        let _ = std::fs::remove_file(file);
+    }
+    facts
+}
+
+#[test]
+fn the_jit_linker_links_ptx_cubins_and_fatbins_into_an_image_the_driver_loads() {
+    let (kernels, spin) = (kernels_ptx(), spin_ptx());
+    let ptx = std::fs::read(&kernels).expect("read kernels.ptx");
+    let spin90 = cubin(&spin, "sm_90");
+    // PTX and a cubin: five kernels in one image, vector_add_f32 with its parameters and computing.
+    let facts = link("ptx-cubin", "h100", &[("ptx", &ptx), ("cubin", &spin90)]);
+    assert_eq!((facts.all("add"), facts.get("complete")), (vec!["0", "0"], "0"), "{}", facts.stdout);
+    assert_eq!(facts.get("kernels"), "5");
+    assert_kernels_computing(&facts);
+    // A fatbin gives the device its part; a cubin for another device is refused as the loader refuses it.
+    let fat = container(&[Part { kind: EntryKind::Elf, sm: 90, compression: Compression::Lz4, contents: &spin90 }]);
+    let facts = link("fatbin", "h100", &[("fatbin", &fat), ("ptx", &ptx)]);
+    assert_eq!(facts.get("kernels"), "5");
+    let facts = link("wrong-arch", "a100", &[("cubin", &spin90)]);
+    assert_eq!(facts.all("add"), [NO_BINARY_FOR_GPU]);
+    // The same kernel twice, data of another type than given, and NVVM IR (needs nvJitLink) are refused.
+    assert_eq!(link("twice", "h100", &[("ptx", &ptx), ("ptx", &ptx)]).all("add"), ["0", INVALID_IMAGE]);
+    assert_eq!(link("mistyped", "h100", &[("cubin", &ptx)]).all("add"), [INVALID_IMAGE]);
+    assert_eq!(link("nvvm", "h100", &[("nvvm", &ptx)]).all("add"), ["801"]);
+}
+
+/// `vector_add_f32` reported its parameters and added two vectors.
+fn assert_kernels_computing(facts: &Facts) {
+    assert_eq!(facts.all("param"), ["0 0 8", "1 8 8", "2 16 8", "3 24 8"]);
+    assert_eq!(facts.get("sum"), "ok");
 }

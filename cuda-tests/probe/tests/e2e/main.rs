@@ -38,6 +38,7 @@ mod liveness;
 mod memory;
 mod metrics;
 mod new_user;
+mod numba;
 mod outage;
 mod passthrough;
 mod paths;

@@ -115,6 +115,139 @@ pub fn parse(image: &[u8]) -> Result<Cubin, ImageError> {
     Ok(Cubin { arch, module })
 }
 
+/// Writes `module` as a cubin for `arch` (ELF ABI 7 `e_flags` below `sm_100`, 8 from it): what the JIT
+/// linker (`cuLinkComplete`) hands back. Each kernel is an entry symbol over an empty `.text.<name>` with
+/// its parameters in `.nv.info.<name>`; globals lie in `.nv.global.init` with their initial bytes. The
+/// simulated driver loads it as any other cubin; there is no machine code in it.
+pub fn write(module: &Module, arch: Arch) -> Vec<u8> {
+    use object::write::elf::{FileHeader, SectionHeader, Sym, Writer};
+    const SHT_CUDA_INFO: u32 = 0x7000_0000;
+    let (abi, flags) = match arch.sm {
+        ..100 => (7, arch.sm | 0x500 | (arch.sm << 16) | if arch.specific { 0x800 } else { 0 }),
+        _ => (8, (arch.sm << 8) | 0x600_0002 | if arch.specific { 0x8 } else { 0 }),
+    };
+    let text_names: Vec<String> = module.entries.iter().map(|e| format!(".text.{}", e.name)).collect();
+    let info_names: Vec<String> = module.entries.iter().map(|e| format!(".nv.info.{}", e.name)).collect();
+    let infos: Vec<Vec<u8>> = module.entries.iter().map(|e| info_records(e.params.as_deref().unwrap_or(&[]))).collect();
+    let mut globals = Vec::new();
+    let mut global_at = Vec::new();
+    for g in &module.globals {
+        let at = globals.len().next_multiple_of(8);
+        globals.resize(at, 0);
+        global_at.push(at as u64);
+        globals.extend_from_slice(&g.init[..g.init.len().min(g.size)]);
+        globals.resize(at + g.size, 0);
+    }
+
+    let mut out = Vec::new();
+    let mut w = Writer::new(object::Endianness::Little, true, &mut out);
+    w.reserve_file_header();
+    w.reserve_null_section_index();
+    let text: Vec<_> =
+        text_names.iter().map(|n| (w.add_section_name(n.as_bytes()), w.reserve_section_index())).collect();
+    let info: Vec<_> =
+        info_names.iter().map(|n| (w.add_section_name(n.as_bytes()), w.reserve_section_index())).collect();
+    let global_section = (w.add_section_name(b".nv.global.init"), w.reserve_section_index());
+    w.reserve_shstrtab_section_index();
+    w.reserve_strtab_section_index();
+    let symtab = w.reserve_symtab_section_index();
+    w.reserve_null_symbol_index();
+    let global_syms: Vec<_> =
+        module.globals.iter().map(|g| (w.add_string(g.name.as_bytes()), w.reserve_symbol_index(None))).collect();
+    let locals = 1 + global_syms.len() as u32;
+    let entry_syms: Vec<_> =
+        module.entries.iter().map(|e| (w.add_string(e.name.as_bytes()), w.reserve_symbol_index(None))).collect();
+    let text_at: Vec<usize> = text.iter().map(|_| w.reserve(16, 128)).collect();
+    let info_at: Vec<usize> = infos.iter().map(|i| w.reserve(i.len(), 4)).collect();
+    let globals_at = w.reserve(globals.len(), 8);
+    w.reserve_shstrtab();
+    w.reserve_strtab();
+    w.reserve_symtab();
+    w.reserve_section_headers();
+
+    let header = FileHeader {
+        os_abi: if abi == 7 { 0x33 } else { 0x41 },
+        abi_version: abi,
+        e_type: object::elf::ET_EXEC,
+        e_machine: EM_CUDA,
+        e_entry: 0,
+        e_flags: flags,
+    };
+    w.write_file_header(&header).expect("an ELF header fits");
+    for _ in &text {
+        w.write_align(128);
+        w.write(&[0; 16]);
+    }
+    for i in &infos {
+        w.write_align(4);
+        w.write(i);
+    }
+    w.write_align(8);
+    w.write(&globals);
+    w.write_shstrtab();
+    w.write_strtab();
+    w.write_null_symbol();
+    let sym = |name, section, st_info, st_other, st_value, st_size| Sym {
+        name: Some(name),
+        section: Some(section),
+        st_info,
+        st_other,
+        st_shndx: 0,
+        st_value,
+        st_size,
+    };
+    for ((name, _), (g, at)) in global_syms.iter().zip(module.globals.iter().zip(&global_at)) {
+        w.write_symbol(&sym(*name, global_section.1, STT_OBJECT, 0, *at, g.size as u64));
+    }
+    for ((name, _), (_, section)) in entry_syms.iter().zip(&text) {
+        let st_info = (object::elf::STB_GLOBAL << 4) | STT_FUNC;
+        w.write_symbol(&sym(*name, *section, st_info, STO_ENTRY, 0, 16));
+    }
+    w.write_null_section_header();
+    let section = |name, sh_type, sh_flags, sh_offset, sh_size, sh_link, sh_info, sh_addralign| SectionHeader {
+        name: Some(name),
+        sh_type,
+        sh_flags,
+        sh_addr: 0,
+        sh_offset,
+        sh_size,
+        sh_link,
+        sh_info,
+        sh_addralign,
+        sh_entsize: 0,
+    };
+    let alloc_exec = u64::from(object::elf::SHF_ALLOC | object::elf::SHF_EXECINSTR);
+    for ((name, _), at) in text.iter().zip(&text_at) {
+        w.write_section_header(&section(*name, object::elf::SHT_PROGBITS, alloc_exec, *at as u64, 16, 0, 0, 128));
+    }
+    for (((name, _), at), ((_, text_index), i)) in info.iter().zip(&info_at).zip(text.iter().zip(&infos)) {
+        let link = symtab.0;
+        let header = section(*name, SHT_CUDA_INFO, 0, *at as u64, i.len() as u64, link, text_index.0 as u32, 4);
+        w.write_section_header(&header);
+    }
+    let write_alloc = u64::from(object::elf::SHF_ALLOC | object::elf::SHF_WRITE);
+    let (name, _) = global_section;
+    let globals_header =
+        section(name, object::elf::SHT_PROGBITS, write_alloc, globals_at as u64, globals.len() as u64, 0, 0, 8);
+    w.write_section_header(&globals_header);
+    w.write_shstrtab_section_header();
+    w.write_strtab_section_header();
+    w.write_symtab_section_header(locals);
+    out
+}
+
+/// `.nv.info.<kernel>` records for `params`: one `KPARAM_INFO` each, as ptxas writes them.
+fn info_records(params: &[Param]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (ordinal, p) in params.iter().enumerate().rev() {
+        out.extend_from_slice(&[FMT_SVAL, KPARAM_INFO, 12, 0, 0, 0, 0, 0]);
+        out.extend_from_slice(&(ordinal as u16).to_le_bytes());
+        out.extend_from_slice(&(p.offset as u16).to_le_bytes());
+        out.extend_from_slice(&((p.size << 18) | 0xf000).to_le_bytes());
+    }
+    out
+}
+
 /// A kernel's parameters from its `.nv.info.<name>` records, ordered by ordinal.
 fn kernel_params(info: &[u8]) -> Vec<Param> {
     let mut params: Vec<(u16, Param)> = Vec::new();
@@ -182,6 +315,31 @@ mod tests {
             kernel_params(&bytes),
             vec![Param { offset: 0, size: 8 }, Param { offset: 8, size: 8 }, Param { offset: 16, size: 4 }]
         );
+    }
+
+    #[test]
+    fn a_written_cubin_reads_back() {
+        let module = Module {
+            entries: vec![
+                Entry {
+                    name: "vector_add_f32".into(),
+                    params: Some(vec![Param { offset: 0, size: 8 }, Param { offset: 8, size: 4 }]),
+                },
+                Entry { name: "spin".into(), params: Some(vec![]) },
+            ],
+            globals: vec![Global { name: "table".into(), size: 12, init: vec![1, 2, 3] }],
+        };
+        for arch in
+            [Arch { sm: 90, specific: false }, Arch { sm: 90, specific: true }, Arch { sm: 120, specific: false }]
+        {
+            let image = write(&module, arch);
+            let back = parse(&image).unwrap();
+            assert_eq!(back.arch, arch);
+            let mut expected = module.clone();
+            expected.globals[0].init = vec![1, 2, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+            assert_eq!(back.module, expected);
+            assert_eq!(extent(&image).unwrap().max(sections_end(&image).unwrap()), image.len());
+        }
     }
 
     #[test]
