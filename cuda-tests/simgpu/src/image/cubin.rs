@@ -222,7 +222,7 @@ pub fn write(module: &Module, arch: Arch) -> Vec<u8> {
     }
     for (((name, _), at), ((_, text_index), i)) in info.iter().zip(&info_at).zip(text.iter().zip(&infos)) {
         let link = symtab.0;
-        let header = section(*name, SHT_CUDA_INFO, 0, *at as u64, i.len() as u64, link, text_index.0 as u32, 4);
+        let header = section(*name, SHT_CUDA_INFO, 0, *at as u64, i.len() as u64, link, text_index.0, 4);
         w.write_section_header(&header);
     }
     let write_alloc = u64::from(object::elf::SHF_ALLOC | object::elf::SHF_WRITE);
