@@ -115,6 +115,7 @@ impl Context {
         for s in self.all_streams() {
             s.close();
         }
+        crate::export_table::context_gone(self.handle());
         crate::module::unload_context(d, self.handle());
         d.memory.free_context(d, self.handle());
         let _ = d.contexts.remove(self.handle());

@@ -34,17 +34,18 @@ implemented! {
         cuStreamBeginCapture_v2_ptsz, cuStreamBeginCaptureToGraph, cuStreamBeginCaptureToGraph_ptsz,
         cuStreamEndCapture, cuStreamEndCapture_ptsz, cuStreamIsCapturing, cuStreamIsCapturing_ptsz,
         cuStreamGetCaptureInfo_v2, cuStreamGetCaptureInfo_v2_ptsz, cuGraphLaunch, cuGraphLaunch_ptsz;
-    init: cuInit, cuDriverGetVersion, cuGetErrorString, cuGetErrorName, cuGetExportTable, cuGetProcAddress,
+    init: cuInit, cuDriverGetVersion, cuGetErrorString, cuGetErrorName, cuGetProcAddress,
         cuGetProcAddress_v2, cuGetProcAddress_v2_ptsz;
     launch: cuLaunchKernel, cuLaunchKernel_ptsz, cuLaunchCooperativeKernel, cuLaunchCooperativeKernel_ptsz,
         cuLaunchKernelEx, cuLaunchKernelEx_ptsz;
+    export_table: cuGetExportTable;
     link: cuLinkCreate_v2, cuLinkCreate, cuLinkAddData_v2, cuLinkAddData, cuLinkAddFile_v2, cuLinkAddFile,
         cuLinkComplete, cuLinkDestroy;
     memory: cuMemAlloc_v2, cuMemAllocManaged, cuMemAllocPitch_v2, cuMemFree_v2, cuMemAllocHost_v2, cuMemHostAlloc,
         cuMemFreeHost, cuMemHostRegister, cuMemHostRegister_v2, cuMemHostUnregister, cuMemHostGetDevicePointer,
         cuMemHostGetDevicePointer_v2, cuMemHostGetFlags, cuMemGetInfo_v2, cuMemGetAddressRange_v2,
         cuPointerGetAttribute, cuPointerGetAttributes, cuMemPrefetchAsync, cuMemAdvise;
-    module: cuModuleLoadData, cuModuleLoadDataEx, cuModuleLoadFatBinary, cuModuleLoad, cuModuleUnload, cuModuleGetFunction,
+    module: cuModuleLoadData, cuModuleLoadDataEx, cuModuleLoadFatBinary, cuModuleGetLoadingMode, cuModuleLoad, cuModuleUnload, cuModuleGetFunction,
         cuModuleGetGlobal_v2, cuModuleGetFunctionCount, cuLibraryLoadData, cuLibraryLoadFromFile, cuLibraryUnload,
         cuLibraryGetKernel, cuLibraryGetModule, cuLibraryGetGlobal, cuLibraryGetKernelCount,
         cuLibraryEnumerateKernels, cuKernelGetFunction, cuFuncGetName, cuKernelGetName, cuFuncGetModule,

@@ -64,13 +64,6 @@ pub extern "C" fn cuGetErrorName(error: CuResult, text: *mut *const c_char) -> C
     entry(|| error_text(error, text, true))
 }
 
-/// `cuGetExportTable`: the runtime's private tables are not simulated.
-#[unsafe(no_mangle)]
-pub extern "C" fn cuGetExportTable(_table: *mut *const c_void, _id: *const c_void) -> CuResult {
-    crate::calls::count();
-    CUDA_ERROR_NOT_SUPPORTED
-}
-
 /// Address of an exported symbol by exact name.
 pub fn export_address(symbol: &str) -> Option<usize> {
     let i = crate::EXPORTS.binary_search_by(|(n, _)| n.cmp(&symbol)).ok()?;

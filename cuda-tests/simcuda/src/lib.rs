@@ -17,6 +17,7 @@ mod copy;
 mod device;
 mod driver;
 mod event;
+mod export_table;
 mod gate;
 mod graph;
 mod handles;

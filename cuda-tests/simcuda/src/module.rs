@@ -179,6 +179,17 @@ pub extern "C" fn cuModuleLoadDataEx(
     cuModuleLoadData(module, image)
 }
 
+/// `cuModuleGetLoadingMode`: `CU_MODULE_LAZY_LOADING` (2), the default since CUDA 12.2, unless
+/// `CUDA_MODULE_LOADING=EAGER` (`CU_MODULE_EAGER_LOADING`, 1), as the real driver reads it.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuModuleGetLoadingMode(mode: *mut c_int) -> CuResult {
+    entry(|| {
+        driver()?;
+        let eager = std::env::var("CUDA_MODULE_LOADING").is_ok_and(|v| v.eq_ignore_ascii_case("EAGER"));
+        out(mode, if eager { 1 } else { 2 })
+    })
+}
+
 /// `cuModuleLoadFatBinary`: a fatbin container (or the wrapper nvcc emits around one).
 #[unsafe(no_mangle)]
 pub extern "C" fn cuModuleLoadFatBinary(module: *mut CUmodule, fat_cubin: *const c_void) -> CuResult {
