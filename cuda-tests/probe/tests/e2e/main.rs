@@ -12,6 +12,7 @@ mod audit_log;
 mod batches;
 mod capture;
 mod checkpoint;
+mod cudart;
 mod current_context;
 mod daemon;
 mod demo;

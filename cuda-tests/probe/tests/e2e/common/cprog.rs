@@ -91,6 +91,14 @@ impl CBuild {
         self
     }
 
+    /// Links to the library file `file` (`libcudart.so.12`) in `dir` (found there at run time too).
+    pub fn link_file(mut self, dir: &Path, file: &str) -> CBuild {
+        self.libraries.push(format!("-L{}", dir.display()));
+        self.libraries.push(format!("-Wl,-rpath,{}", dir.display()));
+        self.libraries.push(format!("-l:{file}"));
+        self
+    }
+
     /// Links to `lib<name>.so` of the build folder (found there at run time too).
     pub fn link_built(mut self, name: &str) -> CBuild {
         self.libraries.push(format!("-L{}", build_dir().display()));
