@@ -476,7 +476,7 @@ mod tests {
         let size = std::mem::size_of::<Layout>();
         std::fs::write(&c.state_path, vec![0xAB; size]).unwrap();
         let e = SharedState::open(&c, true).err().unwrap();
-        assert!(e.0.contains("not a version-3"), "{}", e.0);
+        assert!(e.0.contains(&format!("not a version-{VERSION}")), "{}", e.0);
     }
 
     #[test]
