@@ -13,6 +13,7 @@ mod batches;
 mod capture;
 mod checkpoint;
 mod cudart;
+mod cupy;
 mod current_context;
 mod daemon;
 mod demo;

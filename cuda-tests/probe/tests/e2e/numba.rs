@@ -2,40 +2,15 @@
 //! cubin by nvJitLink and loaded with `cuLibraryLoadData`, launched and synchronized on the simulated
 //! driver, which says it does not compute them (and, with `SIMGPU_UNKNOWN_KERNELS=poison`, fills their
 //! output with NaN so that the program's check fails loudly); under the shim a 2 GiB quota is the
-//! device's size to numba and refuses a 3 GiB array. numba-cuda comes from PyPI (`tools/numba.sh`, a
-//! virtual environment in the target folder made the first time; no network then fails the test).
+//! device's size to numba and refuses a 3 GiB array. numba-cuda comes from PyPI (`tools/app-venv.sh`).
 
-use crate::common::Sim;
-use crate::common::cprog::{Facts, workspace};
-use std::path::PathBuf;
-use std::process::Command;
-use std::sync::OnceLock;
+use crate::common::cprog::Facts;
+use crate::common::{Sim, apps};
 
 const OUT_OF_MEMORY: &str = "2";
 
-/// The python of the virtual environment numba-cuda is installed in.
-fn python() -> &'static PathBuf {
-    static PATH: OnceLock<PathBuf> = OnceLock::new();
-    PATH.get_or_init(|| {
-        let target = crate::common::build_dir().parent().expect("the target folder").to_path_buf();
-        let out = Command::new(workspace().join("tools/numba.sh")).arg(&target).output().expect("run tools/numba.sh");
-        assert!(
-            out.status.success(),
-            "tools/numba.sh could not install numba-cuda (it needs python3, pip and the network the first \
-             time): {}\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-        PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
-    })
-}
-
-/// Runs `numba_app.py what` on `sim`.
 fn app(sim: &Sim, what: &str) -> Facts {
-    let script = workspace().join("cuda-tests/apps/numba_app.py");
-    let mut cmd = sim.command_for(python(), &[script.to_str().unwrap(), what]);
-    cmd.env("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", "0");
-    Facts::ok(cmd)
+    apps::run(sim, "numba", "numba_app.py", what)
 }
 
 #[test]

@@ -3,6 +3,7 @@
 //! (C programs, the region, the daemon's machine, a simulated kubelet and Kubernetes API) in its modules.
 #![allow(dead_code)] // not every helper is used by the tests of the moment
 
+pub mod apps;
 pub mod cprog;
 pub mod fake_kube;
 pub mod kubelet;
