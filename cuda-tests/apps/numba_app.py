@@ -3,6 +3,9 @@
     python3 numba_app.py kernel   a @cuda.jit vector add: compiled (NVVM, nvJitLink), loaded, launched,
                                   synchronized; says whether the result holds numbers, and whether it is right
     python3 numba_app.py quota    the device's memory as numba sees it, then a 1 GiB and a 3 GiB array
+    python3 numba_app.py saturate SECONDS
+                                  launches a @cuda.jit kernel in batches of 20, synchronizing after each,
+                                  for that long (the engine time a kernel takes is the simulator's)
 
 One fact per line, "key value", as the C test programs print them; "done ok" last.
 """
@@ -12,13 +15,14 @@ import numpy as np
 from numba import cuda
 
 
-def kernel():
-    @cuda.jit
-    def add(a, b, c):
-        i = cuda.grid(1)
-        if i < c.size:
-            c[i] = a[i] + b[i]
+@cuda.jit
+def add(a, b, c):
+    i = cuda.grid(1)
+    if i < c.size:
+        c[i] = a[i] + b[i]
 
+
+def kernel():
     a = np.arange(1 << 16, dtype=np.float32)
     b = 2 * a
     d_a, d_b = cuda.to_device(a), cuda.to_device(b)
@@ -44,5 +48,19 @@ def quota():
     del one
 
 
-{"kernel": kernel, "quota": quota}[sys.argv[1]]()
+def saturate():
+    import time
+
+    a = cuda.to_device(np.ones(1024, dtype=np.float32))
+    end = time.monotonic() + float(sys.argv[2])
+    launched = 0
+    while time.monotonic() < end:
+        for _ in range(20):
+            add[4, 256](a, a, a)
+        cuda.synchronize()
+        launched += 20
+    print("launched", launched)
+
+
+{"kernel": kernel, "quota": quota, "saturate": saturate}[sys.argv[1]]()
 print("done ok")

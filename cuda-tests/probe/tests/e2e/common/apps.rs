@@ -32,11 +32,15 @@ pub fn python(app: &str) -> PathBuf {
     path
 }
 
+/// The path of `cuda-tests/apps/<script>`.
+pub fn script(script: &str) -> String {
+    workspace().join("cuda-tests/apps").join(script).to_str().expect("UTF-8 path").to_string()
+}
+
 /// Runs `cuda-tests/apps/<script> <what>` with `app`'s python on `sim`, failing the test unless it
 /// printed `done ok`.
-pub fn run(sim: &Sim, app: &str, script: &str, what: &str) -> Facts {
-    let script = workspace().join("cuda-tests/apps").join(script);
-    let mut cmd = sim.command_for(python(app), &[script.to_str().expect("UTF-8 path"), what]);
+pub fn run(sim: &Sim, app: &str, file: &str, what: &str) -> Facts {
+    let mut cmd = sim.command_for(python(app), &[&script(file), what]);
     cmd.env("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", "0");
     Facts::ok(cmd)
 }
