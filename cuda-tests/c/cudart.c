@@ -66,18 +66,6 @@ static dim3 dim3_of(unsigned x) {
 /* The host stub the kernel is registered under: its address names the kernel to the runtime. */
 static void vector_add_stub(void) {}
 
-static void *read_file(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) die("cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    void *data = aligned_alloc(8, ((size_t)len + 7) & ~(size_t)7);
-    if (!data || fread(data, 1, (size_t)len, f) != (size_t)len) die("cannot read %s", path);
-    fclose(f);
-    return data;
-}
-
 static void check_sums(const float *dc, const float *a, const float *b, const char *what) {
     float c[N];
     RT(cudaMemcpy(c, dc, sizeof c, cudaMemcpyDeviceToHost));
@@ -90,7 +78,7 @@ int main(int argc, char **argv) {
     if (argc != 2) die("usage: cudart FATBIN");
     /* nvcc's __fatBinC_Wrapper_t around the container. */
     static struct { uint32_t magic, version; const void *data; const void *name; } wrapper = {0x466243B1u, 1, 0, 0};
-    wrapper.data = read_file(argv[1]);
+    wrapper.data = read_file(argv[1], 0);
     void **handle = __cudaRegisterFatBinary(&wrapper);
     __cudaRegisterFunction(handle, (const char *)vector_add_stub, "vector_add_f32", "vector_add_f32", -1, 0, 0, 0, 0, 0);
     __cudaRegisterFatBinaryEnd(handle);

@@ -26,20 +26,6 @@
 
 #define N 256
 
-/* The whole file, NUL-terminated (PTX is text), 8-byte aligned (a wrapper points at it). */
-static void *read_file(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) die("cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *data = aligned_alloc(8, ((size_t)len + 8) & ~(size_t)7);
-    if (!data || fread(data, 1, (size_t)len, f) != (size_t)len) die("cannot read %s", path);
-    data[len] = 0;
-    fclose(f);
-    return data;
-}
-
 /* Adds two vectors with the module's vector_add_f32 and checks the sums. */
 static void add(CUfunction f) {
     float a[N], b[N], c[N];
@@ -84,11 +70,8 @@ static void *link_files(int n, char **inputs) {
     for (int i = 0; i < n; i++) {
         const char *colon = strchr(inputs[i], ':');
         if (!colon) die("%s is not TYPE:FILE", inputs[i]);
-        void *data = read_file(colon + 1);
-        FILE *f = fopen(colon + 1, "rb");
-        fseek(f, 0, SEEK_END);
-        size_t size = (size_t)ftell(f);
-        fclose(f);
+        size_t size;
+        void *data = read_file(colon + 1, &size);
         CUresult added = cuLinkAddData(state, input_type(inputs[i], (size_t)(colon - inputs[i])), data, size, 0, 0, 0, 0);
         fact("add", "%d", (int)added);
         failed |= added != CUDA_SUCCESS;
@@ -123,7 +106,7 @@ int main(int argc, char **argv) {
         call = "data";
     } else {
         if (argc != 3) die("usage: images FILE data|dataex|file|fatbinary|wrapped|library");
-        image = read_file(path);
+        image = read_file(path, 0);
     }
 
     CUmodule module = 0;

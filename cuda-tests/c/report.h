@@ -61,6 +61,22 @@ __attribute__((unused)) static const char *where(const void *address) {
     return out;
 }
 
+/* The whole file at `path`, NUL-terminated (for text) and 8-byte aligned (for binary images a structure
+ * points at); its length in `*len` when `len` is not NULL. Exits when it cannot be read. */
+__attribute__((unused)) static void *read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) die("cannot open %s", path);
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *data = aligned_alloc(8, ((size_t)size + 8) & ~(size_t)7);
+    if (!data || fread(data, 1, (size_t)size, f) != (size_t)size) die("cannot read %s", path);
+    data[size] = 0;
+    fclose(f);
+    if (len) *len = (size_t)size;
+    return data;
+}
+
 /* dlopen, or exit with dlerror's message. */
 __attribute__((unused)) static void *open_library(const char *name, int flags) {
     void *handle = dlopen(name, flags);

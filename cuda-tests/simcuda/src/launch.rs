@@ -40,6 +40,22 @@ fn read_params(b: Builtin, params: *mut *mut c_void, extra: *mut *mut c_void) ->
             })
             .collect();
     }
+    let (buf, len) = packed(extra)?;
+    let mut offset = 0usize;
+    let mut out = Vec::with_capacity(sizes.len());
+    for &size in sizes {
+        offset = offset.next_multiple_of(size);
+        ensure(offset + size <= len)?;
+        // SAFETY: within the buffer of `len` bytes the program described.
+        out.push(unsafe { std::slice::from_raw_parts(buf.add(offset), size) }.to_vec());
+        offset += size;
+    }
+    Ok(out)
+}
+
+/// The packed parameter buffer `extra` names, and its size (`CU_LAUNCH_PARAM_BUFFER_POINTER` and
+/// `_SIZE`); `CUDA_ERROR_INVALID_VALUE` when it names no buffer or something else.
+pub fn packed(extra: *mut *mut c_void) -> CuRes<(*const u8, usize)> {
     ensure(!extra.is_null())?;
     let (mut buf, mut len) = (std::ptr::null::<u8>(), None);
     for i in (0..64).step_by(2) {
@@ -54,16 +70,7 @@ fn read_params(b: Builtin, params: *mut *mut c_void, extra: *mut *mut c_void) ->
     }
     let len = len.ok_or(CUDA_ERROR_INVALID_VALUE)?;
     ensure(!buf.is_null())?;
-    let mut offset = 0usize;
-    let mut out = Vec::with_capacity(sizes.len());
-    for &size in sizes {
-        offset = offset.next_multiple_of(size);
-        ensure(offset + size <= len)?;
-        // SAFETY: within the buffer of `len` bytes the program described.
-        out.push(unsafe { std::slice::from_raw_parts(buf.add(offset), size) }.to_vec());
-        offset += size;
-    }
-    Ok(out)
+    Ok((buf, len))
 }
 
 fn decode(d: &Driver, f: &Function, params: *mut *mut c_void, extra: *mut *mut c_void) -> CuRes<Call> {

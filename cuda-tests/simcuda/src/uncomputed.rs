@@ -7,17 +7,12 @@
 //! `CUDA_ERROR_NOT_SUPPORTED`.
 
 use crate::driver::Driver;
-use crate::guard::{CuRes, input};
+use crate::guard::CuRes;
 use crate::module::Function;
 use simgpu::config::UnknownKernels;
 use simgpu::kernels::Call;
 use std::ffi::c_void;
 use tessera_ffi::cuda::CUDA_ERROR_NOT_SUPPORTED;
-
-/// `CU_LAUNCH_PARAM_END`, `CU_LAUNCH_PARAM_BUFFER_POINTER`, `CU_LAUNCH_PARAM_BUFFER_SIZE`.
-const PARAM_END: usize = 0;
-const PARAM_BUFFER_POINTER: usize = 1;
-const PARAM_BUFFER_SIZE: usize = 2;
 
 /// The engine call for a launch of `f` (not a built-in) with `params` or `extra`.
 pub fn call(d: &Driver, f: &Function, params: *mut *mut c_void, extra: *mut *mut c_void) -> CuRes<Call> {
@@ -53,7 +48,7 @@ fn say_once(d: &Driver, f: &Function, mode: UnknownKernels) {
 /// layout is unknown or the parameters cannot be read.
 fn reachable(d: &Driver, f: &Function, params: *mut *mut c_void, extra: *mut *mut c_void) -> Vec<(u64, u64)> {
     let Some(layout) = &f.params else { return Vec::new() };
-    let buffer = if params.is_null() { packed(extra) } else { None };
+    let buffer = if params.is_null() { crate::launch::packed(extra).ok() } else { None };
     let mut ranges = Vec::new();
     for (i, p) in layout.iter().enumerate().filter(|(_, p)| p.size == 8) {
         let value = match buffer {
@@ -77,23 +72,4 @@ fn reachable(d: &Driver, f: &Function, params: *mut *mut c_void, extra: *mut *mu
         }
     }
     ranges
-}
-
-/// The packed parameter buffer and its size in `extra`, if it names both.
-fn packed(extra: *mut *mut c_void) -> Option<(*const u8, usize)> {
-    if extra.is_null() {
-        return None;
-    }
-    let (mut buf, mut len) = (std::ptr::null::<u8>(), None);
-    for i in (0..64).step_by(2) {
-        // SAFETY: `extra` is a PARAM_END-terminated list of (key, value) pointer pairs.
-        let (key, value) = unsafe { (*extra.add(i) as usize, *extra.add(i + 1)) };
-        match key {
-            PARAM_END => break,
-            PARAM_BUFFER_POINTER => buf = value as *const u8,
-            PARAM_BUFFER_SIZE => len = input(value as *const usize).ok(),
-            _ => return None,
-        }
-    }
-    (!buf.is_null()).then_some((buf, len?))
 }
