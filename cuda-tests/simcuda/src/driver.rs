@@ -58,6 +58,8 @@ pub struct Driver {
     pub reservations: Reservations,
     /// Released VMM physical memory kept for reuse.
     pub released: Released,
+    /// Allocations exported for IPC, by base address: the memfd each now lives on (`crate::ipc`).
+    pub ipc_exports: Mutex<std::collections::HashMap<u64, std::os::fd::OwnedFd>>,
     /// Context-local storage the runtime keeps through `cuGetExportTable` (`crate::export_table`).
     pub context_storage: Mutex<crate::export_table::Storage>,
     /// Names of the kernels this process said it does not compute (`crate::uncomputed`).
@@ -118,6 +120,7 @@ fn create() -> CuRes<&'static Driver> {
                 physical: Registry::new(0x41, CUDA_ERROR_INVALID_VALUE),
                 reservations: Reservations::default(),
                 released: Released::default(),
+                ipc_exports: Mutex::default(),
                 context_storage: Mutex::default(),
                 said_uncomputed: Mutex::default(),
             })

@@ -39,6 +39,7 @@ implemented! {
     launch: cuLaunchKernel, cuLaunchKernel_ptsz, cuLaunchCooperativeKernel, cuLaunchCooperativeKernel_ptsz,
         cuLaunchKernelEx, cuLaunchKernelEx_ptsz;
     export_table: cuGetExportTable;
+    ipc: cuIpcGetMemHandle, cuIpcOpenMemHandle_v2, cuIpcOpenMemHandle, cuIpcCloseMemHandle;
     link: cuLinkCreate_v2, cuLinkCreate, cuLinkAddData_v2, cuLinkAddData, cuLinkAddFile_v2, cuLinkAddFile,
         cuLinkComplete, cuLinkDestroy;
     memory: cuMemAlloc_v2, cuMemAllocManaged, cuMemAllocPitch_v2, cuMemFree_v2, cuMemAllocHost_v2, cuMemHostAlloc,

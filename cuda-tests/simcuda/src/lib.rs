@@ -22,6 +22,7 @@ mod gate;
 mod graph;
 mod handles;
 mod init;
+mod ipc;
 mod launch;
 mod link;
 mod memory;

@@ -27,6 +27,8 @@ pub enum Kind {
     Host,
     /// Host memory registered with `cuMemHostRegister` (not ours to unmap).
     Registered,
+    /// Another process's device memory, opened with `cuIpcOpenMemHandle` (charged to that process).
+    Imported,
 }
 
 /// One linear allocation.
@@ -106,6 +108,12 @@ impl AddressSpace {
         Ok(base)
     }
 
+    /// Records `size` bytes of another process's device memory mapped at `base` (`crate::ipc`): nothing
+    /// is charged here.
+    pub fn import(&self, base: u64, size: u64, device: usize, ctx: u64) {
+        self.allocs.lock().insert(base, Alloc { base, size, kind: Kind::Imported, device, ctx, charge: 0, pool: 0 });
+    }
+
     /// Records program-owned host memory registered with the driver.
     pub fn register(&self, base: u64, size: u64, device: usize, ctx: u64) -> CuRes {
         let mut allocs = self.allocs.lock();
@@ -122,6 +130,7 @@ impl AddressSpace {
         if a.kind != Kind::Registered {
             unmap(a.base, a.size);
         }
+        crate::ipc::forget(d, base);
         // A pool keeps what is freed from it (see `crate::pool`).
         match d.pools.get(a.pool).ok().filter(|_| a.kind == Kind::Pool) {
             Some(p) => p.cache(a.charge),
@@ -240,7 +249,7 @@ pub extern "C" fn cuMemFree_v2(dptr: CUdeviceptr) -> CuResult {
         if dptr == 0 {
             return Ok(());
         }
-        let a = d.memory.at(dptr).filter(|a| !matches!(a.kind, Kind::Host | Kind::Registered));
+        let a = d.memory.at(dptr).filter(|a| !matches!(a.kind, Kind::Host | Kind::Registered | Kind::Imported));
         let a = a.ok_or(CUDA_ERROR_INVALID_VALUE)?;
         if let Ok(ctx) = d.contexts.get(a.ctx) {
             ctx.synchronize();

@@ -17,7 +17,7 @@ const STUBS: &[&str] = &[
     "cuDeviceGetLuid",
     "cuGreenCtxCreate",
     "cuTexObjectCreate",
-    "cuIpcGetMemHandle",
+    "cuIpcGetEventHandle",
     "cuGraphicsUnregisterResource",
 ];
 

@@ -28,6 +28,7 @@ mod hostile_users;
 mod hostile_writes;
 mod images;
 mod info;
+mod ipc;
 mod k8s;
 mod k8s_api;
 mod k8s_cdi;
