@@ -7,13 +7,16 @@
 #
 #   numba   numba-cuda with its CUDA 12 dependencies (NVVM, nvJitLink, NVRTC), about 800 MB
 #   cupy    CuPy for CUDA 12 with its toolkit libraries (NVRTC for its kernels), about 700 MB
+#   torch   PyTorch for CUDA 12 with NVIDIA's libraries (cuBLAS, cuDNN, NCCL ...), about 4 GB: only
+#           tools/test-apps.sh runs it
 #
 # Usage: tools/app-venv.sh APP [TARGET_DIR]    (default: the workspace's target folder)
 set -euo pipefail
 case "${1:-}" in
     numba) package="numba-cuda[cu12]==0.30.4" ;;
     cupy) package="cupy-cuda12x[ctk]==14.2.0" ;;
-    *) echo "usage: $0 numba|cupy [TARGET_DIR]" >&2; exit 2 ;;
+    torch) package="torch==2.10.0" ;;
+    *) echo "usage: $0 numba|cupy|torch [TARGET_DIR]" >&2; exit 2 ;;
 esac
 target=${2:-"$(dirname "$0")/../target"}
 venv="$target/venv-$1"

@@ -54,6 +54,10 @@ for exe in "${programs[@]}"; do
     echo "     Running $exe ${subjects[*]} (TESSERA_TEST_UNDER_SHIM=1)"
     (cd cuda-tests/probe && TESSERA_TEST_UNDER_SHIM=1 "$exe" "${subjects[@]}") 2>&1 | tee -a "$log" || status=$?
 done
+if [ "${TESSERA_TEST_TORCH:-0}" = 1 ]; then
+    stage "PyTorch, unmodified (TESSERA_TEST_TORCH=1: tools/test-apps.sh)"
+    ./tools/test-apps.sh 2>&1 | tee -a "$log" || status=$?
+fi
 # One closing line for the whole suite, summed over every test binary.
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i) ~ /^passed/) p += $(i-1); if ($(i) ~ /^failed/) f += $(i-1) } }
      END { printf "tests: %d passed, %d failed\n", p, f }' "$log"

@@ -60,6 +60,7 @@ mod stream_frees;
 mod tamper;
 mod tensor;
 mod top;
+mod torch;
 mod uncomputed;
 mod visible;
 mod window;
