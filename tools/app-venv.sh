@@ -13,9 +13,9 @@
 # Usage: tools/app-venv.sh APP [TARGET_DIR]    (default: the workspace's target folder)
 set -euo pipefail
 case "${1:-}" in
-    numba) package="numba-cuda[cu12]==0.30.4" ;;
-    cupy) package="cupy-cuda12x[ctk]==14.2.0" ;;
-    torch) package="torch==2.10.0" ;;
+    numba) packages=("numba-cuda[cu12]==0.30.4") ;;
+    cupy) packages=("cupy-cuda12x[ctk]==14.2.0") ;;
+    torch) packages=("torch==2.10.0" "numpy<3") ;;
     *) echo "usage: $0 numba|cupy|torch [TARGET_DIR]" >&2; exit 2 ;;
 esac
 target=${2:-"$(dirname "$0")/../target"}
@@ -26,12 +26,12 @@ if [ ! -e "$venv/installed" ]; then
     exec 9>"$venv.lock"
     flock 9
     if [ ! -e "$venv/installed" ]; then
-        echo "installing $package into $venv" >&2
+        echo "installing ${packages[*]} into $venv" >&2
         rm -rf "$venv"
         python3 -m venv "$venv" >&2 || { echo "cannot make a virtual environment (apt-get install python3-venv)" >&2; exit 1; }
         PIP_ROOT_USER_ACTION=ignore "$venv/bin/python" -m pip install --disable-pip-version-check --no-input \
-            --quiet "$package" >&2 || {
-            echo "cannot install $package from PyPI into $venv (no network?)" >&2
+            --quiet "${packages[@]}" >&2 || {
+            echo "cannot install ${packages[*]} from PyPI into $venv (no network?)" >&2
             exit 1
         }
         touch "$venv/installed"

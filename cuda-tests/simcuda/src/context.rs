@@ -352,7 +352,9 @@ pub extern "C" fn cuCtxGetLimit(value: *mut usize, limit: c_int) -> CuResult {
     entry(|| {
         let ctx = current()?;
         let v = ctx.limits.lock().get(&limit).copied();
-        // Defaults the real driver reports for stack size, printf FIFO and malloc heap.
+        // Defaults the real driver reports for stack size, printf FIFO and malloc heap, ...; the shared
+        // memory a context's kernels may use (`CU_LIMIT_SHMEM_SIZE`, 7) is the device's per-block maximum
+        // outside CUDA-in-graphics contexts (which simgpu has not: `CU_LIMIT_CIG_ENABLED`, 8, is 0).
         let default = match limit {
             0 => 1024,
             1 => 1 << 20,
@@ -361,6 +363,12 @@ pub extern "C" fn cuCtxGetLimit(value: *mut usize, limit: c_int) -> CuResult {
             4 => 2048,
             5 => 128,
             6 => 0,
+            7 => {
+                let c = driver()?.device_config(ctx.device);
+                let optin = tessera_ffi::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN;
+                crate::device::attribute(c, optin as c_int).unwrap_or(0) as usize
+            }
+            8 | 9 => 0,
             _ => return Err(CUDA_ERROR_INVALID_VALUE),
         };
         out(value, v.unwrap_or(default))

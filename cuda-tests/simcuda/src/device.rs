@@ -80,7 +80,7 @@ pub extern "C" fn cuDeviceComputeCapability(major: *mut c_int, minor: *mut c_int
 }
 
 /// The value of a device attribute, or `None` for attributes the simulation does not know.
-fn attribute(c: &DeviceConfig, attr: c_int) -> Option<c_int> {
+pub fn attribute(c: &DeviceConfig, attr: c_int) -> Option<c_int> {
     let p = c.profile;
     let (major, minor) = p.compute_capability;
     let is = |a: A| a as c_int == attr;
@@ -137,6 +137,13 @@ fn attribute(c: &DeviceConfig, attr: c_int) -> Option<c_int> {
         (A::CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR, 32),
         (A::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, 1),
         (A::CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES, 1),
+        // Shared memory the system keeps of each block (1 KiB since compute capability 8.0), and thread
+        // block clusters (9.0 on): libraries choose their kernels by them (cuBLASLt among them).
+        (A::CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK, 1024),
+        (A::CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH, (major >= 9) as c_int),
+        (A::CU_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED, 0),
+        (A::CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS, 0),
+        (A::CU_DEVICE_ATTRIBUTE_DIRECT_MANAGED_MEM_ACCESS_FROM_HOST, 0),
     ];
     table.iter().find(|(a, _)| is(*a)).map(|(_, v)| *v)
 }
@@ -147,7 +154,11 @@ pub extern "C" fn cuDeviceGetAttribute(value: *mut c_int, attr: c_int, dev: CUde
     entry(|| {
         let c = config(dev)?;
         ensure(attr > 0 && attr < A::CU_DEVICE_ATTRIBUTE_MAX as c_int)?;
-        out(value, attribute(c, attr).unwrap_or(0))
+        let known = attribute(c, attr);
+        if known.is_none() && std::env::var_os("SIMGPU_TRACE").is_some() {
+            eprintln!("simgpu: cuDeviceGetAttribute({attr}) is not simulated: 0");
+        }
+        out(value, known.unwrap_or(0))
     })
 }
 

@@ -10,7 +10,7 @@
 //! | id | table | entries served |
 //! | --- | --- | --- |
 //! | `6bd5fb6c-5bf4-e74a-8987-d93912fd9df9` | runtime interface | 1, 6, 8: a module from a fatbin (the runtime's `__cudaRegisterFatBinary`); 2: a device's primary context; 7: nothing; 12: loads the JIT compilers (nothing to load) |
-//! | `42d85a81-23f6-cb47-8298-f6e78a3aecdc` | tools thread-local storage | size only |
+//! | `42d85a81-23f6-cb47-8298-f6e78a3aecdc` | tools thread-local storage | 1-3: the thread's tool state, zeroed (cuBLASLt calls 2) |
 //! | `a094798c-2e74-2e74-93f2-0800200c0a66` | tools callback hooks | 2, 6: buffers the runtime writes tool hooks into |
 //! | `c693336e-1121-df11-a8c3-68f355d89593` | context-local storage | 0: put a value under a key in a context (with a destructor called when the context goes), 1: delete, 2: get |
 //! | `0ca50b8c-1004-929a-89a7-d0df10e77286` | context creation | 1: `cuCtxCreate_v2` |
@@ -62,7 +62,12 @@ static RUNTIME: Table<13> = Table([
     NULL,
     load_compilers as *const c_void,
 ]);
-static TOOLS_TLS: Table<4> = Table([size::<4>(), NULL, NULL, NULL]);
+static TOOLS_TLS: Table<4> = Table([
+    size::<4>(),
+    no_tools_state as *const c_void,
+    no_tools_state as *const c_void,
+    no_tools_state as *const c_void,
+]);
 static TOOLS_HOOKS: Table<7> =
     Table([size::<7>(), NULL, hooks_buffer as *const c_void, NULL, NULL, NULL, hooks_buffer_small as *const c_void]);
 static CONTEXT_STORAGE: Table<4> =
@@ -104,7 +109,12 @@ fn table(id: &[u8; 16]) -> Option<*const c_void> {
 pub extern "C" fn cuGetExportTable(out: *mut *const c_void, id: *const [u8; 16]) -> CuResult {
     entry(|| {
         let id = crate::guard::input(id)?;
-        let found = table(&id).ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        let found = table(&id);
+        if std::env::var_os("SIMGPU_TRACE").is_some() {
+            let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+            eprintln!("simgpu: cuGetExportTable({hex}): {}", if found.is_some() { "served" } else { "unknown id" });
+        }
+        let found = found.ok_or(CUDA_ERROR_INVALID_VALUE)?;
         crate::guard::out(out, found)
     })
 }
@@ -145,6 +155,22 @@ unsafe extern "C" fn module_from_fatbin_header(
 ) -> CuResult {
     // SAFETY: forwarded as the runtime passed them.
     unsafe { module_from_fatbin_ext(module, header, a, b, c) }
+}
+
+/// Tools thread-local storage, 1-3: called with one out-pointer by cuBLASLt (slot 2) before it reports
+/// to profiling tools: the calling thread's tool state, zeroed (no tool attached). It fails the call
+/// when told there is none, so each thread gets a zeroed block of its own, kept for the thread's life.
+unsafe extern "C" fn no_tools_state(state: *mut *mut c_void) -> CuResult {
+    thread_local! {
+        static STATE: std::cell::Cell<*mut c_void> = const { std::cell::Cell::new(std::ptr::null_mut()) };
+    }
+    let block = STATE.with(|s| {
+        if s.get().is_null() {
+            s.set(Box::into_raw(Box::new([0u64; 512])).cast());
+        }
+        s.get()
+    });
+    status(crate::guard::out(state, block))
 }
 
 /// Runtime interface, 2: device `dev`'s primary context (retained).

@@ -164,6 +164,20 @@ pub extern "C" fn cuGraphDestroy(graph: CUgraph) -> CuResult {
     entry(|| driver()?.graphs.remove(graph as u64).map(|_| ()))
 }
 
+/// `cuGraphGetNodes`: the number of nodes (one per captured operation). The simulation keeps operations,
+/// not node objects, so asking for the nodes themselves is `CUDA_ERROR_NOT_SUPPORTED`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuGraphGetNodes(graph: CUgraph, nodes: *mut CUgraphNode, count: *mut usize) -> CuResult {
+    entry(|| {
+        ensure(!count.is_null())?;
+        let n = driver()?.graphs.get(graph as u64)?.ops.lock().len();
+        if !nodes.is_null() && n > 0 {
+            return Err(CUDA_ERROR_NOT_SUPPORTED);
+        }
+        out(count, n)
+    })
+}
+
 fn instantiate(exec: *mut CUgraphExec, graph: CUgraph) -> CuRes {
     ensure(!exec.is_null())?;
     let d = driver()?;

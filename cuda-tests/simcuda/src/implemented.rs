@@ -33,7 +33,7 @@ implemented! {
         cuGraphUpload, cuGraphInstantiate, cuStreamBeginCapture, cuStreamBeginCapture_ptsz, cuStreamBeginCapture_v2,
         cuStreamBeginCapture_v2_ptsz, cuStreamBeginCaptureToGraph, cuStreamBeginCaptureToGraph_ptsz,
         cuStreamEndCapture, cuStreamEndCapture_ptsz, cuStreamIsCapturing, cuStreamIsCapturing_ptsz,
-        cuStreamGetCaptureInfo_v2, cuStreamGetCaptureInfo_v2_ptsz, cuGraphLaunch, cuGraphLaunch_ptsz;
+        cuStreamGetCaptureInfo_v2, cuStreamGetCaptureInfo_v2_ptsz, cuGraphLaunch, cuGraphLaunch_ptsz, cuGraphGetNodes;
     init: cuInit, cuDriverGetVersion, cuGetErrorString, cuGetErrorName, cuGetProcAddress,
         cuGetProcAddress_v2, cuGetProcAddress_v2_ptsz;
     launch: cuLaunchKernel, cuLaunchKernel_ptsz, cuLaunchCooperativeKernel, cuLaunchCooperativeKernel_ptsz,
@@ -52,6 +52,9 @@ implemented! {
         cuLibraryEnumerateKernels, cuKernelGetFunction, cuFuncGetName, cuKernelGetName, cuFuncGetModule,
         cuFuncGetParamInfo, cuKernelGetParamInfo,
         cuFuncGetAttribute, cuFuncSetAttribute, cuKernelGetAttribute, cuKernelSetAttribute, cuFuncSetCacheConfig;
+    occupancy: cuOccupancyMaxActiveBlocksPerMultiprocessor, cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags,
+        cuOccupancyAvailableDynamicSMemPerBlock, cuOccupancyMaxPotentialBlockSize,
+        cuOccupancyMaxPotentialBlockSizeWithFlags, cuOccupancyMaxActiveClusters;
     pool: cuDeviceGetDefaultMemPool, cuDeviceGetMemPool, cuDeviceSetMemPool, cuMemPoolCreate, cuMemPoolDestroy,
         cuMemPoolTrimTo, cuMemPoolSetAttribute, cuMemPoolGetAttribute, cuMemAllocAsync, cuMemAllocAsync_ptsz,
         cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync_ptsz, cuMemFreeAsync, cuMemFreeAsync_ptsz;

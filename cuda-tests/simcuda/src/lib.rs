@@ -27,6 +27,7 @@ mod launch;
 mod link;
 mod memory;
 mod module;
+mod occupancy;
 mod pool;
 mod stream;
 mod suspend;

@@ -33,9 +33,15 @@ fn the_caching_allocator_refuses_past_the_quota_on_every_path() {
 
 #[test]
 #[ignore = "PyTorch is a 4 GB download: tools/test-apps.sh runs these tests"]
-fn graphs_replay_and_a_training_loop_runs() {
-    let sim = Sim::shimmed("torch-train").with("TESSERA_MEMORY_LIMIT", "4GiB");
+fn a_cuda_graph_is_captured_and_replayed() {
+    let sim = Sim::shimmed("torch-graph").with("TESSERA_MEMORY_LIMIT", "4GiB");
     assert_eq!(apps::run(&sim, "torch", "torch_app.py", "graph").get("graph"), "ok");
+}
+
+#[test]
+#[ignore = "PyTorch is a 4 GB download: tools/test-apps.sh runs these tests"]
+fn a_training_loop_runs_50_steps() {
+    let sim = Sim::shimmed("torch-train").with("TESSERA_MEMORY_LIMIT", "4GiB");
     assert_eq!(apps::run(&sim, "torch", "torch_app.py", "train").get("steps"), "50");
 }
 
