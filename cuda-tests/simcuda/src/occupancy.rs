@@ -42,7 +42,7 @@ fn blocks_per_sm(l: &Limits, block_size: u64, smem: u64) -> u64 {
         return 0;
     }
     let by_threads = l.threads / block_size.next_multiple_of(32);
-    let by_shared = if smem == 0 { u64::MAX } else { l.shared / smem };
+    let by_shared = l.shared.checked_div(smem).unwrap_or(u64::MAX);
     by_threads.min(by_shared).min(l.blocks)
 }
 
