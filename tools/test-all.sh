@@ -14,14 +14,6 @@ stage() { echo "== [${SECONDS} s] $*"; }
 # measure time take one turn at a time whatever the thread count (`common::timing_turn()`).
 export RUST_TEST_THREADS="${RUST_TEST_THREADS:-$((2 * $(nproc)))}"
 
-# The unmodified applications the tests run (numba-cuda, CuPy: PyPI, about 1.5 GB the first time) install
-# in the background while the build runs, which their download would otherwise add to (see
-# tools/app-venv.sh; the tests install them themselves when missing, and fail loudly when they cannot).
-apps_log=$(mktemp)
-trap 'rm -f "$apps_log"' EXIT
-(./tools/app-venv.sh numba target/release && ./tools/app-venv.sh cupy target/release) > "$apps_log" 2>&1 &
-apps=$!
-
 stage "cargo fmt --check"
 cargo fmt --all -- --check
 stage "cargo clippy"
@@ -32,13 +24,11 @@ stage "NVIDIA's cuda.h for the C test programs (pip package, installed once into
 ./tools/cuda-headers.sh
 stage "Debian tools the tests run for real: Prometheus and promtool, tmux, g++ for the hook table check (installed once)"
 ./tools/apt-once.sh prometheus:promtool prometheus:prometheus tmux:tmux g++:g++
-stage "the applications' virtual environments (installed in the background since the start)"
-wait "$apps" || { cat "$apps_log"; echo "error: numba-cuda or CuPy could not be installed (see above)"; exit 1; }
 stage "cargo test --release --no-run (the test programs)"
 cargo test --workspace --release --no-run
 stage "cargo test --release"
 log=$(mktemp)
-trap 'rm -f "$log" "$apps_log"' EXIT
+trap 'rm -f "$log"' EXIT
 status=0
 cargo test --workspace --release --no-fail-fast 2>&1 | tee "$log" || status=$?
 stage "the simulated-driver suite again, every program under the shim with no TESSERA_ setting (transparency)"

@@ -272,6 +272,8 @@ fn soft_memory_behaves_like_native_memory() {
                 "device_bytes",
                 "free",
                 "device_bytes_end",
+                // Soft mode refuses to export its memory (it may move); the driver exports cuMemAlloc memory.
+                "ipc_code",
             ],
         ),
     ];
@@ -331,9 +333,9 @@ fn soft_memory_behaves_like_native_memory() {
                 // took a whole physical chunk (cuMemCreate), where the driver charges 256 bytes...
                 assert_eq!(u64_at(ready, "device_bytes.first_small_alloc"), CHUNK, "{ready}");
                 assert_eq!(u64_at(hard_ready, "device_bytes.first_small_alloc"), 256, "{hard_ready}");
-                // ...and exporting them is refused, with the reason logged (the simulated driver does not
-                // implement IPC, so cuIpcGetMemHandle answers 801 in every mode: the log tells who refused).
+                // ...and exporting them is refused, with the reason logged, where the driver exports its own.
                 assert_eq!(u64_at(ready, "ipc_code"), common::NOT_SUPPORTED);
+                assert_eq!(u64_at(hard_ready, "ipc_code"), 0, "the driver exports cuMemAlloc memory: {hard_ready}");
                 assert!(soft_err.contains(IPC_REFUSED), "soft mode did not refuse cuIpcGetMemHandle: {soft_err}");
                 assert!(!runs[1].2.contains(IPC_REFUSED), "hard mode refused cuIpcGetMemHandle: {}", runs[1].2);
             }
