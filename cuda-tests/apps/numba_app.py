@@ -4,7 +4,7 @@
                                   synchronized; says whether the result holds numbers, and whether it is right
     python3 numba_app.py quota    the device's memory as numba sees it, then a 1 GiB and a 3 GiB array
     python3 numba_app.py saturate SECONDS
-                                  launches a @cuda.jit kernel in batches of 20, synchronizing after each,
+                                  launches a @cuda.jit kernel in batches of 100, synchronizing after each,
                                   for that long (the engine time a kernel takes is the simulator's)
 
 One fact per line, "key value", as the C test programs print them; "done ok" last.
@@ -55,10 +55,10 @@ def saturate():
     end = time.monotonic() + float(sys.argv[2])
     launched = 0
     while time.monotonic() < end:
-        for _ in range(20):
+        for _ in range(100):
             add[4, 256](a, a, a)
         cuda.synchronize()
-        launched += 20
+        launched += 100
     print("launched", launched)
 
 

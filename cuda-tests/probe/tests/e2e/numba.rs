@@ -33,6 +33,6 @@ fn a_quota_is_the_device_to_numba_and_refuses_what_exceeds_it() {
 
 #[test]
 fn two_numba_programs_in_vgpus_of_30_and_70_percent_get_30_and_70_percent_of_the_engine() {
-    let split = apps::split_30_70("numba-shares", "numba", "numba_app.py", &["saturate", "8"], "*add*=500us");
+    let split = apps::split_30_70("numba-shares", "numba", "numba_app.py", &["saturate", "8"], "*add*=1ms");
     assert!((split - 0.30).abs() <= 0.01, "a got {split:.3} of the engine time, not 0.30 within 0.01");
 }
