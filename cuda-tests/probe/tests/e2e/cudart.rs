@@ -31,7 +31,7 @@ fn the_cuda_runtime_runs_unmodified_over_the_simulated_driver() {
     ]);
     let file = cubin.with_extension("fatbin");
     std::fs::write(&file, fatbin).unwrap();
-    for sim in [Sim::new("cudart").without_shim(), Sim::shimmed("cudart-shim")] {
+    for sim in [Sim::bare("cudart"), Sim::shimmed("cudart-shim")] {
         let facts = Facts::ok(sim.command_for(&program, &[file.to_str().unwrap()]));
         assert_eq!(facts.get("count"), "1");
         assert_eq!((facts.get("major"), facts.get("minor")), ("9", "0"));

@@ -9,7 +9,7 @@ use crate::common::cprog::{CBuild, Facts};
 #[test]
 fn a_handle_shares_memory_with_another_process_charged_to_its_owner() {
     let program = CBuild::program("ipc.c").link_driver().build();
-    for sim in [Sim::new("ipc").without_shim(), Sim::shimmed("ipc-shim").with("TESSERA_MEMORY_LIMIT", "2GiB")] {
+    for sim in [Sim::bare("ipc"), Sim::shimmed("ipc-shim").with("TESSERA_MEMORY_LIMIT", "2GiB")] {
         let facts = Facts::run(sim.command_for(&program, &[]));
         assert!(facts.success, "{}\n{}", facts.stdout, facts.stderr);
         assert_eq!(facts.all("done"), ["ok", "ok"], "both processes finished: {}", facts.stdout);

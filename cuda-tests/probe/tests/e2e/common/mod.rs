@@ -139,6 +139,12 @@ impl Sim {
         self.with("LD_PRELOAD", &shim.to_string_lossy())
     }
 
+    /// A machine whose programs run without the shim in every pass of the suite (a test that runs them
+    /// under the shim too makes a [`Sim::shimmed`] beside it): [`Sim::new`] without the shim.
+    pub fn bare(tag: &str) -> Sim {
+        Sim::new(tag).without_shim()
+    }
+
     /// Runs programs without the shim, even in the suite's under-the-shim pass (for comparisons).
     pub fn without_shim(mut self) -> Sim {
         self.env.retain(|(k, _)| k != "LD_PRELOAD");
