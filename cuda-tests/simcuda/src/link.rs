@@ -8,7 +8,7 @@ use crate::context::current;
 use crate::driver::driver;
 use crate::guard::{CuRes, c_str, ensure, entry, out};
 use parking_lot::Mutex;
-use simgpu::image::{self, Arch, Capability, ImageError, Kind, Module, cubin, fatbin};
+use simgpu::image::{self, Arch, Capability, ImageError, Kind, Module, cubin};
 use std::ffi::{c_char, c_uint, c_void};
 use std::sync::Arc;
 use tessera_ffi::cuda::*;
@@ -33,9 +33,7 @@ fn input(kind: CUjitInputType, bytes: &[u8], cc: Capability) -> CuRes<Module> {
         {
             image::load(bytes, cc)
         }
-        CUjitInputType::CU_JIT_INPUT_FATBINARY if image::kind(bytes) == Kind::Fatbin => {
-            fatbin::entries(bytes).and_then(|entries| fatbin::choose(&entries, cc))
-        }
+        CUjitInputType::CU_JIT_INPUT_FATBINARY if image::kind(bytes) == Kind::Fatbin => image::load(bytes, cc),
         // Archives of objects (`.a`) and NVVM IR (which needs LTO through nvJitLink) are not read.
         CUjitInputType::CU_JIT_INPUT_LIBRARY | CUjitInputType::CU_JIT_INPUT_NVVM => {
             return Err(CUDA_ERROR_NOT_SUPPORTED);

@@ -6,9 +6,8 @@
 //! and replayed. The program (`cuda-tests/c/cudart.c`) runs with and without the shim.
 
 use crate::common::Sim;
-use crate::common::cprog::{CBuild, Facts, cuda_include_dir, ptxas, workspace};
+use crate::common::cprog::{CBuild, Facts, assemble, cuda_include_dir, workspace};
 use simgpu::image::fatbin::{Compression, EntryKind, Part, container};
-use std::process::Command;
 
 /// The folder holding `libcudart.so.12`, beside the headers' folder.
 fn cudart_dir() -> std::path::PathBuf {
@@ -21,15 +20,13 @@ fn the_cuda_runtime_runs_unmodified_over_the_simulated_driver() {
     let program = CBuild::program("cudart.c").link_file(&lib, "libcudart.so.12").build();
     // The test kernels as nvcc would embed them: an sm_90 cubin (LZ4, as nvcc compresses) and the PTX.
     let ptx_path = workspace().join("cuda-tests/kernels/kernels.ptx");
-    let cubin = crate::common::build_dir().join(format!("cudart-kernels-{}.cubin", std::process::id()));
-    let out = Command::new(ptxas()).args(["-arch=sm_90", "-o"]).arg(&cubin).arg(&ptx_path).output().expect("run ptxas");
-    assert!(out.status.success(), "ptxas: {}", String::from_utf8_lossy(&out.stderr));
-    let (elf, ptx) = (std::fs::read(&cubin).unwrap(), std::fs::read(&ptx_path).unwrap());
+    let elf = assemble(&ptx_path, "sm_90").unwrap_or_else(|e| panic!("{e}"));
+    let ptx = std::fs::read(&ptx_path).expect("read kernels.ptx");
     let fatbin = container(&[
         Part { kind: EntryKind::Elf, sm: 90, compression: Compression::Lz4, contents: &elf },
         Part { kind: EntryKind::Ptx, sm: 80, compression: Compression::None, contents: &ptx },
     ]);
-    let file = cubin.with_extension("fatbin");
+    let file = crate::common::build_dir().join(format!("cudart-kernels-{}.fatbin", std::process::id()));
     std::fs::write(&file, fatbin).unwrap();
     for sim in [Sim::bare("cudart"), Sim::shimmed("cudart-shim")] {
         let facts = Facts::ok(sim.command_for(&program, &[file.to_str().unwrap()]));
@@ -41,6 +38,5 @@ fn the_cuda_runtime_runs_unmodified_over_the_simulated_driver() {
         assert_eq!(facts.get("kernel"), "ok", "{}", facts.stdout);
         assert_eq!(facts.get("graph"), "ok");
     }
-    let _ = std::fs::remove_file(&cubin);
     let _ = std::fs::remove_file(&file);
 }

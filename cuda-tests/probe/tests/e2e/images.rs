@@ -7,11 +7,10 @@
 //! loaded from a cubin reports its parameters (`cuFuncGetParamInfo`) and computes. The JIT linker
 //! (`cuLinkCreate` ... `cuLinkComplete`) links PTX, cubins and fatbins into a cubin those calls load.
 
-use crate::common::cprog::{CBuild, Facts, ptxas, workspace};
+use crate::common::cprog::{CBuild, Facts, assemble, workspace};
 use crate::common::{Sim, build_dir};
 use simgpu::image::fatbin::{Compression, EntryKind, Part, container};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::OnceLock;
 
 const NO_BINARY_FOR_GPU: &str = "209";
@@ -27,17 +26,7 @@ fn spin_ptx() -> PathBuf {
 
 /// `module` assembled by ptxas for `arch`.
 fn cubin(module: &Path, arch: &str) -> Vec<u8> {
-    let out = build_dir().join(format!(
-        "images-{}-{arch}-{}.cubin",
-        module.file_stem().unwrap().to_string_lossy(),
-        std::process::id()
-    ));
-    let run = Command::new(ptxas()).arg(format!("-arch={arch}")).arg("-o").arg(&out).arg(module).output();
-    let run = run.unwrap_or_else(|e| panic!("cannot start ptxas: {e}"));
-    assert!(run.status.success(), "ptxas -arch={arch}: {}", String::from_utf8_lossy(&run.stderr));
-    let bytes = std::fs::read(&out).expect("read the cubin");
-    let _ = std::fs::remove_file(&out);
-    bytes
+    assemble(module, arch).unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn program() -> &'static Path {

@@ -7,9 +7,8 @@
 use crate::common;
 
 use common::build_dir;
-use common::cprog::{ptxas, workspace};
+use common::cprog::workspace;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 /// GPU architectures every module must assemble for (besides its own `.target`).
 const ARCHITECTURES: [&str; 2] = ["sm_80", "sm_90"];
@@ -82,29 +81,7 @@ fn own_target(text: &str) -> String {
 
 /// Assembles `module` for `arch`; the error is ptxas's own message.
 fn assemble(module: &Path, arch: &str) -> Result<(), String> {
-    let out_dir = build_dir().join("ptxas-check");
-    std::fs::create_dir_all(&out_dir).expect("create the ptxas output folder");
-    let stem = module.to_string_lossy().replace('/', "_");
-    let cubin = out_dir.join(format!("{stem}.{arch}.{}.cubin", std::process::id()));
-    let out = Command::new(ptxas())
-        .arg(format!("-arch={arch}"))
-        .arg("-o")
-        .arg(&cubin)
-        .arg(module)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot start ptxas: {e}"));
-    let _ = std::fs::remove_file(&cubin);
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "ptxas -arch={arch} {}: {}\n{}{}",
-            module.display(),
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ))
-    }
+    common::cprog::assemble(module, arch).map(drop)
 }
 
 #[test]

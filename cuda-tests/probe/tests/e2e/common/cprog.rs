@@ -314,3 +314,33 @@ pub fn ptxas() -> PathBuf {
     })
     .clone()
 }
+
+/// `module` (a PTX file) assembled by `ptxas` for `arch`: the cubin's bytes, or ptxas's own message.
+pub fn assemble(module: &Path, arch: &str) -> Result<Vec<u8>, String> {
+    static SEQ: AtomicU32 = AtomicU32::new(0);
+    let out_dir = build_dir().join("ptxas-out");
+    std::fs::create_dir_all(&out_dir).expect("create the ptxas output folder");
+    let stem = module.to_string_lossy().replace('/', "_");
+    let seq = SEQ.fetch_add(1, Ordering::Relaxed);
+    let cubin = out_dir.join(format!("{stem}.{arch}.{}.{seq}.cubin", std::process::id()));
+    let out = Command::new(ptxas())
+        .arg(format!("-arch={arch}"))
+        .arg("-o")
+        .arg(&cubin)
+        .arg(module)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot start ptxas: {e}"));
+    let bytes = std::fs::read(&cubin);
+    let _ = std::fs::remove_file(&cubin);
+    match (out.status.success(), bytes) {
+        (true, Ok(bytes)) => Ok(bytes),
+        (_, bytes) => Err(format!(
+            "ptxas -arch={arch} {}: {}\n{}{}{}",
+            module.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+            bytes.err().map(|e| format!("(no cubin: {e})")).unwrap_or_default()
+        )),
+    }
+}
