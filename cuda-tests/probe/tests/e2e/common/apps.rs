@@ -1,5 +1,5 @@
 //! The CUDA applications the tests run unmodified (numba-cuda, CuPy): each in a virtual environment
-//! `tools/app-venv.sh` makes in the target folder the first time (no network then fails the test), and
+//! `tools/app-venv.sh` makes once per machine (no network then fails the test), and
 //! a script of `cuda-tests/apps/` run with it on a machine.
 
 use super::Sim;
@@ -17,9 +17,8 @@ pub fn python(app: &str) -> PathBuf {
     if let Some(path) = made.get(app) {
         return path.clone();
     }
-    let target = super::build_dir().parent().expect("the target folder").to_path_buf();
     let script = workspace().join("tools/app-venv.sh");
-    let out = Command::new(&script).arg(app).arg(&target).output().expect("run tools/app-venv.sh");
+    let out = Command::new(&script).arg(app).output().expect("run tools/app-venv.sh");
     assert!(
         out.status.success(),
         "tools/app-venv.sh could not install {app} (it needs python3 with venv and pip, and the network, the \
