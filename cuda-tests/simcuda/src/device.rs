@@ -155,7 +155,7 @@ pub extern "C" fn cuDeviceGetAttribute(value: *mut c_int, attr: c_int, dev: CUde
         let c = config(dev)?;
         ensure(attr > 0 && attr < A::CU_DEVICE_ATTRIBUTE_MAX as c_int)?;
         let known = attribute(c, attr);
-        if known.is_none() && std::env::var_os("SIMGPU_TRACE").is_some() {
+        if known.is_none() && crate::guard::tracing() {
             eprintln!("simgpu: cuDeviceGetAttribute({attr}) is not simulated: 0");
         }
         out(value, known.unwrap_or(0))

@@ -18,6 +18,13 @@
 //! | `b10541e1-f7c7-c74a-9f64-f223be99f1e2` | extended device attributes | 5: not supported; 13: 0 |
 //! | `d4082055-bde6-704b-8d34-ba123c66e1f2` | integrity check | 1: the runtime's check that the driver is one it trusts: an HMAC-MD2 of the versions, process, thread, these tables and the devices |
 //! | `263e8860-7cd2-6143-92f6-bbd5006dfa7e` | context checks | 2: no flags set; 3: 0 |
+//! | `21318c60-9714-3248-8ca6-41ff7324c8f2` | context ids | 4: a context's 64-bit id (cuBLASLt's heuristics key what they learn per context by it) |
+//!
+//! The context-ids table is in no public record: what is written here was observed by running cuBLASLt
+//! 12.9 (PyTorch's) over this driver: it asks for the table once, calls entry 4 with the pointer entry 2
+//! of the tools table gave it and an out-pointer, keys a per-context cache by the 64-bit value written
+//! there, and gives up on every matrix multiplication (`CUBLAS_STATUS_NOT_SUPPORTED`) when the table is
+//! missing. Entry 4's shape is `cuCtxGetId`'s; simgpu answers with that id.
 
 use crate::context::{current, resolve};
 use crate::driver::driver;
@@ -83,6 +90,7 @@ static DEVICE_EXTENDED: Table<26> = {
 };
 static INTEGRITY: Table<3> = Table([size::<3>(), integrity_check as *const c_void, NULL]);
 static CONTEXT_CHECKS: Table<4> = Table([size::<4>(), NULL, context_check as *const c_void, zero as *const c_void]);
+static CONTEXT_IDS: Table<5> = Table([size::<5>(), NULL, NULL, NULL, context_id as *const c_void]);
 
 /// The tables by id (the UUID's 16 bytes, as `CUuuid` holds them).
 fn table(id: &[u8; 16]) -> Option<*const c_void> {
@@ -90,7 +98,7 @@ fn table(id: &[u8; 16]) -> Option<*const c_void> {
         let hex: Vec<u8> = s.bytes().filter(|b| *b != b'-').collect();
         std::array::from_fn(|i| u8::from_str_radix(std::str::from_utf8(&hex[2 * i..2 * i + 2]).unwrap(), 16).unwrap())
     };
-    let tables: [(&str, *const c_void); 9] = [
+    let tables: [(&str, *const c_void); 10] = [
         ("6bd5fb6c-5bf4-e74a-8987-d93912fd9df9", RUNTIME.0.as_ptr().cast()),
         ("42d85a81-23f6-cb47-8298-f6e78a3aecdc", TOOLS_TLS.0.as_ptr().cast()),
         ("a094798c-2e74-2e74-93f2-0800200c0a66", TOOLS_HOOKS.0.as_ptr().cast()),
@@ -100,6 +108,7 @@ fn table(id: &[u8; 16]) -> Option<*const c_void> {
         ("b10541e1-f7c7-c74a-9f64-f223be99f1e2", DEVICE_EXTENDED.0.as_ptr().cast()),
         ("d4082055-bde6-704b-8d34-ba123c66e1f2", INTEGRITY.0.as_ptr().cast()),
         ("263e8860-7cd2-6143-92f6-bbd5006dfa7e", CONTEXT_CHECKS.0.as_ptr().cast()),
+        ("21318c60-9714-3248-8ca6-41ff7324c8f2", CONTEXT_IDS.0.as_ptr().cast()),
     ];
     tables.iter().find(|(u, _)| uuid(u) == *id).map(|&(_, t)| t)
 }
@@ -110,7 +119,7 @@ pub extern "C" fn cuGetExportTable(out: *mut *const c_void, id: *const [u8; 16])
     entry(|| {
         let id = crate::guard::input(id)?;
         let found = table(&id);
-        if std::env::var_os("SIMGPU_TRACE").is_some() {
+        if crate::guard::tracing() {
             let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
             eprintln!("simgpu: cuGetExportTable({hex}): {}", if found.is_some() { "served" } else { "unknown id" });
         }
@@ -288,6 +297,18 @@ unsafe extern "C" fn context_check(_ctx: CUcontext, flags: *mut u32, _other: *mu
 /// Context checks, 3.
 unsafe extern "C" fn zero() -> u32 {
     0
+}
+
+/// Context ids, 4: the id of context `ctx` (as `cuCtxGetId` gives it); what cuBLASLt passes is the
+/// pointer the tools table gave the thread, not a context, and stands for the current one.
+unsafe extern "C" fn context_id(ctx: CUcontext, id: *mut u64) -> CuResult {
+    status((|| {
+        let ctx = match driver()?.contexts.get(ctx as u64) {
+            Ok(ctx) => ctx,
+            Err(_) => current()?,
+        };
+        crate::guard::out(id, ctx.handle())
+    })())
 }
 
 /// The integrity check's key (16 bytes, MD2's block).

@@ -2,7 +2,8 @@
 //! checkpoint lock holds the process ([`crate::gate`]), panics become `CUDA_ERROR_UNKNOWN`, `Result`s
 //! become codes, and output pointers are checked before they are written.
 
-use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::panic::{AssertUnwindSafe, Location, catch_unwind};
+use std::sync::OnceLock;
 use tessera_ffi::cuda::*;
 
 /// What implementations return: `Ok` becomes `CUDA_SUCCESS`.
@@ -10,6 +11,7 @@ pub(crate) type CuRes<T = ()> = Result<T, CuResult>;
 
 /// Runs an implementation, turning its result (or a panic) into a `CUresult`; blocks first while the
 /// process is locked by `cuCheckpointProcessLock`.
+#[track_caller]
 pub(crate) fn entry(f: impl FnOnce() -> CuRes) -> CuResult {
     let _inside = crate::gate::Inside::enter();
     ungated(f)
@@ -17,22 +19,37 @@ pub(crate) fn entry(f: impl FnOnce() -> CuRes) -> CuResult {
 
 /// [`entry`] for the checkpoint API itself, which must work while the gate is closed (a process may lock
 /// and checkpoint itself, and its requests are served by another thread).
+///
+/// With `SIMGPU_TRACE` set, every call that fails says so on stderr with the source line of the entry
+/// point that answered it (which names the function), so that a program that gives up after a refusal
+/// deep inside a library shows which call it was; `CUDA_ERROR_NOT_READY`, a query's answer, is not told.
+#[track_caller]
 pub(crate) fn ungated(f: impl FnOnce() -> CuRes) -> CuResult {
     crate::calls::count();
-    match catch_unwind(AssertUnwindSafe(f)) {
+    let code = match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(())) => CUDA_SUCCESS,
         Ok(Err(code)) => code,
         Err(_) => {
             eprintln!("simgpu: internal error (panic) in a driver call; returning CUDA_ERROR_UNKNOWN");
             CUDA_ERROR_UNKNOWN
         }
+    };
+    if code != CUDA_SUCCESS && code != CUDA_ERROR_NOT_READY && tracing() {
+        eprintln!("simgpu: the entry point at {} returned {code}", Location::caller());
     }
+    code
+}
+
+/// Whether `SIMGPU_TRACE` is set, read once (the failure path of every call asks).
+pub(crate) fn tracing() -> bool {
+    static TRACING: OnceLock<bool> = OnceLock::new();
+    *TRACING.get_or_init(|| std::env::var_os("SIMGPU_TRACE").is_some())
 }
 
 /// Body of every generated stub.
 pub(crate) fn not_supported(name: &str) -> CuResult {
     crate::calls::count();
-    if std::env::var_os("SIMGPU_TRACE").is_some() {
+    if tracing() {
         eprintln!("simgpu: {name} is not simulated (CUDA_ERROR_NOT_SUPPORTED)");
     }
     CUDA_ERROR_NOT_SUPPORTED

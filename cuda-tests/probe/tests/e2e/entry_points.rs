@@ -40,6 +40,20 @@ fn unimplemented_entry_points_return_not_supported() {
     // An id no table has: the real driver's answer (the runtime's own tables are served, see cudart.rs).
     assert_eq!(u64_at(&r, "cuGetExportTable"), INVALID_VALUE);
     assert_eq!(at(&r, "unknown_symbol_exported"), false);
+    // Traced, every refusal says what refused it: a stub its name, any other entry point its source line.
+    let traced = Sim::new("stubs-traced").with("SIMGPU_TRACE", "1").run(&["stubs"]);
+    assert!(traced.stderr.contains("is not simulated (CUDA_ERROR_NOT_SUPPORTED)"), "{}", traced.stderr);
+    assert!(
+        traced.stderr.contains("cuGetExportTable(") && traced.stderr.contains("): unknown id"),
+        "{}",
+        traced.stderr
+    );
+    assert!(
+        traced.stderr.contains("simgpu: the entry point at cuda-tests/simcuda/src/export_table.rs:")
+            && traced.stderr.contains(" returned 1\n"),
+        "{}",
+        traced.stderr
+    );
 }
 
 #[test]
