@@ -39,7 +39,8 @@ implemented! {
     launch: cuLaunchKernel, cuLaunchKernel_ptsz, cuLaunchCooperativeKernel, cuLaunchCooperativeKernel_ptsz,
         cuLaunchKernelEx, cuLaunchKernelEx_ptsz;
     export_table: cuGetExportTable;
-    ipc: cuIpcGetMemHandle, cuIpcOpenMemHandle_v2, cuIpcOpenMemHandle, cuIpcCloseMemHandle;
+    ipc: cuIpcGetMemHandle, cuIpcOpenMemHandle_v2, cuIpcOpenMemHandle, cuIpcCloseMemHandle, cuIpcGetEventHandle,
+        cuIpcOpenEventHandle;
     link: cuLinkCreate_v2, cuLinkCreate, cuLinkAddData_v2, cuLinkAddData, cuLinkAddFile_v2, cuLinkAddFile,
         cuLinkComplete, cuLinkDestroy;
     memory: cuMemAlloc_v2, cuMemAllocManaged, cuMemAllocPitch_v2, cuMemFree_v2, cuMemAllocHost_v2, cuMemHostAlloc,

@@ -5,6 +5,11 @@
 //! `/proc/<pid>/fd/<fd>` and maps it, uncharged: the allocation stays charged to the process that
 //! allocated it, as on a real device. A handle whose process is gone, or that names no export, is
 //! `CUDA_ERROR_INVALID_HANDLE`; a process cannot open its own (`CUDA_ERROR_INVALID_CONTEXT`).
+//!
+//! Events shared between processes (`cuIpcGetEventHandle`, `cuIpcOpenEventHandle`) the same way: an
+//! event created with `CU_EVENT_INTERPROCESS` keeps its recorded and completed generations and the time
+//! of its last completion on a memfd page ([`SharedMarks`]) its handle names; each process that opens it
+//! maps the page, so a stream or a thread in one process waits for what another records.
 
 use crate::context::current;
 use crate::driver::{Driver, driver};
@@ -12,11 +17,15 @@ use crate::guard::{CuRes, ensure, entry, out};
 use crate::memory::Kind;
 use std::ffi::c_uint;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use tessera_ffi::cuda::*;
-use tessera_ffi::sys::{CUdeviceptr, CUipcMemHandle};
+use tessera_ffi::sys::{CUdeviceptr, CUevent, CUipcEventHandle, CUipcMemHandle};
 
-/// What a handle's first bytes say.
+/// What a memory handle's first bytes say.
 const MAGIC: [u8; 8] = *b"simgpuIP";
+/// What an event handle's first bytes say.
+const EVENT_MAGIC: [u8; 8] = *b"simgpuIE";
 
 /// A handle's contents (64 bytes, as `CUipcMemHandle` holds them).
 #[derive(Clone, Copy)]
@@ -29,20 +38,20 @@ struct Handle {
 }
 
 impl Handle {
-    fn encode(self) -> CUipcMemHandle {
+    fn encode(self, magic: [u8; 8]) -> [std::ffi::c_char; 64] {
         let mut bytes = [0u8; 64];
-        bytes[..8].copy_from_slice(&MAGIC);
+        bytes[..8].copy_from_slice(&magic);
         bytes[8..12].copy_from_slice(&self.pid.to_le_bytes());
         bytes[12..16].copy_from_slice(&self.fd.to_le_bytes());
         bytes[16..24].copy_from_slice(&self.start_time.to_le_bytes());
         bytes[24..32].copy_from_slice(&self.size.to_le_bytes());
         bytes[32..36].copy_from_slice(&self.device.to_le_bytes());
-        CUipcMemHandle { reserved: bytes.map(|b| b as std::ffi::c_char) }
+        bytes.map(|b| b as std::ffi::c_char)
     }
 
-    fn decode(handle: &CUipcMemHandle) -> CuRes<Handle> {
-        let b: [u8; 64] = handle.reserved.map(|c| c as u8);
-        ensure(b[..8] == MAGIC).map_err(|_| CUDA_ERROR_INVALID_HANDLE)?;
+    fn decode(reserved: &[std::ffi::c_char; 64], magic: [u8; 8]) -> CuRes<Handle> {
+        let b: [u8; 64] = reserved.map(|c| c as u8);
+        ensure(b[..8] == magic).map_err(|_| CUDA_ERROR_INVALID_HANDLE)?;
         let four = |at: usize| -> [u8; 4] { b[at..at + 4].try_into().expect("4 bytes") };
         let eight = |at: usize| -> [u8; 8] { b[at..at + 8].try_into().expect("8 bytes") };
         Ok(Handle {
@@ -108,28 +117,45 @@ pub extern "C" fn cuIpcGetMemHandle(handle: *mut CUipcMemHandle, dptr: CUdevicep
                 e.insert(export(a.base, a.size)?).as_raw_fd()
             }
         };
-        let pid = std::process::id();
-        let start_time = simgpu::process::start_time(pid).ok_or(CUDA_ERROR_OPERATING_SYSTEM)?;
-        out(handle, Handle { pid, fd, start_time, size: a.size, device: a.device as u32 }.encode())
+        let handle_of = Handle { pid: std::process::id(), fd, start_time: 0, size: a.size, device: a.device as u32 };
+        out(handle, CUipcMemHandle { reserved: handle_of.stamped()?.encode(MAGIC) })
     })
 }
 
+impl Handle {
+    /// This handle with the start time of the process it names (this one), so that a handle outliving
+    /// its process is refused rather than opened in a process that took its pid.
+    fn stamped(mut self) -> CuRes<Handle> {
+        self.start_time = simgpu::process::start_time(self.pid).ok_or(CUDA_ERROR_OPERATING_SYSTEM)?;
+        Ok(self)
+    }
+
+    /// Opens the memfd the handle names in its process (which must still be the one that made it) and
+    /// checks its size: `CUDA_ERROR_INVALID_HANDLE` otherwise.
+    fn open_file(&self) -> CuRes<OwnedFd> {
+        ensure(simgpu::process::start_time(self.pid) == Some(self.start_time))
+            .map_err(|_| CUDA_ERROR_INVALID_HANDLE)?;
+        let path = std::ffi::CString::new(format!("/proc/{}/fd/{}", self.pid, self.fd)).expect("no NUL");
+        // SAFETY: opens a path we built; the descriptor is owned below.
+        let raw = unsafe { libc::open(path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+        ensure(raw >= 0).map_err(|_| CUDA_ERROR_INVALID_HANDLE)?;
+        // SAFETY: a descriptor we just opened and own.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        // SAFETY: an all-zero stat is a valid value for fstat to overwrite.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: fstat on our descriptor into a valid buffer.
+        ensure(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } == 0 && st.st_size as u64 == self.size)
+            .map_err(|_| CUDA_ERROR_INVALID_HANDLE)?;
+        Ok(fd)
+    }
+}
+
 fn open(d: &Driver, handle: &CUipcMemHandle) -> CuRes<u64> {
-    let h = Handle::decode(handle)?;
+    let h = Handle::decode(&handle.reserved, MAGIC)?;
     let ctx = current()?;
     ensure(h.pid != std::process::id()).map_err(|_| CUDA_ERROR_INVALID_CONTEXT)?;
-    ensure(simgpu::process::start_time(h.pid) == Some(h.start_time)).map_err(|_| CUDA_ERROR_INVALID_HANDLE)?;
-    let path = std::ffi::CString::new(format!("/proc/{}/fd/{}", h.pid, h.fd)).expect("no NUL");
-    // SAFETY: opens a path we built; the descriptor is owned below.
-    let raw = unsafe { libc::open(path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
-    ensure(raw >= 0).map_err(|_| CUDA_ERROR_INVALID_HANDLE)?;
-    // SAFETY: a descriptor we just opened and own; it is closed once mapped (the mapping keeps the file).
-    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-    // SAFETY: an all-zero stat is a valid value for fstat to overwrite.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: fstat on our descriptor into a valid buffer.
-    ensure(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } == 0 && st.st_size as u64 == h.size)
-        .map_err(|_| CUDA_ERROR_INVALID_HANDLE)?;
+    // The descriptor is closed once mapped (the mapping keeps the file).
+    let fd = h.open_file()?;
     let base = map_shared(fd.as_raw_fd(), h.size, None)?;
     d.memory.import(base, h.size, (h.device as usize).min(d.visible.len().saturating_sub(1)), ctx.handle());
     Ok(base)
@@ -161,5 +187,104 @@ pub extern "C" fn cuIpcCloseMemHandle(dptr: CUdeviceptr) -> CuResult {
             ctx.synchronize();
         }
         d.memory.free(d, a.base).map(drop)
+    })
+}
+
+/// The words of an interprocess event's page.
+const MARKS: usize = 3;
+
+/// An interprocess event's page: its recorded and completed generations and the simulated time of its
+/// last completion, on a memfd this process keeps open (a handle names it) and maps.
+pub struct SharedMarks {
+    fd: OwnedFd,
+    words: *const AtomicU64,
+}
+
+// SAFETY: the page is only reached through atomics; the mapping lives as long as the value.
+unsafe impl Send for SharedMarks {}
+// SAFETY: as above.
+unsafe impl Sync for SharedMarks {}
+
+impl SharedMarks {
+    const SIZE: u64 = (MARKS * size_of::<u64>()) as u64;
+
+    /// A new page, all zero: never recorded.
+    pub fn create() -> CuRes<SharedMarks> {
+        // SAFETY: a plain memfd_create with a NUL-terminated name.
+        let raw = unsafe { libc::memfd_create(c"simgpu-ipc-event".as_ptr(), libc::MFD_CLOEXEC) };
+        ensure(raw >= 0).map_err(|_| CUDA_ERROR_OUT_OF_MEMORY)?;
+        // SAFETY: a descriptor we just created and own.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        // SAFETY: sizes the memfd we own (zero-filled).
+        ensure(unsafe { libc::ftruncate(fd.as_raw_fd(), Self::SIZE as libc::off_t) } == 0)
+            .map_err(|_| CUDA_ERROR_OUT_OF_MEMORY)?;
+        Self::map(fd)
+    }
+
+    fn map(fd: OwnedFd) -> CuRes<SharedMarks> {
+        let words = map_shared(fd.as_raw_fd(), Self::SIZE, None)? as *const AtomicU64;
+        Ok(SharedMarks { fd, words })
+    }
+
+    fn word(&self, i: usize) -> &AtomicU64 {
+        debug_assert!(i < MARKS);
+        // SAFETY: the mapping holds MARKS page-aligned u64 words for the value's life; other processes
+        // change them only through atomics too.
+        unsafe { &*self.words.add(i) }
+    }
+
+    /// The latest recording's generation.
+    pub fn recorded(&self) -> &AtomicU64 {
+        self.word(0)
+    }
+
+    /// The latest completed recording's generation.
+    pub fn completed(&self) -> &AtomicU64 {
+        self.word(1)
+    }
+
+    /// The simulated time of the latest completion, in nanoseconds.
+    pub fn completed_at(&self) -> &AtomicU64 {
+        self.word(2)
+    }
+}
+
+impl Drop for SharedMarks {
+    fn drop(&mut self) {
+        // SAFETY: unmaps the page this value mapped and alone uses.
+        unsafe { libc::munmap(self.words as *mut _, Self::SIZE as usize) };
+    }
+}
+
+/// `cuIpcGetEventHandle`: `event` must have been created with `CU_EVENT_INTERPROCESS` (and so
+/// `CU_EVENT_DISABLE_TIMING`), otherwise `CUDA_ERROR_INVALID_VALUE`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuIpcGetEventHandle(handle: *mut CUipcEventHandle, event: CUevent) -> CuResult {
+    entry(|| {
+        let e = driver()?.events.get(event as u64)?;
+        let shared = e.shared().ok_or(CUDA_ERROR_INVALID_VALUE)?;
+        let h = Handle {
+            pid: std::process::id(),
+            fd: shared.fd.as_raw_fd(),
+            start_time: 0,
+            size: SharedMarks::SIZE,
+            device: 0,
+        };
+        out(handle, CUipcEventHandle { reserved: h.stamped()?.encode(EVENT_MAGIC) })
+    })
+}
+
+/// `cuIpcOpenEventHandle`: an event another process shared, which behaves as one created here with
+/// `CU_EVENT_DISABLE_TIMING`; destroyed with `cuEventDestroy`.
+#[unsafe(no_mangle)]
+pub extern "C" fn cuIpcOpenEventHandle(event: *mut CUevent, handle: CUipcEventHandle) -> CuResult {
+    entry(|| {
+        let d = driver()?;
+        current()?;
+        ensure(!event.is_null())?;
+        let h = Handle::decode(&handle.reserved, EVENT_MAGIC)?;
+        let shared = SharedMarks::map(h.open_file()?)?;
+        let e = d.events.insert(Arc::new(crate::event::Event::opened(shared)));
+        out(event, e as CUevent)
     })
 }

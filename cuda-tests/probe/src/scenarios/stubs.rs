@@ -9,7 +9,7 @@ use serde_json::{Map, json};
 use std::ffi::{CString, c_void};
 use tessera_ffi::proc_address;
 
-/// Exported symbols simgpu does not simulate (graphics interop, IPC, green contexts, texture objects...).
+/// Exported symbols simgpu does not simulate (graphics interop, green contexts, texture and surface objects...).
 const STUBS: &[&str] = &[
     "cuCtxAttach",
     "cuGraphClone",
@@ -17,7 +17,7 @@ const STUBS: &[&str] = &[
     "cuDeviceGetLuid",
     "cuGreenCtxCreate",
     "cuTexObjectCreate",
-    "cuIpcGetEventHandle",
+    "cuSurfObjectCreate",
     "cuGraphicsUnregisterResource",
 ];
 
