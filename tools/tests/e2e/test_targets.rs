@@ -1,5 +1,6 @@
 //! Targets built without a test harness (`test = false` in their `Cargo.toml`, to keep the suite's build
-//! short) hold no unit test: a `#[test]` added there would never run, so this test fails naming it.
+//! short) hold no unit test: a `#[test]` added there would never run, so this test fails naming it; and
+//! they say `bench = false` too, or `cargo build --all-targets` builds a harness for them anyway.
 
 use std::path::{Path, PathBuf};
 
@@ -44,6 +45,20 @@ fn targets_without_a_test_harness_hold_no_unit_test() {
         }
     }
     assert!(checked > 0, "no target declares test = false: this check has nothing to check");
+    // A target without tests has no benchmark harness either: `cargo build --all-targets` (the suite's
+    // build) would compile one for nothing (simcuda's took 22 s of a 2-CPU build). `cargo metadata` does
+    // not show the flag, so each manifest's target sections are read.
+    let mut benched = Vec::new();
+    for package in meta["packages"].as_array().expect("packages") {
+        let manifest = package["manifest_path"].as_str().expect("manifest_path");
+        let text = std::fs::read_to_string(manifest).unwrap_or_else(|e| panic!("{manifest}: {e}"));
+        for section in text.split("\n[").filter(|s| s.lines().any(|l| l.trim() == "test = false")) {
+            if !section.lines().any(|l| l.trim() == "bench = false") {
+                benched.push(format!("{manifest}: [{}", section.lines().next().unwrap_or_default()));
+            }
+        }
+    }
+    assert!(benched.is_empty(), "target sections with test = false but not bench = false: {benched:#?}");
     assert!(
         found.is_empty(),
         "unit tests in targets built without a test harness (they would never run; set `test = true` in their \
