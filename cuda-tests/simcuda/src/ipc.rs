@@ -27,7 +27,7 @@ const MAGIC: [u8; 8] = *b"simgpuIP";
 /// What an event handle's first bytes say.
 const EVENT_MAGIC: [u8; 8] = *b"simgpuIE";
 
-/// A handle's contents (64 bytes, as `CUipcMemHandle` holds them).
+/// A handle's contents (64 bytes, as `CUipcMemHandle` and `CUipcEventHandle` hold them).
 #[derive(Clone, Copy)]
 struct Handle {
     pid: u32,
@@ -38,6 +38,14 @@ struct Handle {
 }
 
 impl Handle {
+    /// A handle naming descriptor `fd` of this process, with the process's start time, so that a handle
+    /// outliving its process is refused rather than opened in a process that took its pid.
+    fn here(fd: i32, size: u64, device: u32) -> CuRes<Handle> {
+        let pid = std::process::id();
+        let start_time = simgpu::process::start_time(pid).ok_or(CUDA_ERROR_OPERATING_SYSTEM)?;
+        Ok(Handle { pid, fd, start_time, size, device })
+    }
+
     fn encode(self, magic: [u8; 8]) -> [std::ffi::c_char; 64] {
         let mut bytes = [0u8; 64];
         bytes[..8].copy_from_slice(&magic);
@@ -62,6 +70,25 @@ impl Handle {
             device: u32::from_le_bytes(four(32)),
         })
     }
+
+    /// Opens the memfd the handle names in its process (which must still be the one that made it) and
+    /// checks its size: `CUDA_ERROR_INVALID_HANDLE` otherwise.
+    fn open_file(&self) -> CuRes<OwnedFd> {
+        ensure(simgpu::process::start_time(self.pid) == Some(self.start_time))
+            .map_err(|_| CUDA_ERROR_INVALID_HANDLE)?;
+        let path = std::ffi::CString::new(format!("/proc/{}/fd/{}", self.pid, self.fd)).expect("no NUL");
+        // SAFETY: opens a path we built; the descriptor is owned below.
+        let raw = unsafe { libc::open(path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+        ensure(raw >= 0).map_err(|_| CUDA_ERROR_INVALID_HANDLE)?;
+        // SAFETY: a descriptor we just opened and own.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        // SAFETY: an all-zero stat is a valid value for fstat to overwrite.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: fstat on our descriptor into a valid buffer.
+        ensure(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } == 0 && st.st_size as u64 == self.size)
+            .map_err(|_| CUDA_ERROR_INVALID_HANDLE)?;
+        Ok(fd)
+    }
 }
 
 /// Maps `fd` (`size` bytes) shared, at `at` (replacing what is there) or where the kernel chooses.
@@ -75,16 +102,22 @@ fn map_shared(fd: i32, size: u64, at: Option<u64>) -> CuRes<u64> {
     if p == libc::MAP_FAILED { Err(CUDA_ERROR_OUT_OF_MEMORY) } else { Ok(p as u64) }
 }
 
-/// Moves the device allocation at `base` (`size` bytes) onto a new memfd, contents and address kept.
-fn export(base: u64, size: u64) -> CuRes<OwnedFd> {
+/// A new memfd of `size` zero bytes.
+fn memfd(name: &std::ffi::CStr, size: u64) -> CuRes<OwnedFd> {
     // SAFETY: a plain memfd_create with a NUL-terminated name.
-    let raw = unsafe { libc::memfd_create(c"simgpu-ipc".as_ptr(), libc::MFD_CLOEXEC) };
+    let raw = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
     ensure(raw >= 0).map_err(|_| CUDA_ERROR_OUT_OF_MEMORY)?;
     // SAFETY: a descriptor we just created and own.
     let fd = unsafe { OwnedFd::from_raw_fd(raw) };
     // SAFETY: sizes the memfd we own.
     ensure(unsafe { libc::ftruncate(fd.as_raw_fd(), size as libc::off_t) } == 0)
         .map_err(|_| CUDA_ERROR_OUT_OF_MEMORY)?;
+    Ok(fd)
+}
+
+/// Moves the device allocation at `base` (`size` bytes) onto a new memfd, contents and address kept.
+fn export(base: u64, size: u64) -> CuRes<OwnedFd> {
+    let fd = memfd(c"simgpu-ipc", size)?;
     let staging = map_shared(fd.as_raw_fd(), size, None)?;
     // SAFETY: both ranges are `size` bytes mapped in this process; the staging mapping is fresh.
     unsafe { std::ptr::copy_nonoverlapping(base as *const u8, staging as *mut u8, size as usize) };
@@ -117,37 +150,8 @@ pub extern "C" fn cuIpcGetMemHandle(handle: *mut CUipcMemHandle, dptr: CUdevicep
                 e.insert(export(a.base, a.size)?).as_raw_fd()
             }
         };
-        let handle_of = Handle { pid: std::process::id(), fd, start_time: 0, size: a.size, device: a.device as u32 };
-        out(handle, CUipcMemHandle { reserved: handle_of.stamped()?.encode(MAGIC) })
+        out(handle, CUipcMemHandle { reserved: Handle::here(fd, a.size, a.device as u32)?.encode(MAGIC) })
     })
-}
-
-impl Handle {
-    /// This handle with the start time of the process it names (this one), so that a handle outliving
-    /// its process is refused rather than opened in a process that took its pid.
-    fn stamped(mut self) -> CuRes<Handle> {
-        self.start_time = simgpu::process::start_time(self.pid).ok_or(CUDA_ERROR_OPERATING_SYSTEM)?;
-        Ok(self)
-    }
-
-    /// Opens the memfd the handle names in its process (which must still be the one that made it) and
-    /// checks its size: `CUDA_ERROR_INVALID_HANDLE` otherwise.
-    fn open_file(&self) -> CuRes<OwnedFd> {
-        ensure(simgpu::process::start_time(self.pid) == Some(self.start_time))
-            .map_err(|_| CUDA_ERROR_INVALID_HANDLE)?;
-        let path = std::ffi::CString::new(format!("/proc/{}/fd/{}", self.pid, self.fd)).expect("no NUL");
-        // SAFETY: opens a path we built; the descriptor is owned below.
-        let raw = unsafe { libc::open(path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
-        ensure(raw >= 0).map_err(|_| CUDA_ERROR_INVALID_HANDLE)?;
-        // SAFETY: a descriptor we just opened and own.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        // SAFETY: an all-zero stat is a valid value for fstat to overwrite.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        // SAFETY: fstat on our descriptor into a valid buffer.
-        ensure(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } == 0 && st.st_size as u64 == self.size)
-            .map_err(|_| CUDA_ERROR_INVALID_HANDLE)?;
-        Ok(fd)
-    }
 }
 
 fn open(d: &Driver, handle: &CUipcMemHandle) -> CuRes<u64> {
@@ -210,15 +214,7 @@ impl SharedMarks {
 
     /// A new page, all zero: never recorded.
     pub fn create() -> CuRes<SharedMarks> {
-        // SAFETY: a plain memfd_create with a NUL-terminated name.
-        let raw = unsafe { libc::memfd_create(c"simgpu-ipc-event".as_ptr(), libc::MFD_CLOEXEC) };
-        ensure(raw >= 0).map_err(|_| CUDA_ERROR_OUT_OF_MEMORY)?;
-        // SAFETY: a descriptor we just created and own.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        // SAFETY: sizes the memfd we own (zero-filled).
-        ensure(unsafe { libc::ftruncate(fd.as_raw_fd(), Self::SIZE as libc::off_t) } == 0)
-            .map_err(|_| CUDA_ERROR_OUT_OF_MEMORY)?;
-        Self::map(fd)
+        Self::map(memfd(c"simgpu-ipc-event", Self::SIZE)?)
     }
 
     fn map(fd: OwnedFd) -> CuRes<SharedMarks> {
@@ -263,14 +259,8 @@ pub extern "C" fn cuIpcGetEventHandle(handle: *mut CUipcEventHandle, event: CUev
     entry(|| {
         let e = driver()?.events.get(event as u64)?;
         let shared = e.shared().ok_or(CUDA_ERROR_INVALID_VALUE)?;
-        let h = Handle {
-            pid: std::process::id(),
-            fd: shared.fd.as_raw_fd(),
-            start_time: 0,
-            size: SharedMarks::SIZE,
-            device: 0,
-        };
-        out(handle, CUipcEventHandle { reserved: h.stamped()?.encode(EVENT_MAGIC) })
+        let h = Handle::here(shared.fd.as_raw_fd(), SharedMarks::SIZE, 0)?;
+        out(handle, CUipcEventHandle { reserved: h.encode(EVENT_MAGIC) })
     })
 }
 
