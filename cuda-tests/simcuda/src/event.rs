@@ -21,94 +21,124 @@ pub const INTERPROCESS: u32 = 4;
 /// How often a wait on an interprocess event looks at its page (another process completes it).
 const SHARED_POLL: Duration = Duration::from_micros(50);
 
-#[derive(Default)]
+/// A local event's generations and the simulated time its latest completed recording completed at.
+#[derive(Default, Clone, Copy)]
 struct Marks {
     recorded: u64,
     completed: u64,
     timestamp_ns: u64,
 }
 
+/// Where an event keeps its generations.
+enum Generations {
+    /// In this process, with the condition variable its waiters sleep on.
+    Local(Mutex<Marks>, Condvar),
+    /// In a page shared with every process that opened the event (an interprocess event).
+    Shared(SharedMarks),
+}
+
 /// One event.
 pub struct Event {
     flags: u32,
-    marks: Mutex<Marks>,
-    changed: Condvar,
-    /// An interprocess event's generations, shared with the processes that opened it; `marks` then
-    /// holds none.
-    shared: Option<SharedMarks>,
+    generations: Generations,
 }
 
 impl Event {
     /// A new event; an interprocess one gets its shared page.
     pub fn new(flags: u32) -> CuRes<Event> {
-        let shared = if flags & INTERPROCESS != 0 { Some(SharedMarks::create()?) } else { None };
-        Ok(Event { flags, marks: Mutex::default(), changed: Condvar::new(), shared })
+        let generations = if flags & INTERPROCESS != 0 {
+            Generations::Shared(SharedMarks::create()?)
+        } else {
+            Generations::Local(Mutex::default(), Condvar::new())
+        };
+        Ok(Event { flags, generations })
     }
 
     /// An event another process shared (`cuIpcOpenEventHandle`): it behaves as one created here with
     /// `CU_EVENT_DISABLE_TIMING`.
     pub fn opened(shared: SharedMarks) -> Event {
-        Event { flags: DISABLE_TIMING, marks: Mutex::default(), changed: Condvar::new(), shared: Some(shared) }
+        Event { flags: DISABLE_TIMING, generations: Generations::Shared(shared) }
     }
 
     /// The page an interprocess event keeps its generations in.
     pub fn shared(&self) -> Option<&SharedMarks> {
-        self.shared.as_ref()
+        match &self.generations {
+            Generations::Shared(s) => Some(s),
+            Generations::Local(..) => None,
+        }
     }
 
     /// Starts a new recording; returns its generation.
     fn record(&self) -> u64 {
-        if let Some(s) = &self.shared {
-            return s.recorded().fetch_add(1, Ordering::AcqRel) + 1;
+        match &self.generations {
+            Generations::Shared(s) => s.recorded().fetch_add(1, Ordering::AcqRel) + 1,
+            Generations::Local(marks, _) => {
+                let mut m = marks.lock();
+                m.recorded += 1;
+                m.recorded
+            }
         }
-        let mut m = self.marks.lock();
-        m.recorded += 1;
-        m.recorded
     }
 
     /// The latest recording's generation (0 if never recorded).
     pub fn recorded(&self) -> u64 {
-        match &self.shared {
-            Some(s) => s.recorded().load(Ordering::Acquire),
-            None => self.marks.lock().recorded,
-        }
+        self.marks().recorded
     }
 
     /// Called by the stream when the recording `generation` is reached at simulated time `at_ns`.
     pub fn complete(&self, generation: u64, at_ns: u64) {
-        if let Some(s) = &self.shared {
-            // The time first: a process that sees the generation reads the time it completed at.
-            s.completed_at().fetch_max(at_ns, Ordering::AcqRel);
-            s.completed().fetch_max(generation, Ordering::AcqRel);
-            return;
+        match &self.generations {
+            Generations::Shared(s) => {
+                // The time first: a process that sees the generation reads the time it completed at.
+                s.completed_at().fetch_max(at_ns, Ordering::AcqRel);
+                s.completed().fetch_max(generation, Ordering::AcqRel);
+            }
+            Generations::Local(marks, changed) => {
+                let mut m = marks.lock();
+                if generation > m.completed {
+                    m.completed = generation;
+                    m.timestamp_ns = at_ns;
+                }
+                changed.notify_all();
+            }
         }
-        let mut m = self.marks.lock();
-        if generation > m.completed {
-            m.completed = generation;
-            m.timestamp_ns = at_ns;
-        }
-        self.changed.notify_all();
     }
 
     /// Waits until recording `generation` has completed; returns the simulated time it completed at.
     pub fn wait(&self, generation: u64) -> u64 {
-        if let Some(s) = &self.shared {
-            // Another process may complete it: no condition variable reaches there, so look again.
-            while s.completed().load(Ordering::Acquire) < generation {
-                std::thread::sleep(SHARED_POLL);
+        match &self.generations {
+            Generations::Shared(s) => {
+                // Another process may complete it: no condition variable reaches there, so look again.
+                while s.completed().load(Ordering::Acquire) < generation {
+                    std::thread::sleep(SHARED_POLL);
+                }
+                s.completed_at().load(Ordering::Acquire)
             }
-            return s.completed_at().load(Ordering::Acquire);
+            Generations::Local(marks, changed) => {
+                let mut m = marks.lock();
+                while m.completed < generation {
+                    changed.wait(&mut m);
+                }
+                m.timestamp_ns
+            }
         }
-        let mut m = self.marks.lock();
-        while m.completed < generation {
-            self.changed.wait(&mut m);
+    }
+
+    /// A snapshot of the generations, wherever they are kept.
+    fn marks(&self) -> Marks {
+        match &self.generations {
+            Generations::Shared(s) => Marks {
+                recorded: s.recorded().load(Ordering::Acquire),
+                completed: s.completed().load(Ordering::Acquire),
+                timestamp_ns: s.completed_at().load(Ordering::Acquire),
+            },
+            Generations::Local(marks, _) => *marks.lock(),
         }
-        m.timestamp_ns
     }
 
     /// When the latest recording completed: `INVALID_HANDLE` if never recorded, `NOT_READY` if pending.
     fn timestamp(&self) -> CuRes<u64> {
-        let m = self.marks.lock();
+        let m = self.marks();
         match m.recorded {
             0 => Err(CUDA_ERROR_INVALID_HANDLE),
             r if m.completed < r => Err(CUDA_ERROR_NOT_READY),
@@ -117,10 +147,7 @@ impl Event {
     }
 
     fn done(&self) -> bool {
-        if let Some(s) = &self.shared {
-            return s.completed().load(Ordering::Acquire) >= s.recorded().load(Ordering::Acquire);
-        }
-        let m = self.marks.lock();
+        let m = self.marks();
         m.completed >= m.recorded
     }
 }
