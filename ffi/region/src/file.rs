@@ -607,31 +607,13 @@ fn describe_pids(holders: Option<&[u32]>) -> String {
     described.join(", ")
 }
 
-/// The pids holding a `flock` (shared or exclusive) on `file`, from `/proc/locks`, sorted, each once;
-/// `None` when `file` cannot be looked at.
+/// The pids holding a `flock` (shared or exclusive) on `file`, from `/proc/locks` ([`crate::flock::holders`]),
+/// sorted, each once; `None` when `file` cannot be looked at.
 pub fn holder_pids(file: &File) -> Option<Vec<u32>> {
-    use std::os::unix::fs::MetadataExt;
-    let meta = file.metadata().ok()?;
-    let (major, minor, inode) = (libc::major(meta.dev()), libc::minor(meta.dev()), meta.ino());
-    let locks = std::fs::read_to_string("/proc/locks").unwrap_or_default();
-    let mut holders: Vec<u32> = locks
-        .lines()
-        .filter_map(|line| {
-            // "1: FLOCK  ADVISORY  READ 1234 00:1a:5678 0 EOF"; waiters are "1: -> FLOCK ...".
-            let f: Vec<&str> = line.split_whitespace().collect();
-            let id: Vec<&str> = f.get(5)?.split(':').collect();
-            let hex = |s: &str| u32::from_str_radix(s, 16).ok();
-            let same = f[1] == "FLOCK"
-                && id.len() == 3
-                && hex(id[0]) == Some(major)
-                && hex(id[1]) == Some(minor)
-                && id[2].parse::<u64>().ok() == Some(inode);
-            f[4].parse::<u32>().ok().filter(|&pid| same && pid != 0)
-        })
-        .collect();
-    holders.sort_unstable();
-    holders.dedup();
-    Some(holders)
+    let mut pids: Vec<u32> = crate::flock::holders(file)?.iter().map(|h| h.pid).collect();
+    pids.sort_unstable();
+    pids.dedup();
+    Some(pids)
 }
 
 /// `pid N (COMMAND)`, with its state when it is not running or sleeping (`stopped`, `in uninterruptible

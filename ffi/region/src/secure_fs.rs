@@ -459,27 +459,11 @@ pub fn set_readers(file: &File, readers: &[u32]) -> std::io::Result<()> {
     }
 }
 
-/// The pid holding an exclusive `flock` on `file`, from `/proc/locks` (the kernel's record, which no
-/// user can forge), when it is found and the process still exists.
+/// The pid holding an exclusive `flock` on `file`, from `/proc/locks` ([`crate::flock::holders`]: the
+/// kernel's record, which no user can forge), when it is found and the process still exists.
 pub fn flock_holder(file: &File) -> Option<u32> {
-    let meta = file.metadata().ok()?;
-    let (major, minor) = (libc::major(meta.dev()), libc::minor(meta.dev()));
-    let locks = std::fs::read_to_string("/proc/locks").ok()?;
-    locks.lines().find_map(|line| {
-        // "1: FLOCK  ADVISORY  WRITE 1234 00:1a:5678 0 EOF"; waiters are "1: -> FLOCK ...".
-        let f: Vec<&str> = line.split_whitespace().collect();
-        if f.len() < 6 || f[1] != "FLOCK" || f[3] != "WRITE" {
-            return None;
-        }
-        let id: Vec<&str> = f[5].split(':').collect();
-        let hex = |s: &str| u32::from_str_radix(s, 16).ok();
-        let same = id.len() == 3
-            && hex(id[0]) == Some(major)
-            && hex(id[1]) == Some(minor)
-            && id[2].parse::<u64>().ok() == Some(meta.ino());
-        let pid = f[4].parse::<u32>().ok().filter(|&p| p != 0)?;
-        (same && Path::new(&format!("/proc/{pid}")).exists()).then_some(pid)
-    })
+    let holders = crate::flock::holders(file)?;
+    holders.iter().find(|h| h.exclusive && Path::new(&format!("/proc/{}", h.pid)).exists()).map(|h| h.pid)
 }
 
 #[cfg(test)]
