@@ -1,12 +1,13 @@
 /*
- * NVIDIA's CUDA runtime (libcudart.so.12 from the PyPI package nvidia-cuda-runtime-cu12), unmodified, on
- * the driver underneath; run by cuda-tests/probe/tests/e2e/cudart.rs on the simulated driver.
+ * NVIDIA's CUDA runtime (libcudart.so.12 from the PyPI package nvidia-cuda-runtime-cu12, or with
+ * -DCUDART_MAJOR=13 libcudart.so.13 from nvidia-cuda-runtime 13.x), unmodified, on the driver underneath;
+ * run by cuda-tests/probe/tests/e2e/cudart.rs on the simulated driver.
  *
  *   cudart FATBIN    FATBIN: a fatbin container holding the test kernels, registered as nvcc's generated
  *                    code registers its own (__cudaRegisterFatBinary, __cudaRegisterFunction)
  *
- * Facts: "count", "name", "memory" (cudaGetDeviceProperties), "major", "minor" (cudaDeviceGetAttribute), "copy ok" (cudaMalloc,
- * cudaMemcpy both ways), "kernel ok" (vector_add_f32 launched through the runtime by its host stub),
+ * Facts: "runtime" (cudaRuntimeGetVersion), "count", "name", "memory" (cudaGetDeviceProperties), "major",
+ * "minor" (cudaDeviceGetAttribute), "copy ok" (cudaMalloc, cudaMemcpy both ways), "kernel ok" (vector_add_f32 launched through the runtime by its host stub),
  * "graph ok" (the launch captured from a stream into a graph, instantiated and replayed twice), "done ok".
  */
 #include "report.h"
@@ -25,7 +26,19 @@ enum { cudaSuccess = 0, cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2, 
 enum { cudaStreamCaptureModeGlobal = 0, cudaDevAttrComputeCapabilityMajor = 75, cudaDevAttrComputeCapabilityMinor = 76 };
 extern const char *cudaGetErrorName(cudaError_t error);
 extern cudaError_t cudaGetDeviceCount(int *count);
+extern cudaError_t cudaRuntimeGetVersion(int *version);
+#ifndef CUDART_MAJOR
+#define CUDART_MAJOR 12
+#endif
+/* 12.x exports the properties as cudaGetDeviceProperties_v2 (its header renames the call); 13.x, whose
+ * cudaDeviceProp lost its deprecated fields, as cudaGetDeviceProperties. */
+#if CUDART_MAJOR >= 13
+extern cudaError_t cudaGetDeviceProperties(void *prop, int device);
+#define get_properties cudaGetDeviceProperties
+#else
 extern cudaError_t cudaGetDeviceProperties_v2(void *prop, int device);
+#define get_properties cudaGetDeviceProperties_v2
+#endif
 extern cudaError_t cudaDeviceGetAttribute(int *value, int attr, int device);
 extern cudaError_t cudaMalloc(void **ptr, size_t size);
 extern cudaError_t cudaFree(void *ptr);
@@ -83,13 +96,16 @@ int main(int argc, char **argv) {
     __cudaRegisterFunction(handle, (const char *)vector_add_stub, "vector_add_f32", "vector_add_f32", -1, 0, 0, 0, 0, 0);
     __cudaRegisterFatBinaryEnd(handle);
 
+    int runtime = 0;
+    RT(cudaRuntimeGetVersion(&runtime));
+    fact("runtime", "%d", runtime);
     int count = 0;
     RT(cudaGetDeviceCount(&count));
     fact("count", "%d", count);
     /* cudaDeviceProp begins with char name[256], cudaUUID_t uuid, char luid[8], unsigned luidDeviceNodeMask,
-     * then size_t totalGlobalMem (offset 288); the struct is about 1 KiB. */
+     * then size_t totalGlobalMem (offset 288) in both versions; the struct is about 1 KiB. */
     static union { char name[256]; unsigned char bytes[8192]; } prop;
-    RT(cudaGetDeviceProperties_v2(&prop, 0));
+    RT(get_properties(&prop, 0));
     fact("name", "%s", prop.name);
     size_t total;
     memcpy(&total, prop.bytes + 288, sizeof total);

@@ -32,17 +32,28 @@ fn succeeded(what: &str, out: std::io::Result<Output>) -> Output {
     out
 }
 
-/// The folder holding NVIDIA's `cuda.h`, installed by `tools/cuda-headers.sh` when missing.
+/// The folder holding NVIDIA's `cuda.h` (CUDA 12), installed by `tools/cuda-headers.sh` when missing.
 pub fn cuda_include_dir() -> PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let target = build_dir().parent().expect("the build folder is inside the target folder").to_path_buf();
-        let script = workspace().join("tools/cuda-headers.sh");
-        let out =
-            succeeded("tools/cuda-headers.sh (needs python3 with pip)", Command::new(&script).arg(&target).output());
-        PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
-    })
-    .clone()
+    DIR.get_or_init(|| runtime_include_dir("12")).clone()
+}
+
+/// The include folder of NVIDIA's CUDA 13 runtime package (`libcudart.so.13` in `../lib` beside it),
+/// installed by `tools/cuda-headers.sh` when missing.
+pub fn cuda13_include_dir() -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| runtime_include_dir("13")).clone()
+}
+
+/// `tools/cuda-headers.sh TARGET MAJOR`: the include folder it installed or found.
+fn runtime_include_dir(major: &str) -> PathBuf {
+    let target = build_dir().parent().expect("the build folder is inside the target folder").to_path_buf();
+    let script = workspace().join("tools/cuda-headers.sh");
+    let out = succeeded(
+        &format!("tools/cuda-headers.sh {major} (needs python3 with pip)"),
+        Command::new(&script).arg(&target).arg(major).output(),
+    );
+    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
 }
 
 /// One C program (or shared library) of `cuda-tests/c/` to compile.
