@@ -35,12 +35,16 @@ stage "NVIDIA's cuda.h for the C test programs (pip package, installed once into
 stage "Debian tools the tests run for real: Prometheus and promtool, tmux, g++ for the hook table check (installed once)"
 ./tools/apt-once.sh prometheus:promtool prometheus:prometheus tmux:tmux g++:g++
 stage "cargo test --release"
-log=$(mktemp) timed_log=$(mktemp)
-trap 'rm -f "$log" "$timed_log"' EXIT
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
 status=0
-# The end-to-end test program the build made, run as cargo runs it (from its package's folder) for the
-# tests that measure time and the transparency pass below: asking cargo for `-p cuda-tests` alone would
-# resolve other features and build 50-odd crates again.
+cargo test --workspace --release --no-fail-fast 2>&1 | tee "$log" || status=$?
+stage "the simulated-driver suite again, every program under the shim with no TESSERA_ setting (transparency)"
+# The end-to-end test program the first pass built, run again as cargo runs it (from its package's folder):
+# asking cargo for `-p cuda-tests` alone would resolve other features and build 50-odd crates again. Only the
+# subjects that start programs on a bare simulated machine (`Sim::new`, the one reader of
+# TESSERA_TEST_UNDER_SHIM) change under it; the others put their programs under the shim already
+# (`Sim::shimmed`, a daemon's `Machine`), and running them twice would only cost time.
 mapfile -t programs < <(cargo test --workspace --release --no-run --message-format=json 2>/dev/null | python3 -c '
 import json, sys
 for line in sys.stdin:
@@ -52,23 +56,8 @@ mapfile -t subjects < <(grep -l 'Sim::new' cuda-tests/probe/tests/e2e/*.rs | xar
 if [ "${#programs[@]}" -ne 1 ] || [ "${#subjects[@]}" -eq 0 ]; then
     echo "error: expected one end-to-end program of cuda-tests/probe and subjects using Sim::new," \
         "found ${#programs[@]} and ${#subjects[@]}" | tee -a "$log"
-    exit 1
+    status=1
 fi
-# The end-to-end tests that measure time (each file's `timed` module) take one turn at a time whatever
-# the thread count; among the others they held test threads idle while they waited for it (a file's
-# five took all four threads). They run one at a time in a process of their own, beside the rest of
-# the suite on one thread fewer: as many tests at once as before.
-(cd cuda-tests/probe && "${programs[0]}" ::timed:: --test-threads 1) >"$timed_log" 2>&1 &
-timed=$!
-RUST_TEST_THREADS=$((RUST_TEST_THREADS - 1)) cargo test --workspace --release --no-fail-fast -- --skip ::timed:: \
-    2>&1 | tee -a "$log" || status=$?
-wait "$timed" || status=$?
-echo "     Ran ${programs[0]} ::timed:: (the tests that measure time, one at a time, beside the others)"
-tee -a "$log" <"$timed_log"
-stage "the simulated-driver suite again, every program under the shim with no TESSERA_ setting (transparency)"
-# Only the subjects that start programs on a bare simulated machine (`Sim::new`, the one reader of
-# TESSERA_TEST_UNDER_SHIM) change under it; the others put their programs under the shim already
-# (`Sim::shimmed`, a daemon's `Machine`), and running them twice would only cost time.
 for exe in "${programs[@]}"; do
     echo "     Running $exe ${subjects[*]} (TESSERA_TEST_UNDER_SHIM=1)"
     (cd cuda-tests/probe && TESSERA_TEST_UNDER_SHIM=1 "$exe" "${subjects[@]}") 2>&1 | tee -a "$log" || status=$?

@@ -242,6 +242,110 @@ fn wait_for_launches(m: &Machine, name: &str, than: u64) {
     }
 }
 
+#[test]
+fn shares_split_the_device_and_a_capped_idle_vgpu_keeps_others_to_theirs() {
+    let _turn = common::timing_turn();
+    let mut m = Machine::new("shares", "small");
+    m.start();
+    m.ok(&["vgpu", "create", "a", "--device", "0", "--memory", "1GiB", "--share", "20"]);
+    m.ok(&["vgpu", "create", "b", "--device", "0", "--memory", "1GiB", "--share", "60"]);
+    let (a, b) = (m.saturate("a", "2", None), m.saturate("b", "2", None));
+    let (a, b) = (report(a), report(b));
+    let ratio = u64_at(&b, "engine_ns") as f64 / u64_at(&a, "engine_ns") as f64;
+    assert!((2.0..=4.5).contains(&ratio), "60% against 20%: b got {ratio:.2}x a's time\na: {a}\nb: {b}");
+    // Alone, a vGPU of 20% absorbs what nobody uses (work-conserving)... On a quiet host it keeps the engine
+    // 97.8-100% busy, with two busy loops competing for the 2 CPUs 67-95%. (It was 48-86% on a quiet host
+    // while the refill loop, going idle, stopped hearing launches that wait for tokens for 100 ms.) Held to
+    // its share it would get 20%: the bound tells the two apart, the figures are benchmark (f)'s.
+    let alone = report(m.saturate("a", "1.5", None));
+    let gap = u64_at(&alone, "longest_gap_ns") as f64 / 1e6;
+    eprintln!("alone at 20%: engine busy {:.3}, longest gap {gap:.1} ms", utilization(&alone));
+    assert!(utilization(&alone) > 0.4, "alone at 20%, the engine was busy {:.2} of the time", utilization(&alone));
+    // ...unless an idle vGPU is capped: then nobody exceeds their own share.
+    m.ok(&["vgpu", "create", "reserved", "--device", "0", "--memory", "1GiB", "--share", "20", "--cap"]);
+    let held = utilization(&report(m.saturate("a", "1.5", None)));
+    assert!((0.05..=0.35).contains(&held), "held to 20% beside a capped idle vGPU, it got {held:.2}");
+}
+
+#[test]
+fn each_vgpu_is_charged_the_device_time_its_kernels_took_not_their_stream_time() {
+    let _turn = common::timing_turn();
+    let mut m = Machine::new("charged", "small");
+    m.start();
+    m.ok(&["vgpu", "create", "a", "--device", "0", "--memory", "1GiB", "--share", "30"]);
+    m.ok(&["vgpu", "create", "b", "--device", "0", "--memory", "1GiB", "--share", "70"]);
+    let (a, b) = (m.saturate("a", "2", None), m.saturate("b", "2", None));
+    let (a, b) = (report(a), report(b));
+    // Both queue behind each other all along: their events span twice or more what they ran.
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    // Stream time would be twice what ran or more. Within 10%, not exactly: a launching thread held up
+    // between its launch and its end event's record makes the span hold host time, of which the daemon
+    // charges at most the launch's estimate. With two busy loops competing for the 2 CPUs the charges
+    // were off by 0.1-2.3% (up to 35% before such spans were bounded).
+    charged_as_ran(&m, "a", ran(&a), 0.10);
+    charged_as_ran(&m, "b", ran(&b), 0.10);
+    let share = ran(&a) as f64 / (ran(&a) + ran(&b)) as f64;
+    assert!((0.25..=0.35).contains(&share), "30% against 70%: a got {:.1}% of the engine", share * 100.0);
+}
+
+#[test]
+fn empty_kernels_ending_with_a_busy_vgpus_kernels_take_none_of_their_charge() {
+    let _turn = common::timing_turn();
+    let mut m = Machine::new("empty-beside-busy", "small");
+    m.start();
+    m.ok(&["vgpu", "create", "busy", "--device", "0", "--memory", "1GiB", "--share", "50"]);
+    m.ok(&["vgpu", "create", "half", "--device", "0", "--memory", "1GiB", "--share", "50"]);
+    let busy = m.saturate("busy", "4", None);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    // Empty kernels (the overhead client's launches, batches of 100 between syncs): each runs in no time
+    // when one of busy's kernels ends, at the same instant. Two processes' clocks place those two ends
+    // tens of ns to µs apart, either way round: before the ledger weighed such ends against the launches'
+    // estimates, half was charged busy's kernels whenever its clock ran early: 50-356 ms of busy's time in 4
+    // of 8 runs (the others 1.6-3.5 ms), against 1.5-5.3 ms in every run after.
+    let client = common::cprog::overhead_client();
+    let client = client.to_str().expect("a UTF-8 path");
+    let args = ["run", "--vgpu", "half", "--", client, "--launches", "1500", "--pairs", "1", "--batch", "100"];
+    let out = Guarded::spawn(m.command(&args).stdout(std::process::Stdio::piped()))
+        .expect("run the overhead client")
+        .into_child()
+        .wait_with_output()
+        .expect("wait for the overhead client");
+    assert!(out.status.success(), "{}: {}", out.status, String::from_utf8_lossy(&out.stderr));
+    let busy = report(busy);
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    // Busy within 10%, as the test above (a thread held up around a launch is charged its estimate at most).
+    charged_as_ran(&m, "busy", ran(&busy), 0.10);
+    // Half's kernels take no engine time: it is charged the clocks' error per launch, not busy's kernels.
+    let half = u64_at(&m.show("half"), "device_ns");
+    eprintln!("vGPU half: charged {:.2} ms for empty kernels", half as f64 / 1e6);
+    assert!(half as f64 <= 0.01 * ran(&busy) as f64, "half charged {half} ns for empty kernels");
+}
+
+#[test]
+fn a_high_vgpu_holds_lower_ones_and_suspend_stops_at_a_kernel_boundary() {
+    let _turn = common::timing_turn();
+    let mut m = Machine::new("priority", "small");
+    m.start();
+    m.ok(&["vgpu", "create", "lo", "--device", "0", "--memory", "1GiB", "--share", "50"]);
+    m.ok(&["vgpu", "create", "hi", "--device", "0", "--memory", "1GiB", "--share", "50", "--priority", "high"]);
+    let lo = m.saturate("lo", "8", None);
+    wait_for_launches(&m, "lo", 0);
+    // While the high vGPU works (1 s), the normal one waits; it continues once the high one is idle.
+    let hi = report(m.saturate("hi", "1", None));
+    assert!(utilization(&hi) > 0.6, "high priority gets the device: {hi}");
+    wait_for_launches(&m, "lo", launches(&m, "lo") + 50);
+    // Suspended: no launch passes; resumed: they go on.
+    m.ok(&["vgpu", "suspend", "lo"]);
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    let frozen = launches(&m, "lo");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert!(launches(&m, "lo") <= frozen + 1, "a suspended vGPU launches nothing");
+    m.ok(&["vgpu", "resume", "lo"]);
+    wait_for_launches(&m, "lo", frozen + 50);
+    let lo = report(lo);
+    assert!(u64_at(&lo, "longest_gap_ns") >= 500_000_000, "held by the high vGPU or suspended: {lo}");
+}
+
 /// The uid tenants of another user run as here (`nobody`): this test runs as root, which permissions do
 /// not bind, so the tenant must be someone else.
 const TENANT_UID: u32 = 65534;
@@ -333,146 +437,36 @@ fn own_uid() -> u32 {
     unsafe { libc::getuid() }
 }
 
-/// The tests here that measure time: one at a time (`common::timing_turn()`); the suite runs them in a
-/// process of their own beside the other tests (`tools/test-all.sh`).
-mod timed {
-    use super::*;
-
-    #[test]
-    fn shares_split_the_device_and_a_capped_idle_vgpu_keeps_others_to_theirs() {
-        let _turn = common::timing_turn();
-        let mut m = Machine::new("shares", "small");
-        m.start();
-        m.ok(&["vgpu", "create", "a", "--device", "0", "--memory", "1GiB", "--share", "20"]);
-        m.ok(&["vgpu", "create", "b", "--device", "0", "--memory", "1GiB", "--share", "60"]);
-        let (a, b) = (m.saturate("a", "2", None), m.saturate("b", "2", None));
-        let (a, b) = (report(a), report(b));
-        let ratio = u64_at(&b, "engine_ns") as f64 / u64_at(&a, "engine_ns") as f64;
-        assert!((2.0..=4.5).contains(&ratio), "60% against 20%: b got {ratio:.2}x a's time\na: {a}\nb: {b}");
-        // Alone, a vGPU of 20% absorbs what nobody uses (work-conserving)... On a quiet host it keeps the engine
-        // 97.8-100% busy, with two busy loops competing for the 2 CPUs 67-95%. (It was 48-86% on a quiet host
-        // while the refill loop, going idle, stopped hearing launches that wait for tokens for 100 ms.) Held to
-        // its share it would get 20%: the bound tells the two apart, the figures are benchmark (f)'s.
-        let alone = report(m.saturate("a", "1.5", None));
-        let gap = u64_at(&alone, "longest_gap_ns") as f64 / 1e6;
-        eprintln!("alone at 20%: engine busy {:.3}, longest gap {gap:.1} ms", utilization(&alone));
-        assert!(utilization(&alone) > 0.4, "alone at 20%, the engine was busy {:.2} of the time", utilization(&alone));
-        // ...unless an idle vGPU is capped: then nobody exceeds their own share.
-        m.ok(&["vgpu", "create", "reserved", "--device", "0", "--memory", "1GiB", "--share", "20", "--cap"]);
-        let held = utilization(&report(m.saturate("a", "1.5", None)));
-        assert!((0.05..=0.35).contains(&held), "held to 20% beside a capped idle vGPU, it got {held:.2}");
-    }
-
-    #[test]
-    fn each_vgpu_is_charged_the_device_time_its_kernels_took_not_their_stream_time() {
-        let _turn = common::timing_turn();
-        let mut m = Machine::new("charged", "small");
-        m.start();
-        m.ok(&["vgpu", "create", "a", "--device", "0", "--memory", "1GiB", "--share", "30"]);
-        m.ok(&["vgpu", "create", "b", "--device", "0", "--memory", "1GiB", "--share", "70"]);
-        let (a, b) = (m.saturate("a", "2", None), m.saturate("b", "2", None));
-        let (a, b) = (report(a), report(b));
-        // Both queue behind each other all along: their events span twice or more what they ran.
-        std::thread::sleep(std::time::Duration::from_millis(100));
-        // Stream time would be twice what ran or more. Within 10%, not exactly: a launching thread held up
-        // between its launch and its end event's record makes the span hold host time, of which the daemon
-        // charges at most the launch's estimate. With two busy loops competing for the 2 CPUs the charges
-        // were off by 0.1-2.3% (up to 35% before such spans were bounded).
-        charged_as_ran(&m, "a", ran(&a), 0.10);
-        charged_as_ran(&m, "b", ran(&b), 0.10);
-        let share = ran(&a) as f64 / (ran(&a) + ran(&b)) as f64;
-        assert!((0.25..=0.35).contains(&share), "30% against 70%: a got {:.1}% of the engine", share * 100.0);
-    }
-
-    #[test]
-    fn empty_kernels_ending_with_a_busy_vgpus_kernels_take_none_of_their_charge() {
-        let _turn = common::timing_turn();
-        let mut m = Machine::new("empty-beside-busy", "small");
-        m.start();
-        m.ok(&["vgpu", "create", "busy", "--device", "0", "--memory", "1GiB", "--share", "50"]);
-        m.ok(&["vgpu", "create", "half", "--device", "0", "--memory", "1GiB", "--share", "50"]);
-        let busy = m.saturate("busy", "4", None);
-        std::thread::sleep(std::time::Duration::from_millis(300));
-        // Empty kernels (the overhead client's launches, batches of 100 between syncs): each runs in no time
-        // when one of busy's kernels ends, at the same instant. Two processes' clocks place those two ends
-        // tens of ns to µs apart, either way round: before the ledger weighed such ends against the launches'
-        // estimates, half was charged busy's kernels whenever its clock ran early: 50-356 ms of busy's time in 4
-        // of 8 runs (the others 1.6-3.5 ms), against 1.5-5.3 ms in every run after.
-        let client = common::cprog::overhead_client();
-        let client = client.to_str().expect("a UTF-8 path");
-        let args = ["run", "--vgpu", "half", "--", client, "--launches", "1500", "--pairs", "1", "--batch", "100"];
-        let out = Guarded::spawn(m.command(&args).stdout(std::process::Stdio::piped()))
-            .expect("run the overhead client")
-            .into_child()
-            .wait_with_output()
-            .expect("wait for the overhead client");
-        assert!(out.status.success(), "{}: {}", out.status, String::from_utf8_lossy(&out.stderr));
-        let busy = report(busy);
-        std::thread::sleep(std::time::Duration::from_millis(100));
-        // Busy within 10%, as the test above (a thread held up around a launch is charged its estimate at most).
-        charged_as_ran(&m, "busy", ran(&busy), 0.10);
-        // Half's kernels take no engine time: it is charged the clocks' error per launch, not busy's kernels.
-        let half = u64_at(&m.show("half"), "device_ns");
-        eprintln!("vGPU half: charged {:.2} ms for empty kernels", half as f64 / 1e6);
-        assert!(half as f64 <= 0.01 * ran(&busy) as f64, "half charged {half} ns for empty kernels");
-    }
-
-    #[test]
-    fn a_high_vgpu_holds_lower_ones_and_suspend_stops_at_a_kernel_boundary() {
-        let _turn = common::timing_turn();
-        let mut m = Machine::new("priority", "small");
-        m.start();
-        m.ok(&["vgpu", "create", "lo", "--device", "0", "--memory", "1GiB", "--share", "50"]);
-        m.ok(&["vgpu", "create", "hi", "--device", "0", "--memory", "1GiB", "--share", "50", "--priority", "high"]);
-        let lo = m.saturate("lo", "8", None);
-        wait_for_launches(&m, "lo", 0);
-        // While the high vGPU works (1 s), the normal one waits; it continues once the high one is idle.
-        let hi = report(m.saturate("hi", "1", None));
-        assert!(utilization(&hi) > 0.6, "high priority gets the device: {hi}");
-        wait_for_launches(&m, "lo", launches(&m, "lo") + 50);
-        // Suspended: no launch passes; resumed: they go on.
-        m.ok(&["vgpu", "suspend", "lo"]);
+#[test]
+fn a_tenant_killed_mid_launch_leaves_nothing_behind() {
+    let _turn = common::timing_turn();
+    let mut m = Machine::new("killed", "small");
+    m.start();
+    m.ok(&["vgpu", "create", "a", "--device", "0", "--memory", "1GiB", "--share", "50"]);
+    m.ok(&["vgpu", "create", "b", "--device", "0", "--memory", "1GiB", "--share", "50"]);
+    let other = m.saturate("b", "6", None);
+    let mut victim = m.saturate("a", "6", None);
+    wait_for_launches(&m, "a", 200);
+    victim.kill().expect("SIGKILL the tenant");
+    victim.wait().expect("reap it");
+    // Its process slot, its share of the window and its waiting count go; its unsettled launches leave at
+    // most a window's worth of debt, which refills.
+    let start = std::time::Instant::now();
+    let shown = loop {
+        let shown = m.show("a");
+        if shown["processes"].as_array().is_some_and(Vec::is_empty) && shown["inflight_ns"] == 0 {
+            break shown;
+        }
+        assert!(start.elapsed() < std::time::Duration::from_secs(5), "the killed tenant is still counted: {shown}");
         std::thread::sleep(std::time::Duration::from_millis(50));
-        let frozen = launches(&m, "lo");
-        std::thread::sleep(std::time::Duration::from_millis(500));
-        assert!(launches(&m, "lo") <= frozen + 1, "a suspended vGPU launches nothing");
-        m.ok(&["vgpu", "resume", "lo"]);
-        wait_for_launches(&m, "lo", frozen + 50);
-        let lo = report(lo);
-        assert!(u64_at(&lo, "longest_gap_ns") >= 500_000_000, "held by the high vGPU or suspended: {lo}");
-    }
-
-    #[test]
-    fn a_tenant_killed_mid_launch_leaves_nothing_behind() {
-        let _turn = common::timing_turn();
-        let mut m = Machine::new("killed", "small");
-        m.start();
-        m.ok(&["vgpu", "create", "a", "--device", "0", "--memory", "1GiB", "--share", "50"]);
-        m.ok(&["vgpu", "create", "b", "--device", "0", "--memory", "1GiB", "--share", "50"]);
-        let other = m.saturate("b", "6", None);
-        let mut victim = m.saturate("a", "6", None);
-        wait_for_launches(&m, "a", 200);
-        victim.kill().expect("SIGKILL the tenant");
-        victim.wait().expect("reap it");
-        // Its process slot, its share of the window and its waiting count go; its unsettled launches leave at
-        // most a window's worth of debt, which refills.
-        let start = std::time::Instant::now();
-        let shown = loop {
-            let shown = m.show("a");
-            if shown["processes"].as_array().is_some_and(Vec::is_empty) && shown["inflight_ns"] == 0 {
-                break shown;
-            }
-            assert!(start.elapsed() < std::time::Duration::from_secs(5), "the killed tenant is still counted: {shown}");
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        };
-        assert!(shown["tokens_ns"].as_i64().unwrap() >= -2_000_000, "more debt than the window: {shown}");
-        // A new process of the vGPU gets its share at once.
-        let next = report(m.saturate("a", "1", None));
-        // Functional bounds: a process held back by what the killed one left (its window, its debt) would stall
-        // for long or barely run; at its share beside b it gets about half. With a busy loop on each CPU
-        // beside the suite it was seen at 30% of wall time, its longest gap 12 ms.
-        assert!(utilization(&next) > 0.2, "the vGPU's next process is held back: {next}");
-        assert!(u64_at(&next, "longest_gap_ns") < 250_000_000, "the vGPU's next process stalled: {next}");
-        report(other);
-    }
+    };
+    assert!(shown["tokens_ns"].as_i64().unwrap() >= -2_000_000, "more debt than the window: {shown}");
+    // A new process of the vGPU gets its share at once.
+    let next = report(m.saturate("a", "1", None));
+    // Functional bounds: a process held back by what the killed one left (its window, its debt) would stall
+    // for long or barely run; at its share beside b it gets about half. With a busy loop on each CPU
+    // beside the suite it was seen at 30% of wall time, its longest gap 12 ms.
+    assert!(utilization(&next) > 0.2, "the vGPU's next process is held back: {next}");
+    assert!(u64_at(&next, "longest_gap_ns") < 250_000_000, "the vGPU's next process stalled: {next}");
+    report(other);
 }

@@ -1,8 +1,7 @@
 //! The end-to-end tests: real processes (the probe, C programs on NVIDIA's `cuda.h`, the `tessera` CLI and
 //! daemon, the device plugin, Prometheus...) on the simulated GPU. One test binary, one module per subject,
-//! so the suite links once; the tests that measure time live in each file's `timed` module, take
-//! `common::timing_turn()` and never run beside each other (the suite runs them in a process of their
-//! own: `tools/test-all.sh`).
+//! so the suite links once; the tests that measure time take `common::timing_turn()` and never run beside
+//! each other.
 
 mod common;
 #[path = "../../../../scheduler/deviceplugin/cdi-schema/validator.rs"]

@@ -32,6 +32,56 @@ fn launches(m: &Machine, name: &str) -> u64 {
     u64_at(&m.show(name), "launches")
 }
 
+#[test]
+fn managed_tenants_keep_their_shares_while_the_daemon_is_away_and_it_takes_control_again() {
+    let _turn = common::timing_turn();
+    let mut m = Machine::new("outage", "small");
+    m.start();
+    m.ok(&["vgpu", "create", "a", "--device", "0", "--memory", "1GiB", "--share", "30"]);
+    m.ok(&["vgpu", "create", "b", "--device", "0", "--memory", "1GiB", "--share", "70"]);
+    let trace = m.file("engine.trace");
+    let (a, b) = (m.saturate("a", "10", Some(&trace)), m.saturate("b", "10", Some(&trace)));
+    let (pa, pb) = (a.id(), b.id());
+    let start = Instant::now();
+    while launches(&m, "a") < 200 || launches(&m, "b") < 200 {
+        assert!(start.elapsed() < Duration::from_secs(10), "the tenants did not get going");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let killed = now_ns();
+    m.kill_daemon();
+    std::thread::sleep(Duration::from_secs(3));
+    let back = now_ns();
+    m.start();
+    // Back in control: a share change takes effect (lowered first: the device's shares never exceed 100).
+    m.ok(&["vgpu", "set", "b", "--share", "40"]);
+    m.ok(&["vgpu", "set", "a", "--share", "60"]);
+    let changed = now_ns();
+    std::thread::sleep(Duration::from_secs(2));
+    let end = now_ns();
+    let (ra, rb) = (report(a), report(b));
+    let trace = simgpu::trace::read(&trace).expect("read the engine trace");
+
+    // Away from the moment the tenants notice the silence (half a second) until the restart.
+    let (from, to) = (killed + 1_000_000_000, back);
+    let (sa, sb) = (share(&trace, pa, from, to), share(&trace, pb, from, to));
+    eprintln!("daemon away: a (30%) got {:.1}%, b (70%) {:.1}% of the engine", sa * 100.0, sb * 100.0);
+    // Functional bounds, no performance claim: both go on (without the daemon they made no launch at
+    // all), splitting what ran about as their shares do, a never past its own, and the engine keeps busy.
+    // How busy depends on the host's CPUs, which run the tenants and the simulated engine: 0.95 on a
+    // quiet host, 0.54 (a 0.203, b 0.336) with the rest of the suite loading 2 CPUs to a load average of 4.
+    let away = sa / (sa + sb);
+    assert!((0.15..=0.45).contains(&away), "while the daemon was away a got {sa:.3}, b {sb:.3} of the engine");
+    assert!(sa + sb >= 0.4, "the engine idled while the daemon was away: {:.3} busy", sa + sb);
+    assert!(sa <= 0.45, "a exceeded its share of 30% while the daemon was away: {sa:.3}");
+
+    let (from, to) = (changed + 500_000_000, end);
+    let (sa, sb) = (share(&trace, pa, from, to), share(&trace, pb, from, to));
+    let of_a = sa / (sa + sb);
+    eprintln!("daemon back, shares set to 60/40: a got {:.1}% of what both ran", of_a * 100.0);
+    assert!((0.45..=0.75).contains(&of_a), "a share set to 60% after the restart gave a {of_a:.3}\na: {ra}\nb: {rb}");
+}
+
 /// The most descriptors the daemon may hold in the descriptor test.
 const NOFILE: u64 = 64;
 
@@ -95,63 +145,4 @@ fn a_daemon_out_of_descriptors_refuses_connections_and_keeps_serving() {
         std::thread::sleep(Duration::from_millis(50));
     }
     assert!(daemon.try_wait().expect("poll the daemon").is_none(), "the daemon exited");
-}
-
-/// The tests here that measure time: one at a time (`common::timing_turn()`); the suite runs them in a
-/// process of their own beside the other tests (`tools/test-all.sh`).
-mod timed {
-    use super::*;
-
-    #[test]
-    fn managed_tenants_keep_their_shares_while_the_daemon_is_away_and_it_takes_control_again() {
-        let _turn = common::timing_turn();
-        let mut m = Machine::new("outage", "small");
-        m.start();
-        m.ok(&["vgpu", "create", "a", "--device", "0", "--memory", "1GiB", "--share", "30"]);
-        m.ok(&["vgpu", "create", "b", "--device", "0", "--memory", "1GiB", "--share", "70"]);
-        let trace = m.file("engine.trace");
-        let (a, b) = (m.saturate("a", "10", Some(&trace)), m.saturate("b", "10", Some(&trace)));
-        let (pa, pb) = (a.id(), b.id());
-        let start = Instant::now();
-        while launches(&m, "a") < 200 || launches(&m, "b") < 200 {
-            assert!(start.elapsed() < Duration::from_secs(10), "the tenants did not get going");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        std::thread::sleep(Duration::from_millis(300));
-        let killed = now_ns();
-        m.kill_daemon();
-        std::thread::sleep(Duration::from_secs(3));
-        let back = now_ns();
-        m.start();
-        // Back in control: a share change takes effect (lowered first: the device's shares never exceed 100).
-        m.ok(&["vgpu", "set", "b", "--share", "40"]);
-        m.ok(&["vgpu", "set", "a", "--share", "60"]);
-        let changed = now_ns();
-        std::thread::sleep(Duration::from_secs(2));
-        let end = now_ns();
-        let (ra, rb) = (report(a), report(b));
-        let trace = simgpu::trace::read(&trace).expect("read the engine trace");
-
-        // Away from the moment the tenants notice the silence (half a second) until the restart.
-        let (from, to) = (killed + 1_000_000_000, back);
-        let (sa, sb) = (share(&trace, pa, from, to), share(&trace, pb, from, to));
-        eprintln!("daemon away: a (30%) got {:.1}%, b (70%) {:.1}% of the engine", sa * 100.0, sb * 100.0);
-        // Functional bounds, no performance claim: both go on (without the daemon they made no launch at
-        // all), splitting what ran about as their shares do, a never past its own, and the engine keeps busy.
-        // How busy depends on the host's CPUs, which run the tenants and the simulated engine: 0.95 on a
-        // quiet host, 0.54 (a 0.203, b 0.336) with the rest of the suite loading 2 CPUs to a load average of 4.
-        let away = sa / (sa + sb);
-        assert!((0.15..=0.45).contains(&away), "while the daemon was away a got {sa:.3}, b {sb:.3} of the engine");
-        assert!(sa + sb >= 0.4, "the engine idled while the daemon was away: {:.3} busy", sa + sb);
-        assert!(sa <= 0.45, "a exceeded its share of 30% while the daemon was away: {sa:.3}");
-
-        let (from, to) = (changed + 500_000_000, end);
-        let (sa, sb) = (share(&trace, pa, from, to), share(&trace, pb, from, to));
-        let of_a = sa / (sa + sb);
-        eprintln!("daemon back, shares set to 60/40: a got {:.1}% of what both ran", of_a * 100.0);
-        assert!(
-            (0.45..=0.75).contains(&of_a),
-            "a share set to 60% after the restart gave a {of_a:.3}\na: {ra}\nb: {rb}"
-        );
-    }
 }

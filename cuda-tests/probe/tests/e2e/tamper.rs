@@ -47,6 +47,84 @@ fn figures(reason: &str) -> (f64, f64) {
 }
 
 #[test]
+fn a_tenant_keeping_its_bucket_full_is_suspended_and_its_honest_neighbours_never_are() {
+    let _turn = common::timing_turn();
+    let mut m = Machine::new("tamper-bucket", "small");
+    m.start();
+    for (name, share) in [("a", "10"), ("b", "50"), ("c", "40")] {
+        m.ok(&["vgpu", "create", name, "--device", "0", "--memory", "1GiB", "--share", share]);
+    }
+    let honest = ["b", "c"];
+    // The three saturate the device until the test ends them: 60 s is past the slowest suspension allowed
+    // below (28 s) with the measurements after it (17 s).
+    let (b, c, a) = (m.saturate("b", "60", None), m.saturate("c", "60", None), m.saturate("a", "60", None));
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(!suspended(&m.show("a")), "suspended before it cheated");
+
+    // The tenant of `a` keeps its bucket at the burst (2 ms for its 1 ms window), waking its launches.
+    let bucket = &live_file(&m, "a").1.sched;
+    let cheat = BucketCheat::start(bucket);
+    let cheating = Instant::now();
+    // Suspended once a 10 s window of the audit holds enough of the cheating: on a quiet host about 10 s
+    // after it began. The bound is functional (an audit that never judges fails it): on a loaded host the
+    // cheater's own launches get the CPU late, its overuse accrues more slowly, and a busy loop on each CPU
+    // beside the test has made it 20 s. The window's arithmetic is the audit's unit tests'.
+    let reason = poll_every(Duration::from_millis(250), "the audit to suspend a", Duration::from_secs(28), || {
+        let list = m.list();
+        none_suspended(&list, &honest);
+        let a = entry(&list, "a");
+        suspended(a).then(|| a["audit"].as_str().expect("the audit's reason").to_string())
+    });
+    eprintln!("suspended after {:.1} s of cheating: {reason}", cheating.elapsed().as_secs_f64());
+    let (took, entitled) = figures(&reason);
+    assert!(took > entitled + 5.0 && reason.contains("of device 0 over 10 s"), "{reason}");
+    let text = m.ok(&["vgpu", "list"]);
+    assert!(text.contains("suspended (audit: took"), "{text}");
+    assert!(m.ok(&["vgpu", "show", "a"]).contains(&format!("state:         suspended (audit: {reason})")));
+
+    // Suspended, it gets nothing however full its bucket; its neighbours keep their shares (50 and 40, and
+    // a's idle 10 split between them: 55.6% and 44.4% on a quiet host, 48.8% and 39.3%, and 39.5% and
+    // 31.8%, seen with a busy loop on each CPU beside the test and the host loaded). A functional bound, the
+    // shares' accuracy being the share benchmarks': each keeps at least 60% of its own share (neither
+    // starves behind the suspended one).
+    std::thread::sleep(Duration::from_millis(200));
+    let before = device_ns(&m, &["a", "b", "c"]);
+    let t = Instant::now();
+    std::thread::sleep(Duration::from_secs(3));
+    let after = device_ns(&m, &["a", "b", "c"]);
+    let wall = t.elapsed().as_nanos() as f64;
+    let share = |i: usize| (after[i] - before[i]) as f64 / wall;
+    eprintln!("after the suspension: a {:.3}, b {:.3}, c {:.3}", share(0), share(1), share(2));
+    assert!(share(0) < 0.01, "a suspended vGPU ran: {:.3}", share(0));
+    assert!(share(1) >= 0.30 && share(2) >= 0.24, "b {:.3}, c {:.3}", share(1), share(2));
+
+    // The honest vGPUs go on saturating and are never suspended while a's share goes to them for more than
+    // a whole audit window (10 s) after the measurement.
+    let window_end = Instant::now() + Duration::from_millis(10_500);
+    while Instant::now() < window_end {
+        none_suspended(&m.list(), &honest);
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    cheat.stop();
+    none_suspended(&m.list(), &honest);
+
+    // Resumed, it runs again and the reason is gone.
+    m.ok(&["vgpu", "resume", "a"]);
+    let shown = m.show("a");
+    assert!(!suspended(&shown) && shown.get("audit").is_none(), "{shown}");
+    let resumed = device_ns(&m, &["a"])[0];
+    poll_every(Duration::from_millis(100), "a's kernels to run again", Duration::from_secs(10), || {
+        (device_ns(&m, &["a"])[0] > resumed).then_some(())
+    });
+    // Their work shown, the three tenants are ended (dropped: killed and reaped).
+    drop((a, b, c));
+    let out = m.stop_daemon();
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(log.contains(&format!("audit: vGPU \"a\" {reason}; suspended")), "{log}");
+    assert!(!log.contains("audit: vGPU \"b\"") && !log.contains("audit: vGPU \"c\""), "{log}");
+}
+
+#[test]
 fn planted_process_slots_are_freed_and_the_vgpu_can_be_removed() {
     // SAFETY: getuid cannot fail.
     assert_eq!(unsafe { libc::getuid() }, 0, "this test needs root, to run a process as another user");
@@ -110,88 +188,4 @@ fn a_zeroed_memory_count_does_not_let_a_tenant_past_its_quota() {
     finish(holder);
     let log = String::from_utf8_lossy(&m.stop_daemon().stderr).into_owned();
     assert!(log.contains("vGPU \"m\": pid") && log.contains("counted again"), "{log}");
-}
-
-/// The tests here that measure time: one at a time (`common::timing_turn()`); the suite runs them in a
-/// process of their own beside the other tests (`tools/test-all.sh`).
-mod timed {
-    use super::*;
-
-    #[test]
-    fn a_tenant_keeping_its_bucket_full_is_suspended_and_its_honest_neighbours_never_are() {
-        let _turn = common::timing_turn();
-        let mut m = Machine::new("tamper-bucket", "small");
-        m.start();
-        for (name, share) in [("a", "10"), ("b", "50"), ("c", "40")] {
-            m.ok(&["vgpu", "create", name, "--device", "0", "--memory", "1GiB", "--share", share]);
-        }
-        let honest = ["b", "c"];
-        // The three saturate the device until the test ends them: 60 s is past the slowest suspension allowed
-        // below (28 s) with the measurements after it (17 s).
-        let (b, c, a) = (m.saturate("b", "60", None), m.saturate("c", "60", None), m.saturate("a", "60", None));
-        std::thread::sleep(Duration::from_secs(2));
-        assert!(!suspended(&m.show("a")), "suspended before it cheated");
-
-        // The tenant of `a` keeps its bucket at the burst (2 ms for its 1 ms window), waking its launches.
-        let bucket = &live_file(&m, "a").1.sched;
-        let cheat = BucketCheat::start(bucket);
-        let cheating = Instant::now();
-        // Suspended once a 10 s window of the audit holds enough of the cheating: on a quiet host about 10 s
-        // after it began. The bound is functional (an audit that never judges fails it): on a loaded host the
-        // cheater's own launches get the CPU late, its overuse accrues more slowly, and a busy loop on each CPU
-        // beside the test has made it 20 s. The window's arithmetic is the audit's unit tests'.
-        let reason = poll_every(Duration::from_millis(250), "the audit to suspend a", Duration::from_secs(28), || {
-            let list = m.list();
-            none_suspended(&list, &honest);
-            let a = entry(&list, "a");
-            suspended(a).then(|| a["audit"].as_str().expect("the audit's reason").to_string())
-        });
-        eprintln!("suspended after {:.1} s of cheating: {reason}", cheating.elapsed().as_secs_f64());
-        let (took, entitled) = figures(&reason);
-        assert!(took > entitled + 5.0 && reason.contains("of device 0 over 10 s"), "{reason}");
-        let text = m.ok(&["vgpu", "list"]);
-        assert!(text.contains("suspended (audit: took"), "{text}");
-        assert!(m.ok(&["vgpu", "show", "a"]).contains(&format!("state:         suspended (audit: {reason})")));
-
-        // Suspended, it gets nothing however full its bucket; its neighbours keep their shares (50 and 40, and
-        // a's idle 10 split between them: 55.6% and 44.4% on a quiet host, 48.8% and 39.3%, and 39.5% and
-        // 31.8%, seen with a busy loop on each CPU beside the test and the host loaded). A functional bound, the
-        // shares' accuracy being the share benchmarks': each keeps at least 60% of its own share (neither
-        // starves behind the suspended one).
-        std::thread::sleep(Duration::from_millis(200));
-        let before = device_ns(&m, &["a", "b", "c"]);
-        let t = Instant::now();
-        std::thread::sleep(Duration::from_secs(3));
-        let after = device_ns(&m, &["a", "b", "c"]);
-        let wall = t.elapsed().as_nanos() as f64;
-        let share = |i: usize| (after[i] - before[i]) as f64 / wall;
-        eprintln!("after the suspension: a {:.3}, b {:.3}, c {:.3}", share(0), share(1), share(2));
-        assert!(share(0) < 0.01, "a suspended vGPU ran: {:.3}", share(0));
-        assert!(share(1) >= 0.30 && share(2) >= 0.24, "b {:.3}, c {:.3}", share(1), share(2));
-
-        // The honest vGPUs go on saturating and are never suspended while a's share goes to them for more than
-        // a whole audit window (10 s) after the measurement.
-        let window_end = Instant::now() + Duration::from_millis(10_500);
-        while Instant::now() < window_end {
-            none_suspended(&m.list(), &honest);
-            std::thread::sleep(Duration::from_millis(250));
-        }
-        cheat.stop();
-        none_suspended(&m.list(), &honest);
-
-        // Resumed, it runs again and the reason is gone.
-        m.ok(&["vgpu", "resume", "a"]);
-        let shown = m.show("a");
-        assert!(!suspended(&shown) && shown.get("audit").is_none(), "{shown}");
-        let resumed = device_ns(&m, &["a"])[0];
-        poll_every(Duration::from_millis(100), "a's kernels to run again", Duration::from_secs(10), || {
-            (device_ns(&m, &["a"])[0] > resumed).then_some(())
-        });
-        // Their work shown, the three tenants are ended (dropped: killed and reaped).
-        drop((a, b, c));
-        let out = m.stop_daemon();
-        let log = String::from_utf8_lossy(&out.stderr);
-        assert!(log.contains(&format!("audit: vGPU \"a\" {reason}; suspended")), "{log}");
-        assert!(!log.contains("audit: vGPU \"b\"") && !log.contains("audit: vGPU \"c\""), "{log}");
-    }
 }

@@ -23,16 +23,7 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 static TIMING: Mutex<()> = Mutex::new(());
 
 /// Takes the timing turn, held until the guard drops (a test that failed holding it leaves it usable).
-/// Only tests in a `timed` module may: the suite runs those (`::timed::`) in a process of their own,
-/// one at a time beside the other tests, so a test measuring time elsewhere would run beside them.
 pub fn timing_turn() -> MutexGuard<'static, ()> {
-    let thread = std::thread::current();
-    let name = thread.name().unwrap_or_default();
-    // libtest names each test's thread after the test (a single-threaded run may use the main thread).
-    assert!(
-        name.contains("::timed::") || name == "main",
-        "{name} measures time: it belongs in its file's `timed` module (see common::timing_turn)"
-    );
     TIMING.lock().unwrap_or_else(|e| e.into_inner())
 }
 
