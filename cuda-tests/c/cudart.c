@@ -3,8 +3,11 @@
  * -DCUDART_MAJOR=13 libcudart.so.13 from nvidia-cuda-runtime 13.x), unmodified, on the driver underneath;
  * run by cuda-tests/probe/tests/e2e/cudart.rs on the simulated driver.
  *
- *   cudart FATBIN    FATBIN: a fatbin container holding the test kernels, registered as nvcc's generated
- *                    code registers its own (__cudaRegisterFatBinary, __cudaRegisterFunction)
+ *   cudart FATBIN [PRELINKED]
+ *       FATBIN: a fatbin container holding the test kernels, registered as nvcc's generated code registers
+ *       its own (__cudaRegisterFatBinary, __cudaRegisterFunction); with PRELINKED (a container of the
+ *       relocatable kernels), in a version 2 wrapper listing it, as nvcc registers a program built with
+ *       -rdc (FATBIN its device-linked image, PRELINKED what it was linked from)
  *
  * Facts: "runtime" (cudaRuntimeGetVersion), "count", "name", "memory" (cudaGetDeviceProperties), "major",
  * "minor" (cudaDeviceGetAttribute), "copy ok" (cudaMalloc, cudaMemcpy both ways), "kernel ok" (vector_add_f32 launched through the runtime by its host stub),
@@ -88,10 +91,17 @@ static void check_sums(const float *dc, const float *a, const float *b, const ch
 }
 
 int main(int argc, char **argv) {
-    if (argc != 2) die("usage: cudart FATBIN");
-    /* nvcc's __fatBinC_Wrapper_t around the container. */
-    static struct { uint32_t magic, version; const void *data; const void *name; } wrapper = {0x466243B1u, 1, 0, 0};
+    if (argc != 2 && argc != 3) die("usage: cudart FATBIN [PRELINKED]");
+    /* nvcc's __fatBinC_Wrapper_t around the container: version 1 names an offline file (none here),
+     * version 2 a NULL-terminated array of relocatable fatbins. */
+    static struct { uint32_t magic, version; const void *data; const void *name_or_fatbins; } wrapper = {0x466243B1u, 1, 0, 0};
+    static const void *prelinked[2];
     wrapper.data = read_file(argv[1], 0);
+    if (argc == 3) {
+        prelinked[0] = read_file(argv[2], 0);
+        wrapper.version = 2;
+        wrapper.name_or_fatbins = prelinked;
+    }
     void **handle = __cudaRegisterFatBinary(&wrapper);
     __cudaRegisterFunction(handle, (const char *)vector_add_stub, "vector_add_f32", "vector_add_f32", -1, 0, 0, 0, 0, 0);
     __cudaRegisterFatBinaryEnd(handle);

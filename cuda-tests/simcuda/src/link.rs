@@ -51,15 +51,7 @@ fn input(kind: CUjitInputType, bytes: &[u8], cc: Capability) -> CuRes<Module> {
 fn add(state: CUlinkState, kind: CUjitInputType, bytes: &[u8]) -> CuRes {
     let link = driver()?.links.get(state as u64)?;
     let more = input(kind, bytes, link.cc)?;
-    let mut module = link.module.lock();
-    let taken =
-        |name: &str| module.entries.iter().any(|e| e.name == name) || module.globals.iter().any(|g| g.name == name);
-    if more.entries.iter().map(|e| &e.name).chain(more.globals.iter().map(|g| &g.name)).any(|n| taken(n)) {
-        return Err(CUDA_ERROR_INVALID_IMAGE);
-    }
-    module.entries.extend(more.entries);
-    module.globals.extend(more.globals);
-    Ok(())
+    link.module.lock().merge(more).map_err(|_| CUDA_ERROR_INVALID_IMAGE)
 }
 
 /// `cuLinkCreate_v2`: JIT options are accepted and ignored.

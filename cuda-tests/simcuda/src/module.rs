@@ -44,16 +44,45 @@ pub struct Function {
     attrs: Mutex<HashMap<c_int, c_int>>,
 }
 
+/// What a program passes to be loaded: one image, or, from a fatbin wrapper of version 2 (what nvcc
+/// registers for programs built with `-rdc`), the device-linked container and the relocatable fatbins it
+/// was linked from.
+struct Images<'a> {
+    /// The image, or the device-linked container.
+    linked: &'a [u8],
+    /// The relocatable fatbins, linked for the device when nothing in `linked` runs on it.
+    prelinked: Vec<&'a [u8]>,
+}
+
+impl<'a> Images<'a> {
+    /// One image.
+    fn one(image: &'a [u8]) -> Images<'a> {
+        Images { linked: image, prelinked: Vec::new() }
+    }
+}
+
 /// Parses and loads an image into the current context (or, with `allow_no_context`, none: a library,
-/// then loaded for device 0): the part of it the device runs (`simgpu::image::load`).
-fn load(d: &Driver, image: &[u8], allow_no_context: bool) -> CuRes<u64> {
+/// then loaded for device 0): the part of it the device runs (`simgpu::image::load`). When nothing in
+/// a device-linked container runs on the device (built for another architecture), its relocatable
+/// fatbins are linked for it instead, each contributing the part that runs there, as the JIT linker
+/// joins them.
+fn load(d: &Driver, images: Images, allow_no_context: bool) -> CuRes<u64> {
     let (device, ctx) = match current() {
         Ok(c) => (c.device, c.handle()),
         Err(e) if !allow_no_context => return Err(e),
         Err(_) => (0, 0),
     };
     let cc = d.device_config(device).profile.compute_capability;
-    let parsed = image::load(image, cc).map_err(|e| match e {
+    let parsed = match image::load(images.linked, cc) {
+        Err(ImageError::NoBinaryForGpu) if !images.prelinked.is_empty() => {
+            images.prelinked.iter().try_fold(image::Module::default(), |mut linked, &object| {
+                linked.merge(image::load(object, cc)?)?;
+                Ok(linked)
+            })
+        }
+        parsed => parsed,
+    }
+    .map_err(|e| match e {
         ImageError::NoBinaryForGpu => CUDA_ERROR_NO_BINARY_FOR_GPU,
         ImageError::Invalid(_) | ImageError::NotPtx => CUDA_ERROR_INVALID_IMAGE,
     })?;
@@ -75,12 +104,59 @@ fn load(d: &Driver, image: &[u8], allow_no_context: bool) -> CuRes<u64> {
     })))
 }
 
+/// Relocatable fatbins a version 2 wrapper may list (a longer list is taken for damage).
+const MAX_PRELINKED: usize = 1 << 16;
+
 /// The image a program passes by pointer, whole: a cubin or fatbin as long as its headers say, PTX
-/// text up to its NUL; a fatbin wrapper (`__fatBinC_Wrapper_t`) is followed to the container.
-fn image_bytes<'a>(image: *const c_void) -> CuRes<&'a [u8]> {
+/// text up to its NUL; a fatbin wrapper (`__fatBinC_Wrapper_t`) is followed to its container, and a
+/// version 2 wrapper's NULL-terminated list of relocatable fatbins is read too.
+fn images<'a>(image: *const c_void) -> CuRes<Images<'a>> {
     ensure(!image.is_null())?;
     // SAFETY: the caller passes a readable image; every valid one has at least 4 bytes (PTX text is
     // longer than its mandatory `.version` directive, binaries begin with a 4-byte magic).
+    let head = |len: usize| unsafe { std::slice::from_raw_parts(image as *const u8, len) };
+    if image::kind(head(4)) != Kind::Wrapper {
+        return image_bytes(image).map(Images::one);
+    }
+    // SAFETY: the wrapper is `{ u32 magic, u32 version, const void *data, void *filename_or_fatbins }`,
+    // 8-byte aligned (nvcc's `__fatBinC_Wrapper_t`).
+    let (version, data, list) = unsafe {
+        let words = image as *const *const c_void;
+        (*(image as *const u32).add(1), *words.add(1), *words.add(2) as *const *const c_void)
+    };
+    let linked = image_bytes(data).map_err(|_| CUDA_ERROR_INVALID_IMAGE)?;
+    match version {
+        // Version 1's second pointer names a file offline tools wrote, not read here.
+        1 => Ok(Images::one(linked)),
+        2 => {
+            let mut prelinked = Vec::new();
+            while !list.is_null() {
+                ensure_image(prelinked.len() < MAX_PRELINKED)?;
+                // SAFETY: version 2's second pointer is a NULL-terminated array of container pointers.
+                let object = unsafe { *list.add(prelinked.len()) };
+                if object.is_null() {
+                    break;
+                }
+                let bytes = image_bytes(object)?;
+                ensure_image(image::kind(bytes) == Kind::Fatbin)?;
+                prelinked.push(bytes);
+            }
+            Ok(Images { linked, prelinked })
+        }
+        _ => Err(CUDA_ERROR_INVALID_IMAGE),
+    }
+}
+
+/// `Ok` when `ok`, else `CUDA_ERROR_INVALID_IMAGE`.
+fn ensure_image(ok: bool) -> CuRes {
+    if ok { Ok(()) } else { Err(CUDA_ERROR_INVALID_IMAGE) }
+}
+
+/// One image a program passes by pointer, whole: a cubin or fatbin as long as its headers say, PTX text
+/// up to its NUL (a wrapper is not one: [`images`] follows it).
+fn image_bytes<'a>(image: *const c_void) -> CuRes<&'a [u8]> {
+    ensure(!image.is_null())?;
+    // SAFETY: as in `images`: a readable image of at least 4 bytes.
     let head = |len: usize| unsafe { std::slice::from_raw_parts(image as *const u8, len) };
     match image::kind(head(4)) {
         // SAFETY (both): a cubin begins with its 64-byte ELF header and a fatbin with its 16-byte
@@ -91,14 +167,7 @@ fn image_bytes<'a>(image: *const c_void) -> CuRes<&'a [u8]> {
             Ok(head(whole))
         }
         Kind::Fatbin => Ok(head(image::fatbin::extent(head(image::fatbin::HEADER)).ok_or(CUDA_ERROR_INVALID_IMAGE)?)),
-        Kind::Wrapper => {
-            // SAFETY: the wrapper is `{ u32 magic, u32 version, const void *data, ... }`, 8-byte aligned.
-            let data = unsafe { *(image as *const *const c_void).add(1) };
-            match data.is_null() {
-                true => Err(CUDA_ERROR_INVALID_IMAGE),
-                false => image_bytes(data),
-            }
-        }
+        Kind::Wrapper => Err(CUDA_ERROR_INVALID_IMAGE),
         // SAFETY: PTX images are NUL-terminated strings by the API contract.
         Kind::Text => Ok(unsafe { std::ffi::CStr::from_ptr(image as *const c_char) }.to_bytes()),
     }
@@ -163,7 +232,7 @@ pub extern "C" fn cuModuleLoadData(module: *mut CUmodule, image: *const c_void) 
     entry(|| {
         let d = driver()?;
         ensure(!module.is_null())?;
-        out(module, load(d, image_bytes(image)?, false)? as CUmodule)
+        out(module, load(d, images(image)?, false)? as CUmodule)
     })
 }
 
@@ -203,7 +272,7 @@ pub extern "C" fn cuModuleLoad(module: *mut CUmodule, fname: *const c_char) -> C
         let d = driver()?;
         ensure(!module.is_null())?;
         let bytes = std::fs::read(c_str(fname)?).map_err(|_| CUDA_ERROR_FILE_NOT_FOUND)?;
-        out(module, load(d, &bytes, false)? as CUmodule)
+        out(module, load(d, Images::one(&bytes), false)? as CUmodule)
     })
 }
 
@@ -254,7 +323,7 @@ pub extern "C" fn cuLibraryLoadData(
     entry(|| {
         let d = driver()?;
         ensure(!library.is_null())?;
-        out(library, load(d, image_bytes(code)?, true)? as CUlibrary)
+        out(library, load(d, images(code)?, true)? as CUlibrary)
     })
 }
 
@@ -274,7 +343,7 @@ pub extern "C" fn cuLibraryLoadFromFile(
         let d = driver()?;
         ensure(!library.is_null())?;
         let bytes = std::fs::read(c_str(fname)?).map_err(|_| CUDA_ERROR_FILE_NOT_FOUND)?;
-        out(library, load(d, &bytes, true)? as CUlibrary)
+        out(library, load(d, Images::one(&bytes), true)? as CUlibrary)
     })
 }
 

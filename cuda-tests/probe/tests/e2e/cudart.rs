@@ -3,11 +3,12 @@
 //! `nvidia-cuda-runtime` 13.x run on the simulated driver, which serves the private tables they ask for
 //! (`cuGetExportTable`, its integrity check among them): devices and their properties, memory and copies,
 //! a kernel registered from a fatbin as nvcc's generated code registers it and launched by its host stub,
-//! and the same launch captured into a graph and replayed. The program (`cuda-tests/c/cudart.c`) runs
-//! with and without the shim.
+//! and the same launch captured into a graph and replayed; and a program built with `-rdc`, whose
+//! relocatable fatbins the driver links when its device-linked image does not run on the device. The
+//! program (`cuda-tests/c/cudart.c`) runs with and without the shim.
 
 use crate::common::Sim;
-use crate::common::cprog::{CBuild, Facts, assemble, cuda_include_dir, cuda13_include_dir, workspace};
+use crate::common::cprog::{CBuild, Facts, assemble, assemble_with, cuda_include_dir, cuda13_include_dir, workspace};
 use simgpu::image::fatbin::{Compression, EntryKind, Part, container};
 use std::path::{Path, PathBuf};
 
@@ -21,21 +22,31 @@ fn kernels_fatbin(tag: &str) -> PathBuf {
         Part { kind: EntryKind::Elf, sm: 90, compression: Compression::Lz4, contents: &elf },
         Part { kind: EntryKind::Ptx, sm: 80, compression: Compression::None, contents: &ptx },
     ]);
-    let file = crate::common::build_dir().join(format!("cudart-kernels-{tag}-{}.fatbin", std::process::id()));
-    std::fs::write(&file, fatbin).unwrap();
-    file
+    scratch_file(&format!("kernels-{tag}"), &fatbin)
 }
 
-/// Runs `cudart.c` linked to `library` (in `../lib` beside the runtime package's `include`), built with
-/// `CUDART_MAJOR=major`, on a bare simulated GPU and under the shim, and checks every fact; the version
-/// `cudaRuntimeGetVersion` gave.
-fn runs_unmodified(include: &Path, library: &str, major: &str) -> String {
+/// `cudart.c` linked to `library` (in `../lib` beside the runtime package's `include`), built with
+/// `CUDART_MAJOR=major`.
+fn program(include: &Path, library: &str, major: &str) -> PathBuf {
     let lib = include.parent().expect("the runtime package's folder").join("lib");
-    let program = CBuild::program("cudart.c")
+    CBuild::program("cudart.c")
         .named(&format!("cudart{major}"))
         .define(&format!("CUDART_MAJOR={major}"))
         .link_file(&lib, library)
-        .build();
+        .build()
+}
+
+/// Writes `bytes` to a file of the build folder named after `tag` and this process; its path.
+fn scratch_file(tag: &str, bytes: &[u8]) -> PathBuf {
+    let file = crate::common::build_dir().join(format!("cudart-{tag}-{}.fatbin", std::process::id()));
+    std::fs::write(&file, bytes).unwrap();
+    file
+}
+
+/// Runs [`program`] on a bare simulated GPU and under the shim, and checks every fact; the version
+/// `cudaRuntimeGetVersion` gave.
+fn runs_unmodified(include: &Path, library: &str, major: &str) -> String {
+    let program = program(include, library, major);
     let file = kernels_fatbin(major);
     let mut version = String::new();
     for sim in [Sim::bare(&format!("cudart{major}")), Sim::shimmed(&format!("cudart{major}-shim"))] {
@@ -63,4 +74,38 @@ fn the_cuda_runtime_runs_unmodified_over_the_simulated_driver() {
 fn the_cuda_13_runtime_runs_unmodified_over_the_simulated_driver() {
     let version = runs_unmodified(&cuda13_include_dir(), "libcudart.so.13", "13");
     assert!(version.starts_with("13"), "libcudart.so.13 said it is runtime {version}");
+}
+
+#[test]
+fn a_program_built_with_rdc_gets_its_relocatable_fatbins_linked_when_its_linked_image_does_not_fit() {
+    // As nvcc registers a program built with -rdc: a version 2 wrapper whose container is the
+    // device-linked image, here for sm_100 only (nothing of it runs on the simulated H100, 9.0), and
+    // whose list names the relocatable fatbin it was linked from (an sm_90 object and the PTX).
+    let ptx_path = workspace().join("cuda-tests/kernels/kernels.ptx");
+    let ptx = std::fs::read(&ptx_path).expect("read kernels.ptx");
+    let sm100 = assemble(&ptx_path, "sm_100").unwrap_or_else(|e| panic!("{e}"));
+    let object = assemble_with(&ptx_path, "sm_90", &["-c"]).unwrap_or_else(|e| panic!("{e}"));
+    let linked = scratch_file(
+        "rdc-linked",
+        &container(&[Part { kind: EntryKind::Elf, sm: 100, compression: Compression::Lz4, contents: &sm100 }]),
+    );
+    let prelinked = scratch_file(
+        "rdc-prelinked",
+        &container(&[
+            Part { kind: EntryKind::Elf, sm: 90, compression: Compression::Lz4, contents: &object },
+            Part { kind: EntryKind::Ptx, sm: 80, compression: Compression::None, contents: &ptx },
+        ]),
+    );
+    let program = program(&cuda_include_dir(), "libcudart.so.12", "12");
+    let (linked, prelinked) = (linked.to_str().unwrap(), prelinked.to_str().unwrap());
+    for sim in [Sim::bare("cudart-rdc"), Sim::shimmed("cudart-rdc-shim")] {
+        let facts = Facts::ok(sim.command_for(&program, &[linked, prelinked]));
+        assert_eq!((facts.get("kernel"), facts.get("graph")), ("ok", "ok"), "{}", facts.stdout);
+        // The device-linked image alone (a version 1 wrapper) has nothing for the device.
+        let alone = Facts::run(sim.command_for(&program, &[linked]));
+        assert!(!alone.success && alone.opt("kernel").is_none(), "{}", alone.stdout);
+        assert!(alone.stdout.contains("= 209 (cudaErrorNoKernelImageForDevice)"), "{}", alone.stdout);
+    }
+    let _ = std::fs::remove_file(linked);
+    let _ = std::fs::remove_file(prelinked);
 }

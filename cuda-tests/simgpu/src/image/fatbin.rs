@@ -11,8 +11,11 @@
 //!   decompressed (`u64` at 56). The next entry starts after the header and the larger of the two sizes.
 //!
 //! nvcc also emits a 24-byte wrapper that points at the container (`__fatBinC_Wrapper_t`: magic
-//! `0x466243B1`, version, then the container's address), which is what `__cudaRegisterFatBinary`
-//! receives and `cuModuleLoadFatBinary` may be given.
+//! `0x466243B1`, version, the container's address, then a pointer whose meaning the version gives: 1, a
+//! file name offline tools use; 2, for programs built with `-rdc`, a NULL-terminated array of the
+//! relocatable fatbins the container was device-linked from), which is what `__cudaRegisterFatBinary`
+//! receives and `cuModuleLoadFatBinary` may be given (the simulated driver reads it: `simcuda`'s
+//! `module.rs`).
 
 use super::{Capability, ImageError, Module, cubin, from_ptx};
 use std::borrow::Cow;

@@ -52,6 +52,23 @@ pub struct Module {
     pub globals: Vec<Global>,
 }
 
+impl Module {
+    /// Adds `more`'s kernels and globals, as a linker joins objects: a name defined in both is refused
+    /// (`CUDA_ERROR_INVALID_IMAGE`), and nothing is added then.
+    pub fn merge(&mut self, more: Module) -> Result<(), ImageError> {
+        let taken =
+            |name: &str| self.entries.iter().any(|e| e.name == name) || self.globals.iter().any(|g| g.name == name);
+        if let Some(twice) =
+            more.entries.iter().map(|e| &e.name).chain(more.globals.iter().map(|g| &g.name)).find(|n| taken(n))
+        {
+            return Err(ImageError::Invalid(format!("{twice} is defined twice")));
+        }
+        self.entries.extend(more.entries);
+        self.globals.extend(more.globals);
+        Ok(())
+    }
+}
+
 /// Why an image cannot be loaded, as the driver's result codes say it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ImageError {

@@ -328,6 +328,11 @@ pub fn ptxas() -> PathBuf {
 
 /// `module` (a PTX file) assembled by `ptxas` for `arch`: the cubin's bytes, or ptxas's own message.
 pub fn assemble(module: &Path, arch: &str) -> Result<Vec<u8>, String> {
+    assemble_with(module, arch, &[])
+}
+
+/// [`assemble`] with more `ptxas` options (`-c`: a relocatable object, as `-rdc` builds make).
+pub fn assemble_with(module: &Path, arch: &str, options: &[&str]) -> Result<Vec<u8>, String> {
     static SEQ: AtomicU32 = AtomicU32::new(0);
     let out_dir = build_dir().join("ptxas-out");
     std::fs::create_dir_all(&out_dir).expect("create the ptxas output folder");
@@ -336,6 +341,7 @@ pub fn assemble(module: &Path, arch: &str) -> Result<Vec<u8>, String> {
     let cubin = out_dir.join(format!("{stem}.{arch}.{}.{seq}.cubin", std::process::id()));
     let out = Command::new(ptxas())
         .arg(format!("-arch={arch}"))
+        .args(options)
         .arg("-o")
         .arg(&cubin)
         .arg(module)
@@ -346,7 +352,8 @@ pub fn assemble(module: &Path, arch: &str) -> Result<Vec<u8>, String> {
     match (out.status.success(), bytes) {
         (true, Ok(bytes)) => Ok(bytes),
         (_, bytes) => Err(format!(
-            "ptxas -arch={arch} {}: {}\n{}{}{}",
+            "ptxas -arch={arch} {} {}: {}\n{}{}{}",
+            options.join(" "),
             module.display(),
             out.status,
             String::from_utf8_lossy(&out.stdout),
