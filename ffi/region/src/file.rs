@@ -611,7 +611,7 @@ fn describe_pids(holders: Option<&[u32]>) -> String {
 /// sorted, each once; `None` when `file` cannot be looked at.
 pub fn holder_pids(file: &File) -> Option<Vec<u32>> {
     let mut pids: Vec<u32> = crate::flock::holders(file)?.iter().map(|h| h.pid).collect();
-    pids.sort_unstable();
+    // Sorted by pid already; a process holding the file through two open files is named once.
     pids.dedup();
     Some(pids)
 }

@@ -96,7 +96,7 @@ pub fn retry_until<T>(
 }
 
 /// A process holding a `flock` on a file, as `/proc/locks` records it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Holder {
     /// The process that took the lock.
     pub pid: u32,
@@ -108,12 +108,13 @@ pub struct Holder {
 const READINGS: usize = 5;
 
 /// Who holds a `flock` on `file` (waiters excluded), from `/proc/locks`: the kernel's record, which no
-/// user can forge. `None` when `file` cannot be looked at; empty when no holder was found.
+/// user can forge. `None` when `file` cannot be looked at; empty when no holder was found. Sorted, each
+/// holder once.
 ///
 /// The kernel writes `/proc/locks` a page at a time, finding where it left off by counting records, so a
 /// reading made while other processes take and drop locks can skip records (tens of tenants starting and
-/// ending beside a stopped holder made the holder of a lock held for seconds go missing). A reading that
-/// finds no holder is therefore made again, up to [`READINGS`] times.
+/// ending beside a stopped holder made the holder of a lock held for seconds go missing) or read one twice.
+/// A reading that finds no holder is therefore made again, up to [`READINGS`] times.
 pub fn holders(file: &File) -> Option<Vec<Holder>> {
     use std::os::unix::fs::MetadataExt;
     let meta = file.metadata().ok()?;
@@ -122,6 +123,8 @@ pub fn holders(file: &File) -> Option<Vec<Holder>> {
     for _ in 0..READINGS {
         let locks = std::fs::read_to_string("/proc/locks").unwrap_or_default();
         found = locks.lines().filter_map(|line| holder_in(line, key)).collect();
+        found.sort_unstable();
+        found.dedup();
         if !found.is_empty() {
             break;
         }
