@@ -10,8 +10,8 @@
  *       -rdc (FATBIN its device-linked image, PRELINKED what it was linked from)
  *
  * Facts: "runtime" (cudaRuntimeGetVersion), "count", "name", "memory" (cudaGetDeviceProperties), "major",
- * "minor" (cudaDeviceGetAttribute), "copy ok" (cudaMalloc, cudaMemcpy both ways), "kernel ok" (vector_add_f32 launched through the runtime by its host stub),
- * "graph ok" (the launch captured from a stream into a graph, instantiated and replayed twice), "done ok".
+ * "minor" (cudaDeviceGetAttribute), "copy ok" (cudaMalloc, cudaMemcpy both ways), "kernel ok"
+ * (vector_add_f32 launched through the runtime by its host stub), "graph ok" (the launch captured from a stream into a graph, instantiated and replayed twice), "done ok".
  */
 #include "report.h"
 

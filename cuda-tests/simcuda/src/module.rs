@@ -128,28 +128,26 @@ fn images<'a>(image: *const c_void) -> CuRes<Images<'a>> {
     match version {
         // Version 1's second pointer names a file offline tools wrote, not read here.
         1 => Ok(Images::one(linked)),
+        2 if list.is_null() => Ok(Images::one(linked)),
         2 => {
             let mut prelinked = Vec::new();
-            while !list.is_null() {
-                ensure_image(prelinked.len() < MAX_PRELINKED)?;
-                // SAFETY: version 2's second pointer is a NULL-terminated array of container pointers.
-                let object = unsafe { *list.add(prelinked.len()) };
+            for i in 0..MAX_PRELINKED {
+                // SAFETY: version 2's second pointer is a NULL-terminated array of container pointers,
+                // read up to its NULL.
+                let object = unsafe { *list.add(i) };
                 if object.is_null() {
-                    break;
+                    return Ok(Images { linked, prelinked });
                 }
                 let bytes = image_bytes(object)?;
-                ensure_image(image::kind(bytes) == Kind::Fatbin)?;
+                if image::kind(bytes) != Kind::Fatbin {
+                    return Err(CUDA_ERROR_INVALID_IMAGE);
+                }
                 prelinked.push(bytes);
             }
-            Ok(Images { linked, prelinked })
+            Err(CUDA_ERROR_INVALID_IMAGE)
         }
         _ => Err(CUDA_ERROR_INVALID_IMAGE),
     }
-}
-
-/// `Ok` when `ok`, else `CUDA_ERROR_INVALID_IMAGE`.
-fn ensure_image(ok: bool) -> CuRes {
-    if ok { Ok(()) } else { Err(CUDA_ERROR_INVALID_IMAGE) }
 }
 
 /// One image a program passes by pointer, whole: a cubin or fatbin as long as its headers say, PTX text
