@@ -26,6 +26,8 @@ fn percent(cell: &str) -> f64 {
 
 #[test]
 fn the_demo_shows_three_vgpus_and_cleans_up() {
+    // The verdicts are measured shares: one measuring test at a time.
+    let _turn = common::timing_turn();
     let tmp = std::env::temp_dir().join(format!("tessera-demo-test-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir_all(&tmp).expect("create the test's temporary folder");

@@ -248,6 +248,7 @@ fn p99(samples: &mut [Duration]) -> Duration {
 
 #[test]
 fn ten_thousand_idle_connections_and_a_thousand_scrapes_leave_the_api_answering_and_the_daemon_bounded() {
+    let _turn = common::load_turn();
     raise_own_nofile(16_384);
     let m = Machine::new("hostile-metrics-flood", "small");
     let mut served = Served::start(&m, 1024);

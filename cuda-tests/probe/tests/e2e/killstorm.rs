@@ -182,6 +182,7 @@ const CHURN: [&[&str]; 2] =
 
 #[test]
 fn a_kill_storm_on_a_managed_vgpu_leaks_nothing_and_never_overshoots() {
+    let _turn = common::load_turn();
     let mut m = Machine::new("killstorm", "small");
     m.configure(|sim| sim.with("SIMGPU_MEMORY", "16GiB").with("SIMGPU_CONTEXT_MEMORY", CONTEXT));
     m.start();
@@ -205,6 +206,7 @@ fn a_kill_storm_on_a_managed_vgpu_leaks_nothing_and_never_overshoots() {
 
 #[test]
 fn a_kill_storm_on_a_vgpu_without_daemon_leaks_nothing_and_never_overshoots() {
+    let _turn = common::load_turn();
     let region = common::region::TestRegion::new("killstorm");
     let sim = Sim::shimmed("killstorm")
         .with("SIMGPU_DEVICES", "small")

@@ -133,11 +133,13 @@ fn a_vgpu_file_planted_for_another_tenant_is_refused_and_cannot_reach_it() {
     assert_eq!(&bytes[..8], &LIVE_MAGIC.to_le_bytes(), "the vGPU's file is intact");
     let meta = std::fs::metadata(&live).unwrap();
     assert_eq!((meta.uid(), meta.nlink(), mode(&live)), (0, 1, 0o600));
-    // The victim runs: alone on the device with a 50% share, it may use all of it.
+    // The victim runs: alone on the device with a 50% share, it may use all of it (a measured share).
+    let turn = common::timing_turn();
     let out = m.tenant("victim", &["saturate", "--ns", "500us", "--seconds", "1", "--depth", "4"]).output().unwrap();
     let run = common::finished(out);
     assert!(run.success, "{}\n{}", run.json, run.stderr);
     let busy = u64_at(&run.json, "engine_ns") as f64 / u64_at(&run.json, "wall_ns") as f64;
+    drop(turn);
     assert!(busy > 0.25, "the victim is held back: {}", run.json);
     drop(planter.stdin.take());
     planter.wait().unwrap();

@@ -239,6 +239,7 @@ const STORM: Duration = Duration::from_secs(12);
 /// mixes one's memory before a free with another's after it took that room): no sample may exceed the quota.
 #[test]
 fn a_kill_storm_over_every_allocation_path_never_exceeds_the_quota_on_the_device() {
+    let _turn = common::load_turn();
     let exe = program();
     let region = TestRegion::new("stream-frees-storm");
     let sim = machine("stream-frees-storm", &region, STORM_QUOTA);

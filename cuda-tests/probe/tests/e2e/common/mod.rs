@@ -16,15 +16,25 @@ use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::{OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-/// One turn at a time for the tests that measure time (shares, charges, deadlines): each has a simulated
-/// GPU of its own, but the machine's cores are shared, and a neighbour measuring too would skew both.
-static TIMING: Mutex<()> = Mutex::new(());
+/// Turns on the machine's cores. Each test has a simulated GPU of its own, but the cores are shared, and
+/// the simulated engine hands each kernel to the next process through a wake-up: a test that measures
+/// time (shares, charges, deadlines) is skewed by a neighbour measuring too, and more so by one that loads
+/// every core (a kill storm spawning thousands of processes: with one beside it, two tenants the outage
+/// test saturates kept the engine 36% busy). So a measuring test runs alone among the measuring and the
+/// loading ones ([`timing_turn`]), while loading tests may share theirs ([`load_turn`]); every other
+/// test (waiting on daemons, timers and sockets) runs beside either.
+static TURN: RwLock<()> = RwLock::new(());
 
 /// Takes the timing turn, held until the guard drops (a test that failed holding it leaves it usable).
-pub fn timing_turn() -> MutexGuard<'static, ()> {
-    TIMING.lock().unwrap_or_else(|e| e.into_inner())
+pub fn timing_turn() -> RwLockWriteGuard<'static, ()> {
+    TURN.write().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Takes a turn of a test that loads every core, shared with other such tests, never with a measuring one.
+pub fn load_turn() -> RwLockReadGuard<'static, ()> {
+    TURN.read().unwrap_or_else(|e| e.into_inner())
 }
 
 /// `CUDA_ERROR_INVALID_VALUE`.

@@ -97,7 +97,13 @@ impl Machine {
     /// Starts `saturate` (500 µs kernels, 4 deep) in vGPU `name` for `seconds`, its kernels traced to
     /// `trace` when given (`SIMGPU_ENGINE_TRACE`); killed if dropped before it is waited for.
     pub fn saturate(&self, name: &str, seconds: &str, trace: Option<&Path>) -> Guarded {
-        let mut cmd = self.tenant(name, &["saturate", "--ns", "500us", "--seconds", seconds, "--depth", "4"]);
+        self.saturate_with(name, "500us", seconds, trace)
+    }
+
+    /// [`Machine::saturate`] with kernels of `kernel` (a duration, `2ms`): longer kernels keep the engine
+    /// busy through longer delays in scheduling the tenant's CPU (4 kernels queued last 4 × `kernel`).
+    pub fn saturate_with(&self, name: &str, kernel: &str, seconds: &str, trace: Option<&Path>) -> Guarded {
+        let mut cmd = self.tenant(name, &["saturate", "--ns", kernel, "--seconds", seconds, "--depth", "4"]);
         if let Some(trace) = trace {
             cmd.env("SIMGPU_ENGINE_TRACE", trace);
         }
