@@ -30,6 +30,7 @@ use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use std::convert::Infallible;
+use std::io::Write;
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -271,7 +272,12 @@ fn listen(address: SocketAddr) -> Result<TcpListener, MetricsError> {
 /// Answers a connection over the budget with [`BUSY`] (as far as its send buffer takes it at once) and
 /// closes it.
 fn refuse(stream: tokio::net::TcpStream) {
-    let _ = stream.try_write(BUSY);
+    // Written on the socket itself (still non-blocking): tokio's `try_write` on a stream just accepted
+    // answers `WouldBlock` until the event loop has seen it writable, which closed refused connections
+    // without a word (64 of 1,000 scrapes unanswered in the flood test beside two kill storms).
+    if let Ok(mut stream) = stream.into_std() {
+        let _ = stream.write(BUSY);
+    }
 }
 
 /// Serves one connection's requests, for at most [`Limits::connection_time`].
@@ -424,6 +430,26 @@ mod tests {
         let address = taken.local_addr().unwrap();
         let e = MetricsServer::bind(address).map(drop).unwrap_err().to_string();
         assert!(e.contains(&address.to_string()) && e.contains("in use"), "{e}");
+    }
+
+    #[test]
+    fn a_refused_client_reads_the_busy_answer_though_its_request_came_before_the_accept() {
+        use std::io::Read;
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        client.write_all(b"GET /metrics HTTP/1.0\r\nHost: t\r\n\r\n").unwrap();
+        let (server, _) = listener.accept().unwrap();
+        // The request is in the server's receive buffer before it answers, as with a late accept.
+        std::thread::sleep(Duration::from_millis(50));
+        server.set_nonblocking(true).unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_io().build().unwrap();
+        runtime.block_on(async { refuse(tokio::net::TcpStream::from_std(server).unwrap()) });
+        drop(runtime);
+        std::thread::sleep(Duration::from_millis(50));
+        client.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut reply = Vec::new();
+        let read = client.read_to_end(&mut reply);
+        assert_eq!(reply, BUSY, "{read:?}");
     }
 
     #[test]
