@@ -445,7 +445,6 @@ mod tests {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_io().build().unwrap();
         runtime.block_on(async { refuse(tokio::net::TcpStream::from_std(server).unwrap()) });
         drop(runtime);
-        std::thread::sleep(Duration::from_millis(50));
         client.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         let mut reply = Vec::new();
         let read = client.read_to_end(&mut reply);

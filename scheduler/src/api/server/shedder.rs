@@ -14,7 +14,13 @@ const LOG_EVERY: Duration = Duration::from_secs(10);
 /// Answers `stream` one error line without waiting (a fresh connection's buffer has room for it), then
 /// closes it.
 pub fn refuse(stream: UnixStream, code: ErrorCode, message: String) {
-    let _ = stream.try_write(super::conversation::text_of(&Reply::failure(&Error::new(code, message))).as_bytes());
+    // Written on the socket itself (still non-blocking): tokio's `try_write` on a stream just accepted
+    // answers `WouldBlock` until the event loop has seen it writable, so the line was often never sent
+    // (as at the metrics endpoint's refusals).
+    if let Ok(mut stream) = stream.into_std() {
+        let text = super::conversation::text_of(&Reply::failure(&Error::new(code, message)));
+        let _ = std::io::Write::write(&mut stream, text.as_bytes());
+    }
 }
 
 /// Refuses connections and logs them. It keeps a spare descriptor: out of descriptors, it closes the
@@ -64,5 +70,33 @@ impl Shedder {
             self.refused = 0;
             self.logged = Some(Instant::now());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+
+    #[test]
+    fn a_refused_client_reads_the_error_line_though_the_event_loop_never_saw_its_connection() {
+        let dir = std::env::temp_dir().join(format!("tessera-shedder-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("api.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let mut client = std::os::unix::net::UnixStream::connect(&path).unwrap();
+        let (server, _) = listener.accept().unwrap();
+        server.set_nonblocking(true).unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_io().build().unwrap();
+        runtime.block_on(async {
+            refuse(UnixStream::from_std(server).unwrap(), ErrorCode::Unavailable, "out of resources".into())
+        });
+        drop(runtime);
+        client.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut reply = String::new();
+        let read = client.read_to_string(&mut reply);
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(reply.contains("out of resources") && reply.ends_with('\n'), "{read:?}: {reply:?}");
     }
 }
