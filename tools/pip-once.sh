@@ -2,12 +2,12 @@
 # Installs a pinned PyPI package into a folder of its own, once: when FOLDER/CHECK (a file the package
 # must provide) is missing, pip installs into a staging folder beside FOLDER, checks CHECK there, then
 # swaps it in whole. A lock makes it safe for several processes at once (the test binaries call it in
-# parallel); once installed it needs no network. Fails loudly, never skips. Used by tools/cuda-headers.sh
-# and tools/ptxas.sh.
+# parallel); once installed it needs no network. Fails loudly, never skips. Used by tools/cuda-headers.sh,
+# tools/ptxas.sh and tools/nvcc.sh.
 #
-# Usage: tools/pip-once.sh PACKAGE==VERSION FOLDER CHECK [pip install options...]
+# Usage: tools/pip-once.sh PACKAGE==VERSION FOLDER CHECK [more pinned packages or pip install options...]
 set -euo pipefail
-[ $# -ge 3 ] || { echo "usage: $0 PACKAGE==VERSION FOLDER CHECK [pip options...]" >&2; exit 2; }
+[ $# -ge 3 ] || { echo "usage: $0 PACKAGE==VERSION FOLDER CHECK [more pinned packages or pip options...]" >&2; exit 2; }
 package=$1 folder=$2 check=$3
 shift 3
 

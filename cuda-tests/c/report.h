@@ -69,7 +69,7 @@ __attribute__((unused)) static void *read_file(const char *path, size_t *len) {
     fseek(f, 0, SEEK_END);
     long size = ftell(f);
     fseek(f, 0, SEEK_SET);
-    char *data = aligned_alloc(8, ((size_t)size + 8) & ~(size_t)7);
+    char *data = (char *)aligned_alloc(8, ((size_t)size + 8) & ~(size_t)7);
     if (!data || fread(data, 1, (size_t)size, f) != (size_t)size) die("cannot read %s", path);
     data[size] = 0;
     fclose(f);

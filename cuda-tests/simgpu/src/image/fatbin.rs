@@ -6,9 +6,12 @@
 //!   the entries that follow (`u64`);
 //! - entries one after another, each a header of `header_size` bytes (64, or more for newer
 //!   architectures) then its payload: kind (`u16` at 0: 1 PTX, 2 ELF), header size (`u32` at 4), payload
-//!   size padded (`u32` at 8), payload size (`u32` at 16), architecture (`u32` at 28, `10 * major +
-//!   minor`), flags (`u64` at 40: `0x2000` LZ4-compressed, `0x8000` Zstandard-compressed), size once
-//!   decompressed (`u64` at 56). The next entry starts after the header and the larger of the two sizes.
+//!   size padded to 8 bytes (`u64` at 8), compressed size (`u32` at 16; 0 when the payload is stored as
+//!   is), architecture (`u32` at 28, `10 * major + minor`), flags (`u64` at 40: `0x2000` LZ4-compressed,
+//!   `0x8000` Zstandard-compressed), size once decompressed (`u64` at 56; 0 when stored as is). The
+//!   payload is the compressed size's bytes of a compressed entry, else the padded size's (a cubin's own
+//!   header gives its length, PTX text ends at its NUL). The next entry starts after the header and the
+//!   larger of the two sizes.
 //!
 //! nvcc also emits a 24-byte wrapper that points at the container (`__fatBinC_Wrapper_t`: magic
 //! `0x466243B1`, version, the container's address, then a pointer whose meaning the version gives: 1, a
@@ -101,8 +104,11 @@ pub fn entries(image: &[u8]) -> Result<Vec<FatEntry<'_>>, ImageError> {
         while at + ENTRY_HEADER <= end {
             let e = &rest[at..end];
             let header_size = u32_at(e, 4) as usize;
-            let stored = u32_at(e, 16) as usize;
-            let span = header_size.checked_add((u32_at(e, 8) as usize).max(stored));
+            let flags = u64_at(e, 40);
+            let padded = usize::try_from(u64_at(e, 8)).unwrap_or(usize::MAX);
+            // nvcc writes 0 as the compressed size of an entry stored as is.
+            let stored = if flags & (LZ4 | ZSTD) != 0 { u32_at(e, 16) as usize } else { padded };
+            let span = header_size.checked_add(padded.max(stored));
             let Some(span) = span.filter(|&s| header_size >= ENTRY_HEADER && s <= e.len()) else {
                 return Err(invalid(format_args!("an entry at byte {at} runs past the container")));
             };
@@ -112,13 +118,7 @@ pub fn entries(image: &[u8]) -> Result<Vec<FatEntry<'_>>, ImageError> {
                 other => EntryKind::Other(other),
             };
             let payload = &e[header_size..header_size + stored];
-            found.push(FatEntry {
-                kind,
-                sm: u32_at(e, 28),
-                flags: u64_at(e, 40),
-                payload,
-                decompressed: u64_at(e, 56),
-            });
+            found.push(FatEntry { kind, sm: u32_at(e, 28), flags, payload, decompressed: u64_at(e, 56) });
             at += span;
         }
         rest = &rest[end..];
@@ -195,15 +195,16 @@ pub fn container(parts: &[Part<'_>]) -> Vec<u8> {
             EntryKind::Other(k) => k,
         };
         let padded = payload.len().next_multiple_of(8);
+        let (compressed, decompressed) = if flags == 0 { (0, 0) } else { (payload.len(), part.contents.len()) };
         let mut h = [0u8; ENTRY_HEADER];
         h[0..2].copy_from_slice(&kind.to_le_bytes());
         h[2..4].copy_from_slice(&0x0101u16.to_le_bytes());
         h[4..8].copy_from_slice(&(ENTRY_HEADER as u32).to_le_bytes());
-        h[8..12].copy_from_slice(&(padded as u32).to_le_bytes());
-        h[16..20].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+        h[8..16].copy_from_slice(&(padded as u64).to_le_bytes());
+        h[16..20].copy_from_slice(&(compressed as u32).to_le_bytes());
         h[28..32].copy_from_slice(&part.sm.to_le_bytes());
         h[40..48].copy_from_slice(&(flags | 0x11).to_le_bytes());
-        h[56..64].copy_from_slice(&(part.contents.len() as u64).to_le_bytes());
+        h[56..64].copy_from_slice(&(decompressed as u64).to_le_bytes());
         body.extend_from_slice(&h);
         body.extend_from_slice(&payload);
         body.resize(body.len() + padded - payload.len(), 0);
@@ -250,6 +251,7 @@ mod tests {
             compression: Compression::None,
             contents: payload,
         }]);
+        image[HEADER + 16..HEADER + 20].copy_from_slice(&(payload.len() as u32).to_le_bytes());
         image[HEADER + 40..HEADER + 48].copy_from_slice(&flags.to_le_bytes());
         image[HEADER + 56..HEADER + 64].copy_from_slice(&decompressed.to_le_bytes());
         image

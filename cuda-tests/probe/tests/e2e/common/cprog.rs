@@ -305,25 +305,34 @@ pub fn overhead_client() -> PathBuf {
 /// The path of `ptxas`, installed into the target folder on first use (never a silent skip).
 pub fn ptxas() -> PathBuf {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
-    PATH.get_or_init(|| {
-        let target = build_dir().parent().expect("the build folder is inside the target folder").to_path_buf();
-        let script = workspace().join("tools/ptxas.sh");
-        let out = Command::new(&script)
-            .arg(&target)
-            .output()
-            .unwrap_or_else(|e| panic!("cannot start {}: {e}", script.display()));
-        assert!(
-            out.status.success(),
-            "tools/ptxas.sh could not provide ptxas (it installs nvidia-cuda-nvcc-cu12 from PyPI the first time: \
-             needs python3, pip and the network): {}\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let path = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-        assert!(path.is_file(), "tools/ptxas.sh printed {}, which is not a file", path.display());
-        path
-    })
-    .clone()
+    PATH.get_or_init(|| installed_tool("tools/ptxas.sh", "nvidia-cuda-nvcc-cu12")).clone()
+}
+
+/// The path of NVIDIA's `nvcc` (CUDA 13.0), installed into the target folder on first use (never a
+/// silent skip).
+pub fn nvcc() -> PathBuf {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| installed_tool("tools/nvcc.sh", "nvidia-cuda-nvcc and its parts")).clone()
+}
+
+/// Runs `script` (one of the tools that install a program from PyPI into the target folder the first
+/// time, `packages`) and gives the path it prints.
+fn installed_tool(script: &str, packages: &str) -> PathBuf {
+    let target = build_dir().parent().expect("the build folder is inside the target folder").to_path_buf();
+    let out = Command::new(workspace().join(script))
+        .arg(&target)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot start {script}: {e}"));
+    assert!(
+        out.status.success(),
+        "{script} could not provide its program (it installs {packages} from PyPI the first time: needs \
+         python3, pip and the network): {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let path = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    assert!(path.is_file(), "{script} printed {}, which is not a file", path.display());
+    path
 }
 
 /// `module` (a PTX file) assembled by `ptxas` for `arch`: the cubin's bytes, or ptxas's own message.

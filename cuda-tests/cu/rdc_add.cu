@@ -1,0 +1,7 @@
+/* The kernel of rdc_main.cu: its sum is defined in another translation unit (rdc_sum.cu). */
+__device__ float sum(float x, float y);
+
+extern "C" __global__ void vector_add_f32(const float *a, const float *b, float *c, unsigned long long n) {
+    unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
+    if (i < n) c[i] = sum(a[i], b[i]);
+}
