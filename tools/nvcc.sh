@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # NVIDIA's CUDA compiler driver, nvcc (CUDA 13.0, with its front end cicc, the crt headers and the
 # runtime's headers and static library: all from PyPI, and all running without a GPU), for the test
-# that builds a CUDA program as people do (cuda-tests/cu, built with -rdc by
+# that builds a CUDA program as people do (cuda-tests/cu, built by
 # cuda-tests/probe/tests/e2e/cudart.rs): installs them into TARGET_DIR/pydeps-nvcc13 when missing (see
 # tools/pip-once.sh; about 250 MB), then prints the path of nvcc. nvcc also needs g++ as its host
 # compiler (tools/test-all.sh installs it). Needs python3 with pip the first time; fails loudly without

@@ -6,8 +6,8 @@
 //! and the same launch captured into a graph and replayed; and a program built with `-rdc`, whose
 //! relocatable fatbins the driver links when its device-linked image does not run on the device. The
 //! program (`cuda-tests/c/cudart.c`) runs with and without the shim. And a CUDA program as people build
-//! one: `cuda-tests/cu/rdc_*.cu` compiled by NVIDIA's own nvcc 13.0 with `-rdc`, its runtime linked
-//! statically, for the device, for a newer one with PTX beside it, and for a newer one alone.
+//! one: `cuda-tests/cu/add_*.cu` compiled by NVIDIA's own nvcc 13.0, its runtime linked statically,
+//! whole and with `-rdc`, for the device, for a newer one with PTX beside it, and for a newer one alone.
 
 use crate::common::Sim;
 use crate::common::cprog::{
@@ -114,24 +114,26 @@ fn a_program_built_with_rdc_gets_its_relocatable_fatbins_linked_when_its_linked_
     let _ = std::fs::remove_file(prelinked);
 }
 
-/// `cuda-tests/cu/rdc_*.cu` compiled and linked by nvcc with `-rdc=true` and `gencode` (its runtime
-/// linked statically, nvcc's default), named after `tag`; the program's path.
-fn nvcc_rdc(tag: &str, gencode: &str) -> PathBuf {
+/// `cuda-tests/cu/add_*.cu` compiled and linked by nvcc with `options` (its runtime linked statically,
+/// nvcc's default), named after `tag`; the program's path.
+fn nvcc_build(tag: &str, options: &[&str]) -> PathBuf {
     let nvcc = nvcc();
     let lib = nvcc.parent().and_then(Path::parent).expect("nvcc's package folder").join("lib");
     let sources = workspace().join("cuda-tests/cu");
-    let program = crate::common::build_dir().join(format!("rdc-{tag}-{}", std::process::id()));
+    let program = crate::common::build_dir().join(format!("nvcc-{tag}-{}", std::process::id()));
     let out = std::process::Command::new(&nvcc)
-        .args(["-rdc=true", "-gencode", gencode, "-L"])
+        .args(options)
+        .arg("-L")
         .arg(&lib)
-        .args(["rdc_main.cu", "rdc_add.cu", "rdc_sum.cu", "-o"])
+        .args(["add_main.cu", "add_kernel.cu", "-o"])
         .arg(&program)
         .current_dir(&sources)
         .output()
         .unwrap_or_else(|e| panic!("cannot start {}: {e}", nvcc.display()));
     assert!(
         out.status.success(),
-        "nvcc -rdc=true -gencode {gencode}: {}\n{}{}",
+        "nvcc {}: {}\n{}{}",
+        options.join(" "),
         out.status,
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
@@ -140,15 +142,18 @@ fn nvcc_rdc(tag: &str, gencode: &str) -> PathBuf {
 }
 
 #[test]
-fn a_program_nvcc_built_with_rdc_runs_where_the_driver_would_run_it() {
-    // For the simulated H100 itself; for a newer GPU with PTX of compute_80 beside it (the device-linked
-    // image holds an sm_100 cubin only, so the driver links the relocatable PTX the wrapper lists); for
-    // a newer GPU alone (nothing runs on 9.0: the launch fails as on a real H100).
-    let fits = nvcc_rdc("sm90", "arch=compute_90,code=sm_90");
-    let jit = nvcc_rdc("sm100-ptx80", "arch=compute_80,code=[sm_100,compute_80]");
-    let newer = nvcc_rdc("sm100", "arch=compute_100,code=sm_100");
-    for sim in [Sim::bare("nvcc-rdc"), Sim::shimmed("nvcc-rdc-shim")] {
-        for program in [&fits, &jit] {
+fn programs_nvcc_builds_run_where_the_driver_would_run_them() {
+    // Whole, and with -rdc, for the simulated H100 itself; with -rdc for a newer GPU with PTX of
+    // compute_80 beside it (the device-linked image holds an sm_100 cubin only, so the driver links the
+    // relocatable PTX the wrapper lists); with -rdc for a newer GPU alone (nothing runs on 9.0: the
+    // launch fails as on a real H100).
+    let whole = nvcc_build("whole", &["-arch=sm_90", "-DWHOLE_PROGRAM"]);
+    let rdc = |tag, gencode| nvcc_build(tag, &["-rdc=true", "-gencode", gencode, "add_sum.cu"]);
+    let fits = rdc("rdc-sm90", "arch=compute_90,code=sm_90");
+    let jit = rdc("rdc-sm100-ptx80", "arch=compute_80,code=[sm_100,compute_80]");
+    let newer = rdc("rdc-sm100", "arch=compute_100,code=sm_100");
+    for sim in [Sim::bare("nvcc"), Sim::shimmed("nvcc-shim")] {
+        for program in [&whole, &fits, &jit] {
             let facts = Facts::ok(sim.command_for(program, &[]));
             assert!(facts.get("runtime").starts_with("130"), "{}", facts.stdout);
             assert_eq!(facts.get("kernel"), "ok", "{}", facts.stdout);
@@ -161,7 +166,7 @@ fn a_program_nvcc_built_with_rdc_runs_where_the_driver_would_run_it() {
             refused.stdout
         );
     }
-    for program in [fits, jit, newer] {
+    for program in [whole, fits, jit, newer] {
         let _ = std::fs::remove_file(program);
     }
 }

@@ -1,8 +1,9 @@
 /*
- * A CUDA program as people write them, compiled by NVIDIA's nvcc with -rdc (separate compilation: the
- * kernel in rdc_add.cu calls a device function defined in rdc_sum.cu, which nvcc's device linker joins),
- * its runtime linked statically (nvcc's default). Run by cuda-tests/probe/tests/e2e/cudart.rs on the
- * simulated driver, built for several architectures.
+ * A CUDA program as people write them, compiled by NVIDIA's nvcc, its runtime linked statically (nvcc's
+ * default): with -rdc (separate compilation: the kernel in add_kernel.cu calls a device function defined
+ * in add_sum.cu, which nvcc's device linker joins), or whole (-DWHOLE_PROGRAM: add_kernel.cu includes
+ * add_sum.cu). Run by cuda-tests/probe/tests/e2e/cudart.rs on the simulated driver, built for several
+ * architectures.
  *
  * The kernel is named and laid out as the simulator's built-in vector_add_f32, so the simulated driver
  * computes it and the result shows that the registered kernel ran with its arguments.

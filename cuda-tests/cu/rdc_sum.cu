@@ -1,2 +1,0 @@
-/* The device function rdc_add.cu's kernel calls, joined to it by nvcc's device linker. */
-__device__ float sum(float x, float y) { return x + y; }
