@@ -21,6 +21,7 @@ mod demo;
 mod devices;
 mod driver_calls;
 mod entry_points;
+mod gpu_bundle;
 mod hardware;
 mod hostile_metrics;
 mod hostile_slots;

@@ -1,0 +1,336 @@
+//! The checks, in the order they run: each asserts only what any CUDA driver does (as
+//! `cuda-tests/probe/tests/e2e/hardware.rs` does), runs every program with a time bound, and reports
+//! its figures.
+
+use crate::bounded::{Ran, run};
+use crate::{Ctx, Outcome};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::process::Command;
+use std::time::Duration;
+
+const GIB: u64 = 1 << 30;
+/// `CUDA_ERROR_OUT_OF_MEMORY`.
+const OUT_OF_MEMORY: u64 = 2;
+
+/// One check: its name, the most seconds its programs may take together, and what it does.
+pub struct Check {
+    /// The name its line and `--only` use.
+    pub name: &'static str,
+    /// Its time bound, in seconds.
+    pub bound_s: u64,
+    /// The check.
+    pub run: fn(&Ctx) -> Outcome,
+}
+
+/// Every check, in order.
+pub const ALL: &[Check] = &[
+    Check { name: "devices", bound_s: 30, run: devices },
+    Check { name: "kernels", bound_s: 60, run: kernels },
+    Check { name: "spin", bound_s: 60, run: spin },
+    Check { name: "quota", bound_s: 60, run: quota },
+    Check { name: "direct", bound_s: 60, run: direct },
+    Check { name: "tessera-run", bound_s: 60, run: tessera_run },
+    Check { name: "overhead", bound_s: 240, run: overhead },
+    Check { name: "torch", bound_s: 180, run: torch },
+    Check { name: "cupy", bound_s: 120, run: cupy },
+    Check { name: "numba", bound_s: 120, run: numba },
+];
+
+/// Runs `cmd` for at most `secs`, or says why it could not start.
+fn bounded(mut cmd: Command, secs: u64) -> Result<Ran, Outcome> {
+    let program = cmd.get_program().to_string_lossy().into_owned();
+    run(&mut cmd, Duration::from_secs(secs)).map_err(|e| Outcome::fail(format!("cannot start {program}: {e}")))
+}
+
+/// The JSON report on the first line of a probe's output, when it exited with status 0.
+fn probe(ctx: &Ctx, cmd: Command, secs: u64, what: &str) -> Result<Value, Outcome> {
+    let _ = ctx;
+    let ran = bounded(cmd, secs)?;
+    let first = ran.stdout.lines().next().unwrap_or("");
+    match (ran.success(), serde_json::from_str::<Value>(first)) {
+        (true, Ok(report)) => Ok(report),
+        _ => Err(Outcome::fail(format!("{what}: {}; stdout: {}", ran.ending(), first))),
+    }
+}
+
+/// The "key value" facts a C test program or application script printed, when it ended with `done ok`.
+fn facts(cmd: Command, secs: u64, what: &str) -> Result<BTreeMap<String, String>, Outcome> {
+    let ran = bounded(cmd, secs)?;
+    let facts: BTreeMap<String, String> = ran
+        .stdout
+        .lines()
+        .filter_map(|l| l.split_once(' ').map(|(k, v)| (k.to_string(), v.to_string())))
+        .fold(BTreeMap::new(), |mut m, (k, v)| {
+            m.entry(k).or_insert(v);
+            m
+        });
+    if ran.success() && facts.get("done").map(String::as_str) == Some("ok") {
+        Ok(facts)
+    } else {
+        let error = facts.get("error").map(|e| format!("error {e}; ")).unwrap_or_default();
+        Err(Outcome::fail(format!("{what}: {error}{}", ran.ending())))
+    }
+}
+
+/// `Err(fail)` naming `what` with `got` unless `ok`.
+fn expect(ok: bool, what: &str, got: impl std::fmt::Display) -> Result<(), Outcome> {
+    if ok { Ok(()) } else { Err(Outcome::fail(format!("{what}: got {got}"))) }
+}
+
+/// Turns a check written with `?` into its outcome.
+fn outcome(result: Result<Outcome, Outcome>) -> Outcome {
+    result.unwrap_or_else(|failed| failed)
+}
+
+fn probe_cmd(ctx: &Ctx, args: &[&str]) -> Command {
+    ctx.command(ctx.file("bin/cuda-probe"), args)
+}
+
+/// The driver's version and every device: name, capability, memory.
+fn devices(ctx: &Ctx) -> Outcome {
+    outcome((|| {
+        let r = probe(ctx, probe_cmd(ctx, &["attributes"]), 30, "cuda-probe attributes")?;
+        let count = r["device_count"].as_u64().unwrap_or(0);
+        expect(count >= 1, "devices", count)?;
+        let first = &r["devices"][0];
+        let detail = format!(
+            "{count} device(s); device 0: {}, compute capability {}, {} bytes; driver API version {}",
+            first["name"].as_str().unwrap_or("?"),
+            first["compute_capability"],
+            first["total_memory"],
+            r["driver_version"]
+        );
+        Ok(Outcome::pass(detail, r))
+    })())
+}
+
+/// The shipped kernels compute their results, launched from a captured graph.
+fn kernels(ctx: &Ctx) -> Outcome {
+    outcome((|| {
+        let r = probe(ctx, probe_cmd(ctx, &["graph"]), 60, "cuda-probe graph")?;
+        let n = r["elements"].as_u64().unwrap_or(0);
+        expect(n > 0, "elements", n)?;
+        let c = (n - 1) as f64 + ((n - 1) % 100) as f64;
+        let f = |key: &str| r[key].as_f64().unwrap_or(f64::NAN);
+        expect(f("c_last") == c, "vector_add_f32's last element", f("c_last"))?;
+        expect(f("y_after_first") == 2.0 * c + 1.0, "saxpy_f32 after one replay", f("y_after_first"))?;
+        expect(f("y_after_second") == 4.0 * c + 1.0, "saxpy_f32 after two replays", f("y_after_second"))?;
+        Ok(Outcome::pass(format!("vector_add_f32 and saxpy_f32 computed {n} elements from a graph, twice"), r))
+    })())
+}
+
+/// A 20 ms spin lasts at least 19 ms by events, five times.
+fn spin(ctx: &Ctx) -> Outcome {
+    outcome((|| {
+        let r = probe(ctx, probe_cmd(ctx, &["spin", "--ns", "20ms", "--count", "5"]), 60, "cuda-probe spin")?;
+        let measured: Vec<f64> = r["measured_ms"].as_array().into_iter().flatten().filter_map(Value::as_f64).collect();
+        expect(measured.len() == 5, "spins measured", measured.len())?;
+        expect(measured.iter().all(|ms| *ms >= 19.0), "20 ms spins, by events (ms)", format!("{measured:?}"))?;
+        Ok(Outcome::pass(format!("20 ms spins took {measured:?} ms by events"), r))
+    })())
+}
+
+/// Under the shim with a 1 GiB quota: the driver's and NVML's memory figures are the quota, 2 GiB is
+/// refused, 256 MiB is granted.
+fn quota(ctx: &Ctx) -> Outcome {
+    outcome((|| {
+        let shimmed = |args: &[&str]| ctx.shimmed(ctx.file("bin/cuda-probe"), args, "1GiB", "quota");
+        let info = probe(ctx, shimmed(&["mem-info"]), 30, "cuda-probe mem-info under a 1 GiB quota")?;
+        for key in ["total", "total_mem", "nvml.v1.total", "nvml.v2.total"] {
+            let got = key.split('.').fold(&info, |v, k| &v[k]);
+            expect(got.as_u64() == Some(GIB), &format!("{key} under a 1 GiB quota"), got)?;
+        }
+        let over = probe(ctx, shimmed(&["alloc", "--bytes", "2GiB", "--hold-ms", "0"]), 30, "2 GiB in 1 GiB")?;
+        expect(over["cuda_error"].as_u64() == Some(OUT_OF_MEMORY), "cuMemAlloc of 2 GiB in 1 GiB", &over)?;
+        let within = probe(ctx, shimmed(&["alloc", "--bytes", "256MiB", "--hold-ms", "0"]), 30, "256 MiB in 1 GiB")?;
+        expect(within["allocated"] == json!(true), "cuMemAlloc of 256 MiB in 1 GiB", &within)?;
+        Ok(Outcome::pass(
+            "the driver and NVML show the 1 GiB quota as the device's memory; 2 GiB refused (out of memory), 256 MiB granted",
+            json!({ "mem_info": info, "over": over, "within": within }),
+        ))
+    })())
+}
+
+/// Checks the facts of `progs/direct` under a 1 GiB quota.
+fn direct_facts(f: &BTreeMap<String, String>) -> Result<(), Outcome> {
+    let get = |k: &str| f.get(k).map(String::as_str).unwrap_or("(not printed)");
+    expect(get("vector_add") == "ok", "vector_add_f32 from the embedded PTX", get("vector_add"))?;
+    for hooked in ["cuMemAlloc_v2", "cuLaunchKernel"] {
+        let key = format!("address.{hooked}");
+        expect(get(&key) == format!("libtessera.so:{hooked}"), &key, get(&key))?;
+    }
+    expect(get("mem_total") == GIB.to_string(), "cuMemGetInfo's total", get("mem_total"))?;
+    expect(
+        get("over_quota_alloc") == OUT_OF_MEMORY.to_string(),
+        "an allocation above the quota",
+        get("over_quota_alloc"),
+    )
+}
+
+/// A C program linked to `libcuda.so.1` computes under the shim, its calls land in the shim, and the
+/// quota holds.
+fn direct(ctx: &Ctx) -> Outcome {
+    outcome((|| {
+        let gib = GIB.to_string();
+        let f = facts(ctx.shimmed(ctx.file("progs/direct"), &[&gib], "1GiB", "direct"), 60, "progs/direct")?;
+        direct_facts(&f)?;
+        Ok(Outcome::pass("computed under the shim; its calls resolved to libtessera.so; 1 GiB quota held", json!(f)))
+    })())
+}
+
+/// `tessera run --memory 1GiB` runs the same program under the shim.
+fn tessera_run(ctx: &Ctx) -> Outcome {
+    outcome((|| {
+        let direct = ctx.file("progs/direct");
+        let (direct, gib) = (direct.to_string_lossy(), GIB.to_string());
+        let mut cmd = ctx.command(ctx.file("bin/tessera"), &["run", "--memory", "1GiB", "--", &direct, &gib]);
+        cmd.env("TESSERA_REGION", ctx.scratch.join("run.region"));
+        let f = facts(cmd, 60, "tessera run --memory 1GiB -- progs/direct")?;
+        direct_facts(&f)?;
+        Ok(Outcome::pass("tessera run put the program under the shim with its 1 GiB quota", json!(f)))
+    })())
+}
+
+/// The configurations the overhead check interleaves: name, and the quota under the shim (`None`:
+/// native; `Some("")`: the shim with no quota).
+const OVERHEAD_CONFIGS: [(&str, Option<&str>); 3] =
+    [("native", None), ("shim", Some("")), ("shim, 8 GiB quota", Some("8GiB"))];
+/// Rounds of the overhead check (each runs every configuration once, each round starting one later).
+const OVERHEAD_ROUNDS: usize = 3;
+
+/// What the shim adds per call: `progs/overhead` (a C client on `cuda.h`, launches in batches of 100
+/// between `cuStreamSynchronize`) natively, under the shim, and under a quota, interleaved; per
+/// configuration the median over rounds of each operation's median batch, and the same minus native's.
+fn overhead(ctx: &Ctx) -> Outcome {
+    outcome((|| {
+        let mut per: BTreeMap<(usize, String), Vec<f64>> = BTreeMap::new();
+        for round in 0..OVERHEAD_ROUNDS {
+            for i in 0..OVERHEAD_CONFIGS.len() {
+                let config = (round + i) % OVERHEAD_CONFIGS.len();
+                let args = ["--launches", "20000", "--pairs", "5000"];
+                let program = ctx.file("progs/overhead");
+                let cmd = match OVERHEAD_CONFIGS[config].1 {
+                    None => ctx.command(&program, &args),
+                    Some("") => {
+                        let mut cmd = ctx.shimmed(&program, &args, "", "overhead");
+                        cmd.env_remove("TESSERA_MEMORY_LIMIT");
+                        cmd
+                    }
+                    Some(quota) => ctx.shimmed(&program, &args, quota, "overhead"),
+                };
+                let r = probe(ctx, cmd, 60, &format!("progs/overhead ({})", OVERHEAD_CONFIGS[config].0))?;
+                for op in r["ops"].as_array().into_iter().flatten() {
+                    let (Some(name), Some(ns)) = (op["op"].as_str(), op["median_ns"].as_f64()) else { continue };
+                    per.entry((config, name.to_string())).or_default().push(ns);
+                }
+            }
+        }
+        let median = |v: &[f64]| {
+            let mut v = v.to_vec();
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        let mut figures = serde_json::Map::new();
+        let mut line = Vec::new();
+        for (config, (name, _)) in OVERHEAD_CONFIGS.iter().enumerate() {
+            let mut ops = serde_json::Map::new();
+            for ((c, op), values) in per.iter().filter(|((c, _), _)| *c == config) {
+                let native = per.get(&(0, op.clone())).map(|v| median(v)).unwrap_or(f64::NAN);
+                let m = median(values);
+                ops.insert(op.clone(), json!({ "median_ns": m, "added_ns": m - native, "rounds": values }));
+                if *c != 0 && op == "launch" {
+                    line.push(format!("{name}: cuLaunchKernel {:+.0} ns", m - native));
+                }
+            }
+            figures.insert(name.to_string(), Value::Object(ops));
+        }
+        expect(!line.is_empty(), "launch figures", "none")?;
+        Ok(Outcome::pass(
+            format!("added per call (median of {OVERHEAD_ROUNDS} rounds): {}", line.join(", ")),
+            Value::Object(figures),
+        ))
+    })())
+}
+
+/// `python3 -c "import MODULE"` with the host's python3: `None` when it works, else why not.
+fn missing_module(ctx: &Ctx, module: &str) -> Option<String> {
+    let cmd = ctx.command("python3", &["-c", &format!("import {module}")]);
+    match bounded(cmd, 60) {
+        Err(_) => Some("no python3 on PATH".into()),
+        Ok(ran) if ran.success() => None,
+        Ok(ran) => Some(format!("python3 cannot import {module} ({})", ran.stderr.lines().last().unwrap_or("").trim())),
+    }
+}
+
+/// `apps/SCRIPT WHAT` with the host's python3 under the shim with a 2 GiB quota; its facts.
+fn app(ctx: &Ctx, script: &str, what: &str, secs: u64) -> Result<BTreeMap<String, String>, Outcome> {
+    let path = ctx.file(&format!("apps/{script}"));
+    let mut cmd = ctx.shimmed("python3", &[&path.to_string_lossy(), what], "2GiB", script);
+    cmd.env("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", "0");
+    facts(cmd, secs, &format!("python3 apps/{script} {what} under a 2 GiB quota"))
+}
+
+/// PyTorch under the shim with a 2 GiB quota: `mem_get_info`'s total is the quota, the caching
+/// allocator refuses past it (`torch.OutOfMemoryError`), a training loop runs 50 steps.
+fn torch(ctx: &Ctx) -> Outcome {
+    if let Some(why) = missing_module(ctx, "torch") {
+        return Outcome::skip(why);
+    }
+    outcome((|| {
+        let device = app(ctx, "torch_app.py", "device", 60)?;
+        expect(device.get("total") == Some(&(2 * GIB).to_string()), "mem_get_info's total", format!("{device:?}"))?;
+        let memory = app(ctx, "torch_app.py", "memory", 60)?;
+        expect(
+            memory.get("past_total").map(String::as_str) == Some("refused"),
+            "past the quota",
+            format!("{memory:?}"),
+        )?;
+        let train = app(ctx, "torch_app.py", "train", 60)?;
+        expect(train.get("steps").map(String::as_str) == Some("50"), "training steps", format!("{train:?}"))?;
+        Ok(Outcome::pass(
+            "mem_get_info shows the 2 GiB quota, past it torch.OutOfMemoryError, 50 training steps",
+            json!({ "device": device, "memory": memory, "train": train }),
+        ))
+    })())
+}
+
+/// CuPy under the shim with a 2 GiB quota: `memGetInfo`'s total is the quota, 1 GiB fits, 3 GiB raises
+/// `OutOfMemoryError`; an `ElementwiseKernel` and a `RawKernel` compile and launch.
+fn cupy(ctx: &Ctx) -> Outcome {
+    if let Some(why) = missing_module(ctx, "cupy") {
+        return Outcome::skip(why);
+    }
+    outcome((|| {
+        let memory = app(ctx, "cupy_app.py", "memory", 60)?;
+        expect(memory.get("total") == Some(&(2 * GIB).to_string()), "memGetInfo's total", format!("{memory:?}"))?;
+        expect(memory.get("three_gib").map(String::as_str) == Some("refused"), "3 GiB", format!("{memory:?}"))?;
+        let kernels = app(ctx, "cupy_app.py", "kernels", 60)?;
+        Ok(Outcome::pass(
+            "memGetInfo shows the 2 GiB quota, 3 GiB refused; NVRTC kernels launched",
+            json!({ "memory": memory, "kernels": kernels }),
+        ))
+    })())
+}
+
+/// numba-cuda under the shim with a 2 GiB quota: the context's memory is the quota, 3 GiB is refused;
+/// a `@cuda.jit` kernel loads, launches and synchronizes.
+fn numba(ctx: &Ctx) -> Outcome {
+    if let Some(why) = missing_module(ctx, "numba.cuda") {
+        return Outcome::skip(why);
+    }
+    outcome((|| {
+        let quota = app(ctx, "numba_app.py", "quota", 60)?;
+        expect(quota.get("total") == Some(&(2 * GIB).to_string()), "get_memory_info's total", format!("{quota:?}"))?;
+        let refused = format!("refused {OUT_OF_MEMORY}");
+        expect(quota.get("three_gib") == Some(&refused), "3 GiB", format!("{quota:?}"))?;
+        let kernel = app(ctx, "numba_app.py", "kernel", 60)?;
+        // The simulated driver computes no numba kernel; a GPU does.
+        let right = kernel.get("right").map(String::as_str);
+        expect(ctx.simulated() || right == Some("True"), "the kernel's sums", format!("{kernel:?}"))?;
+        Ok(Outcome::pass(
+            "the context shows the 2 GiB quota, 3 GiB refused; a @cuda.jit kernel ran",
+            json!({ "quota": quota, "kernel": kernel }),
+        ))
+    })())
+}
