@@ -9,7 +9,9 @@
  *   launch_ex   the same with cuLaunchKernelEx;
  *   graph       cuGraphLaunch of a graph of one empty kernel (captured once from the stream), synced the
  *               same way;
- *   alloc_256 / alloc_1m   cuMemAlloc + cuMemFree pairs of 256 B and 1 MiB.
+ *   alloc_256 / alloc_1m   cuMemAlloc + cuMemFree pairs of 256 B and 1 MiB;
+ *   event_record  cuEventRecord of a timed event on the stream (synced after every batch), and
+ *   event_query   cuEventQuery of it once complete: the bare costs of the shim's per-launch measurement.
  * A batch's figure is the time of its calls over their number, without the sync: the sync waits for the
  * simulated engine to run the batch, which is the engine's time, not the calls'. Printed per operation:
  * the median batch (and p90, mean), and the wall time per operation with the syncs.
@@ -25,7 +27,7 @@
  * "count":N,"median_ns":..,"own_calls":..,"thread_calls":..,"process_calls":..}, ...]}, or
  * {"scenario":"overhead","error":..} and exit status 1.
  *
- * Usage: overhead [--device N] [--launches N (40000)] [--batch N (100)] [--pairs N (20000)]
+ * Usage: overhead [--device N] [--launches N (40000)] [--batch N (100)] [--pairs N (20000)] [--events N (20000)]
  */
 #define _GNU_SOURCE
 #include <cuda.h>
@@ -64,13 +66,15 @@ struct bench {
     CUstream stream;
     CUfunction spin;
     CUgraphExec graph;
+    CUevent event;
     unsigned long long zero;
     void *params[1];
     unsigned batch;
 };
 
-enum op { LAUNCH, LAUNCH_EX, GRAPH, ALLOC_256, ALLOC_1M };
-static const char *const OP_NAMES[] = {"launch", "launch_ex", "graph", "alloc_256", "alloc_1m"};
+enum op { LAUNCH, LAUNCH_EX, GRAPH, ALLOC_256, ALLOC_1M, EVENT_RECORD, EVENT_QUERY };
+static const char *const OP_NAMES[] = {"launch",   "launch_ex",    "graph",      "alloc_256",
+                                       "alloc_1m", "event_record", "event_query"};
 
 /* Runs one batch of `n` operations of kind `op` (launches followed by one cuStreamSynchronize); adds the
  * driver calls the program made itself to `own`, and returns the time of the calls, without the sync. */
@@ -100,11 +104,17 @@ static uint64_t batch(struct bench *b, enum op op, unsigned n, uint64_t *own) {
             *own += 1;
             break;
         }
+        case EVENT_RECORD:
+            CU(cuEventRecord(b->event, b->stream));
+            break;
+        case EVENT_QUERY:
+            CU(cuEventQuery(b->event));
+            break;
         }
     }
     uint64_t took = now_ns() - t0;
     *own += n;
-    if (op < ALLOC_256) {
+    if (op < ALLOC_256 || op == EVENT_RECORD) {
         CU(cuStreamSynchronize(b->stream));
         *own += 1;
     }
@@ -157,7 +167,7 @@ static unsigned arg(int argc, char **argv, const char *name, unsigned fallback) 
 
 int main(int argc, char **argv) {
     for (int i = 1; i < argc; i += 2) {
-        static const char *const known[] = {"--device", "--launches", "--batch", "--pairs"};
+        static const char *const known[] = {"--device", "--launches", "--batch", "--pairs", "--events"};
         int ok = 0;
         for (size_t k = 0; k < sizeof known / sizeof *known; k++) ok |= strcmp(argv[i], known[k]) == 0;
         if (!ok || i + 1 >= argc) fail("unknown or incomplete argument %s", argv[i]);
@@ -173,6 +183,7 @@ int main(int argc, char **argv) {
         }
     unsigned launches = arg(argc, argv, "--launches", 40000);
     unsigned pairs = arg(argc, argv, "--pairs", 20000);
+    unsigned events = arg(argc, argv, "--events", 20000);
     struct bench b;
     memset(&b, 0, sizeof b);
     b.batch = arg(argc, argv, "--batch", 100);
@@ -196,10 +207,16 @@ int main(int argc, char **argv) {
     CU(cuLaunchKernel(b.spin, 1, 1, 1, 1, 1, 1, 0, b.stream, b.params, NULL));
     CU(cuStreamEndCapture(b.stream, &graph));
     CU(cuGraphInstantiate(&b.graph, graph, 0));
+    /* A timed event, as the shim records behind a launch it measures: the bare cost of recording one
+     * and of querying it once complete. */
+    CU(cuEventCreate(&b.event, CU_EVENT_DEFAULT));
+    CU(cuEventRecord(b.event, b.stream));
+    CU(cuStreamSynchronize(b.stream));
 
     printf("{\"scenario\":\"overhead\",\"device\":%d,\"counted\":%s,\"batch\":%u,\"ops\":[", device,
            driver_calls ? "true" : "false", b.batch);
-    for (int op = LAUNCH; op <= ALLOC_1M; op++) measure(&b, (enum op)op, op >= ALLOC_256 ? pairs : launches);
+    for (int op = LAUNCH; op <= EVENT_QUERY; op++)
+        measure(&b, (enum op)op, op >= EVENT_RECORD ? events : op >= ALLOC_256 ? pairs : launches);
     printf("]}\n");
     CU(cuGraphExecDestroy(b.graph));
     CU(cuGraphDestroy(graph));

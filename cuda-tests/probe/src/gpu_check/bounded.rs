@@ -3,7 +3,7 @@
 
 use std::io::Read;
 use std::os::unix::process::CommandExt;
-use std::process::{Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 /// What a program printed and how it ended.
@@ -71,6 +71,24 @@ pub fn run(cmd: &mut Command, bound: Duration) -> std::io::Result<Ran> {
     let text =
         |h: std::thread::JoinHandle<Vec<u8>>| String::from_utf8_lossy(&h.join().unwrap_or_default()).into_owned();
     Ok(Ran { stdout: text(out), stderr: text(err), status, elapsed })
+}
+
+/// A program left running (a daemon), killed with its process group when dropped.
+pub struct Background(Child);
+
+/// Starts `cmd` in a process group of its own, its output to `log`.
+pub fn start(cmd: &mut Command, log: &std::path::Path) -> std::io::Result<Background> {
+    let out = std::fs::File::create(log)?;
+    let err = out.try_clone()?;
+    Ok(Background(cmd.stdin(Stdio::null()).stdout(out).stderr(err).process_group(0).spawn()?))
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        // SAFETY: as in `run`: the negative pid names the process group this child leads.
+        unsafe { libc::kill(-(self.0.id() as i32), libc::SIGKILL) };
+        let _ = self.0.wait();
+    }
 }
 
 #[cfg(test)]

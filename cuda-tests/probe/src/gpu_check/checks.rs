@@ -2,7 +2,7 @@
 //! `cuda-tests/probe/tests/e2e/hardware.rs` does), runs every program with a time bound, and reports
 //! its figures.
 
-use crate::bounded::{Ran, run};
+use crate::bounded::{Ran, run, start};
 use crate::{Ctx, Outcome};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -29,9 +29,12 @@ pub const ALL: &[Check] = &[
     Check { name: "kernels", bound_s: 60, run: kernels },
     Check { name: "spin", bound_s: 60, run: spin },
     Check { name: "quota", bound_s: 60, run: quota },
+    Check { name: "quota-paths", bound_s: 120, run: quota_paths },
     Check { name: "direct", bound_s: 60, run: direct },
     Check { name: "tessera-run", bound_s: 60, run: tessera_run },
     Check { name: "overhead", bound_s: 240, run: overhead },
+    Check { name: "shares", bound_s: 60, run: shares },
+    Check { name: "mixed", bound_s: 90, run: mixed },
     Check { name: "torch", bound_s: 180, run: torch },
     Check { name: "cupy", bound_s: 120, run: cupy },
     Check { name: "numba", bound_s: 120, run: numba },
@@ -44,8 +47,7 @@ fn bounded(mut cmd: Command, secs: u64) -> Result<Ran, Outcome> {
 }
 
 /// The JSON report on the first line of a probe's output, when it exited with status 0.
-fn probe(ctx: &Ctx, cmd: Command, secs: u64, what: &str) -> Result<Value, Outcome> {
-    let _ = ctx;
+fn probe_report(cmd: Command, secs: u64, what: &str) -> Result<Value, Outcome> {
     let ran = bounded(cmd, secs)?;
     let first = ran.stdout.lines().next().unwrap_or("");
     match (ran.success(), serde_json::from_str::<Value>(first)) {
@@ -90,7 +92,7 @@ fn probe_cmd(ctx: &Ctx, args: &[&str]) -> Command {
 /// The driver's version and every device: name, capability, memory.
 fn devices(ctx: &Ctx) -> Outcome {
     outcome((|| {
-        let r = probe(ctx, probe_cmd(ctx, &["attributes"]), 30, "cuda-probe attributes")?;
+        let r = probe_report(probe_cmd(ctx, &["attributes"]), 30, "cuda-probe attributes")?;
         let count = r["device_count"].as_u64().unwrap_or(0);
         expect(count >= 1, "devices", count)?;
         let first = &r["devices"][0];
@@ -108,7 +110,7 @@ fn devices(ctx: &Ctx) -> Outcome {
 /// The shipped kernels compute their results, launched from a captured graph.
 fn kernels(ctx: &Ctx) -> Outcome {
     outcome((|| {
-        let r = probe(ctx, probe_cmd(ctx, &["graph"]), 60, "cuda-probe graph")?;
+        let r = probe_report(probe_cmd(ctx, &["graph"]), 60, "cuda-probe graph")?;
         let n = r["elements"].as_u64().unwrap_or(0);
         expect(n > 0, "elements", n)?;
         let c = (n - 1) as f64 + ((n - 1) % 100) as f64;
@@ -123,7 +125,7 @@ fn kernels(ctx: &Ctx) -> Outcome {
 /// A 20 ms spin lasts at least 19 ms by events, five times.
 fn spin(ctx: &Ctx) -> Outcome {
     outcome((|| {
-        let r = probe(ctx, probe_cmd(ctx, &["spin", "--ns", "20ms", "--count", "5"]), 60, "cuda-probe spin")?;
+        let r = probe_report(probe_cmd(ctx, &["spin", "--ns", "20ms", "--count", "5"]), 60, "cuda-probe spin")?;
         let measured: Vec<f64> = r["measured_ms"].as_array().into_iter().flatten().filter_map(Value::as_f64).collect();
         expect(measured.len() == 5, "spins measured", measured.len())?;
         expect(measured.iter().all(|ms| *ms >= 19.0), "20 ms spins, by events (ms)", format!("{measured:?}"))?;
@@ -136,18 +138,47 @@ fn spin(ctx: &Ctx) -> Outcome {
 fn quota(ctx: &Ctx) -> Outcome {
     outcome((|| {
         let shimmed = |args: &[&str]| ctx.shimmed(ctx.file("bin/cuda-probe"), args, "1GiB", "quota");
-        let info = probe(ctx, shimmed(&["mem-info"]), 30, "cuda-probe mem-info under a 1 GiB quota")?;
+        let info = probe_report(shimmed(&["mem-info"]), 30, "cuda-probe mem-info under a 1 GiB quota")?;
         for key in ["total", "total_mem", "nvml.v1.total", "nvml.v2.total"] {
             let got = key.split('.').fold(&info, |v, k| &v[k]);
             expect(got.as_u64() == Some(GIB), &format!("{key} under a 1 GiB quota"), got)?;
         }
-        let over = probe(ctx, shimmed(&["alloc", "--bytes", "2GiB", "--hold-ms", "0"]), 30, "2 GiB in 1 GiB")?;
+        let over = probe_report(shimmed(&["alloc", "--bytes", "2GiB", "--hold-ms", "0"]), 30, "2 GiB in 1 GiB")?;
         expect(over["cuda_error"].as_u64() == Some(OUT_OF_MEMORY), "cuMemAlloc of 2 GiB in 1 GiB", &over)?;
-        let within = probe(ctx, shimmed(&["alloc", "--bytes", "256MiB", "--hold-ms", "0"]), 30, "256 MiB in 1 GiB")?;
+        let within = probe_report(shimmed(&["alloc", "--bytes", "256MiB", "--hold-ms", "0"]), 30, "256 MiB in 1 GiB")?;
         expect(within["allocated"] == json!(true), "cuMemAlloc of 256 MiB in 1 GiB", &within)?;
         Ok(Outcome::pass(
             "the driver and NVML show the 1 GiB quota as the device's memory; 2 GiB refused (out of memory), 256 MiB granted",
             json!({ "mem_info": info, "over": over, "within": within }),
+        ))
+    })())
+}
+
+/// The allocation paths the `quota-paths` check takes to the quota's edge (the probe's names).
+const PATHS: [&str; 9] = ["alloc", "pitch", "managed", "async", "pool", "vmm", "array", "array3d", "mipmap"];
+
+/// Under a 1 GiB quota, on every allocation path: a request that fills the quota exactly succeeds, the
+/// smallest one over it and one a step over the room left fail with out of memory, and freeing gives
+/// the bytes back. Managed memory never exceeds the quota, so never more than the card has free.
+fn quota_paths(ctx: &Ctx) -> Outcome {
+    outcome((|| {
+        let mut figures = serde_json::Map::new();
+        for path in PATHS {
+            let cmd = ctx.shimmed(ctx.file("bin/cuda-probe"), &["quota-boundary", "--path", path], "1GiB", "paths");
+            let r = probe_report(cmd, 13, &format!("cuda-probe quota-boundary --path {path}"))?;
+            let n = |key: &str| r[key].as_u64();
+            expect(n("total") == Some(GIB), &format!("{path}: the total under a 1 GiB quota"), &r)?;
+            expect(n("exact") == Some(0), &format!("{path}: a request filling the quota exactly"), &r)?;
+            expect(n("free_at_limit") == Some(0), &format!("{path}: free at the quota"), &r)?;
+            for over in ["smallest_over", "one_step_over"] {
+                expect(n(over) == Some(OUT_OF_MEMORY), &format!("{path}: {over}"), &r)?;
+            }
+            expect(n("again") == Some(0) && n("free_end") == n("free_before"), &format!("{path}: after a free"), &r)?;
+            figures.insert(path.to_string(), r);
+        }
+        Ok(Outcome::pass(
+            format!("the 1 GiB quota's edge held on every path: {}", PATHS.join(", ")),
+            Value::Object(figures),
         ))
     })())
 }
@@ -192,37 +223,151 @@ fn tessera_run(ctx: &Ctx) -> Outcome {
     })())
 }
 
-/// The configurations the overhead check interleaves: name, and the quota under the shim (`None`:
-/// native; `Some("")`: the shim with no quota).
-const OVERHEAD_CONFIGS: [(&str, Option<&str>); 3] =
-    [("native", None), ("shim", Some("")), ("shim, 8 GiB quota", Some("8GiB"))];
+/// A private daemon for one check (its socket, region and state in a folder of the scratch), killed
+/// when dropped.
+struct Daemon {
+    folder: std::path::PathBuf,
+    _process: crate::bounded::Background,
+}
+
+impl Daemon {
+    /// Starts `tessera daemon` and waits (10 s at most) for its socket.
+    fn start(ctx: &Ctx, tag: &str) -> Result<Daemon, Outcome> {
+        let folder = ctx.scratch.join(tag);
+        std::fs::create_dir_all(&folder)
+            .map_err(|e| Outcome::fail(format!("cannot make {}: {e}", folder.display())))?;
+        let log = folder.join("daemon.log");
+        let mut cmd = ctx.command(ctx.file("bin/tessera"), &["daemon"]);
+        Daemon::environment(&mut cmd, &folder);
+        let process = start(&mut cmd, &log).map_err(|e| Outcome::fail(format!("cannot start tessera daemon: {e}")))?;
+        let daemon = Daemon { folder, _process: process };
+        let socket = daemon.folder.join("tessera.sock");
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !socket.exists() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let said = std::fs::read_to_string(&log).unwrap_or_default();
+        expect(socket.exists(), "the daemon's socket after 10 s", format!("none; its log: {said}"))?;
+        Ok(daemon)
+    }
+
+    fn environment(cmd: &mut Command, folder: &std::path::Path) {
+        cmd.env("TESSERA_SOCKET", folder.join("tessera.sock"))
+            .env("TESSERA_REGION", folder.join("tessera.region"))
+            .env("TESSERA_STATE_DIR", folder.join("state"));
+    }
+
+    /// `bin/tessera ARGS` talking to this daemon.
+    fn tessera(&self, ctx: &Ctx, args: &[&str]) -> Command {
+        let mut cmd = ctx.command(ctx.file("bin/tessera"), args);
+        Daemon::environment(&mut cmd, &self.folder);
+        cmd
+    }
+
+    /// `tessera vgpu create NAME --device 0 --memory 4GiB --share SHARE`.
+    fn create(&self, ctx: &Ctx, name: &str, share: u32) -> Result<(), Outcome> {
+        let share = share.to_string();
+        let args = ["vgpu", "create", name, "--device", "0", "--memory", "4GiB", "--share", &share];
+        let ran = bounded(self.tessera(ctx, &args), 10)?;
+        expect(ran.success(), &format!("tessera vgpu create {name} --share {share}"), ran.ending())
+    }
+
+    /// Makes `vgpus` (name, share) the daemon's only vGPUs among `names` (their shares on device 0 may
+    /// sum to 100% at most, so a layout replaces the one before).
+    fn layout(&self, ctx: &Ctx, names: &[&str], vgpus: &[(&str, u32)]) -> Result<(), Outcome> {
+        for name in names {
+            // Absent ones answer an error, which is what is wanted.
+            bounded(self.tessera(ctx, &["vgpu", "rm", name]), 10)?;
+        }
+        vgpus.iter().try_for_each(|(name, share)| self.create(ctx, name, *share))
+    }
+
+    /// `tessera run --vgpu NAME -- PROGRAM ARGS`.
+    fn run_in(&self, ctx: &Ctx, name: &str, program: &std::path::Path, args: &[&str]) -> Command {
+        let program = program.to_string_lossy();
+        let mut all = vec!["run", "--vgpu", name, "--", &program];
+        all.extend_from_slice(args);
+        self.tessera(ctx, &all)
+    }
+}
+
+/// The configurations the overhead check interleaves.
+#[derive(Clone, Copy)]
+enum Config {
+    /// No shim.
+    Native,
+    /// The shim with no setting.
+    Shim,
+    /// The shim with an 8 GiB quota.
+    Quota,
+    /// A vGPU of share 100: tokens always there.
+    Vgpu,
+    /// A vGPU of share 50 beside one of 50 kept busy with 500 µs kernels (launches may wait for
+    /// tokens: reported, no target).
+    VgpuBusy,
+}
+
+const CONFIGS: [(Config, &str); 5] = [
+    (Config::Native, "native"),
+    (Config::Shim, "shim"),
+    (Config::Quota, "shim, 8 GiB quota"),
+    (Config::Vgpu, "vGPU 100"),
+    (Config::VgpuBusy, "vGPU 50 + busy neighbour"),
+];
+/// The vGPUs the overhead check's configurations use.
+const VGPUS: [&str; 3] = ["full", "half", "busy"];
 /// Rounds of the overhead check (each runs every configuration once, each round starting one later).
 const OVERHEAD_ROUNDS: usize = 3;
 
+/// One run of `progs/overhead` in `config`; its report.
+fn overhead_once(ctx: &Ctx, daemon: &Daemon, config: Config, what: &str) -> Result<Value, Outcome> {
+    let program = ctx.file("progs/overhead");
+    let args = ["--launches", "20000", "--pairs", "5000", "--events", "20000"];
+    let cmd = match config {
+        Config::Native => ctx.command(&program, &args),
+        Config::Shim => {
+            let mut cmd = ctx.shimmed(&program, &args, "", "overhead");
+            cmd.env_remove("TESSERA_MEMORY_LIMIT");
+            cmd
+        }
+        Config::Quota => ctx.shimmed(&program, &args, "8GiB", "overhead"),
+        Config::Vgpu => {
+            daemon.layout(ctx, &VGPUS, &[("full", 100)])?;
+            daemon.run_in(ctx, "full", &program, &args)
+        }
+        Config::VgpuBusy => {
+            daemon.layout(ctx, &VGPUS, &[("half", 50), ("busy", 50)])?;
+            let neighbour = daemon.run_in(
+                ctx,
+                "busy",
+                &ctx.file("bin/cuda-probe"),
+                &["saturate", "--ns", "500us", "--seconds", "60"],
+            );
+            let _busy = start(&mut { neighbour }, &daemon.folder.join("neighbour.log"))
+                .map_err(|e| Outcome::fail(format!("cannot start the busy neighbour: {e}")))?;
+            std::thread::sleep(Duration::from_millis(500));
+            return probe_report(daemon.run_in(ctx, "half", &program, &args), 60, what);
+        }
+    };
+    probe_report(cmd, 60, what)
+}
+
 /// What the shim adds per call: `progs/overhead` (a C client on `cuda.h`, launches in batches of 100
-/// between `cuStreamSynchronize`) natively, under the shim, and under a quota, interleaved; per
+/// between `cuStreamSynchronize`) natively, under the shim, under a quota and in vGPUs, interleaved; per
 /// configuration the median over rounds of each operation's median batch, and the same minus native's.
+/// Natively, `event_record` and `event_query` are the bare costs of the shim's per-launch measurement.
 fn overhead(ctx: &Ctx) -> Outcome {
     outcome((|| {
+        let daemon = Daemon::start(ctx, "overhead")?;
         let mut per: BTreeMap<(usize, String), Vec<f64>> = BTreeMap::new();
         for round in 0..OVERHEAD_ROUNDS {
-            for i in 0..OVERHEAD_CONFIGS.len() {
-                let config = (round + i) % OVERHEAD_CONFIGS.len();
-                let args = ["--launches", "20000", "--pairs", "5000"];
-                let program = ctx.file("progs/overhead");
-                let cmd = match OVERHEAD_CONFIGS[config].1 {
-                    None => ctx.command(&program, &args),
-                    Some("") => {
-                        let mut cmd = ctx.shimmed(&program, &args, "", "overhead");
-                        cmd.env_remove("TESSERA_MEMORY_LIMIT");
-                        cmd
-                    }
-                    Some(quota) => ctx.shimmed(&program, &args, quota, "overhead"),
-                };
-                let r = probe(ctx, cmd, 60, &format!("progs/overhead ({})", OVERHEAD_CONFIGS[config].0))?;
+            for i in 0..CONFIGS.len() {
+                let index = (round + i) % CONFIGS.len();
+                let (config, name) = CONFIGS[index];
+                let r = overhead_once(ctx, &daemon, config, &format!("progs/overhead ({name})"))?;
                 for op in r["ops"].as_array().into_iter().flatten() {
-                    let (Some(name), Some(ns)) = (op["op"].as_str(), op["median_ns"].as_f64()) else { continue };
-                    per.entry((config, name.to_string())).or_default().push(ns);
+                    let (Some(op), Some(ns)) = (op["op"].as_str(), op["median_ns"].as_f64()) else { continue };
+                    per.entry((index, op.to_string())).or_default().push(ns);
                 }
             }
         }
@@ -233,23 +378,126 @@ fn overhead(ctx: &Ctx) -> Outcome {
         };
         let mut figures = serde_json::Map::new();
         let mut line = Vec::new();
-        for (config, (name, _)) in OVERHEAD_CONFIGS.iter().enumerate() {
+        for (index, (_, name)) in CONFIGS.iter().enumerate() {
             let mut ops = serde_json::Map::new();
-            for ((c, op), values) in per.iter().filter(|((c, _), _)| *c == config) {
+            for ((_, op), values) in per.iter().filter(|((c, _), _)| *c == index) {
                 let native = per.get(&(0, op.clone())).map(|v| median(v)).unwrap_or(f64::NAN);
                 let m = median(values);
                 ops.insert(op.clone(), json!({ "median_ns": m, "added_ns": m - native, "rounds": values }));
-                if *c != 0 && op == "launch" {
-                    line.push(format!("{name}: cuLaunchKernel {:+.0} ns", m - native));
+                if index != 0 && op == "launch" {
+                    line.push(format!("{name} {:+.0} ns", m - native));
                 }
             }
             figures.insert(name.to_string(), Value::Object(ops));
         }
+        let native = |op: &str| per.get(&(0, op.to_string())).map(|v| median(v)).unwrap_or(f64::NAN);
         expect(!line.is_empty(), "launch figures", "none")?;
         Ok(Outcome::pass(
-            format!("added per call (median of {OVERHEAD_ROUNDS} rounds): {}", line.join(", ")),
+            format!(
+                "cuLaunchKernel added (median of {OVERHEAD_ROUNDS} rounds): {}; natively cuEventRecord {:.0} ns, \
+                 cuEventQuery {:.0} ns",
+                line.join(", "),
+                native("event_record"),
+                native("event_query")
+            ),
             Value::Object(figures),
         ))
+    })())
+}
+
+/// How long the tenants of the `shares` and `mixed` checks saturate the device, in seconds.
+const SATURATE_S: u64 = 6;
+/// How far a tenant's part of the device time may be from its share, in points.
+const SHARE_TOLERANCE: f64 = 2.0;
+
+/// What two tenants saturating device 0 at once got.
+struct Split {
+    /// Each one's part of the device time its completed kernels took, in percent.
+    parts: Vec<f64>,
+    /// The device time all completed kernels took over the time from the first tenant's start to the
+    /// last one's end, in percent.
+    busy: f64,
+    /// The tenants' reports.
+    reports: Vec<Value>,
+}
+
+/// Runs one tenant per `(vGPU name, share, kernel length)` in a vGPU of its own of a private daemon,
+/// all at once, each saturating device 0 with spin kernels of its length (each lasts at least that
+/// long by `%globaltimer`) for [`SATURATE_S`]: device time is counted as kernels completed times their
+/// length.
+fn split(ctx: &Ctx, tag: &str, tenants: &[(&str, u32, &str)]) -> Result<Split, Outcome> {
+    let daemon = Daemon::start(ctx, tag)?;
+    for (name, share, _) in tenants {
+        daemon.create(ctx, name, *share)?;
+    }
+    let probe = ctx.file("bin/cuda-probe");
+    let seconds = SATURATE_S.to_string();
+    let reports: Vec<Result<Value, Outcome>> = std::thread::scope(|scope| {
+        let running: Vec<_> = tenants
+            .iter()
+            .map(|(name, _, ns)| {
+                let cmd = daemon.run_in(ctx, name, &probe, &["saturate", "--ns", ns, "--seconds", &seconds]);
+                scope.spawn(move || probe_report(cmd, SATURATE_S + 20, &format!("vGPU {name}'s {ns} kernels")))
+            })
+            .collect();
+        running
+            .into_iter()
+            .map(|t| t.join().unwrap_or_else(|_| Err(Outcome::fail("a tenant thread panicked"))))
+            .collect()
+    });
+    let reports = reports.into_iter().collect::<Result<Vec<Value>, Outcome>>()?;
+    let num = |r: &Value, key: &str| r[key].as_f64().unwrap_or(0.0);
+    let device_ns: Vec<f64> = reports.iter().map(|r| num(r, "kernels") * num(r, "kernel_ns")).collect();
+    let total: f64 = device_ns.iter().sum();
+    expect(total > 0.0, "device time of the kernels completed", total)?;
+    let first = reports.iter().map(|r| num(r, "start_ns")).fold(f64::MAX, f64::min);
+    let last = reports.iter().map(|r| num(r, "end_ns")).fold(f64::MIN, f64::max);
+    Ok(Split {
+        parts: device_ns.iter().map(|ns| 100.0 * ns / total).collect(),
+        busy: 100.0 * total / (last - first).max(1.0),
+        reports,
+    })
+}
+
+/// Checks that `split`'s parts are `shares` within [`SHARE_TOLERANCE`]; "a/b" as measured.
+fn within_shares(split: &Split, shares: &[u32]) -> Result<String, Outcome> {
+    let measured = split.parts.iter().map(|p| format!("{p:.1}")).collect::<Vec<_>>().join("/");
+    let asked = shares.iter().map(u32::to_string).collect::<Vec<_>>().join("/");
+    let ok = shares.iter().zip(&split.parts).all(|(share, part)| (part - f64::from(*share)).abs() <= SHARE_TOLERANCE);
+    expect(ok, &format!("the split of device time (asked {asked}, within {SHARE_TOLERANCE} points)"), &measured)?;
+    Ok(measured)
+}
+
+/// Two vGPUs of 30% and 70%, each saturating device 0 with 1 ms spin kernels: each one's part of the
+/// device time is its share within 2 points.
+fn shares(ctx: &Ctx) -> Outcome {
+    outcome((|| {
+        let split = split(ctx, "shares", &[("a", 30, "1ms"), ("b", 70, "1ms")])?;
+        let measured = within_shares(&split, &[30, 70])?;
+        Ok(Outcome::pass(
+            format!("vGPUs of 30% and 70% got {measured} of the device time, busy {:.1}%", split.busy),
+            json!({ "asked": [30, 70], "parts_percent": split.parts, "busy_percent": split.busy, "reports": split.reports }),
+        ))
+    })())
+}
+
+/// Kernels of different lengths, both ways: 50 µs kernels at 30% beside 5 ms kernels at 70%, then the
+/// other way round; each split within 2 points of 30/70, and how busy the device was (a figure: the
+/// target is the performance issue's).
+fn mixed(ctx: &Ctx) -> Outcome {
+    outcome((|| {
+        let mut figures = Vec::new();
+        let mut line = Vec::new();
+        for (tag, short, long) in [("mixed-short-30", "50us", "5ms"), ("mixed-long-30", "5ms", "50us")] {
+            let split = split(ctx, tag, &[("a", 30, short), ("b", 70, long)])?;
+            let measured = within_shares(&split, &[30, 70])?;
+            line.push(format!("{short} at 30% beside {long} at 70%: {measured}, busy {:.1}%", split.busy));
+            figures.push(json!({
+                "a": { "share": 30, "kernel": short }, "b": { "share": 70, "kernel": long },
+                "parts_percent": split.parts, "busy_percent": split.busy, "reports": split.reports,
+            }));
+        }
+        Ok(Outcome::pass(line.join("; "), json!(figures)))
     })())
 }
 

@@ -79,7 +79,11 @@ fn the_bundle_fits_refuses_to_run_without_a_driver_and_runs_whole_on_the_simulat
     assert_eq!(bad.status.code(), Some(64), "{}", text(&bad.stderr));
     assert!(text(&bad.stderr).contains("no check named 'warp'"), "{}", text(&bad.stderr));
 
-    let simulated = run(&copy, &["--simulated"]);
+    // Its overhead and shares checks measure time.
+    let simulated = {
+        let _turn = crate::common::timing_turn();
+        run(&copy, &["--simulated"])
+    };
     let stdout = text(&simulated.stdout);
     assert!(simulated.status.success(), "{stdout}{}", text(&simulated.stderr));
     assert!(stdout.lines().all(|l| l.starts_with("[simulated, not a hardware result] ")), "{stdout}");
@@ -90,7 +94,8 @@ fn the_bundle_fits_refuses_to_run_without_a_driver_and_runs_whole_on_the_simulat
     let checks = report["checks"].as_array().expect("checks");
     let status =
         |name: &str| checks.iter().find(|c| c["name"] == name).map(|c| c["status"].as_str().unwrap_or("").to_string());
-    for name in ["devices", "kernels", "spin", "quota", "direct", "tessera-run", "overhead"] {
+    let passes = ["devices", "kernels", "spin", "quota", "quota-paths", "direct", "tessera-run", "overhead", "shares"];
+    for name in passes {
         assert_eq!(status(name).as_deref(), Some("PASS"), "{name}: {stdout}");
     }
     // The applications run when the host's python3 has them, and say why not otherwise.
@@ -108,7 +113,7 @@ fn the_bundle_fits_refuses_to_run_without_a_driver_and_runs_whole_on_the_simulat
     }
     let summary = report["summary"].as_str().unwrap_or("");
     assert!(summary.contains("on the simulated driver") && stdout.contains(summary), "{summary}\n{stdout}");
-    assert_eq!(checks.len(), 10, "{report}");
+    assert_eq!(checks.len(), passes.len() + 3, "{report}");
     std::fs::remove_dir_all(&empty).unwrap();
 }
 
