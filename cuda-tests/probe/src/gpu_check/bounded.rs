@@ -83,6 +83,13 @@ pub fn start(cmd: &mut Command, log: &std::path::Path) -> std::io::Result<Backgr
     Ok(Background(cmd.stdin(Stdio::null()).stdout(out).stderr(err).process_group(0).spawn()?))
 }
 
+impl Background {
+    /// Its process id.
+    pub fn id(&self) -> u32 {
+        self.0.id()
+    }
+}
+
 impl Drop for Background {
     fn drop(&mut self) {
         // SAFETY: as in `run`: the negative pid names the process group this child leads.

@@ -30,11 +30,14 @@ pub const ALL: &[Check] = &[
     Check { name: "spin", bound_s: 60, run: spin },
     Check { name: "quota", bound_s: 60, run: quota },
     Check { name: "quota-paths", bound_s: 120, run: quota_paths },
+    Check { name: "nvml", bound_s: 40, run: nvml },
     Check { name: "direct", bound_s: 60, run: direct },
     Check { name: "tessera-run", bound_s: 60, run: tessera_run },
     Check { name: "overhead", bound_s: 240, run: overhead },
     Check { name: "shares", bound_s: 60, run: shares },
     Check { name: "mixed", bound_s: 90, run: mixed },
+    Check { name: "priority", bound_s: 60, run: priority },
+    Check { name: "checkpoint", bound_s: 90, run: checkpoint },
     Check { name: "torch", bound_s: 180, run: torch },
     Check { name: "cupy", bound_s: 120, run: cupy },
     Check { name: "numba", bound_s: 120, run: numba },
@@ -179,6 +182,54 @@ fn quota_paths(ctx: &Ctx) -> Outcome {
         Ok(Outcome::pass(
             format!("the 1 GiB quota's edge held on every path: {}", PATHS.join(", ")),
             Value::Object(figures),
+        ))
+    })())
+}
+
+/// While a program under the shim holds 256 MiB of a 1 GiB quota, the memory NVML counts for its
+/// process (what `nvidia-smi` shows) beside what Tessera counts (the quota less what the program sees
+/// free): a figure each, and the process must be listed.
+fn nvml(ctx: &Ctx) -> Outcome {
+    outcome((|| {
+        let log = ctx.scratch.join("nvml-holder.log");
+        let args = ["alloc", "--bytes", "256MiB", "--hold-ms", "8000"];
+        let holder = start(&mut ctx.shimmed(ctx.file("bin/cuda-probe"), &args, "1GiB", "nvml"), &log)
+            .map_err(|e| Outcome::fail(format!("cannot start cuda-probe alloc: {e}")))?;
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let report = loop {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            if let Some(Ok(report)) =
+                text.lines().next().filter(|_| text.contains('\n')).map(serde_json::from_str::<Value>)
+            {
+                break report;
+            }
+            expect(std::time::Instant::now() < deadline, "the holder's report within 10 s", &text)?;
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        expect(report["allocated"] == json!(true), "256 MiB in a 1 GiB quota", &report)?;
+        let tessera = GIB.saturating_sub(report["free_after"].as_u64().unwrap_or(GIB));
+        let script = ctx.file("apps/nvml_processes.py");
+        let ran = bounded(ctx.command("python3", &[&script.to_string_lossy()]), 20)?;
+        expect(ran.success() && ran.stdout.contains("done ok"), "python3 apps/nvml_processes.py", ran.ending())?;
+        let listed: BTreeMap<u32, u64> = ran
+            .stdout
+            .lines()
+            .filter_map(|l| l.strip_prefix("process "))
+            .filter_map(|l| l.split_once(' '))
+            .filter_map(|(pid, bytes)| Some((pid.parse().ok()?, bytes.parse().ok()?)))
+            .collect();
+        let pid = holder.id();
+        let Some(&counted) = listed.get(&pid) else {
+            return Err(Outcome::fail(format!("NVML does not list the holder (pid {pid}): {listed:?}")));
+        };
+        let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+        Ok(Outcome::pass(
+            format!(
+                "holding 256 MiB: NVML counts {:.0} MiB for the process, Tessera {:.0} MiB of its 1 GiB quota",
+                mib(counted),
+                mib(tessera)
+            ),
+            json!({ "nvml_bytes": counted, "tessera_bytes": tessera, "allocated": 256u64 << 20, "processes": listed }),
         ))
     })())
 }
@@ -498,6 +549,126 @@ fn mixed(ctx: &Ctx) -> Outcome {
             }));
         }
         Ok(Outcome::pass(line.join("; "), json!(figures)))
+    })())
+}
+
+/// A `high` vGPU's bursts (5 × 200 µs kernels after idle gaps of 20-30 ms) on an idle device, then
+/// beside two `normal` vGPUs (40% and 30%) saturating it with 1 ms kernels: how long each burst waited
+/// beyond its kernels' own time, from its first launch call to its synchronization's return (p50, p99).
+fn priority(ctx: &Ctx) -> Outcome {
+    outcome((|| {
+        let daemon = Daemon::start(ctx, "priority")?;
+        let probe = ctx.file("bin/cuda-probe");
+        let create = |name: &str, share: &str, priority: &str| -> Result<(), Outcome> {
+            let args =
+                ["vgpu", "create", name, "--device", "0", "--memory", "4GiB", "--share", share, "--priority", priority];
+            let ran = bounded(daemon.tessera(ctx, &args), 10)?;
+            expect(ran.success(), &format!("tessera vgpu create {name}"), ran.ending())
+        };
+        create("hi", "30", "high")?;
+        let arrivals = |seconds: &str, what: &str| {
+            let args = [
+                "arrivals",
+                "--ns",
+                "200us",
+                "--burst",
+                "5",
+                "--gap",
+                "20ms",
+                "--count",
+                "100000",
+                "--seconds",
+                seconds,
+            ];
+            probe_report(daemon.run_in(ctx, "hi", &probe, &args), 30, what)
+        };
+        let alone = arrivals("2", "the high vGPU's bursts on an idle device")?;
+        create("n40", "40", "normal")?;
+        create("n30", "30", "normal")?;
+        let load = ["saturate", "--ns", "1ms", "--seconds", "8"];
+        let _n40 = start(&mut daemon.run_in(ctx, "n40", &probe, &load), &daemon.folder.join("n40.log"));
+        let _n30 = start(&mut daemon.run_in(ctx, "n30", &probe, &load), &daemon.folder.join("n30.log"));
+        std::thread::sleep(Duration::from_millis(500));
+        let loaded = arrivals("5", "the high vGPU's bursts beside two saturating vGPUs")?;
+        let p = |r: &Value, q: &str| r["waited_us"][q].as_f64().unwrap_or(f64::NAN);
+        expect(p(&loaded, "p99").is_finite(), "p99 of the loaded bursts", &loaded)?;
+        Ok(Outcome::pass(
+            format!(
+                "a burst waited beyond its kernels p50 {:.0} / p99 {:.0} µs alone, p50 {:.0} / p99 {:.0} µs beside two \
+                 saturating normal vGPUs",
+                p(&alone, "p50"),
+                p(&alone, "p99"),
+                p(&loaded, "p50"),
+                p(&loaded, "p99")
+            ),
+            json!({ "alone": alone, "loaded": loaded }),
+        ))
+    })())
+}
+
+/// The first JSON line of the file `log` that has `key`, waiting for it up to `secs` seconds.
+fn line_with(log: &std::path::Path, key: &str, secs: u64, what: &str) -> Result<Value, Outcome> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(secs);
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        let found = text.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()).find(|v| v.get(key).is_some());
+        if let Some(line) = found {
+            return Ok(line);
+        }
+        expect(std::time::Instant::now() < deadline, &format!("{what} within {secs} s"), text.trim())?;
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// `tessera vgpu snapshot` then `resume` of a vGPU whose tenant holds 256 MiB of buffers with distinct
+/// contents, through the driver's process checkpoint API: afterwards the tenant finds every byte at the
+/// same addresses and runs `vector_add_f32` on them. Skipped, with the daemon's reason, where the
+/// driver offers no checkpoint API.
+fn checkpoint(ctx: &Ctx) -> Outcome {
+    outcome((|| {
+        let daemon = Daemon::start(ctx, "checkpoint")?;
+        daemon.create(ctx, "ck", 40)?;
+        let trigger = daemon.folder.join("go");
+        let log = daemon.folder.join("tenant.log");
+        let trigger_arg = trigger.to_string_lossy();
+        let args = [
+            "softmem",
+            "--mib",
+            "256",
+            "--free-large",
+            "0",
+            "--free-small",
+            "0",
+            "--rounds",
+            "1",
+            "--wait-file",
+            &trigger_arg,
+        ];
+        let _tenant = start(&mut daemon.run_in(ctx, "ck", &ctx.file("bin/cuda-probe"), &args), &log)
+            .map_err(|e| Outcome::fail(format!("cannot start the tenant: {e}")))?;
+        line_with(&log, "ready", 30, "the tenant's ready line")?;
+        let snapshot = bounded(daemon.tessera(ctx, &["vgpu", "snapshot", "ck"]), 30)?;
+        // The daemon's words when the driver lacks the API (scheduler/src/snapshot/checkpoint.rs).
+        if !snapshot.success() && snapshot.stderr.contains("process checkpoints need driver") {
+            return Ok(Outcome::skip(format!("the driver offers no process checkpoint: {}", snapshot.ending())));
+        }
+        expect(snapshot.success(), "tessera vgpu snapshot ck", snapshot.ending())?;
+        let resume = bounded(daemon.tessera(ctx, &["vgpu", "resume", "ck"]), 30)?;
+        expect(resume.success(), "tessera vgpu resume ck", resume.ending())?;
+        std::fs::write(&trigger, b"go")
+            .map_err(|e| Outcome::fail(format!("cannot write {}: {e}", trigger.display())))?;
+        let round = line_with(&log, "round", 30, "the tenant's round after resume")?;
+        for what in ["verified", "kernel"] {
+            let bad = round[what]["mismatched_words"].as_u64();
+            expect(bad == Some(0), &format!("{what}: mismatched words after resume"), &round)?;
+        }
+        Ok(Outcome::pass(
+            format!(
+                "snapshot and resume of a tenant holding 256 MiB: {} bytes found as written, vector_add_f32 right",
+                round["verified"]["bytes"]
+            ),
+            json!({ "round": round, "snapshot": snapshot.stdout.trim(), "resume": resume.stdout.trim() }),
+        ))
     })())
 }
 

@@ -2,6 +2,9 @@
 //! `spin` kernels separated by idle gaps and reports how long after each burst's first launch call that
 //! kernel started on the engine: the start comes from the simulated engine's own record of the kernel
 //! (`SIMGPU_ENGINE_TRACE`, see `simgpu::trace`), not from anything the process or a shim measured.
+//! Without that record (a real driver), it reports what the host sees instead: how long each burst took
+//! from its first launch call to its synchronization's return beyond its kernels' own time (`waited_us`:
+//! launch, queueing behind other work, completion notice).
 
 use super::open;
 use crate::args::Args;
@@ -18,6 +21,8 @@ struct Launch {
     call_ns: u64,
     /// Just after it returned.
     returned_ns: u64,
+    /// Just after the burst's synchronization returned.
+    done_ns: u64,
 }
 
 /// Launches `--burst` (default 5) `spin(--ns)` kernels (default 200 µs) back to back, waits for them,
@@ -34,12 +39,7 @@ pub fn arrivals(args: &Args) -> Outcome {
     ensure(ns > 0 && burst >= 1 && count >= 1 && seconds > 0.0, || {
         "--ns, --burst, --count and --seconds must be positive".into()
     })?;
-    let Some(path) = std::env::var_os(trace::VAR).filter(|p| !p.is_empty()) else {
-        return Err(Failure::new(format!(
-            "arrivals needs {}=path: kernel start times come from the simulated engine's record",
-            trace::VAR
-        )));
-    };
+    let path = std::env::var_os(trace::VAR).filter(|p| !p.is_empty());
     let ctx = open(args)?;
     let stream = ctx.new_stream().during("cuStreamCreate")?;
     let k = Kernels::load(&ctx)?;
@@ -51,7 +51,7 @@ pub fn arrivals(args: &Args) -> Outcome {
             k.spin(&stream, ns)?;
         }
         stream.synchronize().during("cuStreamSynchronize")?;
-        Ok(Launch { call_ns, returned_ns })
+        Ok(Launch { call_ns, returned_ns, done_ns: now_ns() })
     };
 
     let warmup = run_burst()?;
@@ -68,6 +68,20 @@ pub fn arrivals(args: &Args) -> Outcome {
         launches.push(run_burst()?);
     }
 
+    let micros = |v: Vec<u64>| summary(v.into_iter().map(|x| x as f64 / 1e3).collect());
+    let Some(path) = path else {
+        let own = ns.saturating_mul(burst as u64);
+        let waited = |l: &Launch| l.done_ns.saturating_sub(l.call_ns).saturating_sub(own);
+        return Ok(json!({
+            "kernel_ns": ns,
+            "burst": burst,
+            "gap_ns": gap,
+            "arrivals": launches.len(),
+            "clock": "host",
+            "warmup": { "waited_us": waited(&warmup) as f64 / 1e3 },
+            "waited_us": micros(launches.iter().map(waited).collect()),
+        }));
+    };
     // The stream has finished everything, so every kernel's line was written before its completion.
     let pid = std::process::id();
     let mine: Vec<trace::Entry> = trace::read(std::path::Path::new(&path))
@@ -85,7 +99,6 @@ pub fn arrivals(args: &Args) -> Outcome {
     let latency = |l: &Launch, i: usize| first(i).start_ns.saturating_sub(l.call_ns);
 
     let measured: Vec<(&Launch, usize)> = launches.iter().zip(1..).collect();
-    let micros = |v: Vec<u64>| summary(v.into_iter().map(|x| x as f64 / 1e3).collect());
     Ok(json!({
         "kernel_ns": ns,
         "burst": burst,

@@ -65,7 +65,7 @@ const SCENARIOS: &[Scenario] = &[
     Scenario {
         name: "arrivals",
         options: &["device", "ns", "burst", "count", "gap", "seconds"],
-        summary: "bursts of --burst spin(--ns) kernels after idle gaps of --gap; engine start of each burst's first kernel after its launch call (needs SIMGPU_ENGINE_TRACE)",
+        summary: "bursts of --burst spin(--ns) kernels after idle gaps of --gap; engine start of each burst's first kernel after its launch call (from SIMGPU_ENGINE_TRACE; without it, the host's wait beyond the kernels' time)",
         run: arrivals::arrivals,
     },
     Scenario {

@@ -94,7 +94,21 @@ fn the_bundle_fits_refuses_to_run_without_a_driver_and_runs_whole_on_the_simulat
     let checks = report["checks"].as_array().expect("checks");
     let status =
         |name: &str| checks.iter().find(|c| c["name"] == name).map(|c| c["status"].as_str().unwrap_or("").to_string());
-    let passes = ["devices", "kernels", "spin", "quota", "quota-paths", "direct", "tessera-run", "overhead", "shares"];
+    let passes = [
+        "devices",
+        "kernels",
+        "spin",
+        "quota",
+        "quota-paths",
+        "nvml",
+        "direct",
+        "tessera-run",
+        "overhead",
+        "shares",
+        "mixed",
+        "priority",
+        "checkpoint",
+    ];
     for name in passes {
         assert_eq!(status(name).as_deref(), Some("PASS"), "{name}: {stdout}");
     }
