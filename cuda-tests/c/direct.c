@@ -9,6 +9,9 @@
  * the result of an allocation just above argv[1] bytes (the quota under test, if given), and whether a
  * vector_add_f32 kernel loaded from PTX computed the right sums.
  *
+ * Built against the cuda.h of CUDA 12 or 13: what each makes of the same source (CUDA 13 maps cuCtxCreate
+ * to cuCtxCreate_v4) is what a program of that version calls; "cuda_version" says which header it was.
+ *
  * Usage: direct [quota-bytes]
  */
 #include "report.h"
@@ -77,10 +80,16 @@ int main(int argc, char **argv) {
     int version = 0;
     CU(cuDriverGetVersion(&version));
     fact("driver_version", "%d", version);
+    fact("cuda_version", "%d", CUDA_VERSION);
     CUdevice dev;
     CU(cuDeviceGet(&dev, 0));
     CUcontext ctx;
+#if CUDA_VERSION >= 13000
+    /* CUDA 13's cuda.h makes cuCtxCreate cuCtxCreate_v4, which takes creation parameters (none here). */
+    CU(cuCtxCreate(&ctx, NULL, 0, dev));
+#else
     CU(cuCtxCreate(&ctx, 0, dev));
+#endif
     size_t free_bytes = 0, total_bytes = 0, device_bytes = 0;
     CU(cuMemGetInfo(&free_bytes, &total_bytes));
     CU(cuDeviceTotalMem(&device_bytes, dev));

@@ -8,6 +8,7 @@ mod common;
 mod validator;
 
 mod api;
+mod apps_cuda13;
 mod apps_in_vgpus;
 mod audit_log;
 mod batches;

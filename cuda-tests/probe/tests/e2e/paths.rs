@@ -14,7 +14,10 @@
 
 use crate::common;
 
-use common::cprog::{CBuild, Facts, Symbols, direct_program, dynamic_symbols, proc_address_table, shim_hooks};
+use common::cprog::{
+    CBuild, Facts, Symbols, cuda_include_dir, cuda13_include_dir, direct_program, direct_program_for, dynamic_symbols,
+    proc_address_table, shim_hooks,
+};
 use common::{GIB, Sim, build_dir, shim_path};
 use std::collections::BTreeSet;
 
@@ -40,7 +43,12 @@ fn assert_quota_view(total: u64, device: u64, over_quota_alloc: Option<i64>) {
 /// Runs a direct-linking build with and without the shim; `called` are the stream-ordered entry points the
 /// build must import (legacy or per-thread names); `allocation` and `launch` are hooked, `other` is not.
 fn direct_linking(per_thread: bool, called: &[&str], allocation: &str, launch: &str, other: &str) {
-    let exe = direct_program(per_thread);
+    direct_linking_of(12, per_thread, called, allocation, launch, other)
+}
+
+/// [`direct_linking`] of a build against the `cuda.h` of CUDA `major`.
+fn direct_linking_of(major: u32, per_thread: bool, called: &[&str], allocation: &str, launch: &str, other: &str) {
+    let exe = direct_program_for(major, per_thread);
     let imports = dynamic_symbols(&exe, Symbols::Undefined);
     for name in called {
         assert!(imports.contains(*name), "the build must call {name}; it imports {imports:?}");
@@ -107,6 +115,94 @@ fn per_thread_default_stream_build_calls_ptsz_entry_points_that_land_in_the_shim
         "cuMemAlloc_v2",
     ];
     direct_linking(true, &called, "cuMemAllocAsync_ptsz", "cuLaunchKernel_ptsz", "cuStreamSynchronize_ptsz");
+}
+
+#[test]
+fn cuda_13_builds_call_cuda_13_names_that_land_in_the_shim_on_a_12_and_a_13_driver() {
+    // CUDA 13's cuda.h maps cuCtxCreate to cuCtxCreate_v4 (12's to _v2); the rest of what direct.c calls
+    // keeps its CUDA 12 names.
+    let called = ["cuCtxCreate_v4", "cuMemAllocAsync", "cuMemAlloc_v2", "cuLaunchKernel", "cuStreamSynchronize"];
+    direct_linking_of(13, false, &called, "cuMemAllocAsync", "cuLaunchKernel", "cuStreamSynchronize");
+    let ptsz = ["cuCtxCreate_v4", "cuMemAllocAsync_ptsz", "cuLaunchKernel_ptsz", "cuStreamSynchronize_ptsz"];
+    direct_linking_of(13, true, &ptsz, "cuMemAllocAsync_ptsz", "cuLaunchKernel_ptsz", "cuStreamSynchronize_ptsz");
+    // On a driver that says it is CUDA 13.0, and on one that says 12.8: asked for CUDA 13.0's entry
+    // points, that one answers CUDA_ERROR_INVALID_VALUE (1), as NVIDIA documents, shim or not.
+    let exe = direct_program_for(13, false);
+    let on = |driver: &str| {
+        let sim = under_shim(&format!("direct13-on-{driver}")).with("SIMGPU_DRIVER_VERSION", driver);
+        Facts::run(sim.command_for(&exe, &[&QUOTA.to_string()]))
+    };
+    let new = on("13000").succeeded();
+    assert_eq!((new.get("driver_version"), new.get("cuda_version")), ("13000", "13000"));
+    assert_eq!(new.get("address.cuCtxCreate_v4"), "libtessera.so:cuCtxCreate_v4");
+    let old = on("12080");
+    assert!(!old.success, "{}", old.stdout);
+    let refused = "cuGetProcAddress_v2(symbol, &pfn, 13000, CU_GET_PROC_ADDRESS_DEFAULT, &status) = 1";
+    assert_eq!(old.get("error"), refused, "{}", old.stdout);
+}
+
+/// Whether `export` is `base` or a version or per-thread form of it (`base_v2`, `base_ptsz`,
+/// `base_v2_ptds`).
+fn is_form_of(export: &str, base: &str) -> bool {
+    let Some(rest) = export.strip_prefix(base) else { return false };
+    let rest = rest.strip_prefix("_v").map_or(rest, |r| r.trim_start_matches(|c: char| c.is_ascii_digit()));
+    matches!(rest, "" | "_ptsz" | "_ptds")
+}
+
+/// The functions `cuda.h` in `include` declares, each with the name a program compiled against it
+/// calls (the header's `#define cuX cuX_vN` applied).
+fn declared_names(include: &std::path::Path) -> Vec<(String, String)> {
+    let header = std::fs::read_to_string(include.join("cuda.h")).expect("read cuda.h");
+    let mut defines = std::collections::BTreeMap::new();
+    for line in header.lines() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        // `#define cuX cuX_v2`, or `#define cuX __CUDA_API_PTDS(cuX_v2)` (the name itself in a build
+        // without CUDA_API_PER_THREAD_DEFAULT_STREAM).
+        if let ["#define", from, to] = words[..] {
+            let to = ["__CUDA_API_PTDS(", "__CUDA_API_PTSZ("]
+                .iter()
+                .find_map(|m| to.strip_prefix(m).and_then(|t| t.strip_suffix(')')))
+                .unwrap_or(to);
+            if from.starts_with("cu") && to.starts_with(from) {
+                defines.insert(from.to_string(), to.to_string());
+            }
+        }
+    }
+    let mut names: Vec<(String, String)> = header
+        .split("CUresult CUDAAPI ")
+        .skip(1)
+        .filter_map(|rest| rest.split('(').next())
+        .map(str::trim)
+        .filter(|name| name.starts_with("cu") && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+        .map(|name| (name.to_string(), defines.get(name).cloned().unwrap_or_else(|| name.to_string())))
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+#[test]
+fn every_function_of_cuda_12_and_13_headers_is_in_the_table_and_hooked_families_are_hooked_in_that_form() {
+    let table: BTreeSet<&str> = tessera_ffi::proc_address::ROWS.iter().map(|r| r.symbol).collect();
+    let hooks = shim_hooks();
+    // A family the shim hooks: the base name, or any version or per-thread form of it.
+    let family_hooked = |base: &str| hooks.iter().any(|h| is_form_of(h, base));
+    for (major, include) in [(12, cuda_include_dir()), (13, cuda13_include_dir())] {
+        let names = declared_names(&include);
+        assert!(names.len() > 400, "CUDA {major}'s cuda.h declares {} functions", names.len());
+        let missing: Vec<&str> =
+            names.iter().map(|(_, called)| called.as_str()).filter(|c| !table.contains(c)).collect();
+        assert!(missing.is_empty(), "CUDA {major} programs call what the table lacks: {missing:?}");
+        let unhooked: Vec<&str> = names
+            .iter()
+            .filter(|(base, called)| family_hooked(base) && !hooks.contains(called.as_str()))
+            .map(|(_, called)| called.as_str())
+            .collect();
+        assert!(
+            unhooked.is_empty(),
+            "CUDA {major} programs call these unhooked forms of hooked families: {unhooked:?}"
+        );
+    }
 }
 
 /// Driver names looked up by `dl_paths`: hooked and not, legacy and per-thread.

@@ -62,24 +62,32 @@ pub struct CBuild {
     name: String,
     flags: Vec<String>,
     libraries: Vec<String>,
+    /// The folder of the `cuda.h` it is compiled against (default: CUDA 12's, [`cuda_include_dir`]).
+    headers: Option<PathBuf>,
 }
 
 impl CBuild {
     /// The program built from `cuda-tests/c/<source>`, named after it.
     pub fn program(source: &'static str) -> CBuild {
         let name = source.trim_end_matches(".c").to_string();
-        CBuild { source, name, flags: vec!["-fPIE".into(), "-pie".into()], libraries: Vec::new() }
+        CBuild { source, name, flags: vec!["-fPIE".into(), "-pie".into()], libraries: Vec::new(), headers: None }
     }
 
     /// A shared library built from `cuda-tests/c/<source>`, named `lib<stem>.so`.
     pub fn library(source: &'static str) -> CBuild {
         let name = format!("lib{}.so", source.trim_end_matches(".c"));
-        CBuild { source, name, flags: vec!["-fPIC".into(), "-shared".into()], libraries: Vec::new() }
+        CBuild { source, name, flags: vec!["-fPIC".into(), "-shared".into()], libraries: Vec::new(), headers: None }
     }
 
     /// Names the output (for several builds of one source).
     pub fn named(mut self, name: &str) -> CBuild {
         self.name = name.into();
+        self
+    }
+
+    /// Compiles against the `cuda.h` in `dir` (CUDA 13's: [`cuda13_include_dir`]).
+    pub fn cuda_headers(mut self, dir: PathBuf) -> CBuild {
+        self.headers = Some(dir);
         self
     }
 
@@ -129,7 +137,7 @@ impl CBuild {
         let sources = workspace().join("cuda-tests/c");
         let mut gcc = Command::new("gcc");
         gcc.args(["-std=gnu11", "-O1", "-g", "-Wall", "-Wextra", "-Werror", "-D_GNU_SOURCE"])
-            .arg(format!("-I{}", cuda_include_dir().display()))
+            .arg(format!("-I{}", self.headers.clone().unwrap_or_else(cuda_include_dir).display()))
             .arg(format!("-I{}", sources.display()))
             .arg(format!("-DTESSERA_KERNELS_DIR=\"{}\"", workspace().join("cuda-tests/kernels").display()))
             .args(&self.flags)
@@ -255,13 +263,20 @@ impl Facts {
 }
 
 /// `cuda-tests/c/direct.c` (linked to the driver), built normally or with
-/// `CUDA_API_PER_THREAD_DEFAULT_STREAM`.
+/// `CUDA_API_PER_THREAD_DEFAULT_STREAM`, against CUDA 12's `cuda.h`.
 pub fn direct_program(per_thread: bool) -> PathBuf {
-    let build = CBuild::program("direct.c").link_driver();
+    direct_program_for(12, per_thread)
+}
+
+/// [`direct_program`] against the `cuda.h` of CUDA `major` (12 or 13).
+pub fn direct_program_for(major: u32, per_thread: bool) -> PathBuf {
+    let headers = if major == 13 { cuda13_include_dir() } else { cuda_include_dir() };
+    let build = CBuild::program("direct.c").link_driver().cuda_headers(headers);
+    let name = if major == 13 { "direct13" } else { "direct" };
     if per_thread {
-        build.named("direct-ptds").define("CUDA_API_PER_THREAD_DEFAULT_STREAM=1").build()
+        build.named(&format!("{name}-ptds")).define("CUDA_API_PER_THREAD_DEFAULT_STREAM=1").build()
     } else {
-        build.named("direct").build()
+        build.named(name).build()
     }
 }
 
