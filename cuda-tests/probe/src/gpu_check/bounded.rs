@@ -37,9 +37,20 @@ impl Ran {
     }
 }
 
-/// Runs `cmd` (stdin closed) for at most `bound`; an error only when it cannot be started.
+/// The instant the running check must end by: no program outlives it, whatever its own bound.
+static DEADLINE: std::sync::Mutex<Option<Instant>> = std::sync::Mutex::new(None);
+
+/// Sets the instant every program started from now on is killed by at the latest.
+pub fn set_deadline(deadline: Instant) {
+    *DEADLINE.lock().unwrap_or_else(|e| e.into_inner()) = Some(deadline);
+}
+
+/// Runs `cmd` (stdin closed) for at most `bound` (less if the check's deadline comes first); an error
+/// only when it cannot be started.
 pub fn run(cmd: &mut Command, bound: Duration) -> std::io::Result<Ran> {
     let started = Instant::now();
+    let deadline = *DEADLINE.lock().unwrap_or_else(|e| e.into_inner());
+    let bound = deadline.map_or(bound, |d| bound.min(d.saturating_duration_since(started)));
     let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0).spawn()?;
     let group = child.id() as i32;
     let mut out = child.stdout.take().expect("piped stdout");

@@ -26,21 +26,22 @@ pub struct Check {
 /// Every check, in order.
 pub const ALL: &[Check] = &[
     Check { name: "devices", bound_s: 30, run: devices },
-    Check { name: "kernels", bound_s: 60, run: kernels },
-    Check { name: "spin", bound_s: 60, run: spin },
-    Check { name: "quota", bound_s: 60, run: quota },
-    Check { name: "quota-paths", bound_s: 120, run: quota_paths },
-    Check { name: "nvml", bound_s: 40, run: nvml },
-    Check { name: "direct", bound_s: 60, run: direct },
-    Check { name: "tessera-run", bound_s: 60, run: tessera_run },
-    Check { name: "overhead", bound_s: 240, run: overhead },
+    Check { name: "kernels", bound_s: 30, run: kernels },
+    Check { name: "spin", bound_s: 30, run: spin },
+    Check { name: "quota", bound_s: 30, run: quota },
+    Check { name: "quota-paths", bound_s: 60, run: quota_paths },
+    Check { name: "nvml", bound_s: 30, run: nvml },
+    Check { name: "direct", bound_s: 30, run: direct },
+    Check { name: "tessera-run", bound_s: 30, run: tessera_run },
+    Check { name: "overhead", bound_s: 120, run: overhead },
     Check { name: "shares", bound_s: 60, run: shares },
-    Check { name: "mixed", bound_s: 90, run: mixed },
-    Check { name: "priority", bound_s: 60, run: priority },
-    Check { name: "checkpoint", bound_s: 90, run: checkpoint },
-    Check { name: "torch", bound_s: 180, run: torch },
-    Check { name: "cupy", bound_s: 120, run: cupy },
-    Check { name: "numba", bound_s: 120, run: numba },
+    Check { name: "mixed", bound_s: 60, run: mixed },
+    Check { name: "priority", bound_s: 40, run: priority },
+    Check { name: "checkpoint", bound_s: 60, run: checkpoint },
+    Check { name: "torch", bound_s: 120, run: torch },
+    Check { name: "cupy", bound_s: 60, run: cupy },
+    Check { name: "numba", bound_s: 60, run: numba },
+    Check { name: "left-as-found", bound_s: 20, run: left_as_found },
 ];
 
 /// Runs `cmd` for at most `secs`, or says why it could not start.
@@ -99,6 +100,9 @@ fn devices(ctx: &Ctx) -> Outcome {
         let count = r["device_count"].as_u64().unwrap_or(0);
         expect(count >= 1, "devices", count)?;
         let first = &r["devices"][0];
+        if let Some(free) = first["mem_info_free"].as_u64() {
+            let _ = ctx.free_at_start.set(free);
+        }
         let detail = format!(
             "{count} device(s); device 0: {}, compute capability {}, {} bytes; driver API version {}",
             first["name"].as_str().unwrap_or("?"),
@@ -373,7 +377,7 @@ const OVERHEAD_ROUNDS: usize = 3;
 /// One run of `progs/overhead` in `config`; its report.
 fn overhead_once(ctx: &Ctx, daemon: &Daemon, config: Config, what: &str) -> Result<Value, Outcome> {
     let program = ctx.file("progs/overhead");
-    let args = ["--launches", "20000", "--pairs", "5000", "--events", "20000"];
+    let args = ["--launches", "10000", "--pairs", "2000", "--events", "10000"];
     let cmd = match config {
         Config::Native => ctx.command(&program, &args),
         Config::Shim => {
@@ -457,7 +461,7 @@ fn overhead(ctx: &Ctx) -> Outcome {
 }
 
 /// How long the tenants of the `shares` and `mixed` checks saturate the device, in seconds.
-const SATURATE_S: u64 = 6;
+const SATURATE_S: u64 = 4;
 /// How far a tenant's part of the device time may be from its share, in points.
 const SHARE_TOLERANCE: f64 = 2.0;
 
@@ -468,6 +472,8 @@ struct Split {
     /// The device time all completed kernels took over the time from the first tenant's start to the
     /// last one's end, in percent.
     busy: f64,
+    /// What the daemon charged each vGPU over what its kernels took, less one (0.01: 1% more).
+    charge_error: Vec<f64>,
     /// The tenants' reports.
     reports: Vec<Value>,
 }
@@ -503,9 +509,18 @@ fn split(ctx: &Ctx, tag: &str, tenants: &[(&str, u32, &str)]) -> Result<Split, O
     expect(total > 0.0, "device time of the kernels completed", total)?;
     let first = reports.iter().map(|r| num(r, "start_ns")).fold(f64::MAX, f64::min);
     let last = reports.iter().map(|r| num(r, "end_ns")).fold(f64::MIN, f64::max);
+    let mut charge_error = Vec::new();
+    for ((name, _, _), took) in tenants.iter().zip(&device_ns) {
+        let show = bounded(daemon.tessera(ctx, &["vgpu", "show", name, "--json"]), 10)?;
+        let charged = serde_json::from_str::<Value>(&show.stdout).ok().and_then(|v| v["device_ns"].as_f64());
+        let charged =
+            charged.ok_or_else(|| Outcome::fail(format!("tessera vgpu show {name} --json: {}", show.ending())))?;
+        charge_error.push(charged / took.max(1.0) - 1.0);
+    }
     Ok(Split {
         parts: device_ns.iter().map(|ns| 100.0 * ns / total).collect(),
         busy: 100.0 * total / (last - first).max(1.0),
+        charge_error,
         reports,
     })
 }
@@ -519,16 +534,29 @@ fn within_shares(split: &Split, shares: &[u32]) -> Result<String, Outcome> {
     Ok(measured)
 }
 
-/// Two vGPUs of 30% and 70%, each saturating device 0 with 1 ms spin kernels: each one's part of the
-/// device time is its share within 2 points.
+/// The splits the `shares` check asks for.
+const SPLITS: [&[(&str, u32, &str)]; 2] =
+    [&[("a", 30, "1ms"), ("b", 70, "1ms")], &[("a", 10, "1ms"), ("b", 20, "1ms"), ("c", 30, "1ms"), ("d", 40, "1ms")]];
+
+/// vGPUs of 30% and 70%, then of 10%, 20%, 30% and 40%, each saturating device 0 with 1 ms spin
+/// kernels: each one's part of the device time is its share within 2 points; and what the daemon
+/// charged each against what its kernels took.
 fn shares(ctx: &Ctx) -> Outcome {
     outcome((|| {
-        let split = split(ctx, "shares", &[("a", 30, "1ms"), ("b", 70, "1ms")])?;
-        let measured = within_shares(&split, &[30, 70])?;
-        Ok(Outcome::pass(
-            format!("vGPUs of 30% and 70% got {measured} of the device time, busy {:.1}%", split.busy),
-            json!({ "asked": [30, 70], "parts_percent": split.parts, "busy_percent": split.busy, "reports": split.reports }),
-        ))
+        let mut line = Vec::new();
+        let mut figures = Vec::new();
+        for (i, tenants) in SPLITS.iter().enumerate() {
+            let asked: Vec<u32> = tenants.iter().map(|t| t.1).collect();
+            let split = split(ctx, &format!("shares-{i}"), tenants)?;
+            let measured = within_shares(&split, &asked)?;
+            let errors: Vec<String> = split.charge_error.iter().map(|e| format!("{:+.1}%", 100.0 * e)).collect();
+            line.push(format!("{measured} (charged {}), busy {:.1}%", errors.join(" "), split.busy));
+            figures.push(json!({
+                "asked": asked, "parts_percent": split.parts, "busy_percent": split.busy,
+                "charge_error": split.charge_error, "reports": split.reports,
+            }));
+        }
+        Ok(Outcome::pass(format!("device time by share: {}", line.join("; ")), json!(figures)))
     })())
 }
 
@@ -545,7 +573,8 @@ fn mixed(ctx: &Ctx) -> Outcome {
             line.push(format!("{short} at 30% beside {long} at 70%: {measured}, busy {:.1}%", split.busy));
             figures.push(json!({
                 "a": { "share": 30, "kernel": short }, "b": { "share": 70, "kernel": long },
-                "parts_percent": split.parts, "busy_percent": split.busy, "reports": split.reports,
+                "parts_percent": split.parts, "busy_percent": split.busy, "charge_error": split.charge_error,
+                "reports": split.reports,
             }));
         }
         Ok(Outcome::pass(line.join("; "), json!(figures)))
@@ -751,5 +780,24 @@ fn numba(ctx: &Ctx) -> Outcome {
             "the context shows the 2 GiB quota, 3 GiB refused; a @cuda.jit kernel ran",
             json!({ "quota": quota, "kernel": kernel }),
         ))
+    })())
+}
+
+/// How far device 0's free memory may be from its reading at the start (other users of the GPU).
+const FOUND_TOLERANCE: u64 = 64 << 20;
+
+/// The GPU as the run found it: device 0's free memory, seen from a fresh context as at the start,
+/// within 64 MiB of what it was (every process the checks started has ended and freed its memory).
+fn left_as_found(ctx: &Ctx) -> Outcome {
+    let Some(&before) = ctx.free_at_start.get() else {
+        return Outcome::skip("no reading from the start (the devices check did not run)");
+    };
+    outcome((|| {
+        let r = probe_report(probe_cmd(ctx, &["attributes"]), 30, "cuda-probe attributes")?;
+        let after = r["devices"][0]["mem_info_free"].as_u64().unwrap_or(0);
+        let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+        let what = format!("device 0's free memory: {:.0} MiB at the start, {:.0} MiB now", mib(before), mib(after));
+        expect(before.abs_diff(after) <= FOUND_TOLERANCE, "device 0's free memory within 64 MiB of the start", &what)?;
+        Ok(Outcome::pass(what, json!({ "free_before": before, "free_after": after })))
     })())
 }

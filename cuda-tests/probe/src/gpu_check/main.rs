@@ -15,7 +15,7 @@ mod checks;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// How to use it.
 const USAGE: &str = "usage: run [--simulated] [--only NAME,...] [--out DIR]
@@ -47,6 +47,8 @@ pub struct Ctx {
     pub driver: Driver,
     /// A private scratch folder (region files, the simulated state), removed at the end.
     pub scratch: PathBuf,
+    /// Device 0's free memory when the run began (the `devices` check's reading), for the last check.
+    pub free_at_start: std::cell::OnceCell<u64>,
 }
 
 impl Ctx {
@@ -229,7 +231,7 @@ fn main() -> ExitCode {
         eprintln!("gpu-check: cannot make {}: {e}", scratch.display());
         return ExitCode::from(1);
     }
-    let ctx = Ctx { root, driver, scratch };
+    let ctx = Ctx { root, driver, scratch, free_at_start: std::cell::OnceCell::new() };
     let report = run_checks(&ctx, args.only.as_deref());
     let _ = std::fs::remove_dir_all(&ctx.scratch);
     let out = args.out.unwrap_or_else(|| ctx.root.clone()).join("report.json");
@@ -242,6 +244,20 @@ fn main() -> ExitCode {
     if report["failed"].as_u64() == Some(0) { ExitCode::SUCCESS } else { ExitCode::from(1) }
 }
 
+/// The most the whole run may take: a check is started only while its bound fits in what is left.
+const RUN_BUDGET: Duration = Duration::from_secs(480);
+
+/// A skip when a check bounded by `bound_s` seconds may not fit in what is `left` of the run's budget.
+fn beyond_budget(bound_s: u64, left: Duration) -> Option<Outcome> {
+    (Duration::from_secs(bound_s) > left).then(|| {
+        Outcome::skip(format!(
+            "not started: its bound is {bound_s} s and the run's {} s budget has {} s left",
+            RUN_BUDGET.as_secs(),
+            left.as_secs()
+        ))
+    })
+}
+
 /// Runs the checks (all, or `only`), printing a line each; the report.
 fn run_checks(ctx: &Ctx, only: Option<&[String]>) -> Value {
     let label = if ctx.simulated() { "[simulated, not a hardware result] " } else { "" };
@@ -250,7 +266,13 @@ fn run_checks(ctx: &Ctx, only: Option<&[String]>) -> Value {
     let (mut passed, mut failed, mut skipped) = (0, 0, 0);
     for check in checks::ALL.iter().filter(|c| only.is_none_or(|o| o.iter().any(|n| n == c.name))) {
         let began = Instant::now();
-        let outcome = (check.run)(ctx);
+        let outcome = match beyond_budget(check.bound_s, RUN_BUDGET.saturating_sub(started.elapsed())) {
+            Some(skip) => skip,
+            None => {
+                bounded::set_deadline(began + Duration::from_secs(check.bound_s));
+                (check.run)(ctx)
+            }
+        };
         let seconds = began.elapsed().as_secs_f64();
         let word = match outcome.status {
             Status::Pass => {
@@ -310,6 +332,14 @@ mod tests {
 
     fn parse(args: &[&str]) -> Result<Args, String> {
         parse_args(args.iter().map(|s| s.to_string()))
+    }
+
+    #[test]
+    fn a_check_starts_only_while_its_bound_fits_in_the_budget() {
+        assert!(beyond_budget(60, Duration::from_secs(60)).is_none());
+        let skip = beyond_budget(60, Duration::from_secs(59)).expect("a skip");
+        assert_eq!(skip.status, Status::Skip);
+        assert!(skip.detail.contains("its bound is 60 s") && skip.detail.contains("has 59 s left"), "{}", skip.detail);
     }
 
     #[test]

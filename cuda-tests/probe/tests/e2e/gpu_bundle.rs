@@ -108,6 +108,7 @@ fn the_bundle_fits_refuses_to_run_without_a_driver_and_runs_whole_on_the_simulat
         "mixed",
         "priority",
         "checkpoint",
+        "left-as-found",
     ];
     for name in passes {
         assert_eq!(status(name).as_deref(), Some("PASS"), "{name}: {stdout}");
@@ -125,6 +126,7 @@ fn the_bundle_fits_refuses_to_run_without_a_driver_and_runs_whole_on_the_simulat
         let (seconds, bound) = (check["seconds"].as_f64().unwrap(), check["bound_s"].as_f64().unwrap());
         assert!(seconds <= bound, "{check}");
     }
+    assert!(report["seconds"].as_f64().unwrap() <= 480.0, "the run's 8 minutes: {report}");
     let summary = report["summary"].as_str().unwrap_or("");
     assert!(summary.contains("on the simulated driver") && stdout.contains(summary), "{summary}\n{stdout}");
     assert_eq!(checks.len(), passes.len() + 3, "{report}");
