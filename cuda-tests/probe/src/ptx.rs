@@ -28,6 +28,7 @@ pub struct Kernels {
     spin_module: sys::CUmodule,
     module: sys::CUmodule,
     spin: sys::CUfunction,
+    spin_stamp: sys::CUfunction,
     fill_u32: sys::CUfunction,
     vector_add_f32: sys::CUfunction,
     saxpy_f32: sys::CUfunction,
@@ -55,6 +56,7 @@ impl Kernels {
             spin_module,
             module: std::ptr::null_mut(),
             spin: std::ptr::null_mut(),
+            spin_stamp: std::ptr::null_mut(),
             fill_u32: std::ptr::null_mut(),
             vector_add_f32: std::ptr::null_mut(),
             saxpy_f32: std::ptr::null_mut(),
@@ -67,6 +69,7 @@ impl Kernels {
             unsafe { result::module::get_function(module, c_name) }.during(&format!("cuModuleGetFunction({name})"))
         };
         kernels.spin = get(kernels.spin_module, "spin")?;
+        kernels.spin_stamp = get(kernels.spin_module, "spin_stamp")?;
         let module = kernels.module;
         kernels.fill_u32 = get(module, "fill_u32")?;
         kernels.vector_add_f32 = get(module, "vector_add_f32")?;
@@ -106,6 +109,17 @@ impl Kernels {
         let mut ns = ns;
         // SAFETY: `spin` takes one u64 and touches no memory.
         unsafe { self.launch(stream, self.spin, 1, &mut [arg(&mut ns)]) }
+    }
+
+    /// `spin_stamp(ns, out)`: a spin of `ns` that writes when it began and ended (`%globaltimer`) to
+    /// `out[0]` and `out[1]`.
+    ///
+    /// # Safety
+    /// `out` must address two writable `u64`s until the launch completes.
+    pub unsafe fn spin_stamp(&self, stream: &CudaStream, ns: u64, out: sys::CUdeviceptr) -> Outcome<()> {
+        let (mut ns, mut out) = (ns, out);
+        // SAFETY: parameters match the entry; the caller guarantees the range.
+        unsafe { self.launch(stream, self.spin_stamp, 1, &mut [arg(&mut ns), arg(&mut out)]) }
     }
 
     /// `custom_kernel(data)`: a kernel simgpu does not know, costing `SIMGPU_KERNEL_TIME`.

@@ -53,6 +53,16 @@ pub unsafe fn run(state: &SharedState, ordinal: usize, ready_ns: u64, call: &Cal
             sleep_until(start_ns + ns);
             start_ns + ns
         }
+        Call::StampedSleep { ns, out } => {
+            sleep_until(start_ns + ns);
+            // SAFETY: forwarded from this function's contract: out..out+16 is mapped and writable
+            // (`Call::ranges`); device pointers may be unaligned.
+            unsafe {
+                (out as *mut u64).write_unaligned(start_ns);
+                (out as *mut u64).add(1).write_unaligned(start_ns + ns);
+            }
+            start_ns + ns
+        }
         Call::Uncomputed { ns, .. } => {
             // SAFETY: forwarded from this function's contract (the poisoned ranges).
             unsafe { call.run() };

@@ -5,6 +5,9 @@
 pub enum Builtin {
     /// `spin(u64 nanoseconds)`: occupies the engine for that long.
     Spin,
+    /// `spin_stamp(u64 nanoseconds, u64* out)`: as `Spin`, then writes its start and end (the engine's
+    /// clock, as `%globaltimer` on a GPU) to `out[0]` and `out[1]`.
+    SpinStamp,
     /// `fill_u32(u32* dst, u32 value, u64 n)`.
     FillU32,
     /// `vector_add_f32(const float* a, const float* b, float* c, u64 n)`.
@@ -18,6 +21,7 @@ impl Builtin {
     pub fn from_name(name: &str) -> Option<Builtin> {
         Some(match name {
             "spin" => Builtin::Spin,
+            "spin_stamp" => Builtin::SpinStamp,
             "fill_u32" => Builtin::FillU32,
             "vector_add_f32" => Builtin::VectorAddF32,
             "saxpy_f32" => Builtin::SaxpyF32,
@@ -29,6 +33,7 @@ impl Builtin {
     pub fn param_sizes(self) -> &'static [usize] {
         match self {
             Builtin::Spin => &[8],
+            Builtin::SpinStamp => &[8, 8],
             Builtin::FillU32 => &[8, 4, 8],
             Builtin::VectorAddF32 => &[8, 8, 8, 8],
             Builtin::SaxpyF32 => &[4, 8, 8, 8],
@@ -41,6 +46,14 @@ impl Builtin {
 pub enum Call {
     /// Occupy the engine for this long and touch nothing.
     Sleep(u64),
+    /// Occupy the engine for `ns`, then write the kernel's start and end on the engine's clock to the
+    /// two `u64` at `out` (the engine does, as only it knows them).
+    StampedSleep {
+        /// How long.
+        ns: u64,
+        /// Device address of the two `u64` written.
+        out: u64,
+    },
     /// A kernel the simulator cannot compute (not a built-in): occupies the engine for `ns`, counted in
     /// the device's `uncomputed` and named in the engine trace; with `SIMGPU_UNKNOWN_KERNELS=poison`, the
     /// memory its pointer arguments reach (`poison`) is overwritten with all-ones bytes (a NaN in every
@@ -105,6 +118,7 @@ impl Call {
         let p = |i: usize| params[i].as_slice();
         match builtin {
             Builtin::Spin => Call::Sleep(u64_at(p(0))),
+            Builtin::SpinStamp => Call::StampedSleep { ns: u64_at(p(0)), out: u64_at(p(1)) },
             Builtin::FillU32 => Call::FillU32 { dst: u64_at(p(0)), value: u32_at(p(1)), n: u64_at(p(2)) },
             Builtin::VectorAddF32 => {
                 Call::VectorAddF32 { a: u64_at(p(0)), b: u64_at(p(1)), c: u64_at(p(2)), n: u64_at(p(3)) }
@@ -120,6 +134,7 @@ impl Call {
         let f = |n: u64| n.saturating_mul(4);
         match *self {
             Call::Sleep(_) => vec![],
+            Call::StampedSleep { out, .. } => vec![(out, 16, true)],
             Call::Uncomputed { ref poison, .. } => poison.iter().map(|&(a, n)| (a, n, true)).collect(),
             Call::FillU32 { dst, n, .. } => vec![(dst, f(n), true)],
             Call::VectorAddF32 { a, b, c, n } => vec![(a, f(n), false), (b, f(n), false), (c, f(n), true)],
@@ -127,13 +142,14 @@ impl Call {
         }
     }
 
-    /// Does the call's work on the calling thread (which holds the engine); `Sleep` is timed by the engine.
+    /// Does the call's work on the calling thread (which holds the engine); `Sleep` and `StampedSleep`
+    /// are timed (and stamped) by the engine.
     ///
     /// # Safety
     /// Every range in [`Call::ranges`] must be mapped, writable where marked, and stay so during the call.
     pub unsafe fn run(&self) {
         match *self {
-            Call::Sleep(_) => {}
+            Call::Sleep(_) | Call::StampedSleep { .. } => {}
             Call::Uncomputed { ref poison, .. } => {
                 for &(addr, n) in poison {
                     // SAFETY: the caller guarantees each range is mapped and writable.

@@ -222,7 +222,7 @@ mod tests {
         // Real bodies: comments, labels, braces, predicated branches, `ld.global`/`st.global` and
         // `cvta.to.global` inside functions (none of them a module-scope `.global`).
         let spin = parse(format!("{SPIN_MODULE}\0").as_bytes()).unwrap();
-        assert_eq!(spin, Module { entries: vec!["spin".into()], globals: vec![] });
+        assert_eq!(spin, Module { entries: vec!["spin".into(), "spin_stamp".into()], globals: vec![] });
         let kernels = parse(format!("{KERNELS_MODULE}\0").as_bytes()).unwrap();
         assert_eq!(
             kernels,
@@ -247,6 +247,7 @@ mod tests {
     fn the_shipped_kernels_take_the_parameters_the_simulator_decodes() {
         use crate::kernels::Builtin;
         assert_eq!(declared_param_sizes(SPIN_MODULE, "spin"), Builtin::Spin.param_sizes());
+        assert_eq!(declared_param_sizes(SPIN_MODULE, "spin_stamp"), Builtin::SpinStamp.param_sizes());
         for (name, builtin) in [
             ("fill_u32", Builtin::FillU32),
             ("vector_add_f32", Builtin::VectorAddF32),

@@ -465,23 +465,68 @@ const SATURATE_S: u64 = 4;
 /// How far a tenant's part of the device time may be from its share, in points.
 const SHARE_TOLERANCE: f64 = 2.0;
 
-/// What two tenants saturating device 0 at once got.
+/// What tenants saturating device 0 at once got, from their kernels' own `%globaltimer` stamps.
 struct Split {
-    /// Each one's part of the device time its completed kernels took, in percent.
+    /// Each one's part of the device time its kernels' stamps span, in percent.
     parts: Vec<f64>,
-    /// The device time all completed kernels took over the time from the first tenant's start to the
-    /// last one's end, in percent.
+    /// The time some kernel was running over the time from the first kernel's start to the last one's
+    /// end, in percent.
     busy: f64,
-    /// What the daemon charged each vGPU over what its kernels took, less one (0.01: 1% more).
+    /// The time kernels of two or more tenants were running at once (the GPU time-slicing between their
+    /// contexts; none on the simulated engine, which runs one kernel at a time), in percent of the span.
+    overlap: f64,
+    /// What the daemon charged each vGPU over what its kernels' stamps span, less one (0.01: 1% more).
     charge_error: Vec<f64>,
     /// The tenants' reports.
     reports: Vec<Value>,
 }
 
+/// The `(start, end)` stamps `saturate --stamps-file` wrote to `path`.
+fn read_stamps(path: &std::path::Path) -> Result<Vec<(u64, u64)>, Outcome> {
+    let text = std::fs::read_to_string(path).map_err(|e| Outcome::fail(format!("{}: {e}", path.display())))?;
+    text.lines()
+        .map(|l| {
+            let mut w = l.split(' ').map(str::parse::<u64>);
+            match (w.next(), w.next()) {
+                (Some(Ok(a)), Some(Ok(b))) if a <= b => Ok((a, b)),
+                _ => Err(Outcome::fail(format!("{}: not a stamp line: {l:?}", path.display()))),
+            }
+        })
+        .collect()
+}
+
+/// Over intervals `(start, end, tenant)`: the time at least one runs, and the time kernels of two or
+/// more tenants run at once.
+fn coverage(intervals: &[(u64, u64, usize)]) -> (u64, u64) {
+    // Sweep the starts and ends in time order, counting kernels running per tenant.
+    let mut events: Vec<(u64, bool, usize)> =
+        intervals.iter().flat_map(|&(a, b, t)| [(a, true, t), (b, false, t)]).collect();
+    events.sort_by_key(|&(at, starts, _)| (at, starts));
+    let tenants = intervals.iter().map(|i| i.2 + 1).max().unwrap_or(0);
+    let mut running = vec![0usize; tenants];
+    let (mut busy, mut shared, mut last) = (0, 0, 0);
+    for (at, starts, tenant) in events {
+        let active = running.iter().filter(|&&n| n > 0).count();
+        if active >= 1 {
+            busy += at - last;
+        }
+        if active >= 2 {
+            shared += at - last;
+        }
+        last = at;
+        if starts {
+            running[tenant] += 1;
+        } else {
+            running[tenant] -= 1;
+        }
+    }
+    (busy, shared)
+}
+
 /// Runs one tenant per `(vGPU name, share, kernel length)` in a vGPU of its own of a private daemon,
-/// all at once, each saturating device 0 with spin kernels of its length (each lasts at least that
-/// long by `%globaltimer`) for [`SATURATE_S`]: device time is counted as kernels completed times their
-/// length.
+/// all at once, each saturating device 0 with `spin_stamp` kernels of its length (each waits that long
+/// on `%globaltimer` and writes when it began and ended) for [`SATURATE_S`]: a tenant's device time is
+/// what its kernels' stamps span.
 fn split(ctx: &Ctx, tag: &str, tenants: &[(&str, u32, &str)]) -> Result<Split, Outcome> {
     let daemon = Daemon::start(ctx, tag)?;
     for (name, share, _) in tenants {
@@ -489,11 +534,15 @@ fn split(ctx: &Ctx, tag: &str, tenants: &[(&str, u32, &str)]) -> Result<Split, O
     }
     let probe = ctx.file("bin/cuda-probe");
     let seconds = SATURATE_S.to_string();
+    let stamps_file = |name: &str| daemon.folder.join(format!("{name}.stamps"));
     let reports: Vec<Result<Value, Outcome>> = std::thread::scope(|scope| {
         let running: Vec<_> = tenants
             .iter()
             .map(|(name, _, ns)| {
-                let cmd = daemon.run_in(ctx, name, &probe, &["saturate", "--ns", ns, "--seconds", &seconds]);
+                let file = stamps_file(name);
+                let file = file.to_string_lossy();
+                let args = ["saturate", "--ns", ns, "--seconds", &seconds, "--stamps-file", &file];
+                let cmd = daemon.run_in(ctx, name, &probe, &args);
                 scope.spawn(move || probe_report(cmd, SATURATE_S + 20, &format!("vGPU {name}'s {ns} kernels")))
             })
             .collect();
@@ -503,14 +552,21 @@ fn split(ctx: &Ctx, tag: &str, tenants: &[(&str, u32, &str)]) -> Result<Split, O
             .collect()
     });
     let reports = reports.into_iter().collect::<Result<Vec<Value>, Outcome>>()?;
-    let num = |r: &Value, key: &str| r[key].as_f64().unwrap_or(0.0);
-    let device_ns: Vec<f64> = reports.iter().map(|r| num(r, "kernels") * num(r, "kernel_ns")).collect();
-    let total: f64 = device_ns.iter().sum();
-    expect(total > 0.0, "device time of the kernels completed", total)?;
-    let first = reports.iter().map(|r| num(r, "start_ns")).fold(f64::MAX, f64::min);
-    let last = reports.iter().map(|r| num(r, "end_ns")).fold(f64::MIN, f64::max);
+    let mut intervals = Vec::new();
+    let mut stamped = Vec::new();
+    for (i, (name, _, _)) in tenants.iter().enumerate() {
+        let stamps = read_stamps(&stamps_file(name))?;
+        stamped.push(stamps.iter().map(|(a, b)| (b - a) as f64).sum::<f64>());
+        intervals.extend(stamps.into_iter().map(|(a, b)| (a, b, i)));
+    }
+    let total: f64 = stamped.iter().sum();
+    expect(total > 0.0, "device time in the kernels' stamps", total)?;
+    let first = intervals.iter().map(|i| i.0).min().unwrap_or(0);
+    let last = intervals.iter().map(|i| i.1).max().unwrap_or(0);
+    let span = (last - first).max(1) as f64;
+    let (busy, shared) = coverage(&intervals);
     let mut charge_error = Vec::new();
-    for ((name, _, _), took) in tenants.iter().zip(&device_ns) {
+    for ((name, _, _), took) in tenants.iter().zip(&stamped) {
         let show = bounded(daemon.tessera(ctx, &["vgpu", "show", name, "--json"]), 10)?;
         let charged = serde_json::from_str::<Value>(&show.stdout).ok().and_then(|v| v["device_ns"].as_f64());
         let charged =
@@ -518,8 +574,9 @@ fn split(ctx: &Ctx, tag: &str, tenants: &[(&str, u32, &str)]) -> Result<Split, O
         charge_error.push(charged / took.max(1.0) - 1.0);
     }
     Ok(Split {
-        parts: device_ns.iter().map(|ns| 100.0 * ns / total).collect(),
-        busy: 100.0 * total / (last - first).max(1.0),
+        parts: stamped.iter().map(|ns| 100.0 * ns / total).collect(),
+        busy: 100.0 * busy as f64 / span,
+        overlap: 100.0 * shared as f64 / span,
         charge_error,
         reports,
     })
@@ -550,9 +607,14 @@ fn shares(ctx: &Ctx) -> Outcome {
             let split = split(ctx, &format!("shares-{i}"), tenants)?;
             let measured = within_shares(&split, &asked)?;
             let errors: Vec<String> = split.charge_error.iter().map(|e| format!("{:+.1}%", 100.0 * e)).collect();
-            line.push(format!("{measured} (charged {}), busy {:.1}%", errors.join(" "), split.busy));
+            line.push(format!(
+                "{measured} (charged {}), busy {:.1}%, overlapping {:.1}%",
+                errors.join(" "),
+                split.busy,
+                split.overlap
+            ));
             figures.push(json!({
-                "asked": asked, "parts_percent": split.parts, "busy_percent": split.busy,
+                "asked": asked, "parts_percent": split.parts, "busy_percent": split.busy, "overlap_percent": split.overlap,
                 "charge_error": split.charge_error, "reports": split.reports,
             }));
         }
@@ -570,10 +632,14 @@ fn mixed(ctx: &Ctx) -> Outcome {
         for (tag, short, long) in [("mixed-short-30", "50us", "5ms"), ("mixed-long-30", "5ms", "50us")] {
             let split = split(ctx, tag, &[("a", 30, short), ("b", 70, long)])?;
             let measured = within_shares(&split, &[30, 70])?;
-            line.push(format!("{short} at 30% beside {long} at 70%: {measured}, busy {:.1}%", split.busy));
+            line.push(format!(
+                "{short} at 30% beside {long} at 70%: {measured}, busy {:.1}%, overlapping {:.1}%",
+                split.busy, split.overlap
+            ));
             figures.push(json!({
                 "a": { "share": 30, "kernel": short }, "b": { "share": 70, "kernel": long },
-                "parts_percent": split.parts, "busy_percent": split.busy, "charge_error": split.charge_error,
+                "parts_percent": split.parts, "busy_percent": split.busy, "overlap_percent": split.overlap,
+                "charge_error": split.charge_error,
                 "reports": split.reports,
             }));
         }
@@ -800,4 +866,29 @@ fn left_as_found(ctx: &Ctx) -> Outcome {
         expect(before.abs_diff(after) <= FOUND_TOLERANCE, "device 0's free memory within 64 MiB of the start", &what)?;
         Ok(Outcome::pass(what, json!({ "free_before": before, "free_after": after })))
     })())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn coverage_counts_busy_time_and_time_two_tenants_share() {
+        // Tenant 0 runs 0-10 and 20-30; tenant 1 runs 5-15 and 25-26 (inside tenant 0's second kernel).
+        let intervals = [(0, 10, 0), (20, 30, 0), (5, 15, 1), (25, 26, 1)];
+        assert_eq!(coverage(&intervals), (25, 6));
+        // Back to back, never at once (the simulated engine).
+        assert_eq!(coverage(&[(0, 10, 0), (10, 20, 1), (20, 30, 0)]), (30, 0));
+        assert_eq!(coverage(&[]), (0, 0));
+    }
+
+    #[test]
+    fn stamp_files_are_read_strictly() {
+        let dir = std::env::temp_dir().join(format!("gpu-check-stamps-{}", std::process::id()));
+        std::fs::write(&dir, "1 5\n7 9\n").unwrap();
+        assert_eq!(read_stamps(&dir).ok(), Some(vec![(1, 5), (7, 9)]));
+        std::fs::write(&dir, "1 5\n9 7\n").unwrap();
+        assert!(read_stamps(&dir).is_err_and(|o| o.detail.contains("not a stamp line")));
+        std::fs::remove_file(&dir).unwrap();
+    }
 }

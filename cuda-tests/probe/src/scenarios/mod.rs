@@ -58,8 +58,8 @@ const SCENARIOS: &[Scenario] = &[
     },
     Scenario {
         name: "saturate",
-        options: &["device", "ns", "seconds", "depth"],
-        summary: "keeps the engine busy with spin(--ns) kernels for --seconds, at most --depth queued",
+        options: &["device", "ns", "seconds", "depth", "stamps-file"],
+        summary: "keeps the engine busy with spin(--ns) kernels for --seconds, at most --depth queued; with --stamps-file, spin_stamp kernels whose start and end (%globaltimer) go to that file, a line each",
         run: timing::saturate,
     },
     Scenario {

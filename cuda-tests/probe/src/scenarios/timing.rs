@@ -1,8 +1,8 @@
 //! `spin` and `saturate`: how much engine time kernels get, measured by events and by wall clock.
 
-use super::{TIMED, open};
+use super::{TIMED, dptr, open};
 use crate::args::Args;
-use crate::fail::{During, Outcome, ensure};
+use crate::fail::{During, Failure, Outcome, ensure};
 use crate::ptx::Kernels;
 use cudarc::driver::CudaEvent;
 use serde_json::json;
@@ -49,31 +49,46 @@ pub fn spin(args: &Args) -> Outcome {
     }))
 }
 
+/// The most kernels `saturate --stamps-file` keeps the stamps of (16 MiB of device memory).
+const MAX_STAMPED: usize = 1 << 20;
+
 /// Launches `spin(--ns)` kernels (default 2 ms) back to back for `--seconds` (default 3), keeping at most
 /// `--depth` (default 3) queued, and reports how many ran, the monotonic-clock window they ran in, and the
 /// longest time between two launches returning (with when it ended: how long a launch was held, e.g. by
-/// a suspended vGPU, and when it went on).
+/// a suspended vGPU, and when it went on). With `--stamps-file PATH` it launches `spin_stamp` instead and
+/// writes each kernel's start and end on the GPU's clock to PATH, "start end" a line.
 pub fn saturate(args: &Args) -> Outcome {
     let ns = args.duration_ns("ns", 2_000_000)?;
     let seconds: f64 = args.number("seconds", 3.0)?;
     let depth: usize = args.number("depth", 3)?;
     ensure(depth >= 1 && seconds > 0.0, || "--depth must be at least 1 and --seconds positive".into())?;
+    let stamps_file = args.text("stamps-file").map(std::path::PathBuf::from);
     let ctx = open(args)?;
     let stream = ctx.new_stream().during("cuStreamCreate")?;
     let k = Kernels::load(&ctx)?;
     let done: Vec<CudaEvent> =
         (0..depth).map(|_| ctx.new_event(None).during("cuEventCreate")).collect::<Outcome<_>>()?;
+    // With --stamps-file, every kernel is a spin_stamp writing its start and end to a slot of its own.
+    let capacity = if stamps_file.is_some() { (seconds * 1e9 / ns as f64) as usize + depth + 16 } else { 0 };
+    ensure(capacity <= MAX_STAMPED, || format!("--stamps-file keeps at most {MAX_STAMPED} kernels' stamps"))?;
+    let slots = stream.alloc_zeros::<u64>(2 * capacity.max(1)).during("alloc")?;
+    let base = dptr(&slots, &stream);
 
     let start = now_ns();
     let stop = start + (seconds * 1e9) as u64;
     let mut launched = 0usize;
     let (mut last, mut gap, mut gap_end) = (start, 0, start);
-    while now_ns() < stop {
+    while now_ns() < stop && (stamps_file.is_none() || launched < capacity) {
         let slot = &done[launched % depth];
         if launched >= depth {
             slot.synchronize().during("cuEventSynchronize")?;
         }
-        k.spin(&stream, ns)?;
+        if stamps_file.is_some() {
+            // SAFETY: slot `launched` of `slots` (2 u64 each) exists and outlives the stream's work.
+            unsafe { k.spin_stamp(&stream, ns, base + 16 * launched as u64)? };
+        } else {
+            k.spin(&stream, ns)?;
+        }
         let now = now_ns();
         if now - last > gap {
             (gap, gap_end) = (now - last, now);
@@ -84,6 +99,11 @@ pub fn saturate(args: &Args) -> Outcome {
     }
     stream.synchronize().during("cuStreamSynchronize")?;
     let end = now_ns();
+    if let Some(path) = &stamps_file {
+        let stamps = stream.clone_dtoh(&slots).during("dtoh copy")?;
+        let lines: String = stamps.chunks(2).take(launched).map(|p| format!("{} {}\n", p[0], p[1])).collect();
+        std::fs::write(path, lines).map_err(|e| Failure::new(format!("writing {}: {e}", path.display())))?;
+    }
     Ok(json!({
         "kernel_ns": ns,
         "kernels": launched,
