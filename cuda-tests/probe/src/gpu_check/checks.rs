@@ -785,68 +785,68 @@ fn app(ctx: &Ctx, script: &str, what: &str, secs: u64) -> Result<BTreeMap<String
     facts(cmd, secs, &format!("python3 apps/{script} {what} under a 2 GiB quota"))
 }
 
+/// Runs `check` when the host's python3 can import `module`, else skips with the reason.
+fn with_module(ctx: &Ctx, module: &str, check: impl FnOnce() -> Result<Outcome, Outcome>) -> Outcome {
+    match missing_module(ctx, module) {
+        Some(why) => Outcome::skip(why),
+        None => outcome(check()),
+    }
+}
+
+/// `Err(fail)` unless the app printed `key want`.
+fn fact_is(facts: &BTreeMap<String, String>, key: &str, want: &str, what: &str) -> Result<(), Outcome> {
+    expect(facts.get(key).map(String::as_str) == Some(want), what, format!("{facts:?}"))
+}
+
 /// PyTorch under the shim with a 2 GiB quota: `mem_get_info`'s total is the quota, the caching
 /// allocator refuses past it (`torch.OutOfMemoryError`), a training loop runs 50 steps.
 fn torch(ctx: &Ctx) -> Outcome {
-    if let Some(why) = missing_module(ctx, "torch") {
-        return Outcome::skip(why);
-    }
-    outcome((|| {
+    with_module(ctx, "torch", || {
         let device = app(ctx, "torch_app.py", "device", 60)?;
-        expect(device.get("total") == Some(&(2 * GIB).to_string()), "mem_get_info's total", format!("{device:?}"))?;
+        fact_is(&device, "total", &(2 * GIB).to_string(), "mem_get_info's total")?;
         let memory = app(ctx, "torch_app.py", "memory", 60)?;
-        expect(
-            memory.get("past_total").map(String::as_str) == Some("refused"),
-            "past the quota",
-            format!("{memory:?}"),
-        )?;
+        fact_is(&memory, "past_total", "refused", "past the quota")?;
         let train = app(ctx, "torch_app.py", "train", 60)?;
-        expect(train.get("steps").map(String::as_str) == Some("50"), "training steps", format!("{train:?}"))?;
+        fact_is(&train, "steps", "50", "training steps")?;
         Ok(Outcome::pass(
             "mem_get_info shows the 2 GiB quota, past it torch.OutOfMemoryError, 50 training steps",
             json!({ "device": device, "memory": memory, "train": train }),
         ))
-    })())
+    })
 }
 
 /// CuPy under the shim with a 2 GiB quota: `memGetInfo`'s total is the quota, 1 GiB fits, 3 GiB raises
 /// `OutOfMemoryError`; an `ElementwiseKernel` and a `RawKernel` compile and launch.
 fn cupy(ctx: &Ctx) -> Outcome {
-    if let Some(why) = missing_module(ctx, "cupy") {
-        return Outcome::skip(why);
-    }
-    outcome((|| {
+    with_module(ctx, "cupy", || {
         let memory = app(ctx, "cupy_app.py", "memory", 60)?;
-        expect(memory.get("total") == Some(&(2 * GIB).to_string()), "memGetInfo's total", format!("{memory:?}"))?;
-        expect(memory.get("three_gib").map(String::as_str) == Some("refused"), "3 GiB", format!("{memory:?}"))?;
+        fact_is(&memory, "total", &(2 * GIB).to_string(), "memGetInfo's total")?;
+        fact_is(&memory, "three_gib", "refused", "3 GiB")?;
         let kernels = app(ctx, "cupy_app.py", "kernels", 60)?;
         Ok(Outcome::pass(
             "memGetInfo shows the 2 GiB quota, 3 GiB refused; NVRTC kernels launched",
             json!({ "memory": memory, "kernels": kernels }),
         ))
-    })())
+    })
 }
 
 /// numba-cuda under the shim with a 2 GiB quota: the context's memory is the quota, 3 GiB is refused;
-/// a `@cuda.jit` kernel loads, launches and synchronizes.
+/// a `@cuda.jit` kernel loads, launches and synchronizes (and computes its sums, on a GPU).
 fn numba(ctx: &Ctx) -> Outcome {
-    if let Some(why) = missing_module(ctx, "numba.cuda") {
-        return Outcome::skip(why);
-    }
-    outcome((|| {
+    with_module(ctx, "numba.cuda", || {
         let quota = app(ctx, "numba_app.py", "quota", 60)?;
-        expect(quota.get("total") == Some(&(2 * GIB).to_string()), "get_memory_info's total", format!("{quota:?}"))?;
-        let refused = format!("refused {OUT_OF_MEMORY}");
-        expect(quota.get("three_gib") == Some(&refused), "3 GiB", format!("{quota:?}"))?;
+        fact_is(&quota, "total", &(2 * GIB).to_string(), "get_memory_info's total")?;
+        fact_is(&quota, "three_gib", &format!("refused {OUT_OF_MEMORY}"), "3 GiB")?;
         let kernel = app(ctx, "numba_app.py", "kernel", 60)?;
         // The simulated driver computes no numba kernel; a GPU does.
-        let right = kernel.get("right").map(String::as_str);
-        expect(ctx.simulated() || right == Some("True"), "the kernel's sums", format!("{kernel:?}"))?;
+        if !ctx.simulated() {
+            fact_is(&kernel, "right", "True", "the kernel's sums")?;
+        }
         Ok(Outcome::pass(
             "the context shows the 2 GiB quota, 3 GiB refused; a @cuda.jit kernel ran",
             json!({ "quota": quota, "kernel": kernel }),
         ))
-    })())
+    })
 }
 
 /// How far device 0's free memory may be from its reading at the start (other users of the GPU).
