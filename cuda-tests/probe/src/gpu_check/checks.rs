@@ -10,6 +10,9 @@ use std::process::Command;
 use std::time::Duration;
 
 const GIB: u64 = 1 << 30;
+
+/// The "key value" facts a C test program or application script printed (the first value of each key).
+type Facts = BTreeMap<String, String>;
 /// `CUDA_ERROR_OUT_OF_MEMORY`.
 const OUT_OF_MEMORY: u64 = 2;
 
@@ -61,9 +64,9 @@ fn probe_report(cmd: Command, secs: u64, what: &str) -> Result<Value, Outcome> {
 }
 
 /// The "key value" facts a C test program or application script printed, when it ended with `done ok`.
-fn facts(cmd: Command, secs: u64, what: &str) -> Result<BTreeMap<String, String>, Outcome> {
+fn facts(cmd: Command, secs: u64, what: &str) -> Result<Facts, Outcome> {
     let ran = bounded(cmd, secs)?;
-    let facts: BTreeMap<String, String> = ran
+    let facts: Facts = ran
         .stdout
         .lines()
         .filter_map(|l| l.split_once(' ').map(|(k, v)| (k.to_string(), v.to_string())))
@@ -239,7 +242,7 @@ fn nvml(ctx: &Ctx) -> Outcome {
 }
 
 /// Checks the facts of `progs/direct` under a 1 GiB quota.
-fn direct_facts(f: &BTreeMap<String, String>) -> Result<(), Outcome> {
+fn direct_facts(f: &Facts) -> Result<(), Outcome> {
     let get = |k: &str| f.get(k).map(String::as_str).unwrap_or("(not printed)");
     expect(get("vector_add") == "ok", "vector_add_f32 from the embedded PTX", get("vector_add"))?;
     for hooked in ["cuMemAlloc_v2", "cuLaunchKernel"] {
@@ -335,6 +338,14 @@ impl Daemon {
             bounded(self.tessera(ctx, &["vgpu", "rm", name]), 10)?;
         }
         vgpus.iter().try_for_each(|(name, share)| self.create(ctx, name, *share))
+    }
+
+    /// The device time the daemon has charged vGPU `name` (`tessera vgpu show NAME --json`'s
+    /// `device_ns`).
+    fn charged_ns(&self, ctx: &Ctx, name: &str) -> Result<f64, Outcome> {
+        let show = bounded(self.tessera(ctx, &["vgpu", "show", name, "--json"]), 10)?;
+        let ns = serde_json::from_str::<Value>(&show.stdout).ok().and_then(|v| v["device_ns"].as_f64());
+        ns.ok_or_else(|| Outcome::fail(format!("tessera vgpu show {name} --json: {}", show.ending())))
     }
 
     /// `tessera run --vgpu NAME -- PROGRAM ARGS`.
@@ -567,11 +578,7 @@ fn split(ctx: &Ctx, tag: &str, tenants: &[(&str, u32, &str)]) -> Result<Split, O
     let (busy, shared) = coverage(&intervals);
     let mut charge_error = Vec::new();
     for ((name, _, _), took) in tenants.iter().zip(&stamped) {
-        let show = bounded(daemon.tessera(ctx, &["vgpu", "show", name, "--json"]), 10)?;
-        let charged = serde_json::from_str::<Value>(&show.stdout).ok().and_then(|v| v["device_ns"].as_f64());
-        let charged =
-            charged.ok_or_else(|| Outcome::fail(format!("tessera vgpu show {name} --json: {}", show.ending())))?;
-        charge_error.push(charged / took.max(1.0) - 1.0);
+        charge_error.push(daemon.charged_ns(ctx, name)? / took.max(1.0) - 1.0);
     }
     Ok(Split {
         parts: stamped.iter().map(|ns| 100.0 * ns / total).collect(),
@@ -778,7 +785,7 @@ fn missing_module(ctx: &Ctx, module: &str) -> Option<String> {
 }
 
 /// `apps/SCRIPT WHAT` with the host's python3 under the shim with a 2 GiB quota; its facts.
-fn app(ctx: &Ctx, script: &str, what: &str, secs: u64) -> Result<BTreeMap<String, String>, Outcome> {
+fn app(ctx: &Ctx, script: &str, what: &str, secs: u64) -> Result<Facts, Outcome> {
     let path = ctx.file(&format!("apps/{script}"));
     let mut cmd = ctx.shimmed("python3", &[&path.to_string_lossy(), what], "2GiB", script);
     cmd.env("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", "0");
@@ -794,7 +801,7 @@ fn with_module(ctx: &Ctx, module: &str, check: impl FnOnce() -> Result<Outcome, 
 }
 
 /// `Err(fail)` unless the app printed `key want`.
-fn fact_is(facts: &BTreeMap<String, String>, key: &str, want: &str, what: &str) -> Result<(), Outcome> {
+fn fact_is(facts: &Facts, key: &str, want: &str, what: &str) -> Result<(), Outcome> {
     expect(facts.get(key).map(String::as_str) == Some(want), what, format!("{facts:?}"))
 }
 
@@ -808,11 +815,56 @@ fn torch(ctx: &Ctx) -> Outcome {
         fact_is(&memory, "past_total", "refused", "past the quota")?;
         let train = app(ctx, "torch_app.py", "train", 60)?;
         fact_is(&train, "steps", "50", "training steps")?;
+        let (parts, loops) = torch_split(ctx)?;
+        let measured = format!("{:.1}/{:.1}", parts[0], parts[1]);
+        let ok = (parts[0] - 30.0).abs() <= SHARE_TOLERANCE;
+        expect(ok, "two training loops in vGPUs of 30% and 70%: the daemon's charges (within 2 points)", &measured)?;
         Ok(Outcome::pass(
-            "mem_get_info shows the 2 GiB quota, past it torch.OutOfMemoryError, 50 training steps",
-            json!({ "device": device, "memory": memory, "train": train }),
+            format!(
+                "mem_get_info shows the 2 GiB quota, past it torch.OutOfMemoryError, 50 training steps; two loops \
+                 in vGPUs of 30% and 70% were charged {measured} of the device"
+            ),
+            json!({ "device": device, "memory": memory, "train": train, "split_charged_percent": parts, "loops": loops }),
         ))
     })
+}
+
+/// How long the two training loops of the `torch` check run, in seconds.
+const TRAIN_S: &str = "8";
+
+/// Two PyTorch training loops at once in vGPUs of 30% and 70% of a private daemon, for [`TRAIN_S`]:
+/// each one's part of what the daemon charged (Tessera's own accounting, the only figure there is:
+/// PyTorch's kernels write no stamps), and each loop's facts.
+fn torch_split(ctx: &Ctx) -> Result<(Vec<f64>, Vec<Facts>), Outcome> {
+    let daemon = Daemon::start(ctx, "torch")?;
+    let vgpus = [("a", 30), ("b", 70)];
+    for (name, share) in vgpus {
+        daemon.create(ctx, name, share)?;
+    }
+    let script = ctx.file("apps/torch_app.py");
+    let script = script.to_string_lossy();
+    let python = std::path::Path::new("python3");
+    let loops: Vec<Result<Facts, Outcome>> = std::thread::scope(|scope| {
+        let running: Vec<_> = vgpus
+            .iter()
+            .map(|(name, _)| {
+                let cmd = daemon.run_in(ctx, name, python, &[&script, "train", TRAIN_S]);
+                scope.spawn(move || facts(cmd, 60, &format!("a training loop in vGPU {name}")))
+            })
+            .collect();
+        running
+            .into_iter()
+            .map(|t| t.join().unwrap_or_else(|_| Err(Outcome::fail("a loop's thread panicked"))))
+            .collect()
+    });
+    let loops = loops.into_iter().collect::<Result<Vec<_>, Outcome>>()?;
+    let mut charged = Vec::new();
+    for (name, _) in vgpus {
+        charged.push(daemon.charged_ns(ctx, name)?);
+    }
+    let total: f64 = charged.iter().sum();
+    expect(total > 0.0, "device time charged to the training loops", total)?;
+    Ok((charged.iter().map(|c| 100.0 * c / total).collect(), loops))
 }
 
 /// CuPy under the shim with a 2 GiB quota: `memGetInfo`'s total is the quota, 1 GiB fits, 3 GiB raises

@@ -14,7 +14,7 @@ use std::process::Command;
 /// Runs the client with a few launches and pairs and returns its operations.
 fn run(sim: &Sim, program: &PathBuf) -> Vec<Value> {
     let out = sim
-        .command_for(program, &["--launches", "300", "--pairs", "200", "--batch", "50"])
+        .command_for(program, &["--launches", "300", "--pairs", "200", "--events", "300", "--batch", "50"])
         .output()
         .expect("spawn the overhead client");
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -33,10 +33,15 @@ fn counts_exactly_the_calls_a_program_makes() {
     let program = client();
     let sim = Sim::new("driver-calls").without_shim();
     let ops = run(&sim, &program);
-    assert_eq!(ops.len(), 5, "{ops:?}");
+    assert_eq!(ops.len(), 7, "{ops:?}");
     for op in &ops {
-        // 300 launches in batches of 50 and a sync after each: 306 calls; 200 alloc+free pairs: 400.
-        let own = if op["op"].as_str().unwrap().starts_with("alloc") { 400 } else { 306 };
+        // 300 launches (or event records) in batches of 50 and a sync after each: 306 calls; 200
+        // alloc+free pairs: 400; 300 event queries: 300.
+        let own = match op["op"].as_str().unwrap() {
+            "alloc_256" | "alloc_1m" => 400,
+            "event_query" => 300,
+            _ => 306,
+        };
         assert_eq!(n(op, "own_calls"), own, "{op}");
         assert_eq!(n(op, "thread_calls"), own, "the calling thread's count: {op}");
         assert_eq!(n(op, "process_calls"), own, "no other thread calls the driver natively: {op}");

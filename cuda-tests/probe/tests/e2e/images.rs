@@ -85,7 +85,7 @@ fn a_fatbin_gives_each_device_its_best_part() {
     let ptx = std::fs::read(&kernels).expect("read kernels.ptx");
     let (spin80, kernels90, kernels86) = (cubin(&spin, "sm_80"), cubin(&kernels, "sm_90"), cubin(&kernels, "sm_86"));
     let part = |kind, sm, compression, contents| Part { kind, sm, compression, contents };
-    // Three builds, told apart by their kernels: sm_80 has `spin` alone.
+    // Three builds, told apart by their kernels: sm_80 has `spin` and `spin_stamp` alone.
     let mixed = container(&[
         part(EntryKind::Elf, 80, Compression::None, &spin80),
         part(EntryKind::Elf, 90, Compression::Lz4, &kernels90),
@@ -96,7 +96,7 @@ fn a_fatbin_gives_each_device_its_best_part() {
     }
     for device in ["a100", "small"] {
         let facts = load(&format!("mixed-{device}"), device, &mixed, "data");
-        assert_eq!((facts.get("load"), facts.get("kernels")), ("0", "1"), "sm_80's cubin on {device}");
+        assert_eq!((facts.get("load"), facts.get("kernels")), ("0", "2"), "sm_80's cubin on {device}");
     }
     // PTX alone: compiled for any device at or above its architecture.
     let ptx_only = container(&[part(EntryKind::Ptx, 80, Compression::Lz4, &ptx)]);
@@ -150,15 +150,16 @@ fn the_jit_linker_links_ptx_cubins_and_fatbins_into_an_image_the_driver_loads() 
     let (kernels, spin) = (kernels_ptx(), spin_ptx());
     let ptx = std::fs::read(&kernels).expect("read kernels.ptx");
     let spin90 = cubin(&spin, "sm_90");
-    // PTX and a cubin: five kernels in one image, vector_add_f32 with its parameters and computing.
+    // PTX and a cubin: six kernels in one image (kernels.ptx's four, spin and spin_stamp),
+    // vector_add_f32 with its parameters and computing.
     let facts = link("ptx-cubin", "h100", &[("ptx", &ptx), ("cubin", &spin90)]);
     assert_eq!((facts.all("add"), facts.get("complete")), (vec!["0", "0"], "0"), "{}", facts.stdout);
-    assert_eq!(facts.get("kernels"), "5");
+    assert_eq!(facts.get("kernels"), "6");
     assert_kernels_computing(&facts);
     // A fatbin gives the device its part; a cubin for another device is refused as the loader refuses it.
     let fat = container(&[Part { kind: EntryKind::Elf, sm: 90, compression: Compression::Lz4, contents: &spin90 }]);
     let facts = link("fatbin", "h100", &[("fatbin", &fat), ("ptx", &ptx)]);
-    assert_eq!(facts.get("kernels"), "5");
+    assert_eq!(facts.get("kernels"), "6");
     let facts = link("wrong-arch", "a100", &[("cubin", &spin90)]);
     assert_eq!(facts.all("add"), [NO_BINARY_FOR_GPU]);
     // The same kernel twice, data of another type than given, and NVVM IR (needs nvJitLink) are refused.
