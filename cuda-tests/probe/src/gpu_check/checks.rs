@@ -9,12 +9,13 @@ use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::Duration;
 
+/// A gibibyte.
 const GIB: u64 = 1 << 30;
+/// `CUDA_ERROR_OUT_OF_MEMORY`.
+const OUT_OF_MEMORY: u64 = 2;
 
 /// The "key value" facts a C test program or application script printed (the first value of each key).
 type Facts = BTreeMap<String, String>;
-/// `CUDA_ERROR_OUT_OF_MEMORY`.
-const OUT_OF_MEMORY: u64 = 2;
 
 /// One check: its name, the most seconds its programs may take together, and what it does.
 pub struct Check {
@@ -82,6 +83,17 @@ fn facts(cmd: Command, secs: u64, what: &str) -> Result<Facts, Outcome> {
     }
 }
 
+/// Runs `jobs` at once, each on a thread of its own: their results in order, or the first failure.
+fn at_once<T: Send>(jobs: Vec<impl FnOnce() -> Result<T, Outcome> + Send>) -> Result<Vec<T>, Outcome> {
+    std::thread::scope(|scope| {
+        let running: Vec<_> = jobs.into_iter().map(|job| scope.spawn(job)).collect();
+        running
+            .into_iter()
+            .map(|t| t.join().unwrap_or_else(|_| Err(Outcome::fail("a check's thread panicked"))))
+            .collect()
+    })
+}
+
 /// `Err(fail)` naming `what` with `got` unless `ok`.
 fn expect(ok: bool, what: &str, got: impl std::fmt::Display) -> Result<(), Outcome> {
     if ok { Ok(()) } else { Err(Outcome::fail(format!("{what}: got {got}"))) }
@@ -92,6 +104,7 @@ fn outcome(result: Result<Outcome, Outcome>) -> Outcome {
     result.unwrap_or_else(|failed| failed)
 }
 
+/// `bin/cuda-probe ARGS` on the driver underneath, without the shim.
 fn probe_cmd(ctx: &Ctx, args: &[&str]) -> Command {
     ctx.command(ctx.file("bin/cuda-probe"), args)
 }
@@ -202,17 +215,7 @@ fn nvml(ctx: &Ctx) -> Outcome {
         let args = ["alloc", "--bytes", "256MiB", "--hold-ms", "8000"];
         let holder = start(&mut ctx.shimmed(ctx.file("bin/cuda-probe"), &args, "1GiB", "nvml"), &log)
             .map_err(|e| Outcome::fail(format!("cannot start cuda-probe alloc: {e}")))?;
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        let report = loop {
-            let text = std::fs::read_to_string(&log).unwrap_or_default();
-            if let Some(Ok(report)) =
-                text.lines().next().filter(|_| text.contains('\n')).map(serde_json::from_str::<Value>)
-            {
-                break report;
-            }
-            expect(std::time::Instant::now() < deadline, "the holder's report within 10 s", &text)?;
-            std::thread::sleep(Duration::from_millis(50));
-        };
+        let report = line_with(&log, "allocated", 10, "the holder's report")?;
         expect(report["allocated"] == json!(true), "256 MiB in a 1 GiB quota", &report)?;
         let tessera = GIB.saturating_sub(report["free_after"].as_u64().unwrap_or(GIB));
         let script = ctx.file("apps/nvml_processes.py");
@@ -309,6 +312,7 @@ impl Daemon {
         Ok(daemon)
     }
 
+    /// Points `cmd` at the daemon whose files are in `folder`.
     fn environment(cmd: &mut Command, folder: &std::path::Path) {
         cmd.env("TESSERA_SOCKET", folder.join("tessera.sock"))
             .env("TESSERA_REGION", folder.join("tessera.region"))
@@ -324,10 +328,20 @@ impl Daemon {
 
     /// `tessera vgpu create NAME --device 0 --memory 4GiB --share SHARE`.
     fn create(&self, ctx: &Ctx, name: &str, share: u32) -> Result<(), Outcome> {
+        self.create_with(ctx, name, share, "normal")
+    }
+
+    /// [`Daemon::create`] with `--priority PRIORITY`.
+    fn create_with(&self, ctx: &Ctx, name: &str, share: u32, priority: &str) -> Result<(), Outcome> {
         let share = share.to_string();
-        let args = ["vgpu", "create", name, "--device", "0", "--memory", "4GiB", "--share", &share];
+        let args =
+            ["vgpu", "create", name, "--device", "0", "--memory", "4GiB", "--share", &share, "--priority", priority];
         let ran = bounded(self.tessera(ctx, &args), 10)?;
-        expect(ran.success(), &format!("tessera vgpu create {name} --share {share}"), ran.ending())
+        expect(
+            ran.success(),
+            &format!("tessera vgpu create {name} --share {share} --priority {priority}"),
+            ran.ending(),
+        )
     }
 
     /// Makes `vgpus` (name, share) the daemon's only vGPUs among `names` (their shares on device 0 may
@@ -373,6 +387,7 @@ enum Config {
     VgpuBusy,
 }
 
+/// The configurations in the order of a round, with the names the report gives them.
 const CONFIGS: [(Config, &str); 5] = [
     (Config::Native, "native"),
     (Config::Shim, "shim"),
@@ -391,11 +406,7 @@ fn overhead_once(ctx: &Ctx, daemon: &Daemon, config: Config, what: &str) -> Resu
     let args = ["--launches", "10000", "--pairs", "2000", "--events", "10000"];
     let cmd = match config {
         Config::Native => ctx.command(&program, &args),
-        Config::Shim => {
-            let mut cmd = ctx.shimmed(&program, &args, "", "overhead");
-            cmd.env_remove("TESSERA_MEMORY_LIMIT");
-            cmd
-        }
+        Config::Shim => ctx.under_shim(&program, &args, "overhead"),
         Config::Quota => ctx.shimmed(&program, &args, "8GiB", "overhead"),
         Config::Vgpu => {
             daemon.layout(ctx, &VGPUS, &[("full", 100)])?;
@@ -546,23 +557,18 @@ fn split(ctx: &Ctx, tag: &str, tenants: &[(&str, u32, &str)]) -> Result<Split, O
     let probe = ctx.file("bin/cuda-probe");
     let seconds = SATURATE_S.to_string();
     let stamps_file = |name: &str| daemon.folder.join(format!("{name}.stamps"));
-    let reports: Vec<Result<Value, Outcome>> = std::thread::scope(|scope| {
-        let running: Vec<_> = tenants
+    let reports = at_once(
+        tenants
             .iter()
             .map(|(name, _, ns)| {
                 let file = stamps_file(name);
                 let file = file.to_string_lossy();
                 let args = ["saturate", "--ns", ns, "--seconds", &seconds, "--stamps-file", &file];
                 let cmd = daemon.run_in(ctx, name, &probe, &args);
-                scope.spawn(move || probe_report(cmd, SATURATE_S + 20, &format!("vGPU {name}'s {ns} kernels")))
+                move || probe_report(cmd, SATURATE_S + 20, &format!("vGPU {name}'s {ns} kernels"))
             })
-            .collect();
-        running
-            .into_iter()
-            .map(|t| t.join().unwrap_or_else(|_| Err(Outcome::fail("a tenant thread panicked"))))
-            .collect()
-    });
-    let reports = reports.into_iter().collect::<Result<Vec<Value>, Outcome>>()?;
+            .collect(),
+    )?;
     let mut intervals = Vec::new();
     let mut stamped = Vec::new();
     for (i, (name, _, _)) in tenants.iter().enumerate() {
@@ -661,13 +667,7 @@ fn priority(ctx: &Ctx) -> Outcome {
     outcome((|| {
         let daemon = Daemon::start(ctx, "priority")?;
         let probe = ctx.file("bin/cuda-probe");
-        let create = |name: &str, share: &str, priority: &str| -> Result<(), Outcome> {
-            let args =
-                ["vgpu", "create", name, "--device", "0", "--memory", "4GiB", "--share", share, "--priority", priority];
-            let ran = bounded(daemon.tessera(ctx, &args), 10)?;
-            expect(ran.success(), &format!("tessera vgpu create {name}"), ran.ending())
-        };
-        create("hi", "30", "high")?;
+        daemon.create_with(ctx, "hi", 30, "high")?;
         let arrivals = |seconds: &str, what: &str| {
             let args = [
                 "arrivals",
@@ -685,8 +685,8 @@ fn priority(ctx: &Ctx) -> Outcome {
             probe_report(daemon.run_in(ctx, "hi", &probe, &args), 30, what)
         };
         let alone = arrivals("2", "the high vGPU's bursts on an idle device")?;
-        create("n40", "40", "normal")?;
-        create("n30", "30", "normal")?;
+        daemon.create(ctx, "n40", 40)?;
+        daemon.create(ctx, "n30", 30)?;
         let load = ["saturate", "--ns", "1ms", "--seconds", "8"];
         let _n40 = start(&mut daemon.run_in(ctx, "n40", &probe, &load), &daemon.folder.join("n40.log"));
         let _n30 = start(&mut daemon.run_in(ctx, "n30", &probe, &load), &daemon.folder.join("n30.log"));
@@ -844,20 +844,15 @@ fn torch_split(ctx: &Ctx) -> Result<(Vec<f64>, Vec<Facts>), Outcome> {
     let script = ctx.file("apps/torch_app.py");
     let script = script.to_string_lossy();
     let python = std::path::Path::new("python3");
-    let loops: Vec<Result<Facts, Outcome>> = std::thread::scope(|scope| {
-        let running: Vec<_> = vgpus
+    let loops = at_once(
+        vgpus
             .iter()
             .map(|(name, _)| {
                 let cmd = daemon.run_in(ctx, name, python, &[&script, "train", TRAIN_S]);
-                scope.spawn(move || facts(cmd, 60, &format!("a training loop in vGPU {name}")))
+                move || facts(cmd, 60, &format!("a training loop in vGPU {name}"))
             })
-            .collect();
-        running
-            .into_iter()
-            .map(|t| t.join().unwrap_or_else(|_| Err(Outcome::fail("a loop's thread panicked"))))
-            .collect()
-    });
-    let loops = loops.into_iter().collect::<Result<Vec<_>, Outcome>>()?;
+            .collect(),
+    )?;
     let mut charged = Vec::new();
     for (name, _) in vgpus {
         charged.push(daemon.charged_ns(ctx, name)?);

@@ -83,13 +83,18 @@ impl Ctx {
         cmd
     }
 
-    /// [`Ctx::command`] under the shim with a memory quota of `quota` (e.g. `1GiB`) and a private region
-    /// file named after `tag`.
-    pub fn shimmed(&self, program: impl AsRef<std::ffi::OsStr>, args: &[&str], quota: &str, tag: &str) -> Command {
+    /// [`Ctx::command`] under the shim with no setting but a private region file named after `tag`.
+    pub fn under_shim(&self, program: impl AsRef<std::ffi::OsStr>, args: &[&str], tag: &str) -> Command {
         let mut cmd = self.command(program, args);
         cmd.env("LD_PRELOAD", self.file("lib/tessera/libtessera.so"));
-        cmd.env("TESSERA_MEMORY_LIMIT", quota);
         cmd.env("TESSERA_REGION", self.scratch.join(format!("{tag}.region")));
+        cmd
+    }
+
+    /// [`Ctx::under_shim`] with a memory quota of `quota` (e.g. `1GiB`).
+    pub fn shimmed(&self, program: impl AsRef<std::ffi::OsStr>, args: &[&str], quota: &str, tag: &str) -> Command {
+        let mut cmd = self.under_shim(program, args, tag);
+        cmd.env("TESSERA_MEMORY_LIMIT", quota);
         cmd
     }
 }
