@@ -11,8 +11,12 @@
 #   OUTDIR/COMMIT                  the commit it was built from
 # Every binary is stripped. See docs/real-hardware.md for running it and reading report.json.
 #
-# Usage: tools/gpu-check-bundle.sh [--no-build] OUTDIR
+# Usage: tools/gpu-check-bundle.sh [--no-build] [--glibc VERSION] OUTDIR
 #   --no-build   bundle what target/release holds, without running cargo (the test suite's build)
+#   --glibc V    build every binary for glibc V or newer (e.g. 2.31) instead of this machine's: with
+#                cargo-zigbuild and zig as the linker and C compiler (cargo install cargo-zigbuild;
+#                pip install ziglang, then zig on PATH), into target/glibcV; with --no-build, take them
+#                from there
 # OUTDIR must not exist, or be an earlier bundle (it is replaced). Exit status 2 on a bad argument.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -23,33 +27,59 @@ fail() {
     exit 2
 }
 
+usage="usage: tools/gpu-check-bundle.sh [--no-build] [--glibc VERSION] OUTDIR"
 build=1
+glibc=""
 out=""
-for arg in "$@"; do
-    case "$arg" in
+while [ $# -gt 0 ]; do
+    case "$1" in
     --no-build) build=0 ;;
-    -*) fail "unknown option '$arg' (usage: tools/gpu-check-bundle.sh [--no-build] OUTDIR)" ;;
-    *) [ -z "$out" ] || fail "one OUTDIR only (got '$out' and '$arg')"; out=$arg ;;
+    --glibc)
+        [ $# -ge 2 ] || fail "--glibc needs a version, e.g. --glibc 2.31 ($usage)"
+        glibc=$2
+        shift
+        ;;
+    -*) fail "unknown option '$1' ($usage)" ;;
+    *) [ -z "$out" ] || fail "one OUTDIR only (got '$out' and '$1')"; out=$1 ;;
     esac
+    shift
 done
-[ -n "$out" ] || fail "give the folder to make (usage: tools/gpu-check-bundle.sh [--no-build] OUTDIR)"
+[ -n "$out" ] || fail "give the folder to make ($usage)"
+case "$glibc" in
+"" | 2.[0-9][0-9]) ;;
+*) fail "--glibc '$glibc' is not a glibc version like 2.31" ;;
+esac
 if [ -e "$out" ]; then
     [ -f "$out/run" ] && [ -f "$out/COMMIT" ] || fail "$out exists and is not a bundle; give a new folder"
     rm -rf "$out"
 fi
 
 cd "$root"
-if [ "$build" = 1 ]; then
+# What the bundle holds is built by cargo for this machine (target/release), or with --glibc by
+# cargo-zigbuild for that glibc (target/glibcV/...), and laid out by tools/install.sh from there.
+release=$root/target/release
+compiler=(gcc)
+if [ -z "$glibc" ] && [ "$build" = 1 ]; then
     cargo build --release --workspace
 fi
-release=$root/target/release
-for built in tessera libtessera.so simgpu-probe gpu-check; do
-    [ -f "$release/$built" ] || fail "target/release/$built is missing: build first (without --no-build)"
+if [ -n "$glibc" ]; then
+    command -v cargo-zigbuild >/dev/null && command -v zig >/dev/null \
+        || fail "--glibc needs cargo-zigbuild (cargo install cargo-zigbuild) and zig on PATH (pip install ziglang)"
+    if [ "$build" = 1 ]; then
+        cargo zigbuild --release --target "x86_64-unknown-linux-gnu.$glibc" --target-dir "target/glibc$glibc" \
+            -p tessera-tools -p tessera-shim -p tessera-provider -p cuda-tests -p simcuda -p simnvml -p simcublas \
+            --bins --lib
+    fi
+    release=$root/target/glibc$glibc/x86_64-unknown-linux-gnu/release
+    compiler=(zig cc -target "x86_64-linux-gnu.$glibc")
+fi
+for built in tessera libtessera.so libaccelerator_tessera.so libsimcuda.so libsimnvml.so simgpu-probe gpu-check; do
+    [ -f "$release/$built" ] || fail "$release/$built is missing: build first (without --no-build)"
 done
 
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
-./tools/install.sh --no-build --prefix "$out" >/dev/null
+./tools/install.sh --from "$release" --prefix "$out" >/dev/null
 install -m 755 "$release/simgpu-probe" "$out/bin/cuda-probe"
 install -m 755 "$release/gpu-check" "$out/bin/gpu-check"
 
@@ -58,7 +88,7 @@ include=$(./tools/cuda-headers.sh "$root/target")
 mkdir -p "$out/progs"
 cc() {
     local source=$1 name=$2 kernels=$3
-    gcc -std=gnu11 -O2 -Wall -Wextra -Werror -pthread -I"$include" -I"$root/cuda-tests/c" \
+    "${compiler[@]}" -std=gnu11 -O2 -Wall -Wextra -Werror -pthread -I"$include" -I"$root/cuda-tests/c" \
         -DTESSERA_KERNELS_DIR="\"$kernels\"" -o "$out/progs/$name" "$source" \
         -L"$out/lib/tessera/simgpu" -l:libcuda.so.1 -ldl
 }
@@ -82,6 +112,10 @@ echo "$commit" >"$out/COMMIT"
 find "$out/bin" "$out/progs" "$out/lib" -type f \( -perm -u+x -o -name '*.so' \) -exec strip --strip-unneeded {} +
 size=$(find "$out" -type f -printf '%s\n' | awk '{ s += $1 } END { print s }')
 [ "$size" -le "$limit" ] || { echo "gpu-check-bundle: $out is $size bytes, over the 48 MiB limit" >&2; exit 1; }
-glibc=$(find "$out/bin" "$out/progs" "$out/lib" -type f -exec objdump -T {} + 2>/dev/null \
+needs=$(find "$out/bin" "$out/progs" "$out/lib" -type f -exec objdump -T {} + 2>/dev/null \
     | grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -n 1)
-echo "gpu-check-bundle: $out: $size bytes (limit $limit), needs ${glibc:-GLIBC_?} or newer, commit $commit"
+if [ -n "$glibc" ] && [ "$(printf '%s\n' "GLIBC_$glibc" "$needs" | sort -V | tail -n 1)" != "GLIBC_$glibc" ]; then
+    echo "gpu-check-bundle: $out needs $needs, newer than the glibc $glibc asked for" >&2
+    exit 1
+fi
+echo "gpu-check-bundle: $out: $size bytes (limit $limit), needs ${needs:-GLIBC_?} or newer, commit $commit"

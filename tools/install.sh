@@ -16,7 +16,7 @@ set -euo pipefail
 
 usage() {
     cat <<'USAGE'
-Usage: tools/install.sh [--prefix DIR] [--no-build]
+Usage: tools/install.sh [--prefix DIR] [--no-build | --from DIR]
 
 Installs Tessera (the tessera command, libtessera.so, the simulated GPU's libraries, the cluster provider
 library libaccelerator_tessera.so with its headers, shell completions and a systemd unit example) into DIR.
@@ -24,6 +24,7 @@ library libaccelerator_tessera.so with its headers, shell completions and a syst
   --prefix DIR   where to install (DIR/bin, DIR/lib/tessera, DIR/share); default: ~/.local.
                  Use --prefix /usr/local (as root) for a system install.
   --no-build     install what target/release holds, without running cargo (every file must be there)
+  --from DIR     install what DIR holds instead (another build's release folder), without running cargo
   -h, --help     this help
 
 Without --no-build it first runs `cargo build --release --workspace`, which rebuilds only what changed.
@@ -37,6 +38,7 @@ fail() {
 
 prefix=""
 build=1
+from=""
 while [ $# -gt 0 ]; do
     case "$1" in
     -h | --help)
@@ -58,8 +60,14 @@ while [ $# -gt 0 ]; do
         build=0
         shift
         ;;
+    --from)
+        [ $# -ge 2 ] && [ -n "$2" ] || fail "--from needs the folder holding tessera and its libraries; see --help"
+        from="$2"
+        build=0
+        shift 2
+        ;;
     *)
-        fail "unknown argument '$1'; usage: tools/install.sh [--prefix DIR] [--no-build] (see --help)"
+        fail "unknown argument '$1'; usage: tools/install.sh [--prefix DIR] [--no-build | --from DIR] (see --help)"
         ;;
     esac
 done
@@ -84,7 +92,7 @@ prefix=$(cd "$prefix" && pwd -P)
 cd "$(dirname "$0")/.."
 repo=$(pwd)
 
-built="$repo/target/release"
+built="${from:-$repo/target/release}"
 libraries=(libtessera.so libsimcuda.so libsimnvml.so libsimcublas.so libaccelerator_tessera.so)
 if [ "$build" = 1 ]; then
     echo "== cargo build --release --workspace (only what changed)"

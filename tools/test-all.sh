@@ -69,6 +69,10 @@ if [ "${TESSERA_TEST_TORCH:-0}" = 1 ]; then
     stage "PyTorch, unmodified (TESSERA_TEST_TORCH=1: tools/test-apps.sh)"
     ./tools/test-apps.sh 2>&1 | tee -a "$log" || status=$?
 fi
+if [ "${TESSERA_TEST_GLIBC:-0}" = 1 ]; then
+    stage "the real-GPU check bundle built for glibc 2.31, run in Debian 11 (TESSERA_TEST_GLIBC=1: tools/test-bundle-glibc.sh)"
+    ./tools/test-bundle-glibc.sh 2>&1 | tee -a "$log" || status=$?
+fi
 # One closing line for the whole suite, summed over every test binary.
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i) ~ /^passed/) p += $(i-1); if ($(i) ~ /^failed/) f += $(i-1) } }
      END { printf "tests: %d passed, %d failed\n", p, f }' "$log"

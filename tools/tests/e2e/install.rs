@@ -198,8 +198,9 @@ fn bad_arguments_fail_with_a_message_and_install_nothing() {
     std::fs::write(&file, b"").unwrap();
     let spaced = scratch.0.join("with space");
     let colon = scratch.0.join("with:colon");
-    let cases: [(Vec<&str>, &str); 6] = [
+    let cases: [(Vec<&str>, &str); 7] = [
         (vec!["--prefix"], "--prefix needs a directory"),
+        (vec!["--from"], "--from needs the folder holding tessera"),
         (vec!["--prefix", ""], "--prefix is empty"),
         (vec!["--prefix="], "--prefix is empty"),
         (vec!["--bogus"], "unknown argument '--bogus'"),

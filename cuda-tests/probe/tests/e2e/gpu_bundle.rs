@@ -134,7 +134,7 @@ fn the_bundle_fits_refuses_to_run_without_a_driver_and_runs_whole_on_the_simulat
 }
 
 #[test]
-fn the_bundle_script_refuses_a_folder_that_is_not_a_bundle() {
+fn the_bundle_script_refuses_a_folder_that_is_not_a_bundle_and_bad_arguments() {
     let folder = build_dir().join(format!("not-a-bundle-{}", std::process::id()));
     std::fs::create_dir_all(&folder).unwrap();
     std::fs::write(folder.join("keep"), "mine").unwrap();
@@ -145,5 +145,10 @@ fn the_bundle_script_refuses_a_folder_that_is_not_a_bundle() {
     let none = bundle_script(&["--no-build"]);
     assert_eq!(none.status.code(), Some(2));
     assert!(text(&none.stderr).contains("give the folder to make"), "{}", text(&none.stderr));
+    let fresh = build_dir().join(format!("never-made-{}", std::process::id()));
+    let bad = bundle_script(&["--no-build", "--glibc", "2.31; rm -rf /", fresh.to_str().unwrap()]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(text(&bad.stderr).contains("is not a glibc version like 2.31"), "{}", text(&bad.stderr));
+    assert!(!fresh.exists(), "a bundle folder made for a refused argument");
     std::fs::remove_dir_all(&folder).unwrap();
 }
