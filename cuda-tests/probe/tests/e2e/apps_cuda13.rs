@@ -19,6 +19,8 @@ fn cuda13_quota(tag: &str) -> Sim {
 
 #[test]
 fn numba_for_cuda_13_launches_its_kernels_and_keeps_to_its_quota() {
+    // JIT compilers (NVVM, NVRTC) take a CPU for seconds: never beside a test that measures time.
+    let _load = crate::common::load_turn();
     let facts = apps::run(&cuda13("numba13-kernel"), "numba13", "numba_app.py", "kernel");
     assert_eq!(facts.get("launched"), "ok");
     assert!(facts.stderr.contains("is not one the simulator computes"), "{}", facts.stderr);
@@ -29,6 +31,8 @@ fn numba_for_cuda_13_launches_its_kernels_and_keeps_to_its_quota() {
 
 #[test]
 fn cupy_for_cuda_13_compiles_and_launches_its_kernels_and_keeps_to_its_quota() {
+    // JIT compilers (NVVM, NVRTC) take a CPU for seconds: never beside a test that measures time.
+    let _load = crate::common::load_turn();
     let facts = apps::run(&cuda13("cupy13-kernels"), "cupy13", "cupy_app.py", "kernels");
     assert_eq!(facts.get("kernels"), "ok");
     let memory = apps::run(&cuda13_quota("cupy13-quota"), "cupy13", "cupy_app.py", "memory");

@@ -143,6 +143,8 @@ fn nvcc_build(tag: &str, options: &[&str]) -> PathBuf {
 
 #[test]
 fn programs_nvcc_builds_run_where_the_driver_would_run_them() {
+    // Four nvcc builds take both CPUs for seconds: never beside a test that measures time.
+    let _load = crate::common::load_turn();
     // Whole, and with -rdc, for the simulated H100 itself; with -rdc for a newer GPU with PTX of
     // compute_80 beside it (the device-linked image holds an sm_100 cubin only, so the driver links the
     // relocatable PTX the wrapper lists); with -rdc for a newer GPU alone (nothing runs on 9.0: the
