@@ -303,12 +303,12 @@ impl Daemon {
         let process = start(&mut cmd, &log).map_err(|e| Outcome::fail(format!("cannot start tessera daemon: {e}")))?;
         let daemon = Daemon { folder, _process: process };
         let socket = daemon.folder.join("tessera.sock");
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while !socket.exists() && std::time::Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let said = std::fs::read_to_string(&log).unwrap_or_default();
-        expect(socket.exists(), "the daemon's socket after 10 s", format!("none; its log: {said}"))?;
+        wait_for(10, "the daemon's socket", || {
+            socket
+                .exists()
+                .then_some(())
+                .ok_or_else(|| format!("none; its log: {}", std::fs::read_to_string(&log).unwrap_or_default()))
+        })?;
         Ok(daemon)
     }
 
@@ -360,6 +360,14 @@ impl Daemon {
         let show = bounded(self.tessera(ctx, &["vgpu", "show", name, "--json"]), 10)?;
         let ns = serde_json::from_str::<Value>(&show.stdout).ok().and_then(|v| v["device_ns"].as_f64());
         ns.ok_or_else(|| Outcome::fail(format!("tessera vgpu show {name} --json: {}", show.ending())))
+    }
+
+    /// `cuda-probe ARGS` left running in vGPU `name` (a load beside a measurement), its output to a
+    /// log of the daemon's folder; killed when the returned guard drops.
+    fn start_in(&self, ctx: &Ctx, name: &str, args: &[&str]) -> Result<crate::bounded::Background, Outcome> {
+        let mut cmd = self.run_in(ctx, name, &ctx.file("bin/cuda-probe"), args);
+        start(&mut cmd, &self.folder.join(format!("{name}.log")))
+            .map_err(|e| Outcome::fail(format!("cannot start cuda-probe {} in vGPU {name}: {e}", args.join(" "))))
     }
 
     /// `tessera run --vgpu NAME -- PROGRAM ARGS`.
@@ -414,14 +422,8 @@ fn overhead_once(ctx: &Ctx, daemon: &Daemon, config: Config, what: &str) -> Resu
         }
         Config::VgpuBusy => {
             daemon.layout(ctx, &VGPUS, &[("half", 50), ("busy", 50)])?;
-            let neighbour = daemon.run_in(
-                ctx,
-                "busy",
-                &ctx.file("bin/cuda-probe"),
-                &["saturate", "--ns", "500us", "--seconds", "60"],
-            );
-            let _busy = start(&mut { neighbour }, &daemon.folder.join("neighbour.log"))
-                .map_err(|e| Outcome::fail(format!("cannot start the busy neighbour: {e}")))?;
+            let load = ["saturate", "--ns", "500us", "--seconds", "60"];
+            let _busy = daemon.start_in(ctx, "busy", &load)?;
             std::thread::sleep(Duration::from_millis(500));
             return probe_report(daemon.run_in(ctx, "half", &program, &args), 60, what);
         }
@@ -453,13 +455,13 @@ fn overhead(ctx: &Ctx) -> Outcome {
             v.sort_by(f64::total_cmp);
             v[v.len() / 2]
         };
+        let native = |op: &str| per.get(&(0, op.to_string())).map(|v| median(v)).unwrap_or(f64::NAN);
         let mut figures = serde_json::Map::new();
         let mut line = Vec::new();
         for (index, (_, name)) in CONFIGS.iter().enumerate() {
             let mut ops = serde_json::Map::new();
             for ((_, op), values) in per.iter().filter(|((c, _), _)| *c == index) {
-                let native = per.get(&(0, op.clone())).map(|v| median(v)).unwrap_or(f64::NAN);
-                let m = median(values);
+                let (m, native) = (median(values), native(op));
                 ops.insert(op.clone(), json!({ "median_ns": m, "added_ns": m - native, "rounds": values }));
                 if index != 0 && op == "launch" {
                     line.push(format!("{name} {:+.0} ns", m - native));
@@ -467,7 +469,6 @@ fn overhead(ctx: &Ctx) -> Outcome {
             }
             figures.insert(name.to_string(), Value::Object(ops));
         }
-        let native = |op: &str| per.get(&(0, op.to_string())).map(|v| median(v)).unwrap_or(f64::NAN);
         expect(!line.is_empty(), "launch figures", "none")?;
         Ok(Outcome::pass(
             format!(
@@ -688,8 +689,8 @@ fn priority(ctx: &Ctx) -> Outcome {
         daemon.create(ctx, "n40", 40)?;
         daemon.create(ctx, "n30", 30)?;
         let load = ["saturate", "--ns", "1ms", "--seconds", "8"];
-        let _n40 = start(&mut daemon.run_in(ctx, "n40", &probe, &load), &daemon.folder.join("n40.log"));
-        let _n30 = start(&mut daemon.run_in(ctx, "n30", &probe, &load), &daemon.folder.join("n30.log"));
+        let _n40 = daemon.start_in(ctx, "n40", &load)?;
+        let _n30 = daemon.start_in(ctx, "n30", &load)?;
         std::thread::sleep(Duration::from_millis(500));
         let loaded = arrivals("5", "the high vGPU's bursts beside two saturating vGPUs")?;
         let p = |r: &Value, q: &str| r["waited_us"][q].as_f64().unwrap_or(f64::NAN);
@@ -710,15 +711,25 @@ fn priority(ctx: &Ctx) -> Outcome {
 
 /// The first JSON line of the file `log` that has `key`, waiting for it up to `secs` seconds.
 fn line_with(log: &std::path::Path, key: &str, secs: u64, what: &str) -> Result<Value, Outcome> {
-    let deadline = std::time::Instant::now() + Duration::from_secs(secs);
-    loop {
+    wait_for(secs, what, || {
         let text = std::fs::read_to_string(log).unwrap_or_default();
         let found = text.lines().filter_map(|l| serde_json::from_str::<Value>(l).ok()).find(|v| v.get(key).is_some());
-        if let Some(line) = found {
-            return Ok(line);
+        found.ok_or_else(|| text.trim().to_string())
+    })
+}
+
+/// Polls `ready` every 50 ms for up to `secs` seconds: its value once it has one, else a failure naming
+/// `what` with the last state it gave.
+fn wait_for<T>(secs: u64, what: &str, mut ready: impl FnMut() -> Result<T, String>) -> Result<T, Outcome> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(secs);
+    loop {
+        match ready() {
+            Ok(value) => return Ok(value),
+            Err(state) if std::time::Instant::now() >= deadline => {
+                return Err(Outcome::fail(format!("{what} within {secs} s: got {state}")));
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(50)),
         }
-        expect(std::time::Instant::now() < deadline, &format!("{what} within {secs} s"), text.trim())?;
-        std::thread::sleep(Duration::from_millis(50));
     }
 }
 
