@@ -68,26 +68,31 @@ pub fn saturate(args: &Args) -> Outcome {
     let k = Kernels::load(&ctx)?;
     let done: Vec<CudaEvent> =
         (0..depth).map(|_| ctx.new_event(None).during("cuEventCreate")).collect::<Outcome<_>>()?;
-    // With --stamps-file, every kernel is a spin_stamp writing its start and end to a slot of its own.
-    let capacity = if stamps_file.is_some() { (seconds * 1e9 / ns as f64) as usize + depth + 16 } else { 0 };
-    ensure(capacity <= MAX_STAMPED, || format!("--stamps-file keeps at most {MAX_STAMPED} kernels' stamps"))?;
-    let slots = stream.alloc_zeros::<u64>(2 * capacity.max(1)).during("alloc")?;
-    let base = dptr(&slots, &stream);
+    // With --stamps-file, every kernel is a spin_stamp writing its start and end to a slot of its own
+    // (two u64 each) of one buffer; without it, nothing is allocated.
+    let slots = match stamps_file {
+        Some(_) => {
+            let capacity = (seconds * 1e9 / ns as f64) as usize + depth + 16;
+            ensure(capacity <= MAX_STAMPED, || format!("--stamps-file keeps at most {MAX_STAMPED} kernels' stamps"))?;
+            Some(stream.alloc_zeros::<u64>(2 * capacity).during("alloc")?)
+        }
+        None => None,
+    };
+    let stamped = slots.as_ref().map(|s| (dptr(s, &stream), s.len() / 2));
 
     let start = now_ns();
     let stop = start + (seconds * 1e9) as u64;
     let mut launched = 0usize;
     let (mut last, mut gap, mut gap_end) = (start, 0, start);
-    while now_ns() < stop && (stamps_file.is_none() || launched < capacity) {
+    while now_ns() < stop && stamped.is_none_or(|(_, capacity)| launched < capacity) {
         let slot = &done[launched % depth];
         if launched >= depth {
             slot.synchronize().during("cuEventSynchronize")?;
         }
-        if stamps_file.is_some() {
-            // SAFETY: slot `launched` of `slots` (2 u64 each) exists and outlives the stream's work.
-            unsafe { k.spin_stamp(&stream, ns, base + 16 * launched as u64)? };
-        } else {
-            k.spin(&stream, ns)?;
+        match stamped {
+            // SAFETY: slot `launched` (< capacity) of `slots` exists and outlives the stream's work.
+            Some((base, _)) => unsafe { k.spin_stamp(&stream, ns, base + 16 * launched as u64)? },
+            None => k.spin(&stream, ns)?,
         }
         let now = now_ns();
         if now - last > gap {
@@ -99,8 +104,8 @@ pub fn saturate(args: &Args) -> Outcome {
     }
     stream.synchronize().during("cuStreamSynchronize")?;
     let end = now_ns();
-    if let Some(path) = &stamps_file {
-        let stamps = stream.clone_dtoh(&slots).during("dtoh copy")?;
+    if let (Some(path), Some(slots)) = (&stamps_file, &slots) {
+        let stamps = stream.clone_dtoh(slots).during("dtoh copy")?;
         let lines: String = stamps.chunks(2).take(launched).map(|p| format!("{} {}\n", p[0], p[1])).collect();
         std::fs::write(path, lines).map_err(|e| Failure::new(format!("writing {}: {e}", path.display())))?;
     }
