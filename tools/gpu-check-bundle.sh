@@ -45,6 +45,8 @@ while [ $# -gt 0 ]; do
     shift
 done
 [ -n "$out" ] || fail "give the folder to make ($usage)"
+# Relative to where the script was run from, not to the clone it moves into below.
+case "$out" in /*) ;; *) out=$PWD/$out ;; esac
 case "$glibc" in
 "" | 2.[0-9][0-9]) ;;
 *) fail "--glibc '$glibc' is not a glibc version like 2.31" ;;
@@ -78,7 +80,6 @@ for built in tessera libtessera.so libaccelerator_tessera.so libsimcuda.so libsi
 done
 
 mkdir -p "$out"
-out=$(cd "$out" && pwd)
 ./tools/install.sh --from "$release" --prefix "$out" >/dev/null
 install -m 755 "$release/simgpu-probe" "$out/bin/cuda-probe"
 install -m 755 "$release/gpu-check" "$out/bin/gpu-check"

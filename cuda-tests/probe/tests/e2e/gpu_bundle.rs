@@ -150,5 +150,12 @@ fn the_bundle_script_refuses_a_folder_that_is_not_a_bundle_and_bad_arguments() {
     assert_eq!(bad.status.code(), Some(2));
     assert!(text(&bad.stderr).contains("is not a glibc version like 2.31"), "{}", text(&bad.stderr));
     assert!(!fresh.exists(), "a bundle folder made for a refused argument");
+    // A relative OUTDIR is where the script was run from, not in the clone it works in.
+    let name = format!("relative-bundle-{}", std::process::id());
+    let script = workspace().join("tools/gpu-check-bundle.sh");
+    let made = Command::new(script).args(["--no-build", &name]).current_dir(build_dir()).output().unwrap();
+    assert!(made.status.success(), "{}", text(&made.stderr));
+    assert!(build_dir().join(&name).join("run").is_file() && !workspace().join(&name).exists());
+    std::fs::remove_dir_all(build_dir().join(&name)).unwrap();
     std::fs::remove_dir_all(&folder).unwrap();
 }
